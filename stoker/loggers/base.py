@@ -1,0 +1,230 @@
+"""The `Logger` interface shared by every stoker logger.
+
+This module owns the parts all loggers agree on: where a run's files live
+(`{save_dir}/{name}/version_{n}`), how the next free version is found, and how
+metric and hyperparameter values are normalised before a backend sees them. It
+does not own any file format: the TensorBoard and CSV loggers decide that.
+
+Loggers never look at process ranks. In a multi-process run the caller (the
+Trainer or `Accelerator.log`) calls them only on the main process, so a logger
+is free to write files without coordinating with anyone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import numbers
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["Logger"]
+
+_VERSION_DIR = re.compile(r"^version_(\d+)$")
+
+Scalar = float | int
+
+
+class Logger:
+    """Base class for experiment loggers; every method has a no-op default.
+
+    A logger writes one run into ``log_dir``, which is
+    ``{save_dir}/{name}/version_{n}``. With ``version=None`` the number is the
+    next free one under ``{save_dir}/{name}`` and is chosen the first time it is
+    needed (not in ``__init__``), so constructing a logger touches no files.
+    A string version is used as the folder name as-is.
+
+    Loggers do not check process ranks: the caller must call them on the main
+    process only. Subclasses usually override just ``log_metrics``; override
+    ``log_hyperparams``, ``flush`` and ``finalize`` when the backend needs them.
+
+    Args:
+        save_dir: Root folder for all runs.
+        name: Experiment name, a sub-folder of ``save_dir``. ``""`` or ``None``
+            puts the version folders directly in ``save_dir``.
+        version: ``None`` (next free ``version_{n}``), an ``int`` n (folder
+            ``version_{n}``) or a ``str`` (the folder name itself).
+
+    Example:
+        >>> class PrintLogger(Logger):
+        ...     def log_metrics(self, metrics, step=None):
+        ...         print(step, dict(metrics))
+        >>> PrintLogger().log_metrics({"loss": 0.5}, step=3)
+        3 {'loss': 0.5}
+    """
+
+    # Class-level defaults keep the properties working for subclasses whose
+    # own __init__ forgets to call super().__init__().
+    _save_dir: str = "."
+    _name: str = "stoker_logs"
+    _version: int | str | None = None
+    # Loggers built together by `build_loggers` share one version folder; the
+    # followers ask the leader instead of scanning (which would see the
+    # leader's folder and pick the next number).
+    _version_leader: Logger | None = None
+    _last_step: int = -1
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike = ".",
+        name: str | None = "stoker_logs",
+        version: int | str | None = None,
+    ) -> None:
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise TypeError(
+                f"version={version!r} is not a valid logger version. Expected None (next free), "
+                "an int n (folder 'version_{n}') or a str (the folder name)."
+            )
+        if isinstance(version, int) and version < 0:
+            raise ValueError(f"version={version!r} must be >= 0.")
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+
+    @property
+    def name(self) -> str:
+        """The experiment name (sub-folder of ``save_dir``)."""
+        return self._name
+
+    @property
+    def save_dir(self) -> str:
+        """The root folder given at construction."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``{save_dir}/{name}``: the folder that holds the version folders."""
+        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
+
+    @property
+    def version(self) -> int | str:
+        """The run's version; resolved on first access when constructed with ``None``."""
+        if self._version is None:
+            leader = self._version_leader
+            self._version = leader.version if leader is not None else next_free_version(self.root_dir)
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        """The folder this run writes into. Not created until the first write."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return os.path.join(self.root_dir, folder)
+
+    def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
+        """Record scalar metrics at ``step``. The default does nothing.
+
+        Args:
+            metrics: Metric name to value; scalar tensors are allowed and
+                converted with ``.item()`` here, at log time.
+            step: The x-axis value (usually the optimizer step).
+        """
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        """Record the run's hyperparameters. The default does nothing."""
+
+    def flush(self) -> None:
+        """Write buffered data to disk. The default does nothing."""
+
+    def finalize(self, status: str) -> None:
+        """Finish the run; ``status`` is ``"success"``, ``"failed"`` or ``"interrupted"``.
+
+        The default flushes. Implementations must be safe to call twice.
+        """
+        self.flush()
+
+    def _resolve_step(self, step: int | None) -> int:
+        """``step``, or one past the largest step logged so far when it is ``None``."""
+        step = self._last_step + 1 if step is None else int(step)
+        self._last_step = max(self._last_step, step)
+        return step
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
+
+
+def next_free_version(root_dir: str | os.PathLike) -> int:
+    """One more than the largest ``version_{n}`` folder in ``root_dir`` (0 if none)."""
+    try:
+        entries = os.scandir(root_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    with entries:
+        numbers_seen = [
+            int(match.group(1))
+            for entry in entries
+            if entry.is_dir() and (match := _VERSION_DIR.match(entry.name))
+        ]
+    return max(numbers_seen, default=-1) + 1
+
+
+def to_scalars(metrics: Mapping[str, Any]) -> dict[str, Scalar]:
+    """Convert metric values to Python numbers (one ``.item()`` per tensor).
+
+    Raises:
+        ValueError: A tensor value holds more than one element.
+        TypeError: A value is not a number or a one-element tensor.
+    """
+    out: dict[str, Scalar] = {}
+    for key, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"Metric {key!r} is a tensor of shape {tuple(value.shape)}; loggers take scalars. "
+                    "Reduce it first (e.g. `.mean()`) or log its elements under separate names."
+                )
+            value = value.item()
+        elif not isinstance(value, numbers.Number) and hasattr(value, "item"):
+            value = value.item()  # NumPy scalars and 0-d arrays
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, float)):
+            if isinstance(value, numbers.Real):
+                value = float(value)
+            else:
+                raise TypeError(
+                    f"Metric {key!r} has value {value!r} of type {type(value).__name__}; "
+                    "expected an int, a float or a one-element tensor."
+                )
+        out[str(key)] = value
+    return out
+
+
+def params_to_dict(params: Mapping[str, Any] | argparse.Namespace | Any) -> dict[str, Any]:
+    """Hyperparameters as a plain dict, from a mapping, a Namespace or a dataclass."""
+    if isinstance(params, argparse.Namespace):
+        return dict(vars(params))
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        return dataclasses.asdict(params)
+    if isinstance(params, Mapping):
+        return dict(params)
+    raise TypeError(
+        f"log_hyperparams got {type(params).__name__}; "
+        "expected a Mapping, an argparse.Namespace or a dataclass instance."
+    )
+
+
+def flatten_params(params: Mapping[str, Any], sep: str = "/") -> dict[str, bool | int | float | str]:
+    """Flatten nested mappings with ``sep``; values that are not plain scalars become strings.
+
+    Example: ``{"opt": {"lr": 0.1}, "layers": [2, 3]}`` -> ``{"opt/lr": 0.1, "layers": "[2, 3]"}``.
+    """
+    flat: dict[str, bool | int | float | str] = {}
+    for key, value in params.items():
+        key = str(key)
+        if isinstance(value, argparse.Namespace):
+            value = vars(value)
+        if isinstance(value, Mapping):
+            for sub_key, sub_value in flatten_params(value, sep).items():
+                flat[f"{key}{sep}{sub_key}"] = sub_value
+        elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            flat[key] = value.item()
+        elif isinstance(value, (bool, int, float, str)):
+            flat[key] = value
+        else:
+            flat[key] = str(value)
+    return flat

@@ -1,0 +1,122 @@
+"""`TensorBoardLogger`: scalars and hyperparameters in TensorBoard event files.
+
+This module owns one `torch.utils.tensorboard.SummaryWriter` per logger. It
+imports tensorboard only when the writer is first needed, because importing it
+costs about a second and pulls in protobuf; `import stoker` must stay cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stoker.loggers.base import Logger, flatten_params, params_to_dict, to_scalars
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+__all__ = ["TensorBoardLogger"]
+
+
+class TensorBoardLogger(Logger):
+    """Writes metrics as TensorBoard scalars into ``{save_dir}/{name}/version_{n}``.
+
+    Each metric becomes a scalar series whose x-axis is the ``step`` passed to
+    ``log_metrics`` (with ``step=None``: one past the largest step logged so far).
+    Hyperparameters go to TensorBoard's HPARAMS tab, written into this run's own
+    event file (unlike ``SummaryWriter.add_hparams``, which starts a new
+    sub-run): nested mappings are flattened with ``"/"`` and values that are not
+    ``bool``/``int``/``float``/``str`` are stored as their ``str()``.
+
+    The writer, and with it the run folder, is created on the first write.
+    ``finalize`` flushes and closes it and may be called any number of times;
+    logging after ``finalize`` opens a new writer that appends a new event file
+    to the same folder, so ``fit`` followed by ``test`` ends up in one run.
+
+    Args:
+        save_dir: Root folder for all runs.
+        name: Experiment name (sub-folder of ``save_dir``).
+        version: ``None`` for the next free ``version_{n}``, an int, or a folder name.
+        **summary_writer_kwargs: Passed to ``SummaryWriter`` (e.g. ``flush_secs``,
+            ``max_queue``, ``filename_suffix``); ``log_dir`` is chosen by the logger.
+
+    Example:
+        >>> logger = TensorBoardLogger("runs", name="mnist")
+        >>> logger.log_hyperparams({"lr": 1e-3, "optimizer": {"name": "adamw"}})  # doctest: +SKIP
+        >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
+        >>> logger.finalize("success")  # doctest: +SKIP
+        >>> logger.log_dir  # doctest: +SKIP
+        'runs/mnist/version_0'
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike,
+        name: str | None = "stoker_logs",
+        version: int | str | None = None,
+        **summary_writer_kwargs: Any,
+    ) -> None:
+        super().__init__(save_dir, name, version)
+        if "log_dir" in summary_writer_kwargs:
+            raise TypeError(
+                "TensorBoardLogger(log_dir=...) is not supported: the folder is "
+                "{save_dir}/{name}/version_{n}. Pass save_dir, name and version instead."
+            )
+        self._writer_kwargs = summary_writer_kwargs
+        self._writer: SummaryWriter | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # An open SummaryWriter holds a thread and a file handle; a pickled
+        # copy (e.g. sent to spawned workers) reopens its own on first write.
+        state = self.__dict__.copy()
+        state["_writer"] = None
+        return state
+
+    @property
+    def experiment(self) -> SummaryWriter:
+        """The underlying ``SummaryWriter``, created (with the run folder) on first access.
+
+        Use it for what the logger does not wrap: ``logger.experiment.add_image(...)``.
+        """
+        if self._writer is None:
+            # Lazy on purpose: see the module docstring.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+        return self._writer
+
+    def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
+        """Add each metric as a scalar at ``step``."""
+        values = to_scalars(metrics)
+        step = self._resolve_step(step)
+        writer = self.experiment
+        for key, value in values.items():
+            writer.add_scalar(key, value, global_step=step)
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        """Record hyperparameters for TensorBoard's HPARAMS tab (flattened with ``"/"``)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        flat = flatten_params(params_to_dict(params))
+        # An empty metric dict is allowed: the tab then lists the run's
+        # hyperparameters and the user picks metrics from the scalar tags.
+        experiment, session_start, session_end = hparams(flat, {})
+        file_writer = self.experiment.file_writer
+        for summary in (experiment, session_start, session_end):
+            file_writer.add_summary(summary)
+
+    def flush(self) -> None:
+        """Push pending events to the event file (no-op before the first write)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def finalize(self, status: str) -> None:
+        """Flush and close the writer. Safe to call repeatedly; later logging reopens."""
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
