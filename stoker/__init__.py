@@ -1,0 +1,54 @@
+"""stoker: a Lightning-style Trainer on an Accelerate-compatible engine, built on plain PyTorch.
+
+The Trainer layer (Trainer, TrainingModule, callbacks, loggers) is imported on first use so that
+``import stoker`` stays light.
+"""
+
+from importlib import import_module
+from typing import Any
+
+from .accelerator import (
+    AcceleratedOptimizer,
+    AcceleratedScheduler,
+    Accelerator,
+    DataLoaderConfiguration,
+    ProjectConfiguration,
+    load_checkpoint_in_model,
+    send_to_device,
+    set_seed,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Trainer": "stoker.trainer",
+    "TrainingModule": "stoker.trainer",
+    "Callback": "stoker.callbacks",
+    "ModelCheckpoint": "stoker.callbacks",
+    "EarlyStopping": "stoker.callbacks",
+    "LearningRateMonitor": "stoker.callbacks",
+    "ProgressBar": "stoker.callbacks",
+    "Timer": "stoker.callbacks",
+    "Logger": "stoker.loggers",
+    "TensorBoardLogger": "stoker.loggers",
+    "CSVLogger": "stoker.loggers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration",
+    "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed", *_LAZY,
+]

@@ -1,0 +1,539 @@
+"""The Accelerator facade: orchestration only.
+
+It holds a precision object (``precision.py``) and a strategy object (``strategy.py``), prepares the user's
+objects, and keeps the accumulation window. Formats live in ``checkpoint.py``/``weights.py``, data in ``data.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from . import collectives
+from .config import DataLoaderConfiguration, ProjectConfiguration
+from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
+from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .precision import iter_params, make_precision, unwrap_forward
+from .strategy import make_strategy
+
+
+class Accelerator:
+    """Runs your training loop on any device, precision and process count (Hugging Face Accelerate's API).
+
+    Example:
+        >>> accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=2)
+        >>> model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+        >>> for x, y in loader:
+        ...     with accelerator.accumulate(model):
+        ...         loss = torch.nn.functional.mse_loss(model(x), y)
+        ...         accelerator.backward(loss)
+        ...         optimizer.step(); scheduler.step(); optimizer.zero_grad()
+    """
+
+    def __init__(
+        self,
+        mixed_precision: str = "no",
+        gradient_accumulation_steps: int = 1,
+        project_dir: str | os.PathLike | None = None,
+        project_config: ProjectConfiguration | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        cpu: bool = False,
+        log_with: Any = None,
+        step_scheduler_with_optimizer: bool = True,
+        device_placement: bool = True,
+        strategy: str = "auto",
+    ) -> None:
+        if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int) \
+                or gradient_accumulation_steps < 1:
+            raise ValueError(
+                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int >= 1 "
+                "(1 means no accumulation)."
+            )
+        if project_config is not None and not isinstance(project_config, ProjectConfiguration):
+            raise TypeError(f"project_config must be a ProjectConfiguration, got {type(project_config).__name__}.")
+        if dataloader_config is not None and not isinstance(dataloader_config, DataLoaderConfiguration):
+            raise TypeError(
+                f"dataloader_config must be a DataLoaderConfiguration, got {type(dataloader_config).__name__}."
+            )
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
+        self.strategy = make_strategy(strategy, cpu=cpu)
+        self.precision = make_precision(mixed_precision, self.device)
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.device_placement = device_placement
+        self._log_with = log_with
+        self.trackers: list[Any] = []
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[PreparedDataLoader] = []
+        self._custom_objects: list[Any] = []
+        self._loader_stack: list[PreparedDataLoader] = []
+        self._step = 0
+        self._sync_gradients = True
+        self._micro_step = 0  # position in the current accumulation window (1-based once inside)
+        self._in_window = False  # the current gradients belong to an accumulate() window
+        self._divisor = 1  # what backward divides the loss by in this window
+        self._items: Any = None  # summed item counts of the window (backward(num_items=...))
+        self._window_done = False  # gradients were finished for a step; the next backward starts afresh
+        self._finished: set[int] = set()
+        self._uncounted_backward = False
+        self._step_was_skipped = False
+
+    # -- properties --------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.strategy.device
+
+    @property
+    def num_processes(self) -> int:
+        return self.strategy.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.strategy.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.strategy.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def distributed_type(self) -> str:
+        return type(self.strategy).__name__
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.precision.name
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True on the micro-step whose ``optimizer.step()`` really updates the weights."""
+        return self._sync_gradients
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the last optimizer step was skipped because fp16 gradients overflowed."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps applied so far (skipped fp16 steps are not counted)."""
+        return self._step
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    # -- prepare -----------------------------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | bool | None = None) -> Any:
+        """Prepares models, optimizers, schedulers and data loaders; returns them in the same order.
+
+        Anything else is returned unchanged. Models are prepared first, then optimizers, then schedulers (which
+        find their optimizer among those prepared), then loaders.
+        """
+        if isinstance(device_placement, (list, tuple)):
+            if len(device_placement) != len(args):
+                raise ValueError(
+                    f"prepare got {len(args)} objects but device_placement has {len(device_placement)} entries."
+                )
+            placements = list(device_placement)
+        else:
+            placements = [self.device_placement if device_placement is None else device_placement] * len(args)
+        result = list(args)
+        order = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+        for kind in order + (torch.utils.data.DataLoader,):
+            for i, obj in enumerate(args):
+                if kind is torch.optim.lr_scheduler.LRScheduler:
+                    if _is_scheduler(obj):
+                        result[i] = self.prepare_scheduler(obj)
+                elif isinstance(obj, kind) and not isinstance(obj, (AcceleratedOptimizer,)):
+                    if kind is torch.nn.Module:
+                        result[i] = self.prepare_model(obj, device_placement=placements[i])
+                    elif kind is torch.optim.Optimizer:
+                        result[i] = self.prepare_optimizer(obj)
+                    else:
+                        result[i] = self.prepare_data_loader(obj, device_placement=placements[i])
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"prepare_model expects a torch.nn.Module, got {type(model).__name__}.")
+        self.precision.wrap_forward(model)
+        place = self.device_placement if device_placement is None else device_placement
+        if evaluation_mode:
+            prepared = model.to(self.device) if place else model
+        elif place or self.strategy.is_distributed:
+            prepared = self.strategy.setup_module(model)
+        else:
+            prepared = model
+        self._models.append(prepared)
+        return prepared
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        wrapped = AcceleratedOptimizer(optimizer, self)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        target = getattr(scheduler, "optimizer", None)
+        owners = [o for o in self._optimizers if o.optimizer is target or o is target]
+        wrapped = AcceleratedScheduler(scheduler, owners or list(self._optimizers), self,
+                                       self.step_scheduler_with_optimizer, self.dataloader_config.split_batches)
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
+                            device_placement: bool | None = None) -> PreparedDataLoader:
+        place = self.device_placement if device_placement is None else device_placement
+        prepared = prepare_data_loader(data_loader, self, self.device if place else None)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that starts ``num_batches`` in, without loading the skipped samples."""
+        if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+            raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
+        return skip_first_batches(dataloader, num_batches)
+
+    # -- the step ----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-step of an accumulation window; gradient sync across processes only on its last one."""
+        self._begin_micro_step()
+        if self._sync_gradients or not self.strategy.is_distributed:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                stack.enter_context(self.strategy.no_sync(model))
+            yield
+
+    def _begin_micro_step(self) -> None:
+        gas = self.gradient_accumulation_steps
+        if self._sync_gradients:  # the previous window closed: this micro-step opens a new one
+            self._micro_step = 0
+            self._new_gradients()
+        self._micro_step += 1
+        loader = self._loader_stack[-1] if self._loader_stack else None
+        end = loader is not None and loader.end_of_dataloader
+        self._sync_gradients = end or self._micro_step >= gas
+        self._in_window = True
+        if gas > 1:
+            done = self._micro_step - 1
+            remaining = loader.remaining_batches if loader is not None else None
+            # The window's true length, so a short last window is averaged over what it really holds.
+            self._divisor = done + min(gas - done, remaining) if remaining is not None else gas
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """No cross-process gradient sync inside (gradients accumulate locally)."""
+        with self.strategy.no_sync(model):
+            yield
+
+    def backward(self, loss: torch.Tensor, num_items: int | torch.Tensor | None = None, **kwargs: Any) -> None:
+        """Backward of ``loss`` for the current window: divided by the window's length and scaled for fp16.
+
+        Args:
+            loss: A mean loss of this micro-batch, or a *sum* over items when ``num_items`` is given.
+            num_items: Items summed into ``loss``. Gradients are then divided by the total count over the window
+                and all processes when the optimizer steps: the exact per-item mean for ragged batches.
+            **kwargs: Passed to ``Tensor.backward``.
+        """
+        if not self._models and not self._optimizers:
+            raise RuntimeError(
+                "Accelerator.backward() was called before prepare(): pass your model and optimizer through "
+                "accelerator.prepare(...) first."
+            )
+        if self._window_done:
+            self._new_gradients()
+        if not self._in_window:  # backward outside accumulate(): Accelerate divides by the configured steps
+            self._divisor = self.gradient_accumulation_steps
+        if num_items is not None:
+            count = num_items if isinstance(num_items, torch.Tensor) else torch.tensor(float(num_items))
+            self._items = count if self._items is None else self._items + count
+        elif self._divisor > 1:
+            loss = loss / self._divisor
+        self._uncounted_backward = True
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    def _new_gradients(self) -> None:
+        self._window_done = False
+        self._finished.clear()
+        self._items = None
+
+    def _finish_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Once per optimizer per step: unscale fp16 gradients and apply the per-item normalisation."""
+        if self._window_done and id(optimizer) in self._finished:
+            return
+        if not self._window_done:
+            self._window_done = True
+            self._factor = self._window_factor()
+        self._finished.add(id(optimizer))
+        self.precision.unscale_(optimizer)
+        if self._factor is not None:
+            grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, self._factor.to(grads[0].device))
+
+    def _window_factor(self) -> torch.Tensor | None:
+        if self._items is not None:  # summed losses: divide by every process's items of this window
+            total = self.strategy.all_reduce(self._items.to(self.device, torch.float32), "sum")
+            return self.num_processes / total.clamp_min(1)
+        if self._in_window and self._divisor != self._micro_step and self.gradient_accumulation_steps > 1:
+            # Loader of unknown length ended the window early: rescale from the assumed to the true length.
+            return torch.tensor(self._divisor / self._micro_step)
+        return None
+
+    def _optimizer_stepped(self, stepped: bool) -> None:
+        self._step_was_skipped = not stepped
+        if stepped and self._uncounted_backward:
+            self._step += 1
+            self._uncounted_backward = False
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""
+        for opt in [optimizer] if optimizer is not None else self._optimizers:
+            self._finish_gradients(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+
+    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float,
+                        norm_type: float = 2) -> torch.Tensor | None:
+        """Unscales, then clips the gradients' total norm; returns the norm before clipping.
+
+        Returns None without touching gradients on micro-steps that do not update weights (the gradients are
+        incomplete there).
+        """
+        if not self._sync_gradients:
+            return None
+        self.unscale_gradients()
+        parameters = list(parameters)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        """Unscales, then clamps every gradient element to ``[-clip_value, clip_value]``."""
+        if not self._sync_gradients:
+            return
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The configured precision's autocast (a no-op for full precision)."""
+        return self.precision.autocast()
+
+    # -- models and state ---------------------------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = False) -> torch.nn.Module:
+        """The user's module without DDP/FSDP/compile wrappers (and without autocast if asked)."""
+        model = self.strategy.unwrap(model)
+        compiled = getattr(model, "_orig_mod", None)
+        if compiled is not None and not keep_torch_compile:
+            model = compiled
+        model = self.strategy.unwrap(model)
+        if not keep_fp32_wrapper:
+            unwrap_forward(model)
+        return model
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's full state dict (gathered when sharded)."""
+        return self.strategy.model_state_dict(self.unwrap_model(model) if unwrap else model)
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """Writes the unwrapped weights (safetensors, sharded past ``max_shard_size``); the main process writes."""
+        from .weights import save_model_weights
+
+        state = self.get_state_dict(model)
+        if self.is_main_process:
+            save_model_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
+        self.wait_for_everyone()
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Adds objects with ``state_dict()``/``load_state_dict()`` to what ``save_state``/``load_state`` keep."""
+        bad = [i for i, o in enumerate(objects) if not (callable(getattr(o, "state_dict", None))
+                                                         and callable(getattr(o, "load_state_dict", None)))]
+        if bad:
+            names = ", ".join(f"#{i} ({type(objects[i]).__name__})" for i in bad)
+            raise TypeError(
+                f"register_for_checkpointing: object(s) {names} lack state_dict()/load_state_dict(); only objects "
+                "with both methods can be saved and restored."
+            )
+        self._custom_objects.extend(objects)
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, **kwargs: Any) -> str:
+        """Saves everything needed to resume (see ``checkpoint.save_state``); returns the folder."""
+        from . import checkpoint
+
+        return checkpoint.save_state(self, None if output_dir is None else os.fspath(output_dir), **kwargs)
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        """Restores what ``save_state`` wrote (the newest complete automatic checkpoint when no folder is given)."""
+        from . import checkpoint
+
+        checkpoint.load_state(self, None if input_dir is None else os.fspath(input_dir), **kwargs)
+
+    def _counters_state_dict(self) -> dict[str, int]:
+        return {"step": self._step, "micro_step": self._micro_step if not self._sync_gradients else 0,
+                "iteration": self.project_configuration.iteration}
+
+    def _load_counters_state_dict(self, state: dict[str, int]) -> None:
+        self._step = int(state["step"])
+        self._micro_step = int(state.get("micro_step", 0))
+        self._sync_gradients = self._micro_step == 0
+        self._in_window = self._micro_step > 0
+
+    # -- processes --------------------------------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        self.strategy.barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first (e.g. to download or cache), then the others."""
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, is_first: bool) -> Iterator[None]:
+        if not is_first:
+            self.wait_for_everyone()
+        yield
+        if is_first:
+            self.wait_for_everyone()
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
+        return collectives.split_between_processes(self.strategy, inputs, apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def gather(self, tensor: Any) -> Any:
+        return collectives.gather(self.strategy, tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
+        if use_gather_object or not _has_tensor(input_data):
+            parts = self.strategy.all_gather_object(input_data)
+            data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
+        else:
+            data = self.gather(input_data)
+        loader = self._loader_stack[-1] if self._loader_stack else None
+        if loader is not None and loader.end_of_dataloader and loader.padding_samples:
+            drop = loader.padding_samples
+            from .operations import apply_to_tensors
+
+            if isinstance(data, list):
+                return data[:len(data) - drop]
+            return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
+        return data
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        out = collectives.reduce(self.strategy, tensor, reduction)
+        if scale != 1.0:
+            from .operations import apply_to_tensors
+
+            out = apply_to_tensors(lambda t: t * scale, out)
+        return out
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
+
+    # -- trackers ----------------------------------------------------------------------------------------------
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, Any] | None = None) -> None:
+        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only)."""
+        from ..loggers import build_loggers
+
+        if not self.is_main_process:
+            return
+        root = self.logging_dir or self.project_dir or "."
+        self.trackers = build_loggers(self._log_with, root, name=project_name)
+        if config is not None:
+            for tracker in self.trackers:
+                tracker.log_hyperparams(config)
+
+    def get_tracker(self, name: str) -> Any:
+        for tracker in self.trackers:
+            if type(tracker).__name__.lower().startswith(name.lower()):
+                return tracker
+        raise ValueError(f"No tracker named {name!r}; trackers: {[type(t).__name__ for t in self.trackers]}.")
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        if self.is_main_process:
+            for tracker in self.trackers:
+                tracker.log_metrics(values, step=step)
+
+    def end_training(self) -> None:
+        """Finishes the trackers and, when the Accelerator created the process group, tears it down."""
+        for tracker in self.trackers:
+            tracker.finalize("success")
+        self.wait_for_everyone()
+        self.strategy.teardown()
+
+    def free_memory(self, *objects: Any) -> tuple:
+        """Forgets every prepared object (and empties the CUDA cache); returns ``objects`` as None."""
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return tuple(None for _ in objects)
+
+    clear = free_memory
+
+    def __repr__(self) -> str:
+        return (f"Accelerator(device={self.device}, mixed_precision={self.mixed_precision!r}, "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
+                f"num_processes={self.num_processes}, strategy={self.distributed_type})")
+
+
+def _is_scheduler(obj: Any) -> bool:
+    from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+    return isinstance(obj, (LRScheduler, ReduceLROnPlateau))
+
+
+def _has_tensor(data: Any) -> bool:
+    found = []
+    from .operations import apply_to_tensors
+
+    apply_to_tensors(lambda t: found.append(1) or t, data)
+    return bool(found)

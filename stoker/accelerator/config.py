@@ -1,0 +1,77 @@
+"""Configuration objects passed to :class:`~stoker.Accelerator` (the same names and fields as Accelerate's)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class ProjectConfiguration:
+    """Where a run writes its checkpoints and logs, and how checkpoints are named.
+
+    Example:
+        >>> config = ProjectConfiguration(project_dir="runs/exp1", automatic_checkpoint_naming=True, total_limit=3)
+        >>> # Accelerator(project_config=config).save_state() writes runs/exp1/checkpoints/checkpoint_0, _1, ...
+
+    Attributes:
+        project_dir: Root folder of the run.
+        logging_dir: Folder for trackers; defaults to ``project_dir``.
+        automatic_checkpoint_naming: ``save_state()`` without a folder writes ``{project_dir}/checkpoints/checkpoint_{n}``.
+        total_limit: Keep at most this many automatically named checkpoints (the oldest go, after the new one is
+            complete).
+        iteration: The number the next automatic checkpoint gets; restored by ``load_state``.
+    """
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+
+    def __post_init__(self) -> None:
+        if self.project_dir is not None:
+            self.project_dir = os.fspath(self.project_dir)
+        if self.logging_dir is None:
+            self.logging_dir = self.project_dir
+        else:
+            self.logging_dir = os.fspath(self.logging_dir)
+        if self.total_limit is not None and (not isinstance(self.total_limit, int) or self.total_limit < 1):
+            raise ValueError(
+                f"ProjectConfiguration(total_limit={self.total_limit!r}) must be a positive int or None (keep all)."
+            )
+        if not isinstance(self.iteration, int) or self.iteration < 0:
+            raise ValueError(f"ProjectConfiguration(iteration={self.iteration!r}) must be a non-negative int.")
+
+    def set_directories(self, project_dir: str | os.PathLike | None = None) -> None:
+        """Sets ``project_dir`` (and ``logging_dir`` when it was not given separately)."""
+        same = self.logging_dir == self.project_dir
+        self.project_dir = os.fspath(project_dir) if project_dir is not None else None
+        if same or self.logging_dir is None:
+            self.logging_dir = self.project_dir
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """How :meth:`Accelerator.prepare` rebuilds data loaders.
+
+    Example:
+        >>> config = DataLoaderConfiguration(use_stateful_dataloader=True)  # save_state records loader positions
+
+    Attributes:
+        split_batches: In several processes, split each batch between them (the batch size must divide evenly)
+            instead of giving each process whole batches.
+        even_batches: Repeat samples from the start of the epoch so every process gets the same number of
+            batches; ``gather_for_metrics`` drops the repeats again.
+        use_seedable_sampler: Shuffle with a sampler whose order depends only on its seed and epoch (the same on
+            every process, and restorable).
+        use_stateful_dataloader: ``save_state``/``load_state`` record and restore each prepared loader's position,
+            so a resumed run continues with the next batch of the same epoch.
+        non_blocking: Copy batches to the device with ``non_blocking=True`` (worth it with ``pin_memory=True``).
+    """
+
+    split_batches: bool = False
+    even_batches: bool = True
+    use_seedable_sampler: bool = True
+    use_stateful_dataloader: bool = False
+    non_blocking: bool = False

@@ -1,0 +1,94 @@
+"""Tree utilities shared by the engine: move nested batches to a device, cast outputs, seed everything."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(obj, "_fields")
+
+
+def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+    """Applies ``fn`` to every tensor in ``obj``, rebuilding dicts, lists, tuples, namedtuples and dataclasses.
+
+    Containers keep their type (a ``UserDict`` subclass, a namedtuple, a dataclass instance); other leaves are
+    returned unchanged.
+    """
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        items = [apply_to_tensors(fn, o) for o in obj]
+        if _is_namedtuple(obj):
+            return type(obj)(*items)
+        if type(obj) in (list, tuple):
+            return type(obj)(items)
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return items if isinstance(obj, list) else tuple(items)
+    if isinstance(obj, Mapping):
+        items = {k: apply_to_tensors(fn, v) for k, v in obj.items()}
+        if type(obj) is dict:
+            return items
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: apply_to_tensors(fn, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **changes)
+    return obj
+
+
+def send_to_device(obj: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Moves every tensor in a (nested) batch to ``device``; other values pass through."""
+    if isinstance(obj, torch.Tensor):  # fast path: a single tensor
+        return obj.to(device, non_blocking=non_blocking)
+    if type(obj) in (tuple, list) and all(isinstance(o, torch.Tensor) for o in obj):  # fast path: (x, y)
+        return type(obj)(o.to(device, non_blocking=non_blocking) for o in obj)
+    return apply_to_tensors(lambda t: t.to(device, non_blocking=non_blocking), obj)
+
+
+def convert_to_fp32(obj: Any) -> Any:
+    """Casts half and bfloat16 tensors in ``obj`` to float32 (other tensors and values unchanged)."""
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+    if isinstance(obj, torch.Tensor):
+        return cast(obj)
+    return apply_to_tensors(cast, obj)
+
+
+def set_seed(seed: int, deterministic: bool = False) -> None:
+    """Seeds python's ``random``, numpy, torch (CPU and every CUDA device) with ``seed``.
+
+    Args:
+        seed: The seed.
+        deterministic: Also ask torch for deterministic algorithms (slower; raises on ops that have none).
+
+    Example:
+        >>> set_seed(42)
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"set_seed(seed={seed!r}) needs an int.")
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # numpy is optional for users of the engine alone
+        pass
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False

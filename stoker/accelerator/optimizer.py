@@ -1,0 +1,155 @@
+"""Optimizer and scheduler wrappers that act only on the micro-steps that update weights."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator
+
+
+class AcceleratedOptimizer(torch.optim.Optimizer):
+    """Wraps an optimizer so that ``step``/``zero_grad`` happen only when gradients are synchronised.
+
+    On a sync micro-step, ``step`` first finishes the gradients once (fp16 unscale, window normalisation for
+    summed losses), then steps through the precision object, which skips the step on fp16 overflow.
+
+    Example:
+        >>> model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+        >>> optimizer.step()  # a no-op inside an accumulation window until its last micro-batch
+    """
+
+    # Deliberately no super().__init__: param_groups, state and defaults are the wrapped optimizer's own.
+    def __init__(self, optimizer: torch.optim.Optimizer, accelerator: Accelerator) -> None:
+        self.optimizer = optimizer
+        self._accelerator = accelerator
+        self._step_was_skipped = False
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """True when the last ``step`` was skipped because fp16 gradients overflowed."""
+        return self._step_was_skipped
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._accelerator.sync_gradients:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
+        accelerator = self._accelerator
+        if not accelerator.sync_gradients:
+            return
+        accelerator._finish_gradients(self.optimizer)
+        stepped = accelerator.precision.step(self.optimizer, closure)
+        self._step_was_skipped = not stepped
+        accelerator._optimizer_stepped(stepped)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def train(self) -> None:  # schedule-free optimizers have train()/eval(); pass them through
+        if hasattr(self.optimizer, "train"):
+            self.optimizer.train()
+
+    def eval(self) -> None:
+        if hasattr(self.optimizer, "eval"):
+            self.optimizer.eval()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+class AcceleratedScheduler:
+    """Wraps an LR scheduler so that it steps only when its optimizers really stepped.
+
+    In several processes it steps ``num_processes`` times per optimizer step unless ``split_batches=True`` (a
+    schedule written for one process then spans the same number of samples), as in Accelerate.
+
+    Example:
+        >>> optimizer, scheduler = accelerator.prepare(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, f))
+        >>> scheduler.step()  # no-op on micro-steps that did not update weights, and after a skipped fp16 step
+    """
+
+    def __init__(
+        self,
+        scheduler: Any,
+        optimizers: list[AcceleratedOptimizer],
+        accelerator: Accelerator,
+        step_with_optimizer: bool = True,
+        split_batches: bool = False,
+    ) -> None:
+        self.scheduler = scheduler
+        self.optimizers = optimizers
+        self._accelerator = accelerator
+        self.step_with_optimizer = step_with_optimizer
+        self.split_batches = split_batches
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        if not self.step_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
+        if not self._accelerator.sync_gradients:
+            return
+        if any(opt.step_was_skipped for opt in self.optimizers):
+            return
+        repeats = 1 if self.split_batches else self._accelerator.num_processes
+        for _ in range(repeats):
+            self.scheduler.step(*args, **kwargs)
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def get_lr(self) -> Any:
+        return self.scheduler.get_lr()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "scheduler":  # not yet set (during unpickling): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedScheduler({self.scheduler!r})"
