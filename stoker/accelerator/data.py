@@ -310,7 +310,7 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
         sampler = SeedableRandomSampler(len(sampler.data_source), seed, sampler._num_samples, sampler.replacement)
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
-    elif loader.batch_size is None:
+    elif loader.batch_sampler is None:  # batch_size=None without a batch_sampler: automatic batching is off
         inner = BatchSampler(sampler, 1, False)  # one index at a time, unwrapped by the collate below
         kwargs["collate_fn"] = _first_only(loader.collate_fn)
     else:
@@ -360,9 +360,11 @@ def skip_first_batches(loader: Any, num_batches: int) -> Any:
         base = loader.loader if isinstance(loader, SkipView) else loader
         return SkipView(base, num_batches)
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset):
-        inner = loader.batch_sampler if loader.batch_size is not None else BatchSampler(loader.sampler, 1, False)
+        # A user's batch_sampler leaves loader.batch_size None too: only a missing batch_sampler means no batching.
+        unbatched = loader.batch_sampler is None
+        inner = BatchSampler(loader.sampler, 1, False) if unbatched else loader.batch_sampler
         kwargs = _loader_kwargs(loader)
-        if loader.batch_size is None:
+        if unbatched:
             kwargs["collate_fn"] = _first_only(loader.collate_fn)
         return DataLoader(loader.dataset, batch_sampler=_AlwaysSkip(inner, num_batches), generator=loader.generator,
                           **kwargs)
