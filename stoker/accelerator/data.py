@@ -143,11 +143,34 @@ class PreparedDataLoader:
         self.epoch = 0
         self.batches_yielded = 0  # in the current epoch, on this process
         self.end_of_dataloader = False
+        self.max_batches: int | None = None
+        self._cut_short = False
         self._pending_inner_state: dict | None = None
 
     # -- iteration ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.base_loader)
+        length = len(self.base_loader)
+        return length if self.max_batches is None else min(length, self.max_batches)
+
+    def _longer_than(self, limit: int) -> bool:
+        try:
+            return len(self.base_loader) > limit
+        except TypeError:  # unknown length (an iterable dataset): never padded
+            return True
+
+    def limit_batches(self, max_batches: int | None) -> None:
+        """Ends every epoch after at most ``max_batches`` batches on this process (None: no limit).
+
+        The last batch kept closes the accumulation window (``end_of_dataloader`` is True on it), ``len()`` and
+        saved positions count only the kept batches, and the batches cut off are never loaded.
+
+        Example:
+            >>> loader.limit_batches(10)  # a quick run over the first 10 batches of every epoch
+        """
+        if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
+                                        or max_batches < 0):
+            raise ValueError(f"limit_batches(max_batches={max_batches!r}) must be an int >= 0 or None (no limit).")
+        self.max_batches = max_batches
 
     @property
     def remaining_batches(self) -> int | None:
@@ -180,8 +203,13 @@ class PreparedDataLoader:
         stack.append(self)
         self.end_of_dataloader = False
         device, non_blocking = self.device, self.non_blocking
+        limit = self.max_batches
+        self._cut_short = False
         finished = False
         try:
+            if limit is not None and skip >= limit:
+                finished = True
+                return
             it = iter(self.base_loader)
             current = next(it, _END)
             if current is _END:
@@ -189,7 +217,12 @@ class PreparedDataLoader:
                 return
             self.batches_yielded = skip
             while True:
-                upcoming = next(it, _END)  # one ahead, so the last batch is known while it is processed
+                # one ahead, so the last batch is known while it is processed
+                if limit is not None and self.batches_yielded + 1 >= limit:
+                    upcoming = _END  # the limit ends the epoch; the next batch is never loaded
+                    self._cut_short = self._longer_than(limit)
+                else:
+                    upcoming = next(it, _END)
                 self.end_of_dataloader = upcoming is _END
                 self.batches_yielded += 1
                 yield current if device is None else send_to_device(current, device, non_blocking)
@@ -235,7 +268,9 @@ class PreparedDataLoader:
     @property
     def padding_samples(self) -> int:
         """Samples repeated at the end of this epoch so that processes got even batches."""
-        return self._batch_sampler.padding if self._batch_sampler is not None else 0
+        if self._batch_sampler is None or self._cut_short:  # a limited epoch never reaches the padded batches
+            return 0
+        return self._batch_sampler.padding
 
     @property
     def total_batch_size(self) -> int | None:
@@ -301,6 +336,8 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
     # The shuffle seed comes from the global RNG once, here, so set_seed() before prepare fixes every epoch's order.
     seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
     n, rank = accelerator.num_processes, accelerator.process_index
+    if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, or seed + rank)
+        seed = int(accelerator.strategy.broadcast_object(seed))
     kwargs = _loader_kwargs(loader)
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
