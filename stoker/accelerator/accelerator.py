@@ -201,7 +201,8 @@ class Accelerator:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
-        wrapped = AcceleratedOptimizer(optimizer, self)
+        # FSDP replaces parameters while sharding: an optimizer built before prepare(model) is remapped here.
+        wrapped = AcceleratedOptimizer(self.strategy.setup_optimizer(optimizer), self)
         self._optimizers.append(wrapped)
         return wrapped
 
@@ -338,8 +339,7 @@ class Accelerator:
         if not self._sync_gradients:
             return None
         self.unscale_gradients()
-        parameters = list(parameters)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return self.strategy.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscales, then clamps every gradient element to ``[-clip_value, clip_value]``."""

@@ -1,15 +1,21 @@
 """Strategies: how a model and its data are spread over processes. The only place "distributed" strings are parsed.
 
-``SingleDevice`` is one process on one device; ``DDPStrategy`` wraps the model in ``DistributedDataParallel`` and
-shards data over the processes that ``torchrun`` started. The Accelerator holds one strategy object and calls it;
-it never asks which one it has.
+``SingleDevice`` is one process on one device; ``DDPStrategy`` wraps the model in ``DistributedDataParallel`` for
+the processes that ``torchrun`` (or ``Trainer(devices=N)``) started; ``FSDPStrategy`` (``fsdp.py``) shards it with
+FSDP2's ``fully_shard``. The Accelerator holds one strategy object and calls it; it never asks which one it has.
+
+A strategy is built in two steps so that users can configure one before the Accelerator exists:
+``Accelerator(strategy=DDPStrategy(find_unused_parameters=True))``. ``make_strategy`` then calls
+:meth:`SingleDevice.setup_environment`, which joins the process group (NCCL on CUDA, gloo on CPU) and picks this
+process's device.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
-from collections.abc import Iterator
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 STRATEGY_CHOICES = ("auto", "ddp", "fsdp", "single")
+_REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
 def default_device(cpu: bool = False, local_rank: int = 0) -> torch.device:
@@ -29,24 +36,39 @@ def default_device(cpu: bool = False, local_rank: int = 0) -> torch.device:
 
 
 def launched_world_size() -> int:
-    """The process count a launcher (torchrun) announced, or 1."""
+    """The process count a launcher (torchrun, ``Trainer(devices=N)``) announced, or 1."""
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 class SingleDevice:
-    """One process, one device: collectives are identities and nothing is wrapped."""
+    """One process, one device: collectives are identities and nothing is wrapped.
+
+    Example:
+        >>> strategy = SingleDevice(torch.device("cpu"))
+        >>> strategy.all_reduce(torch.ones(2)).tolist()
+        [1.0, 1.0]
+    """
 
     is_distributed = False
+    shards_parameters = False  # True when each process holds only a slice of every parameter (FSDP)
     num_processes = 1
     process_index = 0
     local_process_index = 0
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device if device is not None else torch.device("cpu")
+
+    def setup_environment(self, cpu: bool = False) -> None:
+        """Picks the device; distributed strategies also join the process group here."""
+        self.device = default_device(cpu)
 
     # -- models ---------------------------------------------------------------------------------------------
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         return module.to(self.device)
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Points ``optimizer`` at the parameters ``setup_module`` produced (FSDP replaces them)."""
+        return optimizer
 
     def no_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -54,8 +76,13 @@ class SingleDevice:
     def unwrap(self, module: torch.nn.Module) -> torch.nn.Module:
         return module
 
+    def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2) -> torch.Tensor:
+        """Clips the total gradient norm of ``parameters`` over all processes; returns the norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
     def model_state_dict(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The full (unsharded) state dict of the unwrapped module, on every process that calls it."""
+        """The full (unsharded) state dict of the unwrapped module; sharded strategies fill it on the main process
+        only (every process must call it)."""
         return module.state_dict()
 
     # -- collectives ------------------------------------------------------------------------------------------
@@ -66,7 +93,7 @@ class SingleDevice:
         return tensor
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Concatenates every process's ``tensor`` (same shape everywhere) along dim 0."""
+        """Concatenates every process's ``tensor`` along dim 0 (sizes along dim 0 may differ between processes)."""
         return tensor if tensor.dim() > 0 else tensor.reshape(1)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
@@ -75,28 +102,62 @@ class SingleDevice:
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         return obj
 
+    def any_process(self, flag: bool) -> bool:
+        """True on every process when ``flag`` is True on at least one (a stop decision all ranks agree on)."""
+        return bool(flag)
+
     def teardown(self) -> None:
         pass
 
 
 class DDPStrategy(SingleDevice):
-    """Several processes (launched by ``torchrun``), each with its own device, gradients averaged by DDP."""
+    """Several processes, each with its own device, gradients averaged by ``DistributedDataParallel``.
+
+    The process group comes from the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``, ``MASTER_PORT``); an already initialised group is used as it is and left alone at exit.
+
+    Args:
+        timeout: Seconds (or a ``timedelta``) a collective may wait for the other processes before failing.
+        **ddp_kwargs: Passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
+            ``bucket_cap_mb``, ``gradient_as_bucket_view``, ...).
+
+    Example:
+        >>> accelerator = Accelerator(strategy=DDPStrategy(find_unused_parameters=True))  # under torchrun
+    """
 
     is_distributed = True
 
-    def __init__(self, device: torch.device | None = None, *, cpu: bool = False, timeout_s: float = 1800.0) -> None:
+    def __init__(self, timeout: float | timedelta = 1800.0, **ddp_kwargs: Any) -> None:
+        super().__init__(None)
+        self.timeout = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
+        self.ddp_kwargs = ddp_kwargs
+        self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
+        self._connected = False
+
+    def setup_environment(self, cpu: bool = False) -> None:
+        if self._connected:
+            return
         self.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
-        device = device or default_device(cpu, self.local_process_index)
-        super().__init__(device)
-        self._created_group = False
+        self.device = default_device(cpu, self.local_process_index)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         if not dist.is_initialized():
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
-            self._created_group = True
+            if "MASTER_ADDR" not in os.environ and launched_world_size() > 1:
+                raise RuntimeError(
+                    f"WORLD_SIZE={launched_world_size()} is set but MASTER_ADDR is not: start the script with "
+                    "`torchrun --nproc_per_node=N script.py`, or with Trainer(devices=N)."
+                )
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            if launched_world_size() > 1 or "MASTER_ADDR" in os.environ:
+                dist.init_process_group(backend=backend, timeout=self.timeout)
+            else:  # one process (e.g. FSDP on one GPU): an in-memory store, no port to collide on
+                dist.init_process_group(backend=backend, timeout=self.timeout, store=dist.HashStore(), rank=0,
+                                        world_size=1)
+            self._group = dist.group.WORLD
+            atexit.register(_teardown_at_exit, weakref.ref(self))
         self.process_index = dist.get_rank()
         self.num_processes = dist.get_world_size()
+        self._connected = True
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
@@ -105,7 +166,7 @@ class DDPStrategy(SingleDevice):
         if not any(p.requires_grad for p in module.parameters()):
             return module  # nothing to synchronise (a frozen model used for inference)
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(module, device_ids=ids)
+        return DistributedDataParallel(module, device_ids=ids, **self.ddp_kwargs)
 
     def no_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         sync_off = getattr(module, "no_sync", None)
@@ -120,10 +181,16 @@ class DDPStrategy(SingleDevice):
         return dist.is_available() and dist.is_initialized()
 
     def barrier(self) -> None:
-        if self._alive():
+        if not self._alive():
+            return
+        if self.device.type == "cuda":
+            dist.barrier(device_ids=[self.device.index])  # NCCL otherwise guesses the device, and may guess wrong
+        else:
             dist.barrier()
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"all_reduce(op={op!r}) is not a reduction. Expected one of: {_REDUCE_OPS}.")
         ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                "min": dist.ReduceOp.MIN}
         out = tensor.clone()
@@ -132,9 +199,19 @@ class DDPStrategy(SingleDevice):
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.contiguous() if tensor.dim() > 0 else tensor.reshape(1)
+        # Sizes first (one tiny collective), so processes may hold different numbers of rows.
+        size = torch.tensor([tensor.shape[0]], device=tensor.device, dtype=torch.int64)
+        sizes = [torch.empty_like(size) for _ in range(self.num_processes)]
+        dist.all_gather(sizes, size)
+        counts = [int(s.item()) for s in sizes]
+        longest = max(counts)
+        if longest != tensor.shape[0]:
+            padded = tensor.new_zeros((longest, *tensor.shape[1:]))
+            padded[: tensor.shape[0]] = tensor
+            tensor = padded
         parts = [torch.empty_like(tensor) for _ in range(self.num_processes)]
         dist.all_gather(parts, tensor)
-        return torch.cat(parts, dim=0)
+        return torch.cat([part[:count] for part, count in zip(parts, counts)], dim=0)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.num_processes
@@ -143,36 +220,55 @@ class DDPStrategy(SingleDevice):
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        dist.broadcast_object_list(box, src=src, device=self.device)
         return box[0]
 
+    def any_process(self, flag: bool) -> bool:
+        out = torch.tensor([1 if flag else 0], device=self.device, dtype=torch.int32)
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        return bool(out.item())
+
     def teardown(self) -> None:
-        # Only a group we created is ours to destroy; the user may already have destroyed it.
-        if self._created_group and self._alive():
+        # Only the group we created is ours to destroy; the user may already have destroyed it (or made another).
+        group, self._group = self._group, None
+        if group is not None and self._alive() and dist.group.WORLD is group:
             dist.destroy_process_group()
-        self._created_group = False
 
 
-def make_strategy(name: str, *, cpu: bool = False) -> SingleDevice:
-    """Builds the strategy for ``Accelerator(strategy=name)``."""
+def _teardown_at_exit(ref: weakref.ref) -> None:
+    strategy = ref()
+    if strategy is not None:
+        with contextlib.suppress(Exception):  # at exit a broken group must not turn a clean exit into a crash
+            strategy.teardown()
+
+
+def make_strategy(name: str | SingleDevice, *, cpu: bool = False) -> SingleDevice:
+    """Builds the strategy for ``Accelerator(strategy=name)``: a name, or a configured strategy object.
+
+    ``"auto"`` is DDP when a launcher started more than one process (or a group with several processes already
+    exists), else one device. ``"ddp"`` in a single process is one device too (there is nothing to wrap).
+    """
+    if isinstance(name, SingleDevice):
+        name.setup_environment(cpu)
+        return name
     if not isinstance(name, str) or name.lower() not in STRATEGY_CHOICES:
         raise ValueError(
             f"Accelerator(strategy={name!r}) is not a strategy. Expected one of: "
-            + ", ".join(repr(c) for c in STRATEGY_CHOICES) + "."
+            + ", ".join(repr(c) for c in STRATEGY_CHOICES) + ", or a strategy object such as DDPStrategy(...) or "
+            "FSDPStrategy(...)."
         )
     name = name.lower()
     many = launched_world_size() > 1 or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    strategy: SingleDevice
     if name == "fsdp":
         from .fsdp import FSDPStrategy
 
-        return FSDPStrategy(cpu=cpu)
-    if name == "ddp" or (name == "auto" and many):
-        if not many and not dist.is_initialized():
-            return SingleDevice(default_device(cpu))  # "ddp" in one process: nothing to wrap
-        return DDPStrategy(cpu=cpu)
-    return SingleDevice(default_device(cpu))
-
-
-def iter_chunks(seq: list, size: int) -> Iterator[list]:
-    for start in range(0, len(seq), size):
-        yield seq[start:start + size]
+        strategy = FSDPStrategy()
+    elif name == "ddp" and not many and not dist.is_initialized():
+        strategy = SingleDevice()  # "ddp" in one process: nothing to wrap
+    elif name == "ddp" or (name == "auto" and many):
+        strategy = DDPStrategy()
+    else:
+        strategy = SingleDevice()
+    strategy.setup_environment(cpu)
+    return strategy

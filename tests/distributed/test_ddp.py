@@ -1,0 +1,95 @@
+"""DDP across two real processes (gloo on 127.0.0.1): parity with one process, gradient sync around accumulation
+boundaries, sharded loaders, and the collectives' semantics.
+
+One launch runs every check (``tests/helpers/dist_ddp_worker.py``); the tests below read what each rank saw.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.dist_spawn import read_results, run_workers
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ddp")
+    run_workers("dist_ddp_worker.py", [out], nprocs=2, timeout=150)
+    return read_results(out)
+
+
+def test_launch_uses_ddp_with_two_processes(ranks: list[dict]) -> None:
+    assert [r["num_processes"] for r in ranks] == [2, 2]
+    assert [r["distributed_type"] for r in ranks] == ["DDPStrategy", "DDPStrategy"]
+    assert [r["wrapped_type"] for r in ranks] == ["DistributedDataParallel"] * 2
+    assert all(r["unwrap_is_user_model"] for r in ranks)
+
+
+def test_two_processes_batch_b_equal_one_process_batch_2b(ranks: list[dict]) -> None:
+    # fp32, accumulation 2, shuffled: only the order of the float additions differs (DDP averages two means).
+    for r in ranks:
+        assert r["parity_max_diff"] < 1e-6
+        assert r["ddp_step"] == 4
+        assert r["weights_agree"] == 0.0
+
+
+def test_gradients_differ_on_non_sync_micro_steps_and_agree_after_sync(ranks: list[dict]) -> None:
+    for r in ranks:
+        assert [s["sync"] for s in r["sync_steps"]] == [False, True, False, True]
+        assert [s["ranks_differ"] for s in r["sync_steps"]] == [True, False, True, False]
+        assert r["no_sync_differs"]
+
+
+@pytest.mark.parametrize("mode", ["round_robin", "split"])
+def test_gather_for_metrics_returns_exactly_the_dataset(ranks: list[dict], mode: str) -> None:
+    # 13 samples, batch 4, two processes: even_batches repeats samples, gather_for_metrics drops them again.
+    for r in ranks:
+        assert r[f"metrics_{mode}"] == list(range(13))
+        assert r[f"metrics_{mode}_objects"] == list(range(13))
+        assert r[f"metrics_{mode}_labels_ok"]
+    assert ranks[0][f"metrics_{mode}_len"] == ranks[1][f"metrics_{mode}_len"] == {"round_robin": 2, "split": 4}[mode]
+
+
+def test_gather_reduce_pad(ranks: list[dict]) -> None:
+    for r in ranks:
+        assert r["gather"] == [1.0, 10.0, 2.0, 20.0]
+        assert r["gather_scalar"] == [0, 1]
+        assert r["gather_uneven"] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+        assert r["gather_nested"] == [0, 1]
+        assert r["reduce_sum"] == [3.0, 30.0]
+        assert r["reduce_mean"] == [1.5, 15.0]
+        assert r["any_process"] == [True, False]
+    assert [r["reduce_none"] for r in ranks] == [[1.0, 10.0], [2.0, 20.0]]
+    assert [r["pad"] for r in ranks] == [[0, 1, -1], [0, 1, 2]]
+    assert [r["pad_first"] for r in ranks] == [[-1, 0, 1], [0, 1, 2]]
+
+
+def test_split_between_processes_and_main_process_first(ranks: list[dict]) -> None:
+    assert [r["split"] for r in ranks] == [[0, 1, 2], [3, 4]]
+    assert [r["split_padded"] for r in ranks] == [[0, 1, 2], [3, 4, 4]]
+    assert [r["split_dict"] for r in ranks] == [[[0, 1], ["w", "x"]], [[2, 3], ["y", "z"]]]
+    assert all(r["main_first_saw_marker"] for r in ranks)
+
+
+def test_shuffle_is_identical_on_all_ranks_and_shards_are_disjoint(ranks: list[dict]) -> None:
+    # The ranks seeded their global RNGs differently before prepare().
+    first, second = ranks[0]["shuffle_epochs"]
+    assert sorted(first) == sorted(second) == list(range(16))
+    assert first != second  # a new order each epoch
+    assert first != list(range(16))
+    assert ranks[0]["shuffle_epochs"] == ranks[1]["shuffle_epochs"]
+
+
+def test_scheduler_steps_num_processes_times_unless_split_batches(ranks: list[dict]) -> None:
+    for r in ranks:
+        assert r["scheduler_last_epoch_split_False"] == 6
+        assert r["scheduler_last_epoch_split_True"] == 3
+
+
+def test_save_model_main_process_writes_and_group_teardown(ranks: list[dict]) -> None:
+    assert ranks[0]["export_files"] == ["model.safetensors"]
+    for r in ranks:
+        assert r["group_kept_by_other"]
+        assert r["group_destroyed_by_creator"]
