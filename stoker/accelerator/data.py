@@ -338,8 +338,6 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
     n, rank = accelerator.num_processes, accelerator.process_index
     if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, or seed + rank)
         seed = int(accelerator.strategy.broadcast_object(seed))
-    if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, or seed + rank)
-        seed = int(accelerator.strategy.broadcast_object(seed))
     kwargs = _loader_kwargs(loader)
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
