@@ -47,17 +47,26 @@ class Accelerator:
         device_placement: bool = True,
         strategy: str = "auto",
     ) -> None:
-        if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int) \
-                or gradient_accumulation_steps < 1:
+        if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int):
+            raise TypeError(
+                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int, got "
+                f"{type(gradient_accumulation_steps).__name__}: pass e.g. gradient_accumulation_steps=4 to update "
+                "the weights every 4 micro-batches (1 means no accumulation)."
+            )
+        if gradient_accumulation_steps < 1:
             raise ValueError(
-                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int >= 1 "
-                "(1 means no accumulation)."
+                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps}) must be >= 1: it is the "
+                "number of micro-batches per optimizer step (1 means no accumulation)."
             )
         if project_config is not None and not isinstance(project_config, ProjectConfiguration):
-            raise TypeError(f"project_config must be a ProjectConfiguration, got {type(project_config).__name__}.")
+            raise TypeError(
+                f"Accelerator(project_config=...) must be a ProjectConfiguration, got {type(project_config).__name__}:"
+                " pass ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=...)."
+            )
         if dataloader_config is not None and not isinstance(dataloader_config, DataLoaderConfiguration):
             raise TypeError(
-                f"dataloader_config must be a DataLoaderConfiguration, got {type(dataloader_config).__name__}."
+                f"Accelerator(dataloader_config=...) must be a DataLoaderConfiguration, got "
+                f"{type(dataloader_config).__name__}: pass DataLoaderConfiguration(use_stateful_dataloader=..., ...)."
             )
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
@@ -161,7 +170,8 @@ class Accelerator:
         if isinstance(device_placement, (list, tuple)):
             if len(device_placement) != len(args):
                 raise ValueError(
-                    f"prepare got {len(args)} objects but device_placement has {len(device_placement)} entries."
+                    f"prepare got {len(args)} objects but device_placement has {len(device_placement)} entries: "
+                    "pass one bool per object, or a single bool for all."
                 )
             placements = list(device_placement)
         else:
@@ -387,7 +397,8 @@ class Accelerator:
             names = ", ".join(f"#{i} ({type(objects[i]).__name__})" for i in bad)
             raise TypeError(
                 f"register_for_checkpointing: object(s) {names} lack state_dict()/load_state_dict(); only objects "
-                "with both methods can be saved and restored."
+                "with both methods can be saved and restored. Give the object both methods (state_dict() returning "
+                "a dict, load_state_dict(dict) restoring it) or leave it out."
             )
         self._custom_objects.extend(objects)
 

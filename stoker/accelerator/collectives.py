@@ -55,6 +55,11 @@ def split_between_processes(strategy: Any, inputs: Any, apply_padding: bool = Fa
     Shares differ by at most one item; with ``apply_padding`` the shorter shares repeat their last item so every
     process gets the same count (gather, then drop the extras).
     """
+    if not isinstance(inputs, (dict, list, tuple, torch.Tensor)):  # checked in one process too, so it fails early
+        raise TypeError(
+            f"split_between_processes takes a list, tuple, tensor or dict of those; got {type(inputs).__name__}. "
+            "Convert it first, e.g. list(inputs)."
+        )
     n, rank = strategy.num_processes, strategy.process_index
     if n == 1:
         yield inputs
@@ -73,9 +78,5 @@ def split_between_processes(strategy: Any, inputs: Any, apply_padding: bool = Fa
 
     if isinstance(inputs, dict):
         yield {k: share(v) for k, v in inputs.items()}
-    elif isinstance(inputs, (list, tuple, torch.Tensor)):
-        yield share(inputs)
     else:
-        raise TypeError(
-            f"split_between_processes takes a list, tuple, tensor or dict of those; got {type(inputs).__name__}."
-        )
+        yield share(inputs)

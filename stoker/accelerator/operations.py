@@ -78,7 +78,7 @@ def set_seed(seed: int, deterministic: bool = False) -> None:
         >>> set_seed(42)
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"set_seed(seed={seed!r}) needs an int.")
+        raise TypeError(f"set_seed(seed={seed!r}) needs an int, got {type(seed).__name__}: e.g. set_seed(42).")
     random.seed(seed)
     try:
         import numpy as np

@@ -26,6 +26,8 @@ PRECISION_CHOICES = ("no", "fp16", "bf16")
 
 def canonical_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:
     """Returns "no", "fp16" or "bf16" for a precision name or alias; raises ``ValueError`` for anything else."""
+    if value is None:  # Accelerate's own default: full precision unless configured
+        return "no"
     key = value.lower() if isinstance(value, str) else str(value) if isinstance(value, int) else None
     if key is None or key not in _ALIASES:
         raise ValueError(
