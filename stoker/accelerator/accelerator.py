@@ -74,6 +74,7 @@ class Accelerator:
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
         self.strategy = make_strategy(strategy, cpu=cpu)
         self.precision = make_precision(mixed_precision, self.device)
+        self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
         self.gradient_accumulation_steps = gradient_accumulation_steps
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.device_placement = device_placement

@@ -62,6 +62,9 @@ class SingleDevice:
         """Picks the device; distributed strategies also join the process group here."""
         self.device = default_device(cpu)
 
+    def setup_precision(self, precision: Any) -> None:
+        """Sees the Accelerator's precision object before any model is prepared (FSDP adapts to it)."""
+
     # -- models ---------------------------------------------------------------------------------------------
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         return module.to(self.device)
