@@ -12,6 +12,8 @@ from .accelerator import (
     AcceleratedScheduler,
     Accelerator,
     DataLoaderConfiguration,
+    DDPStrategy,
+    FSDPStrategy,
     ProjectConfiguration,
     load_checkpoint_in_model,
     send_to_device,
@@ -49,6 +51,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration",
+    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
+    "FSDPStrategy",
     "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed", *_LAZY,
 ]

@@ -3,7 +3,9 @@
 from .accelerator import Accelerator
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .operations import send_to_device, set_seed
+from .fsdp import FSDPStrategy
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .strategy import DDPStrategy, SingleDevice
 
 
 def load_checkpoint_in_model(*args, **kwargs):  # noqa: ANN001, ANN201 - thin lazy re-export, see weights.py
@@ -14,6 +16,7 @@ def load_checkpoint_in_model(*args, **kwargs):  # noqa: ANN001, ANN201 - thin la
 
 
 __all__ = [
-    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration",
+    "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
+    "FSDPStrategy", "SingleDevice",
     "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed",
 ]
