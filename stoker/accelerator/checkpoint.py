@@ -1,0 +1,529 @@
+"""Resumable training state: ``save_state`` / ``load_state`` into folders that are either complete or absent.
+
+Owns: the safe tree format (nested dicts, lists, tuples, strings, numbers, None, tensors, numpy arrays -> one
+safetensors file whose metadata holds the structure as JSON), the manifest (size and CRC-32 of every file), the
+atomic commit (temporary folder beside the target, fsync, rename), verification, automatic checkpoint naming and
+rotation. Loading never unpickles: every file is safetensors or JSON.
+Does not own: weight export (``weights.py``), RNG capture (``rng.py``), what a loader's position is (``data.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import mmap
+import os
+import re
+import shutil
+import warnings
+import zlib
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .rng import capture_rng_state, restore_rng_state
+from .weights import (TIED_KEY, FileRecord, _dedupe, fsync_dir, load_checkpoint_in_model, read_safetensors,
+                      write_buffers, write_safetensors)
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator
+
+MANIFEST_NAME = "stoker_manifest.json"
+STATE_NAME = "stoker_state.json"
+TREE_KEY = "stoker_tree"
+_FORMAT = "stoker-checkpoint"
+_CHECKPOINT_RE = re.compile(r"checkpoint_(\d+)")
+_HINT = "return tensors, numbers, strings, lists or dicts (tuples, None, numpy arrays and torch dtypes also work)"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is incomplete, altered, or not a stoker checkpoint."""
+
+
+# -- the safe tree format -----------------------------------------------------------------------------------------
+class _Encoder:
+    """Turns a nested structure into a JSON skeleton plus a dict of tensors stored under generated keys."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._keys: dict[int, str] = {}  # the same tensor object twice is stored once and comes back as one object
+
+    def _tensor(self, t: torch.Tensor, path: str) -> str:
+        from .weights import _DTYPES
+
+        if t.dtype not in _DTYPES or t.layout != torch.strided:
+            raise TypeError(f"{self.what}{path} is a {t.dtype} {t.layout} tensor, which safetensors cannot store; "
+                            "convert it to a dense tensor of a standard dtype.")
+        if id(t) not in self._keys:
+            self._keys[id(t)] = key = f"t{len(self.tensors)}"
+            self.tensors[key] = t
+        return self._keys[id(t)]
+
+    def encode(self, obj: Any, path: str = "") -> Any:
+        if obj is None or isinstance(obj, (bool, str)):
+            return str(obj) if isinstance(obj, str) else obj
+        if isinstance(obj, torch.Tensor):
+            node = {"tensor": self._tensor(obj, path)}
+            return {**node, "param": obj.requires_grad} if isinstance(obj, torch.nn.Parameter) else node
+        if isinstance(obj, (np.ndarray, np.generic)):
+            kind = "ndarray" if isinstance(obj, np.ndarray) else "npscalar"
+            try:
+                t = torch.from_numpy(np.ascontiguousarray(obj))
+            except TypeError:
+                raise TypeError(f"{self.what}{path} is a numpy {kind} of dtype {obj.dtype}, which cannot be stored "
+                                f"safely; {_HINT}.") from None
+            return {kind: self._tensor(t, path)}
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return float(obj) if math.isfinite(obj) else {"float": repr(float(obj))}
+        if isinstance(obj, bytes):
+            return {"bytes": self._tensor(torch.frombuffer(bytearray(obj), dtype=torch.uint8), path)}
+        if isinstance(obj, torch.dtype):
+            return {"dtype": str(obj).removeprefix("torch.")}
+        if isinstance(obj, torch.Size):
+            return {"size": list(obj)}
+        if isinstance(obj, torch.device):
+            return {"device": str(obj)}
+        if isinstance(obj, tuple):
+            return {"tuple": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        if isinstance(obj, dict):
+            items = [[self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")] for k, v in obj.items()]
+            return {"odict" if isinstance(obj, OrderedDict) else "dict": items}
+        text = repr(obj)
+        raise TypeError(f"{self.what}{path} is a {type(obj)} ({text[:60] + '...' if len(text) > 60 else text}), "
+                        f"which cannot be stored safely; {_HINT}.")
+
+
+def _decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    if isinstance(node, list):
+        return [_decode(v, tensors) for v in node]
+    tag = next(iter(node), None) if isinstance(node, dict) else None
+    value = node.get(tag) if tag else None
+    if tag == "tensor":
+        t = tensors[value]
+        return torch.nn.Parameter(t, requires_grad=node["param"]) if "param" in node else t
+    if tag in ("ndarray", "npscalar"):
+        array = tensors[value].numpy()
+        return array if tag == "ndarray" else array[()]
+    if tag == "bytes":
+        return tensors[value].numpy().tobytes()
+    if tag == "float":
+        return float(value)
+    if tag == "tuple":
+        return tuple(_decode(v, tensors) for v in value)
+    if tag in ("dict", "odict"):
+        pairs = ((_decode(k, tensors), _decode(v, tensors)) for k, v in value)
+        return OrderedDict(pairs) if tag == "odict" else dict(pairs)
+    if tag == "dtype" and isinstance(getattr(torch, value, None), torch.dtype):
+        return getattr(torch, value)
+    if tag == "size":
+        return torch.Size(value)
+    if tag == "device":
+        return torch.device(value)
+    raise CheckpointError(f"Unknown node {str(node)[:80]!r} in a stoker tree; the file was altered or written by a "
+                          "newer stoker.")
+
+
+def save_tree(path: str, obj: Any, what: str = "state", fsync: bool = True) -> FileRecord:
+    """Stores ``obj`` (nested dict/list/tuple/str/int/float/bool/None/tensor/ndarray) as one safetensors file.
+
+    Raises ``TypeError`` naming the object's path (``what`` + ``['key'][0]``...) for anything else, before
+    anything is written. Dict keys may be any of the scalar types (optimizer state uses ints).
+
+    Example:
+        >>> save_tree("opt.safetensors", optimizer.state_dict(), what="optimizer #0 state_dict()")
+        >>> optimizer.load_state_dict(load_tree("opt.safetensors"))
+    """
+    encoder = _Encoder(what)
+    skeleton = json.dumps(encoder.encode(obj), separators=(",", ":"), allow_nan=False)
+    return write_safetensors(path, encoder.tensors, {"format": "pt", TREE_KEY: skeleton}, fsync=fsync)
+
+
+def load_tree(path: str) -> Any:
+    """Reads a file written by :func:`save_tree` (tensors are memory-mapped copy-on-write, on the CPU)."""
+    tensors, metadata = read_safetensors(path)
+    if TREE_KEY not in metadata:
+        raise CheckpointError(f"{path} is a safetensors file without a stoker tree in its metadata; it was not "
+                              "written by save_state().")
+    return _decode(json.loads(metadata[TREE_KEY]), tensors)
+
+
+# -- manifest, verification, atomic commit --------------------------------------------------------------------------
+def _crc_file(path: str) -> int:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return zlib.crc32(m)  # straight from the page cache, no copy
+
+
+def _read_manifest(path: str) -> dict[str, Any]:
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    if not os.path.isfile(manifest_path):
+        raise CheckpointError(
+            f"{path} has no {MANIFEST_NAME}: it is not a complete stoker checkpoint (an interrupted save, or a "
+            "folder written by another tool). Pass a folder written by save_state()."
+        )
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        if manifest.get("format") != _FORMAT or not isinstance(manifest.get("files"), dict):
+            raise ValueError(f"format {manifest.get('format')!r}")
+    except (ValueError, AttributeError) as e:
+        raise CheckpointError(f"{manifest_path} is not a stoker manifest ({e}); the checkpoint was altered or "
+                              "written by another tool.") from e
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -> dict[str, Any]:
+    """Checks a checkpoint folder against its manifest; returns the manifest.
+
+    Raises :class:`CheckpointError` naming the file when a file is missing, truncated or altered (size and
+    CRC-32), when the manifest is missing or foreign, or when the folder holds files the manifest does not list
+    (nothing unlisted is ever read). ``files`` limits the checksum to those names.
+
+    Example:
+        >>> verify_checkpoint("runs/exp/checkpoints/checkpoint_3")["files"].keys()
+        dict_keys(['model.safetensors', 'optimizer.safetensors', ...])
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is not a folder; pass a checkpoint folder written by save_state().")
+    manifest = _read_manifest(path)
+    listed = manifest["files"]
+    extra = sorted(set(os.listdir(path)) - set(listed) - {MANIFEST_NAME})
+    if extra:
+        raise CheckpointError(f"{path} holds files its manifest does not list: {extra}. stoker refuses folders with "
+                              "unknown files (nothing of them was read); move them out if you trust them.")
+    for name in listed if files is None else files:
+        file = os.path.join(path, name)
+        if name not in listed or not os.path.isfile(file):
+            where = "is missing" if name in listed else "is not listed in the manifest"
+            raise CheckpointError(f"{file} {where}: the checkpoint is incomplete or was altered.")
+        size, expected = os.path.getsize(file), listed[name]
+        if size != expected["size"]:
+            raise CheckpointError(f"{file} has {size} bytes but the manifest records {expected['size']}: the file "
+                                  "was truncated or altered.")
+        crc = f"{_crc_file(file):08x}"
+        if crc != expected["crc32"]:
+            raise CheckpointError(f"{file} does not match its checksum (CRC-32 {crc}, manifest {expected['crc32']}): "
+                                  "the file was altered or corrupted.")
+    return manifest
+
+
+def _aside(target: str, kind: str) -> str:
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}.stoker-{kind}")
+
+
+def _is_complete(path: str) -> bool:
+    try:
+        _read_manifest(path)
+        return True
+    except CheckpointError:
+        return False
+
+
+def _recover(target: str) -> None:
+    """Cleans what an interrupted save left beside ``target``: temporary and half-deleted folders go; an old
+    checkpoint moved aside (rename fallback) goes back when the new one never arrived."""
+    old = _aside(target, "old")
+    if os.path.isdir(old) and not os.path.exists(target) and _is_complete(old):
+        os.rename(old, target)
+    for kind in ("tmp", "old", "del"):
+        shutil.rmtree(_aside(target, kind), ignore_errors=True)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swaps two folders (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _remove_checkpoint(path: str) -> None:
+    """Deletes a checkpoint so that no half-deleted folder is ever left under its name."""
+    doomed = _aside(path, "del")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord]) -> None:
+    """Writes the manifest into the finished folder ``tmp``, makes it durable and renames it to ``target``.
+
+    ``records`` has size and CRC of the files this process wrote; other files (other processes') are hashed
+    here. An existing ``target`` is swapped out atomically and then deleted, so the name always holds a complete
+    checkpoint.
+    """
+    files = {}
+    for name in sorted(os.listdir(tmp)):
+        record = records.get(name) or FileRecord(os.path.getsize(os.path.join(tmp, name)),
+                                                  _crc_file(os.path.join(tmp, name)))
+        files[name] = {"size": record.size, "crc32": f"{record.crc32:08x}"}
+    manifest = json.dumps({"format": _FORMAT, "version": 1, "files": files}, indent=1) + "\n"
+    write_buffers(os.path.join(tmp, MANIFEST_NAME), [manifest.encode()])
+    fsync_dir(tmp)
+    if not os.path.exists(target):
+        os.rename(tmp, target)
+    elif _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # ``tmp`` now holds the replaced checkpoint
+    else:  # no atomic swap here: move the old one aside (load_state puts it back if we die in between)
+        os.rename(target, _aside(target, "old"))
+        os.rename(tmp, target)
+        shutil.rmtree(_aside(target, "old"), ignore_errors=True)
+    fsync_dir(os.path.dirname(target))
+
+
+# -- automatic naming ----------------------------------------------------------------------------------------------
+def list_checkpoints(project_dir: str | os.PathLike) -> list[str]:
+    """Complete ``checkpoint_{n}`` folders under ``{project_dir}/checkpoints``, oldest (lowest n) first.
+
+    Folders without a stoker manifest (foreign, or an interrupted save) and hidden temporary folders are ignored.
+
+    Example:
+        >>> list_checkpoints("runs/exp")
+        ['runs/exp/checkpoints/checkpoint_3', 'runs/exp/checkpoints/checkpoint_4']
+    """
+    root = os.path.join(os.fspath(project_dir), "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = _CHECKPOINT_RE.fullmatch(name)
+        if match and _is_complete(os.path.join(root, name)):
+            found.append((int(match.group(1)), os.path.join(root, name)))
+    return [path for _, path in sorted(found)]
+
+
+def newest_checkpoint(project_dir: str | os.PathLike) -> str | None:
+    """The complete automatic checkpoint with the highest number, or None."""
+    found = list_checkpoints(project_dir)
+    return found[-1] if found else None
+
+
+def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int) -> list[str]:
+    """Deletes the oldest complete automatic checkpoints so that at most ``total_limit`` remain; returns them."""
+    doomed = list_checkpoints(project_dir)[:-total_limit]
+    for path in doomed:
+        _remove_checkpoint(path)
+    return doomed
+
+
+def _sweep(root: str) -> None:
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        match = re.fullmatch(r"\.(checkpoint_\d+)\.stoker-(tmp|old|del)", name)
+        if match:
+            _recover(os.path.join(root, match.group(1)))
+
+
+# -- save_state / load_state ---------------------------------------------------------------------------------------
+def _indexed(stem: str, i: int) -> str:
+    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"  # Accelerate's naming, as safetensors
+
+
+def _target(accelerator: Accelerator, output_dir: str | None) -> str:
+    if output_dir is not None:
+        return os.path.abspath(output_dir)
+    config = accelerator.project_configuration
+    if not config.automatic_checkpoint_naming or config.project_dir is None:
+        raise ValueError("save_state() without output_dir needs ProjectConfiguration(project_dir=..., "
+                         "automatic_checkpoint_naming=True); otherwise pass a folder: save_state('ckpt').")
+    target = os.path.abspath(os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}"))
+    if os.path.exists(target):
+        raise ValueError(
+            f"{target} already exists (ProjectConfiguration.iteration={config.iteration}). Call load_state() first "
+            "so that numbering continues after the newest checkpoint, or set ProjectConfiguration(iteration=...)."
+        )
+    return target
+
+
+def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_serialization: bool = True,
+               **_: Any) -> str:
+    """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
+
+    Models (safetensors, tied weights once), optimizers, schedulers, the precision's grad scaler, prepared
+    loaders' positions, ``register_for_checkpointing`` objects, counters, gradients of an unfinished
+    accumulation window, and one RNG file per process. The folder appears complete or not at all; with
+    ``total_limit`` the oldest automatic checkpoints are deleted after it is complete. ``safe_serialization``
+    is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
+
+    Example:
+        >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
+        'runs/exp/checkpoints/checkpoint_0'
+    """
+    config, auto = accelerator.project_configuration, output_dir is None
+    target = _target(accelerator, output_dir)
+    tmp = _aside(target, "tmp")
+    # Collective (FSDP gathers) and cheap (references, no copies) elsewhere: every process asks for them.
+    model_states = [accelerator.get_state_dict(m) for m in accelerator._models]
+    if accelerator.is_main_process:
+        if os.path.exists(target) and not _is_complete(target) and os.listdir(target):
+            raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
+                             "stoker replaces only its own checkpoints. Choose a new or empty folder.")
+        _sweep(os.path.dirname(target)) if auto else _recover(target)
+        os.makedirs(tmp)
+    accelerator.wait_for_everyone()
+    try:
+        records = _write_state(accelerator, tmp, model_states, auto)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            commit_checkpoint(tmp, target, records)
+            if auto and config.total_limit is not None:
+                rotate_checkpoints(config.project_dir, config.total_limit)
+    except BaseException:
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    accelerator.wait_for_everyone()
+    if auto:
+        config.iteration += 1
+    return target
+
+
+def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: bool) -> dict[str, FileRecord]:
+    rank = accelerator.process_index
+    jobs: list[tuple[str, Any, str]] = [(f"random_states_{rank}.safetensors", capture_rng_state(),
+                                         f"RNG state of process {rank}")]
+    counters = dict(accelerator._counters_state_dict())
+    if accelerator.is_main_process:
+        if auto:
+            counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
+        for kind, objects in [("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
+                              ("dataloader", accelerator._dataloaders), ("custom_checkpoint", accelerator._custom_objects)]:
+            for i, obj in enumerate(objects):
+                name = f"{kind}_{i}.safetensors" if kind == "custom_checkpoint" else _indexed(kind, i)
+                label = "register_for_checkpointing object" if kind == "custom_checkpoint" else kind
+                jobs.append((name, obj.state_dict(), f"{label} #{i} state_dict()"))
+        jobs.append(("scaler.safetensors", accelerator.precision.state_dict(), "grad scaler state_dict()"))
+    records: dict[str, FileRecord] = {}
+    encoded = []
+    for name, obj, what in jobs:  # encode everything first: a bad custom object fails before any big write
+        encoder = _Encoder(what)
+        skeleton = json.dumps(encoder.encode(obj), separators=(",", ":"), allow_nan=False)
+        encoded.append((name, encoder.tensors, {"format": "pt", TREE_KEY: skeleton}))
+    if accelerator.is_main_process:
+        window_open = counters.get("micro_step", 0) > 0
+        for i, state in enumerate(model_states):
+            stored, aliases = _dedupe(state)
+            encoded.append((_indexed("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
+            if window_open:  # gradients of the unfinished accumulation window, or resuming would drop them
+                model = accelerator.unwrap_model(accelerator._models[i])
+                grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+                encoded.append((_indexed("gradients", i), grads, {"format": "pt"}))
+        state = {"counters": counters, "num_processes": accelerator.num_processes,
+                 "counts": {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}}
+        records[STATE_NAME] = write_buffers(os.path.join(tmp, STATE_NAME),
+                                            [json.dumps(state, indent=1).encode()], fsync=False)
+    for name, tensors, metadata in encoded:
+        records[name] = write_safetensors(os.path.join(tmp, name), tensors, metadata, fsync=False)
+    # Durability last and in parallel: the disk flushes every file at once instead of one after another.
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(_fsync_file, [os.path.join(tmp, n) for n in records]))
+    return records
+
+
+_KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _source(accelerator: Accelerator, input_dir: str | None) -> str:
+    if input_dir is not None:
+        path = os.path.abspath(input_dir)
+        if accelerator.is_main_process and not os.path.exists(path):
+            _recover(path)  # an interrupted replacement may have left the old checkpoint aside
+        return path
+    config = accelerator.project_configuration
+    if not config.automatic_checkpoint_naming or config.project_dir is None:
+        raise ValueError("load_state() without input_dir needs ProjectConfiguration(project_dir=..., "
+                         "automatic_checkpoint_naming=True); otherwise pass the folder: load_state('ckpt').")
+    newest = newest_checkpoint(config.project_dir)
+    if newest is None:
+        raise FileNotFoundError(f"load_state(): no complete checkpoint under "
+                                f"{os.path.join(config.project_dir, 'checkpoints')}; save_state() writes them.")
+    return newest
+
+
+def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: bool = True, **_: Any) -> None:
+    """Restores what :func:`save_state` wrote, after checking every file it reads against the manifest.
+
+    Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
+    after loading ``checkpoint_{n}`` is ``checkpoint_{n+1}``. Loader positions are restored only with
+    ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate.
+
+    Example:
+        >>> accelerator.load_state()  # the newest complete checkpoint_{n}
+    """
+    path = _source(accelerator, input_dir)
+    accelerator.wait_for_everyone()
+    manifest = verify_checkpoint(path, files=[STATE_NAME])
+    with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:
+        state = json.load(f)
+    counts = {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}
+    for kind in _KINDS:
+        saved = state["counts"][kind]
+        if saved != counts[kind] and (kind != "dataloaders" or accelerator.dataloader_config.use_stateful_dataloader):
+            raise ValueError(f"{path} holds {saved} {kind} but {counts[kind]} were prepared/registered; prepare the "
+                             "same objects in the same order as when saving.")
+    rng_name = f"random_states_{accelerator.process_index}.safetensors"
+    has_rng = rng_name in manifest["files"]
+    names = [_indexed(k.rstrip("s"), i) for k in ("models", "optimizers", "schedulers") for i in range(counts[k])]
+    names += [f"custom_checkpoint_{i}.safetensors" for i in range(counts["custom_objects"])]
+    names += [_indexed("gradients", i) for i in range(counts["models"])
+              if _indexed("gradients", i) in manifest["files"]]
+    stateful = accelerator.dataloader_config.use_stateful_dataloader
+    names += [_indexed("dataloader", i) for i in range(counts["dataloaders"]) if stateful]
+    verify_checkpoint(path, files=names + ["scaler.safetensors"] + ([rng_name] if has_rng else []))
+    _restore(accelerator, path, strict, stateful)
+    accelerator._load_counters_state_dict(state["counters"])
+    iteration = int(state["counters"].get("iteration", 0))
+    match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
+    if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded
+        iteration = max(iteration, int(match.group(1)) + 1)
+    accelerator.project_configuration.iteration = iteration
+    if has_rng:
+        restore_rng_state(load_tree(os.path.join(path, rng_name)))
+    else:
+        warnings.warn(f"{path} has no {rng_name} (saved by {state['num_processes']} processes); this process keeps "
+                      "its current RNG state.", stacklevel=3)
+    accelerator.wait_for_everyone()
+
+
+def _restore(accelerator: Accelerator, path: str, strict: bool, stateful: bool) -> None:
+    for i, model in enumerate(accelerator._models):
+        module = accelerator.unwrap_model(model)
+        load_checkpoint_in_model(module, os.path.join(path, _indexed("model", i)), strict=strict)
+        grads = os.path.join(path, _indexed("gradients", i))
+        if os.path.exists(grads):
+            saved, _ = read_safetensors(grads)
+            for name, param in module.named_parameters():
+                if name in saved:
+                    param.grad = saved[name].to(param.device, copy=True)
+    for kind, objects in [("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers)]:
+        for i, obj in enumerate(objects):
+            obj.load_state_dict(load_tree(os.path.join(path, _indexed(kind, i))))
+    accelerator.precision.load_state_dict(load_tree(os.path.join(path, "scaler.safetensors")))
+    if stateful:
+        for i, loader in enumerate(accelerator._dataloaders):
+            loader.load_state_dict(load_tree(os.path.join(path, _indexed("dataloader", i))))
+    for i, obj in enumerate(accelerator._custom_objects):
+        obj.load_state_dict(load_tree(os.path.join(path, f"custom_checkpoint_{i}.safetensors")))
