@@ -1,0 +1,122 @@
+"""Starting several processes from a plain ``python script.py``: what ``Trainer(devices=N)`` does.
+
+Under ``torchrun`` (or any launcher that sets ``WORLD_SIZE``) there is nothing to do: each process already is one
+rank. Otherwise, when more than one process is asked for, this module re-runs the same command line in N worker
+processes through torch's own elastic launcher (``torch.distributed.launcher.api.elastic_launch``, what
+``torchrun --standalone`` uses: a c10d rendezvous on 127.0.0.1 with a free port), waits for them, and ends the
+launching process with their status. Like under ``torchrun``, the script runs once per process, and the code
+before ``Trainer(...)`` also ran once in the launching process.
+
+It owns process counts and re-execution; it does not own process groups (``strategy.py`` joins them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from typing import Any, NoReturn
+
+import torch
+
+
+def is_launched() -> bool:
+    """True inside a process that a launcher (torchrun, elastic_launch, SLURM wrappers) started as one rank."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def resolve_num_processes(devices: Any, accelerator: str = "auto") -> int:
+    """The number of processes per node for ``Trainer(accelerator=..., devices=...)``.
+
+    ``devices`` may be an int (``-1``: every GPU), ``"auto"`` (every GPU on a GPU machine, else 1), a numeric
+    string, or a list of GPU indices (its length).
+
+    Example:
+        >>> resolve_num_processes(2, "cpu")
+        2
+    """
+    gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        devices = int(devices)
+    if devices == "auto" or devices is None:
+        return max(gpus, 1)
+    if isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) for d in devices):
+        return len(devices)
+    if isinstance(devices, int) and not isinstance(devices, bool) and (devices >= 1 or devices == -1):
+        if devices == -1:
+            return max(gpus, 1)
+        return devices
+    raise ValueError(
+        f"Trainer(devices={devices!r}) is not a device count. Expected a positive int (processes per node), -1 or "
+        "'auto' (every GPU), or a list of GPU indices such as [0, 1]."
+    )
+
+
+def ensure_processes(num_processes: int) -> None:
+    """Makes sure this job runs as ``num_processes`` processes per node; returns in each worker process.
+
+    Under a launcher it checks that the launcher started as many processes as asked for. In a plain process
+    with ``num_processes > 1`` it re-runs this script in that many workers and never returns (the launching
+    process exits with the workers' status).
+
+    Raises:
+        ValueError: a launcher started a different number of processes per node than ``num_processes``.
+        RuntimeError: the program cannot be re-run (an interactive session or ``python -c``).
+    """
+    if is_launched():
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+        if local != num_processes:
+            raise ValueError(
+                f"Trainer(devices={num_processes}) but the launcher started {local} processes on this node "
+                f"(LOCAL_WORLD_SIZE={local}). Use Trainer(devices={local}) or devices='auto', or start "
+                f"`torchrun --nproc_per_node={num_processes}`."
+            )
+        return
+    if num_processes > 1:
+        launch_script(num_processes)
+
+
+def _script_command() -> list[str]:
+    """The arguments that re-run this program: ``[script, *argv]`` or ``["-m", module, *argv]``."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) and spec.name != "__main__":
+        return ["-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    script = getattr(__main__, "__file__", None)
+    if not script or not os.path.exists(script):
+        raise RuntimeError(
+            "Trainer(devices=N) starts N processes by re-running your script, but this program has no script "
+            "file (an interactive session, a notebook or `python -c`). Put the code in a file and run "
+            "`python file.py`, or start it with `torchrun --nproc_per_node=N file.py`."
+        )
+    return [os.path.abspath(script), *sys.argv[1:]]
+
+
+def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
+    """Re-runs the current program in ``num_processes`` local worker processes and exits with their status.
+
+    The workers get the ``torchrun`` environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``, ...). A worker that fails makes the launcher stop the others; SIGTERM/SIGINT to the
+    launching process is forwarded to every worker (so a preempted job still checkpoints).
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    command = _script_command()
+    if "OMP_NUM_THREADS" not in os.environ:
+        # N processes on one machine: share the cores instead of each spawning a thread per core (torchrun sets 1).
+        os.environ["OMP_NUM_THREADS"] = str(max((os.cpu_count() or 1) // num_processes, 1))
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=num_processes, run_id=f"stoker-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts, monitor_interval=0.1,
+        start_method="spawn",
+    )
+    try:
+        elastic_launch(config, sys.executable)(*command)
+    except ChildFailedError as error:
+        ranks = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(error.failures.items()))
+        print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
+        code = error.get_first_failure()[1].exitcode if error.failures else 1  # the root cause's status
+        raise SystemExit(code if isinstance(code, int) and code > 0 else 1) from None
+    raise SystemExit(0)

@@ -1,0 +1,79 @@
+"""Launching: ``torchrun`` single-node and two-node (one process each, rendezvous on 127.0.0.1), an example run
+unchanged under ``torchrun``, and device counts for ``Trainer(devices=N)``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from stoker.accelerator.launch import ensure_processes, resolve_num_processes
+from tests.helpers.dist_spawn import REPO, base_env, collect, free_port
+
+EXAMPLE = REPO / "examples" / "accelerator_loop.py"
+TINY = ["--samples", "256", "--batch-size", "16", "--cpu"]
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_example_runs_unchanged_under_torchrun_nproc_per_node_2() -> None:
+    cmd = _torchrun("--standalone", "--nproc_per_node=2", str(EXAMPLE), *TINY, "--epochs", "3")
+    proc = subprocess.run(cmd, env=base_env(), cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # accelerator.print: the main process only. 256 samples in batches of 16 over 2 processes, windows of 2:
+    # 4 optimizer steps per epoch (half of one process's 8), and OneCycleLR (sized for one process) fits exactly.
+    assert proc.stdout.count("final loss") == 1, proc.stdout
+    steps = [int(s) for s in re.findall(r"optimizer steps so far: (\d+)", proc.stdout)]
+    assert steps == [4, 8, 12], proc.stdout
+    losses = [float(v) for v in re.findall(r"epoch \d+: loss (\S+)", proc.stdout)]
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_two_nodes_on_one_machine_with_c10d_rendezvous() -> None:
+    port, run_id = free_port(), uuid.uuid4().hex[:8]
+    procs = []
+    for node_rank in range(2):
+        cmd = _torchrun("--nnodes=2", "--nproc_per_node=1", f"--node_rank={node_rank}", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
+                        str(EXAMPLE), *TINY, "--epochs", "1")
+        procs.append(subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    results = collect(procs, timeout=140)
+    out = "".join(r.output for r in results)
+    # Each node's process is its node's local main, so both print; both saw a world of 2 processes (4 steps).
+    assert out.count("final loss") == 2, out
+    assert re.findall(r"optimizer steps so far: (\d+)", out) == ["4", "4"], out
+
+
+def test_resolve_num_processes() -> None:
+    assert resolve_num_processes(2, "cpu") == 2
+    assert resolve_num_processes("3", "cpu") == 3
+    assert resolve_num_processes([0, 1], "gpu") == 2
+    assert resolve_num_processes("auto", "cpu") == 1
+    for bad in (0, -2, "many", 1.5, True, []):
+        with pytest.raises(ValueError, match="devices="):
+            resolve_num_processes(bad, "cpu")
+
+
+def test_under_a_launcher_the_process_count_must_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    ensure_processes(2)  # returns: this process is one of the launcher's
+    with pytest.raises(ValueError, match=r"devices=4.*LOCAL_WORLD_SIZE=2"):
+        ensure_processes(4)
+
+
+def test_one_process_needs_no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    ensure_processes(1)  # returns at once
