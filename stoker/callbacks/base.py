@@ -1,0 +1,171 @@
+"""The `Callback` base class: every hook the Trainer calls, as a no-op method.
+
+This module owns the hook *signatures* seen by callbacks; the list of hook names and the dispatcher that calls
+them live in ``stoker/trainer/hooks.py``. A callback overrides only the hooks it needs: the Trainer calls a hook
+on a callback only when the callback's class overrides it, so unused hooks cost nothing in the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Callback:
+    """Base class for Trainer callbacks: override the hooks you need.
+
+    Every hook receives ``(trainer, module, ...)``. The Trainer calls the module's hook first, then the
+    callbacks' in the order of ``Trainer(callbacks=[...])``. A method named ``on_...`` that is not one of these
+    hooks is an error at ``Trainer(...)`` time (a typo would otherwise be silently ignored).
+
+    A callback that keeps state across a resume returns it from :meth:`state_dict` (tensors, numbers, strings,
+    None, lists and dicts only — checkpoints never pickle) and takes it back in :meth:`load_state_dict`. It is
+    stored under :attr:`state_key`, which defaults to the class's qualified name; override it (e.g. with
+    :meth:`_generate_state_key`) when two instances of one class may be given to the same Trainer.
+
+    ``on_validation_batch_start/end``, ``on_test_batch_*`` and ``on_predict_batch_*`` receive a trailing
+    ``dataloader_idx`` only when the Trainer evaluates several loaders; give it a default (``= 0``).
+
+    Example:
+        >>> class PrintLoss(Callback):
+        ...     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        ...         if trainer.global_step % 100 == 0:
+        ...             print(trainer.global_step, float(outputs))
+        >>> trainer = Trainer(callbacks=[PrintLoss()])  # doctest: +SKIP
+    """
+
+    # -- identity and state ---------------------------------------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        """The key of this callback's state in a checkpoint (unique among a Trainer's callbacks)."""
+        return type(self).__qualname__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """``"ClassName{'monitor': 'val/loss', ...}"``: a state key that tells instances apart by their arguments."""
+        return f"{type(self).__qualname__}{repr(dict(sorted(kwargs.items())))}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save in checkpoints (tensors, numbers, strings, None, lists, dicts)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned."""
+
+    # -- run boundaries -------------------------------------------------------------------------------------------
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        """Start of ``fit``/``validate``/``test``/``predict`` (``stage``), before the optimizers are configured."""
+
+    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+        """End of ``fit``/``validate``/``test``/``predict``, also after an exception."""
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        """Start of ``fit``, after the optimizers are prepared and a checkpoint (if any) is restored."""
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        """End of ``fit``."""
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
+
+    # -- training -------------------------------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        """Training begins (after ``on_fit_start``)."""
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        """Training ended (before ``on_fit_end``)."""
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        """A training epoch begins (also when a run resumes in the middle of one)."""
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        """A training epoch ended, after its end-of-epoch validation; epoch metrics are in ``callback_metrics``."""
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        """Before ``training_step`` of one (micro-)batch."""
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After one (micro-)batch, including the optimizer step when it closed an accumulation window.
+
+        ``outputs`` is what ``training_step`` returned (a loss tensor or a dict with ``"loss"``).
+        """
+
+    def on_before_backward(self, trainer: Any, module: Any, loss: Any) -> None:
+        """Before ``backward`` of the loss ``training_step`` returned."""
+
+    def on_after_backward(self, trainer: Any, module: Any) -> None:
+        """After ``backward``; gradients may still be incomplete inside an accumulation window."""
+
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        """Gradients are complete and unscaled (fp16), before clipping and ``optimizer.step()``."""
+
+    def on_before_zero_grad(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        """After the optimizer step, before ``optimizer.zero_grad()``."""
+
+    # -- validation -----------------------------------------------------------------------------------------------
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        """Validation begins (the module is in eval mode, gradients off)."""
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        """Validation ended; its epoch metrics are in ``callback_metrics``."""
+
+    def on_validation_epoch_start(self, trainer: Any, module: Any) -> None:
+        """Before the first validation batch."""
+
+    def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
+        """After the last validation batch, before its epoch metrics are computed."""
+
+    def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        """Before ``validation_step``."""
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """After ``validation_step`` (``outputs`` is what it returned)."""
+
+    # -- test -----------------------------------------------------------------------------------------------------
+    def on_test_start(self, trainer: Any, module: Any) -> None:
+        """Testing begins."""
+
+    def on_test_end(self, trainer: Any, module: Any) -> None:
+        """Testing ended; its epoch metrics are in ``callback_metrics``."""
+
+    def on_test_epoch_start(self, trainer: Any, module: Any) -> None:
+        """Before the first test batch."""
+
+    def on_test_epoch_end(self, trainer: Any, module: Any) -> None:
+        """After the last test batch."""
+
+    def on_test_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        """Before ``test_step``."""
+
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        """After ``test_step``."""
+
+    # -- predict --------------------------------------------------------------------------------------------------
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
+        """Prediction begins."""
+
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
+        """Prediction ended."""
+
+    def on_predict_epoch_start(self, trainer: Any, module: Any) -> None:
+        """Before the first predict batch."""
+
+    def on_predict_epoch_end(self, trainer: Any, module: Any) -> None:
+        """After the last predict batch."""
+
+    def on_predict_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        """Before ``predict_step``."""
+
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        """After ``predict_step``."""
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint is being written: add entries to ``checkpoint`` (tensors, numbers, strings, lists, dicts)."""
+
+    def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint was restored; ``checkpoint`` holds what ``on_save_checkpoint`` hooks added."""

@@ -1,0 +1,168 @@
+"""The Trainer's part of a checkpoint, finding the newest checkpoint, and preemption (SIGTERM / SIGUSR1).
+
+Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop position, callback states by
+``state_key``, ``on_save_checkpoint`` extras, hyperparameters, epoch accumulators of ``self.log``), applying it
+on resume, the ``ckpt_path="last"`` lookup, and the signal handling that turns a preemption into a checkpoint
+plus a non-zero exit. Does not own the folder format or its atomicity (``stoker/accelerator/checkpoint.py``).
+
+Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
+
+    {default_root_dir}/checkpoints/last/          newest state (ModelCheckpoint and preemption write it)
+    {default_root_dir}/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+
+``ckpt_path="last"`` takes, among the complete checkpoint folders there (and in the ModelCheckpoint's own
+``dirpath``), the one with the most optimizer steps; ties go to ``last``, then to the newest folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+LAST = "last"
+_FORMAT = "stoker-trainer"
+
+
+class TrainerCheckpointState:
+    """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return build_payload(self.trainer)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("format") != _FORMAT:
+            raise ValueError(f"The Trainer state in this checkpoint has format {state.get('format')!r}, expected "
+                             f"{_FORMAT!r}: it was not written by a stoker Trainer.")
+        self.trainer._loaded_payload = dict(state)
+
+
+def build_payload(trainer: Any) -> dict[str, Any]:
+    """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
+    module = trainer.module
+    checkpoint: dict[str, Any] = {
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "loops": {"fit_loop": trainer.fit_loop.state_dict()},
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
+        "results": trainer._train_results.state_dict(),
+    }
+    if trainer._hooks is not None:
+        trainer._hooks.call("on_save_checkpoint", checkpoint)
+    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
+
+
+def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
+    """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
+    checkpoint = dict(payload["checkpoint"])
+    trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
+    states = checkpoint.get("callbacks", {})
+    for callback in trainer.callbacks:
+        if callback.state_key in states:
+            callback.load_state_dict(states[callback.state_key])
+    trainer._train_results.load_state_dict(checkpoint.get("results", {}))
+    trainer._hooks.call("on_load_checkpoint", checkpoint)
+
+
+def storable(value: Any) -> Any:
+    """``value`` with everything a checkpoint cannot hold safely turned into its ``repr`` (for hparams)."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return repr(value)
+
+
+# -- finding checkpoints ----------------------------------------------------------------------------------------------
+def checkpoint_step(path: str) -> int | None:
+    """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""
+    from ..accelerator.checkpoint import STATE_NAME, CheckpointError, verify_checkpoint
+
+    try:
+        verify_checkpoint(path, files=[STATE_NAME])
+        with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:
+            return int(json.load(f)["counters"]["step"])
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def find_last_checkpoint(folders: Iterable[str]) -> str | None:
+    """The complete checkpoint with the most steps among the sub-folders of ``folders`` (see module docstring)."""
+    best: tuple[int, int, float] | None = None
+    found = None
+    for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
+        try:
+            entries = [e for e in os.scandir(folder) if e.is_dir() and not e.name.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            step = checkpoint_step(entry.path)
+            if step is None:
+                continue
+            key = (step, int(entry.name == LAST), entry.stat().st_mtime)
+            if best is None or key > best:
+                best, found = key, entry.path
+    return found
+
+
+# -- preemption -------------------------------------------------------------------------------------------------------
+class Preemption:
+    """Turns SIGTERM/SIGUSR1 during ``fit`` into: finish the optimizer step, save, exit non-zero.
+
+    The handler only records the signal; :meth:`check`, called by the loop right after an optimizer step (and
+    after each epoch), saves ``{default_root_dir}/checkpoints/last`` and raises ``SystemExit(128 + signal)``
+    (143 for SIGTERM, the code of a process killed by it). With several processes the flag is agreed on with
+    one small all-reduce per step, so every process stops at the same step.
+    """
+
+    SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        self.received = None
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach only the main thread; a Trainer run elsewhere cannot be preempted cleanly
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def check(self, trainer: Any) -> None:
+        acc = trainer.accelerator
+        flag = self.received
+        if acc.num_processes > 1:
+            code = torch.tensor(float(flag or 0), device=acc.device)
+            flag = int(acc.reduce(code, "sum").item()) or None
+            if flag is not None and self.received is None:
+                self.received = flag
+        if flag is None:
+            return
+        path = os.path.join(os.path.abspath(os.fspath(trainer.default_root_dir)), "checkpoints", LAST)
+        trainer.save_checkpoint(path)
+        name = signal.Signals(self.received).name if self.received in signal.Signals._value2member_map_ else flag
+        if trainer.is_global_zero:
+            print(f"stoker: preempted by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); saved "
+                  f"a resumable checkpoint to {path}. Resume with trainer.fit(..., ckpt_path='last').",
+                  file=sys.stderr, flush=True)
+        raise SystemExit(128 + int(self.received))

@@ -1,0 +1,129 @@
+"""Hook names and the one dispatcher through which the Trainer calls them.
+
+Owns: the set of hook names, the order of calls (the module's hook first, then the callbacks in list order), and
+the check that a callback's ``on_*`` methods are all real hooks. Does not own: when hooks fire (``loops.py``) or
+their signatures (``stoker/callbacks/base.py`` documents them).
+
+The hook contract, as the fit loop runs it (Composer's event list style)::
+
+    setup(stage="fit")
+    on_fit_start
+    on_train_start
+    for epoch:
+        on_train_epoch_start
+        for batch:
+            on_train_batch_start(batch, batch_idx)
+            training_step -> on_before_backward(loss) -> backward -> on_after_backward()
+            if the window closes: on_before_optimizer_step(opt) -> clip -> step -> on_before_zero_grad(opt)
+            on_train_batch_end(outputs, batch, batch_idx)
+            [validation when due mid-epoch]
+        [validation when due at the epoch's end]
+        on_train_epoch_end
+    on_train_end
+    on_fit_end
+    teardown(stage="fit")
+
+    validation: on_validation_start, on_validation_epoch_start,
+                (on_validation_batch_start, validation_step, on_validation_batch_end)*,
+                on_validation_epoch_end, on_validation_end — likewise for test and predict.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: Hooks that both a TrainingModule and a Callback may define (callbacks get ``(trainer, module, ...)`` first).
+HOOKS: tuple[str, ...] = (
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_exception",
+    "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
+    "on_train_batch_start", "on_train_batch_end",
+    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
+    "on_validation_start", "on_validation_end", "on_validation_epoch_start", "on_validation_epoch_end",
+    "on_validation_batch_start", "on_validation_batch_end",
+    "on_test_start", "on_test_end", "on_test_epoch_start", "on_test_epoch_end",
+    "on_test_batch_start", "on_test_batch_end",
+    "on_predict_start", "on_predict_end", "on_predict_epoch_start", "on_predict_epoch_end",
+    "on_predict_batch_start", "on_predict_batch_end",
+    "on_save_checkpoint", "on_load_checkpoint",
+)
+_HOOK_SET = frozenset(HOOKS)
+
+
+def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
+    """Validates ``Trainer(callbacks=...)``: Callback instances whose ``on_*`` methods are all hooks.
+
+    Raises:
+        TypeError: An entry is not a :class:`~stoker.Callback` instance.
+        ValueError: A callback defines an ``on_*`` method that is not a hook (with a did-you-mean).
+    """
+    from ..callbacks.base import Callback
+
+    result = list(callbacks)
+    for i, callback in enumerate(result):
+        if not isinstance(callback, Callback):
+            kind = "a class" if isinstance(callback, type) else f"a {type(callback).__name__}"
+            raise TypeError(
+                f"Trainer(callbacks=[...]) entry #{i} is {kind} ({callback!r}), not a Callback instance. "
+                "Subclass stoker.Callback and pass an instance, e.g. callbacks=[MyCallback()]."
+            )
+        for klass in type(callback).__mro__:
+            if klass is Callback or klass is object:
+                continue
+            for name, value in vars(klass).items():
+                if name.startswith("on_") and callable(value) and name not in _HOOK_SET:
+                    raise ValueError(_not_a_hook(type(callback).__name__, name))
+    return result
+
+
+def _not_a_hook(owner: str, name: str) -> str:
+    close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return (f"{owner}.{name} is not a Trainer hook, so it would never be called.{hint} Rename it, or make it "
+            f"private (a leading underscore). Hooks: {', '.join(h for h in HOOKS if h.startswith('on_'))}.")
+
+
+def _overrides(obj: Any, name: str, base: type) -> bool:
+    """True when ``obj``'s class (or the instance) defines ``name`` differently from ``base``'s no-op."""
+    if name in getattr(obj, "__dict__", {}):
+        return True
+    impl = getattr(type(obj), name, None)
+    return impl is not None and impl is not getattr(base, name, None)
+
+
+class HookDispatcher:
+    """Calls a hook on the module, then on each callback, skipping objects that keep the no-op default.
+
+    The table is built once per run, so the loop pays one dict lookup and a loop over the real implementations
+    (usually none) per hook.
+
+    Example:
+        >>> hooks = HookDispatcher(trainer, module, callbacks)
+        >>> hooks.call("on_train_batch_start", batch, 0)  # module.on_train_batch_start(batch, 0), then callbacks
+    """
+
+    def __init__(self, trainer: Any, module: Any, callbacks: Iterable[Any]) -> None:
+        from ..callbacks.base import Callback
+        from .module import TrainingModule
+
+        self._table: dict[str, tuple[Callable[..., Any], ...]] = {}
+        callbacks = list(callbacks)
+        for name in HOOKS:
+            fns: list[Callable[..., Any]] = []
+            if module is not None and _overrides(module, name, TrainingModule):
+                fns.append(getattr(module, name))
+            for callback in callbacks:
+                if _overrides(callback, name, Callback):
+                    fns.append(functools.partial(getattr(callback, name), trainer, module))
+            self._table[name] = tuple(fns)
+
+    def has(self, name: str) -> bool:
+        """Whether any object implements hook ``name``."""
+        return bool(self._table[name])
+
+    def call(self, name: str, *args: Any) -> None:
+        """Calls hook ``name`` with ``args`` (callbacks also get ``trainer, module`` first)."""
+        for fn in self._table[name]:
+            fn(*args)

@@ -1,0 +1,269 @@
+"""What ``self.log`` records: per-step values, epoch reductions and torchmetrics, kept on the device.
+
+Owns: validating a ``log`` call, the per-stage defaults (training hooks log per step, epoch-level hooks and
+validation/test per epoch), the epoch reductions (batch-size-weighted mean, sum, max, min, optionally across
+processes), torchmetrics ``Metric`` values (computed and reset at epoch end), and the Trainer's
+``callback_metrics`` / ``progress_bar_metrics`` / ``logged_metrics`` dicts. Does not own *when* values go to the
+loggers (``loops.py`` decides) or the loggers themselves (``stoker/loggers``).
+
+Cost: a step-level ``log`` stores a detached reference (no copy, no device->host sync); an epoch-level mean adds
+one multiply-add on the device. Values become Python numbers only inside a logger, at log time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+_REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+def _is_metric(value: Any) -> bool:
+    # torchmetrics is imported only by users who pass a Metric, so we never import it here.
+    tm = sys.modules.get("torchmetrics")
+    return tm is not None and isinstance(value, tm.Metric)
+
+
+def _reduce_name(reduce_fx: Any, name: str) -> str:
+    key = _REDUCE_BY_FN.get(reduce_fx) if callable(reduce_fx) else \
+        _REDUCE_ALIASES.get(reduce_fx.lower()) if isinstance(reduce_fx, str) else None
+    if key is None:
+        raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}) is not a reduction. Expected one of: "
+                         "'mean' (weighted by batch_size), 'sum', 'max', 'min'.")
+    return key
+
+
+def infer_batch_size(batch: Any) -> int:
+    """The size of dim 0 of the first tensor in ``batch`` (1 when there is none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = infer_batch_size(item)
+            if size != 1 or isinstance(item, torch.Tensor):
+                return size
+    return 1
+
+
+class _Entry:
+    """One logged name of one stage: its options and its epoch accumulator."""
+
+    __slots__ = ("key", "on_step", "on_epoch", "prog_bar", "logger", "reduce", "sync_dist", "metric", "total",
+                 "weight", "updated")
+
+    def __init__(self, key: str, on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool, reduce: str,
+                 sync_dist: bool) -> None:
+        self.key, self.on_step, self.on_epoch = key, on_step, on_epoch
+        self.prog_bar, self.logger, self.reduce, self.sync_dist = prog_bar, logger, reduce, sync_dist
+        self.metric: Any = None
+        self.total: Any = None
+        self.weight: float = 0.0
+        self.updated = False
+
+    def add(self, value: Any, weight: float) -> None:
+        total, reduce = self.total, self.reduce
+        if reduce == "mean":
+            value = value * weight
+            self.total = value if total is None else total + value
+            self.weight += weight
+        elif total is None:
+            self.total = value
+        elif reduce == "sum":
+            self.total = total + value
+        elif isinstance(value, torch.Tensor) or isinstance(total, torch.Tensor):
+            op = torch.maximum if reduce == "max" else torch.minimum
+            self.total = op(torch.as_tensor(total), torch.as_tensor(value))
+        else:
+            self.total = max(total, value) if reduce == "max" else min(total, value)
+
+    def names(self) -> tuple[str, str]:
+        """The names of the step and the epoch value (suffixed when both are logged)."""
+        if self.on_step and self.on_epoch:
+            return f"{self.key}_step", f"{self.key}_epoch"
+        return self.key, self.key
+
+
+class Results:
+    """The values logged during one stage (``"train"``, ``"validate"`` or ``"test"``) of a run.
+
+    Example:
+        >>> results = Results(trainer, "validate")
+        >>> results.log("val/loss", loss, None, None, False, True, "mean", False, None)
+        >>> results.finish_epoch()  # {"val/loss": tensor(...)} for the loggers; callback_metrics updated
+    """
+
+    def __init__(self, trainer: Any, stage: str) -> None:
+        self.trainer = trainer
+        self.stage = stage
+        self.entries: dict[str, _Entry] = {}
+        self.step_values: dict[str, Any] = {}  # step values logged since the loggers last saw them
+        self.batch: Any = None  # the current batch, for batch sizes
+        self.suffix = ""  # "/dataloader_idx_{i}" while several eval loaders run
+        self.in_batch = stage == "train"
+        self._batch_size_cache: tuple[Any, int] | None = None
+
+    # -- recording --------------------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, logger: bool,
+            reduce_fx: Any, sync_dist: bool, batch_size: int | None) -> None:
+        """Records ``value`` under ``name``; see :meth:`TrainingModule.log`."""
+        training_batch = self.in_batch and self.stage == "train"
+        if on_step is None:
+            on_step = training_batch
+        if on_epoch is None:
+            on_epoch = not training_batch
+        key = name + self.suffix
+        entry = self.entries.get(key)
+        if entry is None or entry.on_step != on_step or entry.on_epoch != on_epoch or entry.sync_dist != sync_dist:
+            entry = self._new_entry(key, name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+        metric = _is_metric(value)
+        if metric:
+            entry.metric, step_value = value, getattr(value, "_forward_cache", None)
+        else:
+            step_value = value = self._scalar(name, value)
+            if on_step and sync_dist:
+                step_value = self.trainer.accelerator.reduce(torch.as_tensor(value, dtype=torch.float32,
+                                                                             device=self.trainer.accelerator.device),
+                                                             "mean")
+        if on_step and step_value is not None:
+            step_name = entry.names()[0]
+            self.step_values[step_name] = step_value
+            callback_metrics = self.trainer.callback_metrics
+            callback_metrics[step_name] = step_value
+            if on_epoch:
+                callback_metrics[key] = step_value
+            if prog_bar:
+                self.trainer.progress_bar_metrics[step_name] = step_value
+        if on_epoch and not metric:
+            weight = 1.0
+            if entry.reduce == "mean":
+                weight = float(batch_size) if batch_size is not None else self._batch_size()
+            entry.add(value, weight)
+        entry.updated = True
+
+    def _new_entry(self, key: str, name: str, value: Any, on_step: bool, on_epoch: bool, prog_bar: bool,
+                   logger: bool, reduce_fx: Any, sync_dist: bool) -> _Entry:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"self.log(name={name!r}): the name must be a non-empty string.")
+        if not (on_step or on_epoch):
+            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
+        if on_step and self.stage != "train":
+            raise ValueError(f"self.log({name!r}, on_step=True) during {self.stage}: only training logs per step. "
+                             "Use on_epoch=True (the default there).")
+        entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
+                       bool(sync_dist))
+        old = self.entries.get(key)
+        if old is not None and old.updated and old.on_epoch and on_epoch:
+            entry.total, entry.weight, entry.metric = old.total, old.weight, old.metric
+        self.entries[key] = entry
+        return entry
+
+    @staticmethod
+    def _scalar(name: str, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"self.log({name!r}) got a tensor of shape {tuple(value.shape)}; log scalars "
+                                 "(reduce it first, e.g. .mean(), or log its elements under separate names).")
+            return value.detach()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+        if hasattr(value, "item") and not isinstance(value, Mapping):  # numpy scalars
+            return value.item()
+        raise TypeError(f"self.log({name!r}, value={value!r}): expected a number, a scalar tensor or a "
+                        f"torchmetrics Metric, got {type(value).__name__}.")
+
+    def _batch_size(self) -> float:
+        cache = self._batch_size_cache
+        if cache is not None and cache[0] is self.batch:
+            return cache[1]
+        size = infer_batch_size(self.batch)
+        self._batch_size_cache = (self.batch, size)
+        return size
+
+    # -- reading ------------------------------------------------------------------------------------------------------
+    def pop_step_values(self) -> dict[str, Any]:
+        """Step values for the loggers (those with ``logger=True``) since the last call."""
+        values, self.step_values = self.step_values, {}
+        return {k: v for k, v in values.items() if self._logs(k)}
+
+    def _logs(self, name: str) -> bool:
+        entry = self.entries.get(name[:-5] if name.endswith("_step") else name)
+        return entry is None or entry.logger
+
+    def epoch_values(self) -> dict[str, tuple[_Entry, Any]]:
+        """The epoch reductions of this stage so far: ``{name: (entry, value)}`` (collective when synced)."""
+        out = {}
+        for entry in self.entries.values():
+            if entry.on_epoch and entry.updated:
+                value = self._compute(entry)
+                if value is not None:
+                    out[entry.names()[1]] = (entry, value)
+        return out
+
+    def _compute(self, entry: _Entry) -> Any:
+        if entry.metric is not None:
+            return entry.metric.compute()
+        total = entry.total
+        if total is None:
+            return None
+        acc = self.trainer.accelerator
+        if entry.sync_dist and acc.num_processes > 1:
+            t = torch.as_tensor(total, dtype=torch.float32, device=acc.device)
+            if entry.reduce in ("max", "min"):
+                gathered = acc.gather(t)
+                return gathered.max() if entry.reduce == "max" else gathered.min()
+            t = acc.reduce(t, "sum")
+            if entry.reduce == "mean":
+                weight = acc.reduce(torch.tensor(entry.weight, device=acc.device), "sum")
+                return t / weight
+            return t
+        if entry.reduce == "mean":
+            return total / entry.weight if entry.weight else math.nan
+        return total
+
+    def publish_epoch(self) -> dict[str, Any]:
+        """Computes the epoch values into ``callback_metrics``/``progress_bar_metrics``; returns the loggers' share."""
+        trainer = self.trainer
+        for_loggers = {}
+        for name, (entry, value) in self.epoch_values().items():
+            trainer.callback_metrics[name] = value
+            trainer.callback_metrics[entry.key] = value
+            if entry.prog_bar:
+                trainer.progress_bar_metrics[name] = value
+            if entry.logger:
+                for_loggers[name] = value
+        return for_loggers
+
+    def reset_epoch(self) -> None:
+        """Starts a new epoch: accumulators cleared, metrics reset."""
+        for entry in self.entries.values():
+            if entry.metric is not None and entry.updated:
+                entry.metric.reset()
+            entry.total, entry.weight, entry.updated = None, 0.0, False
+        self.step_values = {}
+
+    # -- checkpoints --------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch accumulators (not torchmetrics states), so a mid-epoch resume keeps the epoch means exact."""
+        state = {}
+        for key, e in self.entries.items():
+            if e.on_epoch and e.updated and e.metric is None and e.total is not None:
+                total = e.total.detach().cpu() if isinstance(e.total, torch.Tensor) else e.total
+                state[key] = {"options": [e.on_step, e.on_epoch, e.prog_bar, e.logger, e.reduce, e.sync_dist],
+                              "total": total, "weight": e.weight}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        device = self.trainer.accelerator.device
+        for key, saved in state.items():
+            entry = _Entry(key, *saved["options"])
+            total = saved["total"]
+            entry.total = total.to(device) if isinstance(total, torch.Tensor) else total
+            entry.weight, entry.updated = float(saved["weight"]), True
+            self.entries[key] = entry

@@ -1,0 +1,314 @@
+"""The loops: epochs and batches of ``fit`` (with its resumable position), and the evaluation/predict loops.
+
+Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence), the optimizer step in the
+canonical order (backward -> unscale once -> on_before_optimizer_step -> clip -> step -> scheduler only if the
+step was applied -> zero_grad), when validation runs, when step values go to the loggers, and where a run may
+stop (``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
+validation or setup (``trainer.py``), checkpoint contents (``checkpointing.py``), logged values (``logging.py``).
+
+Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
+remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
+checkpoint resumes after the point that saved it: mid-epoch -> the next batch; during the epoch's end -> the
+epoch schedulers (if not yet stepped), then the next epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .logging import Results
+from .optim import step_schedulers
+
+
+class FitLoop:
+    """Runs ``fit``'s epochs and batches; :meth:`state_dict` is its position (see the module docstring)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.epoch = 0
+        self.batches_done = 0  # batches of this epoch consumed (== the train loader's position)
+        self.epoch_batches_finished = False  # the last consumed batch was the epoch's last
+        self.total_batches = 0  # across epochs (check_val_every_n_epoch=None counts these)
+        self.phase = "batches"
+        self.schedulers_done = False
+        self.last_logged_step = -1
+
+    # -- position -------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batches_done": self.batches_done, "total_batches": self.total_batches,
+                "epoch_batches_finished": self.epoch_batches_finished, "phase": self.phase,
+                "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self.batches_done = int(state["batches_done"])
+        self.total_batches = int(state["total_batches"])
+        self.epoch_batches_finished = bool(state["epoch_batches_finished"])
+        self.phase = str(state["phase"])
+        self.schedulers_done = bool(state["schedulers_done"])
+        self.last_logged_step = int(state["last_logged_step"])
+
+    # -- epochs ---------------------------------------------------------------------------------------------------
+    def done(self) -> bool:
+        t = self.trainer
+        if t.should_stop:
+            return True
+        if t.max_steps is not None and t.global_step >= t.max_steps:
+            return True
+        return t._max_epochs_effective is not None and self.epoch >= t._max_epochs_effective
+
+    def run(self) -> None:
+        while not self.done():
+            self._run_epoch()
+
+    def _run_epoch(self) -> None:
+        t = self.trainer
+        if self.phase == "batches":
+            results = t._train_results
+            results.in_batch = False
+            t._hooks.call("on_train_epoch_start")
+            stopped = False
+            if not self.epoch_batches_finished:
+                stopped = self._run_batches()
+            if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
+                self._epoch_end_hooks()
+                return
+            self.phase, self.schedulers_done = "end", False
+            if self.batches_done and self._val_due(self.batches_done - 1, at_end=True):
+                t._run_validation()
+            self._epoch_end_hooks()
+        if not self.schedulers_done:
+            step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
+            self.schedulers_done = True
+        self.epoch += 1
+        self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
+        t._preemption.check(t)
+
+    def _epoch_end_hooks(self) -> None:
+        t = self.trainer
+        results = t._train_results
+        results.in_batch = False
+        results.publish_epoch()  # epoch values of training_step visible to the hooks below
+        t._hooks.call("on_train_epoch_end")
+        values = results.publish_epoch()  # again: now with what the hooks logged
+        t._send_to_loggers(values)
+        results.reset_epoch()
+
+    # -- batches --------------------------------------------------------------------------------------------------
+    def _run_batches(self) -> bool:
+        """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
+        t = self.trainer
+        acc, loader, model, call = t.accelerator, t._train_loader, t._model, t._hooks.call
+        results, step = t._train_results, self._training_step
+        fresh = self.batches_done == 0
+        if fresh:
+            loader.set_epoch(self.epoch)
+        batch_idx = self.batches_done
+        stopped = False
+        iterator = iter(loader)
+        try:
+            for batch in iterator:
+                self.batches_done = batch_idx + 1
+                last = self.epoch_batches_finished = loader.end_of_dataloader
+                results.batch, results.in_batch = batch, True
+                call("on_train_batch_start", batch, batch_idx)
+                with acc.accumulate(model):
+                    outputs = step(batch, batch_idx)
+                synced = acc.sync_gradients
+                call("on_train_batch_end", outputs, batch, batch_idx)
+                results.in_batch = False
+                self.total_batches += 1
+                if synced:
+                    self._log_step()
+                if not last and self._val_due(batch_idx):
+                    t._run_validation()
+                if synced and self._stop_now():
+                    stopped = not last
+                    break
+                batch_idx += 1
+        finally:
+            if stopped:  # closing the iterator ends the loader's epoch; keep the mid-epoch position instead
+                position = loader.state_dict()
+                iterator.close()
+                loader.load_state_dict(position)
+            else:
+                iterator.close()
+        if fresh and batch_idx == 0 and self.batches_done == 0:
+            raise ValueError(
+                "The train loader yielded no batches in epoch %d: Trainer.fit needs at least one. Check the dataset "
+                "(and drop_last with a batch size larger than it) or limit_train_batches." % self.epoch
+            )
+        return stopped
+
+    def _stop_now(self) -> bool:
+        t = self.trainer
+        t._preemption.check(t)  # saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived
+        return t.should_stop or (t.max_steps is not None and t.global_step >= t.max_steps)
+
+    def _training_step(self, batch: Any, batch_idx: int) -> Any:
+        t = self.trainer
+        acc, call = t.accelerator, t._hooks.call
+        autocast = t._autocast
+        if autocast is None:
+            outputs = t._training_step(batch, batch_idx)
+        else:
+            with autocast():
+                outputs = t._training_step(batch, batch_idx)
+        if type(outputs) is torch.Tensor and outputs.numel() == 1:
+            loss, num_items = outputs, None
+        else:
+            loss, num_items = unpack_loss(outputs)
+        call("on_before_backward", loss)
+        if num_items is None:
+            acc.backward(loss)
+        else:
+            acc.backward(loss, num_items=num_items)
+        call("on_after_backward")
+        if acc.sync_gradients:
+            self._optimizer_step()
+        return outputs
+
+    def _optimizer_step(self) -> None:
+        t = self.trainer
+        acc, hooks, optimizers = t.accelerator, t._hooks, t.optimizers
+        if hooks.has("on_before_optimizer_step"):
+            for optimizer in optimizers:
+                acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
+                hooks.call("on_before_optimizer_step", optimizer)
+        if t.clip_grad_norm is not None:
+            acc.clip_grad_norm_(t._parameters, t.clip_grad_norm)
+        elif t.clip_grad_value is not None:
+            acc.clip_grad_value_(t._parameters, t.clip_grad_value)
+        for optimizer in optimizers:
+            optimizer.step()
+        if t._step_schedulers and not acc.optimizer_step_was_skipped:
+            step_schedulers(t, t._step_schedulers, "step", acc.step)
+        for optimizer in optimizers:
+            hooks.call("on_before_zero_grad", optimizer)
+            optimizer.zero_grad(set_to_none=True)
+
+    def _log_step(self) -> None:
+        t = self.trainer
+        if not t.loggers:
+            return
+        step = t.global_step
+        if step != self.last_logged_step and step % t.log_every_n_steps == 0:
+            self.last_logged_step = step
+            values = t._train_results.pop_step_values()
+            if values:
+                t._send_to_loggers(values)
+
+    # -- validation schedule --------------------------------------------------------------------------------------
+    def _val_due(self, batch_idx: int, at_end: bool = False) -> bool:
+        t = self.trainer
+        if not t._val_loaders or not t._has_validation_step:
+            return False
+        every_n = t.check_val_every_n_epoch
+        if every_n is not None and (self.epoch + 1) % every_n:
+            return False
+        interval = t._val_check_batch
+        if interval is None:  # a fraction of 1.0 of a loader of unknown length: the epoch's end
+            return at_end
+        count = self.total_batches - 1 if every_n is None else batch_idx
+        return (count + 1) % interval == 0
+
+
+def unpack_loss(outputs: Any) -> tuple[torch.Tensor, Any]:
+    """``(loss, num_items)`` from what ``training_step`` returned; ``TypeError`` naming it for anything else."""
+    num_items = None
+    if isinstance(outputs, Mapping):
+        if "loss" not in outputs:
+            raise TypeError(f"training_step returned a dict without a 'loss' key (keys: {sorted(outputs)}). Return "
+                            "{'loss': loss} or {'loss': summed_loss, 'num_items': n}.")
+        loss, num_items = outputs["loss"], outputs.get("num_items")
+    else:
+        loss = outputs
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"training_step returned {type(loss).__name__} ({str(loss)[:60]}); it must return the loss "
+                        "as a scalar tensor, or a dict with a 'loss' tensor. (Returning None to skip a batch is not "
+                        "supported: filter the data instead.)")
+    if loss.numel() != 1:
+        raise TypeError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce "
+                        "it, e.g. loss.mean() (or loss.sum() with 'num_items' for per-item normalisation).")
+    return loss, num_items
+
+
+def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[str, float]]:
+    """Runs ``validation_step``/``test_step`` over ``loaders`` in eval mode without gradients.
+
+    Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
+    module by module (a frozen BatchNorm stays in eval mode).
+    """
+    prefix = "validation" if stage == "validate" else "test"
+    step_fn = getattr(trainer.module, f"{prefix}_step")
+    results = Results(trainer, stage)
+    multiple = len(loaders) > 1
+    call = trainer._hooks.call
+    previous, trainer._results = trainer._results, results
+    with _eval_mode(trainer.module), _maybe_autocast(trainer):
+        call(f"on_{prefix}_start")
+        call(f"on_{prefix}_epoch_start")
+        for i, loader in enumerate(loaders):
+            results.suffix = f"/dataloader_idx_{i}" if multiple else ""
+            extra = (i,) if multiple else ()
+            for batch_idx, batch in enumerate(loader):
+                results.batch = batch
+                call(f"on_{prefix}_batch_start", batch, batch_idx, *extra)
+                outputs = step_fn(batch, batch_idx, *extra)
+                call(f"on_{prefix}_batch_end", outputs, batch, batch_idx, *extra)
+        results.suffix = ""
+        call(f"on_{prefix}_epoch_end")
+        values = results.publish_epoch()
+        trainer._send_to_loggers(values)
+        call(f"on_{prefix}_end")
+    trainer._results = previous
+    out: list[dict[str, float]] = [{} for _ in loaders]
+    for name, value in values.items():
+        index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
+        for i in range(len(loaders)) if index is None else [index]:
+            out[i][name] = float(value)
+    return out
+
+
+def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
+    """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
+    call = trainer._hooks.call
+    multiple = len(loaders) > 1
+    outputs: list[list[Any]] = []
+    previous, trainer._results = trainer._results, Results(trainer, "predict")
+    with _eval_mode(trainer.module), _maybe_autocast(trainer):
+        call("on_predict_start")
+        call("on_predict_epoch_start")
+        for i, loader in enumerate(loaders):
+            extra = (i,) if multiple else ()
+            mine: list[Any] = []
+            for batch_idx, batch in enumerate(loader):
+                call("on_predict_batch_start", batch, batch_idx, *extra)
+                prediction = trainer.module.predict_step(batch, batch_idx, *extra)
+                call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
+                mine.append(prediction)
+            outputs.append(mine)
+        call("on_predict_epoch_end")
+        call("on_predict_end")
+    trainer._results = previous
+    return outputs if multiple else outputs[0]
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module):  # noqa: ANN202 - a context manager
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+def _maybe_autocast(trainer: Any) -> contextlib.AbstractContextManager:
+    return trainer._autocast() if trainer._autocast is not None else contextlib.nullcontext()

@@ -1,0 +1,247 @@
+"""`TrainingModule`: a ``torch.nn.Module`` that also says how to train, evaluate and log itself.
+
+Owns: the step methods users override, ``log``/``log_dict`` (forwarded to the Trainer's results, see
+``logging.py``), ``save_hyperparameters`` and the convenience properties. Does not own: when anything runs
+(``loops.py``) or how logged values are reduced (``logging.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+
+class AttributeDict(dict):
+    """A dict whose keys are also attributes: ``hparams.lr`` is ``hparams["lr"]``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"hparams has no {name!r}; it holds: {sorted(self)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+class TrainingModule(torch.nn.Module):
+    """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
+
+    ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
+    micro-batches they hold) or a dict with ``"loss"``. ``{"loss": summed_loss, "num_items": n}`` asks for the
+    exact per-item mean over the whole window and all processes (token losses with ragged batches).
+
+    Example:
+        >>> class Regressor(TrainingModule):
+        ...     def __init__(self, lr: float = 1e-2):
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = torch.nn.Linear(8, 1)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         loss = torch.nn.functional.mse_loss(self.net(x), y)
+        ...         self.log("train/loss", loss, prog_bar=True)
+        ...         return loss
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        >>> Trainer(max_epochs=2).fit(Regressor(), loader)  # doctest: +SKIP
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Plain attributes (not submodules): the Trainer is not part of the model's state.
+        object.__setattr__(self, "_trainer", None)
+        object.__setattr__(self, "hparams", AttributeDict())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copy.deepcopy / pickle of a module must not drag its Trainer (loggers, loaders, open files) along.
+        state = dict(super().__getstate__())
+        state["_trainer"] = None
+        return state
+
+    # -- steps (override these) -----------------------------------------------------------------------------------
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Returns the loss of one batch: a scalar tensor, or a dict with ``"loss"`` (and optionally ``"num_items"``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not define training_step(self, batch, batch_idx); Trainer.fit needs it to "
+            "return the batch's loss."
+        )
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        """Evaluates one validation batch (log metrics with ``self.log``). Optional."""
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        """Evaluates one test batch. Optional."""
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """Returns the prediction for one batch; the default is ``self(batch)``."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Returns an optimizer, ``(optimizer, scheduler)``, or ``{"optimizer": ..., "lr_scheduler": ...}``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not define configure_optimizers(); Trainer.fit needs it to return an "
+            "optimizer, e.g. `return torch.optim.AdamW(self.parameters(), lr=1e-3)`."
+        )
+
+    # -- logging ----------------------------------------------------------------------------------------------------
+    def log(self, name: str, value: Any, *, on_step: bool | None = None, on_epoch: bool | None = None,
+            prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
+            batch_size: int | None = None) -> None:
+        """Records a metric for the loggers, the progress bar and callbacks (``trainer.callback_metrics``).
+
+        Args:
+            name: The metric's name, e.g. ``"train/loss"``.
+            value: A number, a scalar tensor, or a torchmetrics ``Metric`` (computed and reset at epoch end).
+            on_step: Log this step's value (default: True in training hooks, False in validation/test).
+            on_epoch: Also reduce over the epoch with ``reduce_fx`` (default: False in training, True in
+                validation/test). With both, the names get ``_step`` / ``_epoch`` suffixes.
+            prog_bar: Show it on the progress bar.
+            logger: Send it to the loggers.
+            reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``.
+            sync_dist: Reduce across processes (mean: weighted by every process's batch sizes).
+            batch_size: The weight of this value in an epoch mean; inferred from the batch when omitted.
+        """
+        trainer = self._trainer
+        if trainer is None:
+            warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is "
+                          "dropped. Call it from training_step/validation_step or a hook.", stacklevel=2)
+            return
+        trainer._results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size)
+
+    def log_dict(self, dictionary: Mapping[str, Any], *, on_step: bool | None = None, on_epoch: bool | None = None,
+                 prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
+                 batch_size: int | None = None) -> None:
+        """``self.log`` for every ``name: value`` of ``dictionary``, with the same options."""
+        if not isinstance(dictionary, Mapping):
+            raise TypeError(f"log_dict expects a mapping of name -> value, got {type(dictionary).__name__}.")
+        for name, value in dictionary.items():
+            self.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
+                     reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+
+    # -- hyperparameters ------------------------------------------------------------------------------------------
+    def save_hyperparameters(self, *names: str, ignore: Sequence[str] | str | None = None) -> None:
+        """Stores the arguments of the calling ``__init__`` in ``self.hparams`` (and in checkpoints and loggers).
+
+        Args:
+            *names: Only these arguments (default: all of them).
+            ignore: Arguments to leave out (e.g. a large tensor or a sub-model passed in).
+
+        Example:
+            >>> def __init__(self, hidden: int = 64, lr: float = 1e-3):
+            ...     super().__init__()
+            ...     self.save_hyperparameters()  # self.hparams == {"hidden": 64, "lr": 0.001}
+        """
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is None:
+            raise RuntimeError("save_hyperparameters() could not find the calling __init__ (no frame information).")
+        try:
+            values = _init_arguments(caller)
+        finally:
+            del frame, caller
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
+        if names:
+            unknown = [n for n in names if n not in values]
+            if unknown:
+                raise ValueError(f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments "
+                                 f"of {type(self).__name__}.__init__; its arguments are {sorted(values)}.")
+            values = {n: values[n] for n in names}
+        self.hparams.update({k: v for k, v in values.items() if k not in ignored})
+
+    # -- properties -----------------------------------------------------------------------------------------------
+    @property
+    def trainer(self) -> Any:
+        """The Trainer running this module (raises when there is none)."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; self.trainer exists only while "
+                               "Trainer.fit/validate/test/predict runs it (and after).")
+        return self._trainer
+
+    @property
+    def device(self) -> torch.device:
+        """Where the module's parameters are (the Trainer's device once attached)."""
+        if self._trainer is not None:
+            return self._trainer.accelerator.device
+        for tensor in self.parameters():
+            return tensor.device
+        for tensor in self.buffers():
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps applied so far (0 without a Trainer)."""
+        return self._trainer.global_step if self._trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The current epoch (0 without a Trainer)."""
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self._trainer is not None:
+            self._trainer.accelerator.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
+
+    # -- hooks: no-ops here, see stoker/callbacks/base.py for when each runs ----------------------------------------
+    def setup(self, stage: str) -> None: ...
+    def teardown(self, stage: str) -> None: ...
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_exception(self, exception: BaseException) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_start(self) -> None: ...
+    def on_test_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_start(self) -> None: ...
+    def on_predict_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+
+def _init_arguments(frame: Any) -> dict[str, Any]:
+    """The named arguments (and ``**kwargs``) of the function running in ``frame``, without ``self``."""
+    code = frame.f_code
+    local = frame.f_locals
+    count = code.co_argcount + code.co_kwonlyargcount
+    names = list(code.co_varnames[:count])
+    values = {n: local[n] for n in names[1:] if n in local}  # names[0] is self
+    flags = code.co_flags
+    position = count
+    if flags & inspect.CO_VARARGS:
+        star = code.co_varnames[position]
+        if local.get(star):
+            values[star] = list(local[star])
+        position += 1
+    if flags & inspect.CO_VARKEYWORDS:
+        values.update(local.get(code.co_varnames[position], {}))
+    return values

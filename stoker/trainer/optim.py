@@ -1,0 +1,157 @@
+"""``configure_optimizers``: parsing every accepted form, and stepping the LR schedulers it returns.
+
+Owns: turning the return value into optimizers plus :class:`LRSchedulerConfig` objects (validated once), and the
+rule for when a scheduler steps: ``interval="step"`` every ``frequency`` *applied* optimizer steps (an fp16 step
+skipped for overflow neither counts nor steps a scheduler), ``interval="epoch"`` every ``frequency`` epochs;
+``ReduceLROnPlateau`` gets the value of its ``monitor`` from ``trainer.callback_metrics``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_SCHEDULER_KEYS = ("scheduler", "interval", "frequency", "monitor", "strict", "name")
+_TOP_KEYS = ("optimizer", "lr_scheduler", "monitor")
+
+
+@dataclass
+class LRSchedulerConfig:
+    """One scheduler and when it steps (``trainer.lr_scheduler_configs`` holds these).
+
+    Attributes:
+        scheduler: The scheduler (after ``prepare``, an ``AcceleratedScheduler`` wrapping the user's).
+        interval: ``"step"`` (optimizer steps) or ``"epoch"``.
+        frequency: Step every this many intervals.
+        monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.
+        strict: Raise when ``monitor`` was not logged (else skip that step with a warning).
+        name: A display name (e.g. for ``LearningRateMonitor``).
+    """
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    strict: bool = True
+    name: str | None = None
+
+    @property
+    def reduce_on_plateau(self) -> bool:
+        inner = getattr(self.scheduler, "scheduler", self.scheduler)
+        return isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
+        return getattr(self, key)
+
+
+def _bad_return(value: Any, detail: str = "") -> TypeError:
+    return TypeError(
+        f"configure_optimizers() returned {type(value).__name__} ({str(value)[:80]}){detail}. Return an optimizer, "
+        "(optimizer, scheduler), ([optimizers], [schedulers]) or {'optimizer': opt, 'lr_scheduler': sched | "
+        "{'scheduler': sched, 'interval': 'step' | 'epoch', 'frequency': 1, 'monitor': 'val/loss'}}."
+    )
+
+
+def parse_optimizers(value: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+    """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value."""
+    optimizers: list[torch.optim.Optimizer] = []
+    configs: list[LRSchedulerConfig] = []
+    if isinstance(value, torch.optim.Optimizer):
+        optimizers.append(value)
+    elif isinstance(value, Mapping):
+        _parse_dict(value, optimizers, configs)
+    elif isinstance(value, (list, tuple)) and value:
+        if len(value) == 2 and not isinstance(value[1], torch.optim.Optimizer) \
+                and not (isinstance(value[1], Mapping) and "optimizer" in value[1]):
+            opts, scheds = value
+            for opt in opts if isinstance(opts, (list, tuple)) else [opts]:
+                optimizers.append(_check_optimizer(opt, value))
+            for sched in scheds if isinstance(scheds, (list, tuple)) else [scheds]:
+                configs.append(_scheduler_config(sched, None, value))
+        else:
+            for item in value:
+                if isinstance(item, Mapping):
+                    _parse_dict(item, optimizers, configs)
+                else:
+                    optimizers.append(_check_optimizer(item, value))
+    else:
+        raise _bad_return(value)
+    if not optimizers:
+        raise _bad_return(value, ", which holds no optimizer")
+    return optimizers, configs
+
+
+def _check_optimizer(opt: Any, whole: Any) -> torch.optim.Optimizer:
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise _bad_return(whole, f": {type(opt).__name__} is not a torch.optim.Optimizer")
+    return opt
+
+
+def _parse_dict(value: Mapping, optimizers: list, configs: list) -> None:
+    _check_keys(value, _TOP_KEYS, "configure_optimizers() dict")
+    if "optimizer" not in value:
+        raise _bad_return(value, " without an 'optimizer' key")
+    optimizers.append(_check_optimizer(value["optimizer"], value))
+    if value.get("lr_scheduler") is not None:
+        configs.append(_scheduler_config(value["lr_scheduler"], value.get("monitor"), value))
+
+
+def _check_keys(value: Mapping, allowed: Sequence[str], what: str) -> None:
+    for key in value:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{what} has an unknown key {key!r}.{hint} Allowed keys: {', '.join(allowed)}.")
+
+
+def _scheduler_config(value: Any, monitor: str | None, whole: Any) -> LRSchedulerConfig:
+    if isinstance(value, Mapping):
+        _check_keys(value, _SCHEDULER_KEYS, "the lr_scheduler dict")
+        if "scheduler" not in value:
+            raise ValueError(f"the lr_scheduler dict {dict(value)!r} needs a 'scheduler' key holding the scheduler.")
+        config = LRSchedulerConfig(value["scheduler"], value.get("interval", "epoch"), value.get("frequency", 1),
+                                   value.get("monitor", monitor), value.get("strict", True), value.get("name"))
+    else:
+        config = LRSchedulerConfig(value, monitor=monitor)
+    from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+    if not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
+        raise _bad_return(whole, f": the scheduler {type(config.scheduler).__name__} is not a torch LR scheduler")
+    if config.interval not in ("step", "epoch"):
+        raise ValueError(f"lr_scheduler interval={config.interval!r} is not an interval. Expected 'step' "
+                         "(optimizer steps) or 'epoch'.")
+    freq = config.frequency
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+        raise ValueError(f"lr_scheduler frequency={freq!r} must be an int >= 1.")
+    if config.reduce_on_plateau and not config.monitor:
+        raise ValueError("A ReduceLROnPlateau scheduler needs a metric to watch: return {'optimizer': opt, "
+                         "'lr_scheduler': {'scheduler': sched, 'monitor': 'val/loss'}} with a name you self.log.")
+    return config
+
+
+def step_schedulers(trainer: Any, configs: Sequence[LRSchedulerConfig], interval: str, count: int) -> None:
+    """Steps the schedulers of ``interval`` whose frequency divides ``count`` (applied steps, or epochs done)."""
+    for config in configs:
+        if config.interval != interval or count % config.frequency:
+            continue
+        if config.reduce_on_plateau:
+            value = trainer.callback_metrics.get(config.monitor)
+            if value is None:
+                available = sorted(trainer.callback_metrics)
+                if config.strict:
+                    raise RuntimeError(
+                        f"ReduceLROnPlateau watches {config.monitor!r}, which was not logged. Logged metrics: "
+                        f"{available}. self.log({config.monitor!r}, ...) it, or fix the 'monitor' name."
+                    )
+                import warnings
+
+                warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped.",
+                              stacklevel=2)
+                continue
+            config.scheduler.step(float(value))
+        else:
+            config.scheduler.step()

@@ -1,0 +1,209 @@
+"""Setting up a Trainer run: checking the module and loaders, preparing everything through the Accelerator.
+
+Owns: the checks that fail before any work (a module without ``training_step`` / ``configure_optimizers``, loaders
+that are not DataLoaders, an empty or endless train loader without a stopping rule), the preparation order
+(model -> loaders -> ``configure_optimizers`` -> optimizers and schedulers, so optimizers see the prepared,
+possibly sharded, parameters), batch limits, and the validation schedule in batches.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from . import args as check
+from .module import TrainingModule
+from .optim import parse_optimizers
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def _overrides(module: Any, name: str) -> bool:
+    return getattr(type(module), name, None) is not getattr(TrainingModule, name)
+
+
+class RunSetup:
+    """The Trainer's set-up steps (one instance per Trainer)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self._routed: tuple[Any, Any] | None = None
+
+    # -- checks -----------------------------------------------------------------------------------------------------
+    def check_module(self, module: Any, fit: bool) -> None:
+        if not isinstance(module, TrainingModule):
+            raise TypeError(f"Trainer expects a stoker.TrainingModule, got {type(module).__name__}. Subclass "
+                            "TrainingModule and define training_step and configure_optimizers.")
+        if fit:
+            for name, what in (("training_step", "return the loss of a batch"),
+                               ("configure_optimizers", "return an optimizer")):
+                if not _overrides(module, name):
+                    raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
+                                    f"{what}.")
+
+    def eval_module(self, module: Any, fn: str) -> TrainingModule:
+        module = module if module is not None else self.trainer.module
+        if module is None:
+            raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
+        self.check_module(module, fit=False)
+        step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[fn]
+        if fn != "predict" and not _overrides(module, step):
+            raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{step}(batch, batch_idx).")
+        return module
+
+    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[DataLoader]:
+        if value is None and callable(getattr(module, hook, None)):
+            value = getattr(module, hook)()
+        if value is None:
+            if required:
+                raise ValueError(f"No dataloaders: pass dataloaders=... or define {type(module).__name__}.{hook}().")
+            return []
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            if not isinstance(item, DataLoader):
+                raise TypeError(f"Loader #{i} is a {type(item).__name__}; the Trainer needs torch.utils.data."
+                                "DataLoader objects (it rebuilds them to be resumable and sharded).")
+        return items
+
+    def loader_or_hook(self, value: Any, module: Any, hook: str, argument: str) -> DataLoader:
+        items = self.loaders(value, module, hook)
+        if len(items) != 1:
+            raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
+                             f"{type(module).__name__}.{hook}()); got {len(items)}.")
+        return items[0]
+
+    # -- fit --------------------------------------------------------------------------------------------------------
+    def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader]) -> None:
+        t = self.trainer
+        acc = t.accelerator
+        t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
+        acc.free_memory()
+        t._model = acc.prepare_model(module)
+        self._route(module, t._model)
+        loader = acc.prepare_data_loader(train)
+        t._train_loader = loader
+        t._val_loaders = [acc.prepare_data_loader(v) for v in vals]
+        self._limit_train(loader)
+        t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in t._val_loaders]
+        t._has_validation_step = _overrides(module, "validation_step")
+        if vals and not t._has_validation_step:
+            warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
+                          "validation is skipped.", stacklevel=4)
+        t._val_check_batch = self._val_check_batch()
+        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
+        for config in configs:
+            config.scheduler = acc.prepare_scheduler(config.scheduler)
+        t.lr_scheduler_configs = configs
+        t._step_schedulers = [c for c in configs if c.interval == "step"]
+        t._parameters = [p for p in module.parameters() if p.requires_grad]
+        t._autocast = acc.autocast if acc.mixed_precision != "no" else None
+
+    def _limit_train(self, loader: Any) -> None:
+        t = self.trainer
+        n = self._limit(loader, t.limit_train_batches, "limit_train_batches")
+        if n == 0:
+            reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \
+                else "it is empty"
+            raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "
+                             "dataset size, batch_size and drop_last.")
+        t.num_training_batches = n
+        if math.isinf(n) and t.max_epochs is None and t.max_steps is None:
+            raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
+                             "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
+                             "or Trainer(max_epochs=N).")
+
+    def _limit(self, loader: Any, limit: Any, name: str) -> int | float:
+        """Applies a ``limit_*_batches`` to a prepared loader; returns its batches per epoch (inf: unknown)."""
+        n = check.resolve_limit(name, limit, _length(loader))
+        loader.limit_batches(n)
+        length = _length(loader)
+        if length is not None:
+            return length
+        return float("inf") if n is None else n
+
+    def _val_check_batch(self) -> int | None:
+        t = self.trainer
+        interval, n = t.val_check_interval, t.num_training_batches
+        if isinstance(interval, int):
+            if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
+                raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
+                                 "an epoch, so validation would never run. Use a smaller int, a fraction such as "
+                                 "1.0, or check_val_every_n_epoch=None to count batches across epochs.")
+            return interval
+        if math.isinf(n):
+            if interval != 1.0:
+                raise ValueError(f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the train "
+                                 "loader has no length. Use an int number of batches, or 1.0.")
+            return None
+        return max(1, int(n * interval))
+
+    def continue_position(self) -> None:
+        """A second ``fit`` on the same Trainer continues where the first stopped (same epoch and batch)."""
+        loop, loader = self.trainer.fit_loop, self.trainer._train_loader
+        if loop.phase == "batches" and loop.batches_done and not loop.epoch_batches_finished:
+            state = loader.state_dict()
+            if "loader" not in state:  # map-style: the position is (epoch, batches); iterable ones restart
+                loader.load_state_dict({**state, "epoch": loop.epoch, "batches_yielded": loop.batches_done})
+                return
+            loop.epoch, loop.batches_done = loop.epoch + 1, 0
+
+    def estimated_steps(self) -> int | float:
+        t = self.trainer
+        n = t.num_training_batches
+        per_epoch = math.inf if math.isinf(n) else math.ceil(n / t.accumulate)
+        epochs = t._max_epochs_effective
+        total = per_epoch * epochs if epochs is not None else math.inf
+        if t.max_steps is not None:
+            total = min(total, t.max_steps)
+        return int(total) if not math.isinf(total) else total
+
+    # -- evaluation -------------------------------------------------------------------------------------------------
+    def prepare_eval(self, module: TrainingModule, loaders: list[DataLoader], fn: str, limit: Any) -> list[Any]:
+        t = self.trainer
+        acc = t.accelerator
+        if getattr(t, "_model", None) is None or acc.unwrap_model(t._model) is not module:
+            acc.free_memory()
+            t._model = acc.prepare_model(module, evaluation_mode=True)
+        prepared = [acc.prepare_data_loader(loader) for loader in loaders]
+        name = {"validate": "limit_val_batches", "test": "limit_test_batches"}.get(fn, "limit_predict_batches")
+        counts = [self._limit(p, limit, name) for p in prepared]
+        setattr(t, {"validate": "num_val_batches", "test": "num_test_batches"}.get(fn, "num_predict_batches"), counts)
+        t._autocast = acc.autocast if acc.mixed_precision != "no" else None
+        return prepared
+
+    # -- several processes ------------------------------------------------------------------------------------------
+    def _route(self, module: TrainingModule, model: Any) -> None:
+        """Under DDP, ``training_step`` must run inside the wrapper's forward (which arms gradient sync): the
+        module's forward learns to dispatch ``model(batch, idx, _stoker_step="training_step")`` to it."""
+        t = self.trainer
+        t._training_step = module.training_step
+        if model is module:
+            return
+        inner = module.__dict__.get("forward")
+
+        def forward(*args: Any, _stoker_step: str | None = None, **kwargs: Any) -> Any:
+            if _stoker_step is not None:
+                return getattr(module, _stoker_step)(*args, **kwargs)
+            return (inner or type(module).forward.__get__(module))(*args, **kwargs)
+
+        module.forward = forward
+        self._routed = (module, inner)
+        t._training_step = lambda batch, batch_idx: model(batch, batch_idx, _stoker_step="training_step")
+
+    def teardown(self) -> None:
+        if self._routed is not None:
+            module, inner = self._routed
+            self._routed = None
+            if inner is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = inner

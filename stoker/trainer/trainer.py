@@ -1,0 +1,425 @@
+"""`Trainer`: owns an Accelerator and runs fit / validate / test / predict through its public API.
+
+Owns: the constructor contract of API.md §2 (validated here, once), setting up a run (seed, hooks, optimizers,
+prepared objects, batch limits, resume) and the public attributes callbacks read. The loops are in
+``loops.py``, the checkpoint contents and preemption in ``checkpointing.py``, ``self.log`` in ``logging.py``.
+
+``global_step`` counts *applied* optimizer steps: micro-batches inside an accumulation window do not count, and
+neither does an fp16 step skipped because the gradients overflowed (schedulers do not step then either).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..accelerator import Accelerator, DataLoaderConfiguration, load_checkpoint_in_model, set_seed
+from . import args as check
+from .checkpointing import LAST, Preemption, TrainerCheckpointState, apply_payload, find_last_checkpoint
+from .hooks import HookDispatcher, check_callbacks
+from .logging import Results
+from .loops import FitLoop, run_evaluation, run_predict
+from .module import TrainingModule
+from .optim import LRSchedulerConfig
+from .setup import RunSetup
+
+
+@dataclass
+class RunState:
+    """What the Trainer is doing: ``fn`` is the entry point ("fit", "validate", "test", "predict"), ``stage``
+    the current part ("train", "validate", "test", "predict"), both None between runs."""
+
+    fn: str | None = None
+    stage: str | None = None
+
+
+class Trainer:
+    """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
+
+    Args: see API.md §2. ``max_steps`` counts applied optimizer steps; neither ``max_epochs`` nor ``max_steps``
+    means one epoch. ``precision`` is "fp32" | "fp16" | "bf16" (or "32", "16-mixed", "bf16-mixed").
+    ``limit_*_batches`` take a count or a fraction. ``devices``/``accelerator``/``strategy``: one process here;
+    several when launched by ``torchrun`` (the run adopts the launcher's processes).
+
+    Example:
+        >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
+        >>> trainer.fit(module, train_loader, val_loader)          # doctest: +SKIP
+        >>> trainer.fit(module, train_loader, val_loader, ckpt_path="last")  # resume after a preemption
+        >>> trainer.test(module, test_loader)                      # doctest: +SKIP
+        [{'test/acc': 0.97}]
+    """
+
+    def __init__(
+        self, *, max_epochs: int | None = None, max_steps: int | None = None, accumulate: int = 1,
+        precision: str = "fp32", clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
+        callbacks: list[Any] | Any | None = None, logger: Any = True, default_root_dir: str | os.PathLike = ".",
+        enable_checkpointing: bool = True, enable_progress_bar: bool = True, val_check_interval: int | float = 1.0,
+        check_val_every_n_epoch: int | None = 1, limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None, limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
+        deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
+    ) -> None:
+        from ..accelerator.precision import canonical_precision
+
+        self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
+        self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
+        self.accumulate = check.positive_int("accumulate", accumulate, " It is the number of micro-batches per "
+                                             "optimizer step (1: no accumulation).")
+        self.precision = canonical_precision(precision, argument="Trainer(precision=...)")
+        self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
+        self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)
+        if self.clip_grad_norm is not None and self.clip_grad_value is not None:
+            raise ValueError(f"Trainer(clip_grad_norm={clip_grad_norm!r}, clip_grad_value={clip_grad_value!r}): "
+                             "choose one way of clipping.")
+        self.val_check_interval = check.val_check_interval(val_check_interval)
+        self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1)
+        if self.check_val_every_n_epoch is None and not isinstance(self.val_check_interval, int):
+            raise ValueError("Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
+                             f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
+        self.limit_train_batches = check.batch_limit("limit_train_batches", limit_train_batches)
+        self.limit_val_batches = check.batch_limit("limit_val_batches", limit_val_batches)
+        self.limit_test_batches = check.batch_limit("limit_test_batches", limit_test_batches)
+        self.limit_predict_batches = check.batch_limit("limit_predict_batches", limit_predict_batches)
+        self.log_every_n_steps = check.positive_int("log_every_n_steps", log_every_n_steps)
+        self.seed = check.seed_value(seed)
+        self.deterministic = bool(deterministic)
+        self.default_root_dir = os.fspath(default_root_dir)
+        self.devices = devices
+        self._launch(check.devices_count(devices))  # the place where Trainer(devices=N) starts N processes
+
+        self.accelerator = Accelerator(
+            mixed_precision=self.precision, gradient_accumulation_steps=self.accumulate,
+            project_dir=self.default_root_dir, cpu=check.accelerator_choice(accelerator), strategy=strategy,
+            # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
+            dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
+            step_scheduler_with_optimizer=False,
+        )
+        self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
+        self.callbacks = self._build_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
+        self.loggers = self._build_loggers(logger)
+
+        self.state = RunState()
+        self.fit_loop = FitLoop(self)
+        self.should_stop = False
+        self.callback_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, Any] = {}
+        self.progress_bar_metrics: dict[str, Any] = {}
+        self.module: TrainingModule | None = None
+        self.optimizers: list[Any] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.num_training_batches: int | float = float("inf")
+        self.num_val_batches: list[int | float] = []
+        self.num_test_batches: list[int | float] = []
+        self.num_predict_batches: list[int | float] = []
+        self._hooks: HookDispatcher | None = None
+        self._train_results = Results(self, "train")
+        self._results = self._train_results
+        self._preemption = Preemption()
+        self._loaded_payload: dict[str, Any] | None = None
+        self._setup = RunSetup(self)
+        # Filled by RunSetup for each run (see setup.py); the loops read them.
+        self._model: Any = None
+        self._train_loader: Any = None
+        self._val_loaders: list[Any] = []
+        self._has_validation_step = False
+        self._val_check_batch: int | None = None
+        self._step_schedulers: list[LRSchedulerConfig] = []
+        self._parameters: list[torch.nn.Parameter] = []
+        self._autocast: Any = None
+        self._training_step: Any = None
+
+    # -- construction helpers -------------------------------------------------------------------------------------
+    def _launch(self, devices: int | None) -> None:
+        """Checks the process count. Launching ``devices`` processes from here belongs to the distributed
+        Trainer; until then several devices need an outside launcher (torchrun) that started them."""
+        world = check.launched_world_size()
+        if devices is not None and devices > 1 and world != devices:
+            raise ValueError(
+                f"Trainer(devices={self.devices!r}) needs {devices} processes but this one was started alone "
+                f"(WORLD_SIZE={world}). Launch the script with `torchrun --nproc_per_node={devices} script.py`, "
+                "or use devices=1."
+            )
+
+    def _build_callbacks(self, callbacks: Any, checkpointing: bool, progress_bar: bool) -> list[Any]:
+        if callbacks is None:
+            callbacks = []
+        elif not isinstance(callbacks, (list, tuple)):
+            callbacks = [callbacks]
+        result = check_callbacks(callbacks)
+        try:  # TEMPORARY until the built-in callbacks land in git; then a plain import
+            from ..callbacks import ModelCheckpoint, ProgressBar
+        except ImportError:
+            return result
+
+        if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
+            result.append(ModelCheckpoint())
+        if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
+            result.append(ProgressBar())
+        keys = [c.state_key for c in result]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
+                             "checkpoint states would overwrite each other. Give each a distinct state_key.")
+        return result
+
+    def _build_loggers(self, logger: Any) -> list[Any]:
+        from ..loggers import Logger, TensorBoardLogger
+
+        if logger is True:
+            return [TensorBoardLogger(self.default_root_dir, name="stoker_logs")]
+        if logger is False or logger is None:
+            return []
+        items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+        for item in items:
+            if not isinstance(item, Logger):
+                raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a stoker Logger or a list of "
+                                f"them; {type(item).__name__} is not a Logger.")
+        return items
+
+    # -- public attributes ----------------------------------------------------------------------------------------
+    @property
+    def global_step(self) -> int:
+        """Applied optimizer steps (accumulation micro-steps and skipped fp16 steps do not count)."""
+        return self.accelerator.step
+
+    @property
+    def current_epoch(self) -> int:
+        return self.fit_loop.epoch
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def logger(self) -> Any:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's folder, else ``default_root_dir``."""
+        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        """The first ``ModelCheckpoint`` among the callbacks, or None."""
+        try:  # TEMPORARY until the built-in callbacks land in git; then a plain import
+            from ..callbacks import ModelCheckpoint
+        except ImportError:
+            return None
+
+        return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
+
+    @property
+    def lightning_module(self) -> TrainingModule | None:
+        return self.module
+
+    @property
+    def training(self) -> bool:
+        return self.state.stage == "train"
+
+    @property
+    def validating(self) -> bool:
+        return self.state.stage == "validate"
+
+    @property
+    def testing(self) -> bool:
+        return self.state.stage == "test"
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.stage == "predict"
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Always False: stoker runs no sanity-check validation before training."""
+        return False
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``)."""
+        return self._setup.estimated_steps()
+
+    # -- entry points ---------------------------------------------------------------------------------------------
+    def fit(self, module: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            ckpt_path: str | os.PathLike | None = None) -> None:
+        """Trains ``module``; ``ckpt_path="last"`` resumes from the newest checkpoint (fresh start when none)."""
+        self._setup.check_module(module, fit=True)
+        train = self._setup.loader_or_hook(train_dataloaders, module, "train_dataloader", "train_dataloaders")
+        vals = self._setup.loaders(val_dataloaders, module, "val_dataloader")
+        with self._run("fit", module):
+            self._setup.prepare_fit(module, train, vals)
+            self._restore(ckpt_path)
+            self._log_hyperparams()
+            self._preemption.install()
+            try:
+                self.state.stage = "train"
+                self._hooks.call("on_fit_start")
+                self._hooks.call("on_train_start")
+                self.fit_loop.run()
+                self.state.stage = "train"
+                self._hooks.call("on_train_end")
+                self._hooks.call("on_fit_end")
+            finally:
+                self._preemption.uninstall()
+
+    def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
+                 ckpt_path: str | os.PathLike | None = None) -> list[dict[str, float]]:
+        """Runs ``validation_step`` over ``dataloaders``; one dict of epoch metrics per loader."""
+        return self._evaluate("validate", module, dataloaders, ckpt_path)
+
+    def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
+             ckpt_path: str | os.PathLike | None = None) -> list[dict[str, float]]:
+        """Runs ``test_step`` over ``dataloaders``; one dict of epoch metrics per loader."""
+        return self._evaluate("test", module, dataloaders, ckpt_path)
+
+    def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
+                ckpt_path: str | os.PathLike | None = None) -> list[Any]:
+        """``predict_step`` outputs for every batch (a list per loader when there are several)."""
+        module = self._setup.eval_module(module, "predict")
+        loaders = self._setup.loaders(dataloaders, module, "predict_dataloader", required=True)
+        with self._run("predict", module):
+            prepared = self._setup.prepare_eval(module, loaders, "predict", self.limit_predict_batches)
+            self._load_weights(ckpt_path)
+            self.state.stage = "predict"
+            return run_predict(self, prepared)
+
+    def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any) -> list[dict]:
+        module = self._setup.eval_module(module, fn)
+        hook = "val_dataloader" if fn == "validate" else "test_dataloader"
+        loaders = self._setup.loaders(dataloaders, module, hook, required=True)
+        with self._run(fn, module):
+            limit = self.limit_val_batches if fn == "validate" else self.limit_test_batches
+            prepared = self._setup.prepare_eval(module, loaders, fn, limit)
+            self._load_weights(ckpt_path)
+            self.state.stage = fn
+            return run_evaluation(self, fn, prepared)
+
+    @contextlib.contextmanager
+    def _run(self, fn: str, module: TrainingModule):  # noqa: ANN202 - context manager
+        if self.state.fn is not None:
+            raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{self.state.fn}() is running; a Trainer "
+                               "runs one thing at a time.")
+        self.state.fn = fn
+        self.module = module
+        object.__setattr__(module, "_trainer", self)
+        self.should_stop = False if fn == "fit" else self.should_stop
+        self._hooks = HookDispatcher(self, module, self.callbacks)
+        status = "success"
+        try:
+            self._hooks.call("setup", fn)
+            yield
+        except BaseException as exception:
+            status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
+            self._hooks.call("on_exception", exception)
+            raise
+        finally:
+            try:
+                self._hooks.call("teardown", fn)
+            finally:
+                self.state.fn = self.state.stage = None
+                self._setup.teardown()
+                if self.is_global_zero:
+                    for logger in self.loggers:
+                        logger.finalize(status)
+
+    # -- validation inside fit -------------------------------------------------------------------------------------
+    def _run_validation(self) -> None:
+        previous, self.state.stage = self.state.stage, "validate"
+        try:
+            run_evaluation(self, "validate", self._val_loaders)
+        finally:
+            self.state.stage = previous
+
+    def _send_to_loggers(self, values: dict[str, Any]) -> None:
+        if not values:
+            return
+        values = dict(values)
+        values.setdefault("epoch", self.current_epoch)
+        self.logged_metrics.update(values)
+        if self.is_global_zero:
+            step = self.global_step
+            for logger in self.loggers:
+                logger.log_metrics(values, step=step)
+
+    def _log_hyperparams(self) -> None:
+        hparams = dict(getattr(self.module, "hparams", {}) or {})
+        if hparams and self.is_global_zero:
+            for logger in self.loggers:
+                logger.log_hyperparams(hparams)
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def save_checkpoint(self, path: str | os.PathLike) -> str:
+        """Writes a full resumable checkpoint (an Accelerator ``save_state`` folder) to ``path``; returns it.
+
+        It holds the model, optimizers, schedulers, grad scaler, RNG states, loader positions, the loop position,
+        callback states (by ``state_key``), ``on_save_checkpoint`` entries and the hyperparameters. The folder
+        appears complete or not at all. Collective: call it on every process.
+        """
+        if self.module is None:
+            raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
+        return self.accelerator.save_state(os.fspath(path))
+
+    def find_last_checkpoint(self) -> str | None:
+        """The newest complete checkpoint for ``ckpt_path="last"``, or None.
+
+        Looks in ``{default_root_dir}/checkpoints`` and the ModelCheckpoint's ``dirpath``; picks the most
+        optimizer steps, preferring the ``last`` folder on ties, then the most recently written.
+        """
+        folders = [os.path.join(self.default_root_dir, "checkpoints")]
+        callback = self.checkpoint_callback
+        if callback is not None and getattr(callback, "dirpath", None):
+            folders.append(callback.dirpath)
+        return find_last_checkpoint(folders)
+
+    def _resolve_ckpt(self, ckpt_path: Any) -> str | None:
+        if ckpt_path is None:
+            return None
+        if ckpt_path == LAST:
+            return self.find_last_checkpoint()
+        path = os.fspath(ckpt_path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
+                                    "Trainer.save_checkpoint / ModelCheckpoint, 'last', or None.")
+        return path
+
+    def _restore(self, ckpt_path: Any) -> None:
+        path = self._resolve_ckpt(ckpt_path)
+        if path is None:
+            self._setup.continue_position()
+            return
+        self._loaded_payload = None
+        try:
+            self.accelerator.load_state(path)
+        except ValueError as error:
+            raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer "
+                             "and scheduler of configure_optimizers, the train loader and each val loader.)") from error
+        if self._loaded_payload is None:
+            raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
+                             "Trainer. Load it with trainer.accelerator.load_state instead.")
+        apply_payload(self, self._loaded_payload)
+        self._loaded_payload = None
+
+    def _load_weights(self, ckpt_path: Any) -> None:
+        path = self._resolve_ckpt(ckpt_path)
+        if path is None:
+            if ckpt_path == LAST:
+                raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {self.default_root_dir}.")
+            return
+        load_checkpoint_in_model(self.accelerator.unwrap_model(self._model), os.path.join(path, "model.safetensors"))
+
+    # -- run setup shortcuts used by the loops --------------------------------------------------------------------
+    @property
+    def _max_epochs_effective(self) -> int | None:
+        if self.max_epochs is None and self.max_steps is None:
+            return 1
+        return self.max_epochs
+
+    def _seed(self) -> None:
+        if self.seed is not None:
+            set_seed(self.seed, deterministic=self.deterministic)
+        elif self.deterministic:
+            torch.use_deterministic_algorithms(True)
