@@ -1,0 +1,337 @@
+"""`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` always fresh.
+
+This module owns *when* to save, the folder names (templates made safe for every file system), which
+checkpoints to keep, and the ``last`` folder. It does not own the checkpoint format or its atomicity:
+each checkpoint is ``trainer.save_checkpoint(folder)`` (the Accelerator's ``save_state``: written
+beside its target, renamed into place when complete).
+
+Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
+
+    epoch=3-step=400/      a top-k checkpoint (a complete save_state folder)
+    last/                  always the newest state; ``fit(ckpt_path="last")`` resumes from it
+    weights/epoch=3-step=400/model.safetensors   with export_weights=True (save_model of the
+    weights/last/model.safetensors               unwrapped model; load_checkpoint_in_model reads it)
+
+``last`` is refreshed at *every* save, whether or not the monitored metric improved (Lightning 2.6
+stops refreshing it then, so ``ckpt_path="last"`` silently resumes from an old epoch). When a save is
+also a top-k checkpoint, ``last`` is a hard-linked copy of it (no second write). Checkpoints that
+drop out of the top k are deleted only after the new checkpoint and ``last`` are complete.
+
+Names are stored relative to ``dirpath`` in the callback state, so a run folder can be moved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from typing import Any
+
+import torch
+
+from stoker.callbacks.base import Callback
+from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, copy_folder,
+                                               format_checkpoint_name, ordering, remove_folder, replace_folder)
+
+__all__ = ["ModelCheckpoint", "format_checkpoint_name"]
+
+
+class ModelCheckpoint(Callback):
+    """Saves full resumable checkpoints, keeps the best ``save_top_k`` and a ``last`` that is always newest.
+
+    A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
+    is one) and every ``every_n_train_steps`` optimizer steps, and once more at the end of ``fit`` if
+    the newest state is not saved yet. Each save writes a complete ``save_state`` folder. With
+    ``monitor``, a checkpoint is kept when its score is among the ``save_top_k`` best; without it the
+    ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
+
+    Args:
+        dirpath: Folder for the checkpoints; default ``{trainer.default_root_dir}/checkpoints``.
+        filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"``; fields are ``epoch``, ``step``
+            and any metric in ``trainer.callback_metrics`` and become ``name=value``. Characters that
+            are unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``. Default ``"{epoch}-{step}"``.
+        monitor: Metric that ranks checkpoints, e.g. ``"val/loss"``; ``None`` ranks by recency.
+        mode: ``"min"`` or ``"max"``: which scores are better.
+        save_top_k: How many ranked checkpoints to keep (-1 all, 0 none).
+        save_last: Keep ``{dirpath}/last`` refreshed at every save.
+        every_n_train_steps: Save every n optimizer steps (``None`` or 0: never by steps).
+        every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends).
+        export_weights: Also write ``save_model`` safetensors of the unwrapped model to
+            ``{dirpath}/weights/{name}`` (and ``weights/last``) for inference.
+
+    Attributes:
+        best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
+        best_model_score: Its score as a 0-d tensor (``None`` before the first).
+        last_model_path: Absolute path of ``last`` once written (``""`` before).
+        best_k_models: Absolute path -> score of every kept ranked checkpoint.
+
+    Example:
+        >>> from stoker import Trainer
+        >>> ckpt = ModelCheckpoint(monitor="val/loss", save_top_k=2, filename="{epoch}-{val/loss:.3f}")
+        >>> trainer = Trainer(max_epochs=10, callbacks=[ckpt])   # doctest: +SKIP
+        >>> trainer.fit(module, train_loader, val_loader)         # doctest: +SKIP
+        >>> ckpt.best_model_path                                  # doctest: +SKIP
+        '/runs/checkpoints/epoch=7-val_loss=0.112'
+        >>> Trainer(max_epochs=20).fit(module, train_loader, val_loader, ckpt_path="last")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_last: bool = True,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = 1,
+        export_weights: bool = False,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"ModelCheckpoint(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
+        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be an int: -1 (all), 0 (none) or k >= 1.")
+        for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be None or an int >= 0 (0 or None: off).")
+        if monitor is not None and (not isinstance(monitor, str) or not monitor):
+            raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
+        self.filename = filename or "{epoch}-{step}"
+        try:  # fail now, not after the first epoch, on a template that cannot be filled
+            format_checkpoint_name(self.filename, Zeros())
+        except (ValueError, IndexError, KeyError) as error:
+            raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
+        self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
+        self.dirpath: str | None = None if dirpath is None else os.path.abspath(dirpath)
+        self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
+        self.every_n_train_steps = every_n_train_steps or 0
+        self.every_n_epochs = every_n_epochs or 0
+        self.export_weights = export_weights
+        self.best_k_models: dict[str, float] = {}
+        self.last_model_path = ""
+        self._last_topk_step = -1
+        self._last_save_step = -1
+        self._last_step_seen = -1
+        self._fitting = False
+        self._validated = False
+        self._changed_since_save = False  # validation ran since the last save (same step, newer state)
+        self._warned_missing = False
+        self._pending_state: dict[str, Any] | None = None
+
+    # -- public attributes --------------------------------------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode,
+                                        every_n_train_steps=self.every_n_train_steps, every_n_epochs=self.every_n_epochs)
+
+    @property
+    def best_model_path(self) -> str:
+        return self._best(best=True) or ""
+
+    @property
+    def best_model_score(self) -> torch.Tensor | None:
+        path = self._best(best=True)
+        return None if path is None else torch.tensor(self.best_k_models[path], dtype=torch.float64)
+
+    @property
+    def kth_best_model_path(self) -> str:
+        """The kept checkpoint that the next better one replaces (the worst kept)."""
+        return self._best(best=False) or ""
+
+    def _best(self, best: bool) -> str | None:
+        if not self.best_k_models:
+            return None
+        minimize = self._minimize
+        pick = min if minimize == best else max
+        return pick(self.best_k_models, key=lambda p: ordering(self.best_k_models[p], minimize))
+
+    @property
+    def _minimize(self) -> bool:
+        return self.monitor is not None and self.mode == "min"
+
+    # -- schedule -----------------------------------------------------------------------------------------------
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = os.path.abspath(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints"))
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            self._apply_state(state)
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        self._fitting, self._validated = True, False
+        self._last_step_seen = trainer.global_step
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self._fitting = False
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._fitting = False
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if self._fitting:
+            self._validated = self._changed_since_save = True
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == self._last_step_seen:  # inside an accumulation window: nothing new to save
+            return
+        self._last_step_seen = step
+        if self.every_n_train_steps and step % self.every_n_train_steps == 0:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._save(trainer)
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        if self.save_last and self._last_save_step != trainer.global_step:
+            self.save_last_now(trainer)
+
+    def save_last_now(self, trainer: Any) -> str:
+        """Writes ``{dirpath}/last`` now (even with ``save_last=False``); returns its path.
+
+        Used by `Timer` and anyone who must stop with a resumable checkpoint.
+        """
+        self._require_dirpath()
+        self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
+        self._write(trainer, None, [])
+        return self.last_model_path
+
+    # -- saving -------------------------------------------------------------------------------------------------
+    def _save(self, trainer: Any) -> None:
+        self._require_dirpath()
+        step = int(trainer.global_step)
+        metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
+        topk_path, evicted = None, []
+        if self.save_top_k != 0 and step != self._last_topk_step:
+            score = self._score(trainer, metrics, step)
+            if score is not None:
+                topk_path, evicted = self._admit(trainer, metrics, score)
+                if topk_path is not None:
+                    self._last_topk_step = step
+        if topk_path is None and (not self.save_last or (step == self._last_save_step and not self._changed_since_save)):
+            return  # nothing to keep, or `last` already holds exactly this state
+        if self.save_last:
+            self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
+        self._write(trainer, topk_path, evicted)
+
+    def _score(self, trainer: Any, metrics: dict[str, Any], step: int) -> float | None:
+        if self.monitor is None:
+            return float(step)
+        if self.monitor not in metrics:
+            message = (
+                f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}. Available metrics: "
+                f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value), "
+                "or set monitor to one of the available names (None ranks checkpoints by recency)."
+            )
+            if self._validated or not any(getattr(trainer, "num_val_batches", None) or []):
+                raise RuntimeError(message)
+            if not self._warned_missing:  # before the first validation a val metric cannot exist yet
+                self._warned_missing = True
+                warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning, stacklevel=3)
+            return None
+        value = metrics[self.monitor]
+        if isinstance(value, torch.Tensor) and value.numel() != 1:
+            raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) needs a scalar; got shape {tuple(value.shape)}.")
+        accelerator = trainer.accelerator
+        if accelerator.num_processes > 1:  # every process must make the same decision: agree on one score
+            tensor = torch.as_tensor(value, dtype=torch.float64, device=accelerator.device).reshape(())
+            value = accelerator.reduce(tensor, "mean")
+        return float(value.item() if isinstance(value, torch.Tensor) else value)
+
+    def _admit(self, trainer: Any, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
+        """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
+        evicted: list[str] = []
+        if self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k:
+            worst = self.kth_best_model_path
+            if not better(score, self.best_k_models[worst], self._minimize):
+                return None, []
+            evicted.append(worst)
+        path = self._unique_path(format_checkpoint_name(self.filename, metrics), evicted)
+        for old in evicted:
+            del self.best_k_models[old]
+        self.best_k_models[path] = score
+        return path, [p for p in evicted if p != path]
+
+    def _unique_path(self, name: str, replaceable: list[str]) -> str:
+        """``dirpath/name``, with ``-v1``, ``-v2``... when a folder we may not replace already has that name."""
+        path, version = os.path.join(self.dirpath, name), 0
+        while (os.path.exists(path) and path not in replaceable) or os.path.basename(path) in (LAST_NAME, WEIGHTS_DIR):
+            version += 1
+            path = os.path.join(self.dirpath, f"{name}-v{version}")
+        return path
+
+    def _write(self, trainer: Any, topk_path: str | None, evicted: list[str]) -> None:
+        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes."""
+        accelerator = trainer.accelerator
+        last = os.path.join(self.dirpath, LAST_NAME)
+        first = topk_path or last
+        trainer.save_checkpoint(first)
+        if self.export_weights:
+            self._export(trainer, first)
+        if topk_path is not None and self.save_last:
+            if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
+                copy_folder(topk_path, last)
+                if self.export_weights:
+                    copy_folder(self._weights_path(topk_path), self._weights_path(last))
+            accelerator.wait_for_everyone()
+        if trainer.is_global_zero:  # only now that everything new is complete
+            for path in evicted:
+                remove_folder(path)
+                remove_folder(self._weights_path(path))
+        accelerator.wait_for_everyone()
+        self._last_save_step = int(trainer.global_step)
+        self._changed_since_save = False
+
+    def _weights_path(self, checkpoint_path: str) -> str:
+        return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
+
+    def _export(self, trainer: Any, checkpoint_path: str) -> None:
+        target = self._weights_path(checkpoint_path)
+        tmp = aside(target, "tmp")
+        if trainer.is_global_zero:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        trainer.accelerator.wait_for_everyone()
+        trainer.accelerator.save_model(trainer.module, tmp)
+        if trainer.is_global_zero:
+            replace_folder(tmp, target)
+        trainer.accelerator.wait_for_everyone()
+
+    def _require_dirpath(self) -> None:
+        if self.dirpath is None:
+            raise RuntimeError("ModelCheckpoint has no dirpath yet: it is set in setup() from the Trainer's "
+                               "default_root_dir. Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
+
+    # -- state --------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "dirpath": self.dirpath or "",
+            "monitor": self.monitor or "",
+            "best_k_models": {os.path.basename(p): float(s) for p, s in self.best_k_models.items()},
+            "last_model_path": os.path.basename(self.last_model_path),
+            "last_topk_step": self._last_topk_step,
+            "last_save_step": self._last_save_step,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.dirpath is None:
+            self._pending_state = dict(state_dict)
+        else:
+            self._apply_state(state_dict)
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        # Entries are names inside dirpath; a moved run folder still finds them. Vanished ones are dropped.
+        self.best_k_models = {
+            os.path.join(self.dirpath, name): float(score)
+            for name, score in dict(state.get("best_k_models", {})).items()
+            if os.path.isdir(os.path.join(self.dirpath, name))
+        }
+        last = state.get("last_model_path") or ""
+        self.last_model_path = os.path.join(self.dirpath, last) if last else ""
+        self._last_topk_step = int(state.get("last_topk_step", -1))
+        self._last_save_step = int(state.get("last_save_step", -1))
+
+    def __repr__(self) -> str:
+        return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
+                f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last})")

@@ -1,0 +1,135 @@
+"""Folder names and folder operations for `ModelCheckpoint`.
+
+Owns: filename templates (``"{epoch}-{val/loss:.3f}"`` -> ``"epoch=3-val_loss=0.123"``), names safe on every
+file system, score ordering (NaN is never best), and whole-folder copy/replace/remove that never leave a
+half-written or half-deleted folder under a checkpoint's name. Temporary folders follow the
+``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+from typing import Any
+
+import torch
+
+_FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
+# Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
+_UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]')
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+LAST_NAME = "last"
+WEIGHTS_DIR = "weights"
+
+
+def safe_name(name: str) -> str:
+    """``name`` made valid as one folder name everywhere: ``"/"``, ``":"`` etc. become ``"_"``.
+
+    Example:
+        >>> safe_name("epoch=1-val/loss=0.25")
+        'epoch=1-val_loss=0.25'
+    """
+    name = _UNSAFE.sub("_", name).rstrip(" .")
+    if name.startswith("."):  # hidden names are reserved for temporary folders
+        name = "_" + name[1:]
+    if not name or name.split(".")[0].upper() in _RESERVED:
+        name = "_" + name
+    return name
+
+
+def format_checkpoint_name(template: str, metrics: dict[str, Any], auto_insert_metric_name: bool = True) -> str:
+    """Fills ``{name}`` / ``{name:spec}`` fields of ``template`` from ``metrics`` and makes the result safe.
+
+    With ``auto_insert_metric_name`` each field becomes ``name=value``. A metric that is missing is
+    written as ``nan``.
+
+    Example:
+        >>> format_checkpoint_name("{epoch}-{step}-{val/loss:.3f}", {"epoch": 2, "step": 40, "val/loss": 0.12345})
+        'epoch=2-step=40-val_loss=0.123'
+    """
+
+    def field(match: re.Match) -> str:
+        name, spec = match.group(1).strip(), (match.group(2) or ":")[1:]
+        value = metrics.get(name, math.nan)
+        if isinstance(value, torch.Tensor):
+            value = value.item()
+        try:
+            text = format(value, spec)
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"ModelCheckpoint(filename={template!r}): cannot format {name}={value!r} with spec {spec!r} "
+                f"({error}). Use a spec that fits numbers, e.g. '{{{name}:.4f}}'."
+            ) from None
+        return f"{name}={text}" if auto_insert_metric_name else text
+
+    return safe_name(_FIELD.sub(field, template))
+
+
+class Zeros(dict):
+    """A metrics mapping where every name is 0 (to validate a filename template up front)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return 0
+
+
+def ordering(score: float, minimize: bool) -> float:
+    """``score`` with NaN mapped to the worst value, so NaN checkpoints are never 'best'."""
+    if math.isnan(score):
+        return math.inf if minimize else -math.inf
+    return score
+
+
+def better(new: float, old: float, minimize: bool) -> bool:
+    if math.isnan(new):
+        return False
+    old = ordering(old, minimize)
+    return new < old if minimize else new > old
+
+
+# -- folders: the same ".{name}.stoker-{tmp,old,del}" convention as save_state, so its recovery applies -----------
+def aside(target: str, kind: str) -> str:
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}.stoker-{kind}")
+
+
+def replace_folder(tmp: str, target: str) -> None:
+    """Puts the complete folder ``tmp`` at ``target``; an old ``target`` is moved aside first, then deleted."""
+    if os.path.exists(target):
+        old = aside(target, "old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, target)
+
+
+def copy_folder(src: str, dst: str) -> None:
+    """Atomically makes ``dst`` a copy of the flat folder ``src``, hard-linking files where possible."""
+    if not os.path.isdir(src):
+        return
+    tmp = aside(dst, "tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for entry in os.scandir(src):
+        target = os.path.join(tmp, entry.name)
+        if entry.is_dir():
+            shutil.copytree(entry.path, target)
+            continue
+        try:  # files of a finished checkpoint are never modified in place, so sharing them is safe
+            os.link(entry.path, target)
+        except OSError:
+            shutil.copy2(entry.path, target)
+    replace_folder(tmp, dst)
+
+
+def remove_folder(path: str) -> None:
+    """Deletes ``path`` so that no half-deleted folder is ever left under its name."""
+    if not os.path.exists(path):
+        return
+    doomed = aside(path, "del")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)

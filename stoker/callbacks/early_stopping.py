@@ -1,0 +1,159 @@
+"""`EarlyStopping`: stop ``fit`` when a monitored metric stops improving.
+
+This module owns the improvement test (mode, ``min_delta``, patience) and its state. It reads the
+metric from ``trainer.callback_metrics`` (one host read per check, i.e. once per validation run or
+epoch, never per step) and stops by setting ``trainer.should_stop``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+from stoker.callbacks.base import Callback
+
+__all__ = ["EarlyStopping"]
+
+_MODES = ("min", "max")
+
+
+class EarlyStopping(Callback):
+    """Stops training when ``monitor`` has not improved for ``patience`` checks in a row.
+
+    The metric is checked after each validation run inside ``fit`` or, when the run has no
+    validation data, at the end of each training epoch. An improvement is a value below
+    ``best - min_delta`` (``mode="min"``) or above ``best + min_delta`` (``mode="max"``). The
+    counters (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience
+    carries across a resume.
+
+    Args:
+        monitor: Name of a metric in ``trainer.callback_metrics``, e.g. ``"val/loss"``.
+        mode: ``"min"`` or ``"max"``: which direction is better.
+        patience: Number of checks without improvement after which training stops.
+        min_delta: Smallest change that counts as an improvement (>= 0).
+        strict: Raise when ``monitor`` is missing (``True``), or warn and skip the check.
+        check_finite: Stop at once when the metric becomes NaN or infinite.
+
+    Example:
+        >>> from stoker import Trainer
+        >>> stop = EarlyStopping("val/loss", patience=5, min_delta=1e-3)
+        >>> trainer = Trainer(max_epochs=100, callbacks=[stop])  # doctest: +SKIP
+        >>> trainer.fit(module, train_loader, val_loader)         # doctest: +SKIP
+        >>> stop.stopped_epoch                                    # doctest: +SKIP
+        17
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        mode: str = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        strict: bool = True,
+        check_finite: bool = True,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(f"EarlyStopping(monitor={monitor!r}) must be a metric name such as 'val/loss'.")
+        if mode not in _MODES:
+            raise ValueError(f"EarlyStopping(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
+        if not isinstance(min_delta, (int, float)) or min_delta < 0:
+            raise ValueError(
+                f"EarlyStopping(min_delta={min_delta!r}) must be a number >= 0; the direction comes from `mode`."
+            )
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = patience
+        self.min_delta = float(min_delta)
+        self.strict = strict
+        self.check_finite = check_finite
+        self.wait_count = 0
+        self.stopped_epoch = -1
+        self.best_score = math.inf if mode == "min" else -math.inf
+        self.stopping_reason = ""
+        self._fitting = False
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        self._fitting = True
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self._fitting = False
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._fitting = False
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if self._fitting:
+            self._run_check(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if not _has_validation(trainer):
+            self._run_check(trainer)
+
+    def _run_check(self, trainer: Any) -> None:
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            message = (
+                f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. "
+                f"Available metrics: {sorted(metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
+                "in validation_step (or training_step), or monitor one of the available names."
+            )
+            if self.strict:
+                raise RuntimeError(message)
+            warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning, stacklevel=2)
+            return
+        current = _to_float(metrics[self.monitor])
+        should_stop, reason = self._evaluate(current)
+        if should_stop:
+            trainer.should_stop = True
+            self.stopped_epoch = int(trainer.current_epoch)
+            self.stopping_reason = reason
+            if trainer.is_global_zero:
+                print(f"EarlyStopping: {reason} Stopping at epoch {trainer.current_epoch}.")
+
+    def _evaluate(self, current: float) -> tuple[bool, str]:
+        """Updates the counters with ``current``; returns (stop?, why)."""
+        if self.check_finite and not math.isfinite(current):
+            return True, f"{self.monitor} = {current} is not finite."
+        improved = (current < self.best_score - self.min_delta if self.mode == "min"
+                    else current > self.best_score + self.min_delta)
+        if improved:
+            self.best_score = current
+            self.wait_count = 0
+            return False, ""
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (f"{self.monitor} did not improve by more than {self.min_delta} for "
+                          f"{self.wait_count} checks; best {self.best_score:.6g}.")
+        return False, ""
+
+    def state_dict(self) -> dict[str, Any]:
+        # Scores go in a tensor: checkpoint JSON need not represent the initial +/-inf.
+        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch,
+                "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = _to_float(state_dict["best_score"])
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"A monitored metric must be a scalar; got a tensor of shape {tuple(value.shape)}.")
+        return float(value.detach().double().item())
+    return float(value)
+
+
+def _has_validation(trainer: Any) -> bool:
+    """Whether this fit validates at all (then checks happen after validation instead)."""
+    return any(getattr(trainer, "num_val_batches", None) or [])

@@ -1,0 +1,269 @@
+"""`ProgressBar`: tqdm bars for training, validation, test and predict, redrawn on a time interval.
+
+This module owns what a user sees while a run is going: one bar per training epoch (batches, rate,
+the latest loss and every ``prog_bar`` metric) and one bar per evaluation run. It does not own the
+metric values (the Trainer's ``progress_bar_metrics``).
+
+Cost: per batch, an integer increment, a reference to the outputs and one ``time.monotonic()``; the
+loss and metrics are read from the device (``.item()``) only when the bar is redrawn, at most once
+every ``refresh_rate`` seconds. When the output is not a terminal (a log file, CI) there are no
+carriage-return redraws at all: one plain line is printed per finished bar, plus at most one line
+per ``line_interval`` seconds during long epochs. tqdm is imported only when a terminal bar is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+import torch
+
+from stoker.callbacks.base import Callback
+
+__all__ = ["ProgressBar"]
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().item() if value.numel() == 1 else value
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _format_seconds(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _total(value: Any) -> int | None:
+    """A bar total from a batch count: ``None`` for unknown or infinite lengths."""
+    if value is None or (isinstance(value, float) and math.isinf(value)):
+        return None
+    return int(value)
+
+
+class _Bar:
+    """One bar: a tqdm bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, desc: str, total: int | None, file: IO[str], tty: bool, leave: bool,
+                 line_interval: float) -> None:
+        self.desc, self.total, self.file, self.line_interval = desc, total, file, line_interval
+        self.n = 0
+        self.start = self.last_line = time.monotonic()
+        self.tqdm: Any = None
+        if tty:
+            from tqdm import tqdm  # lazy: `import stoker` must not import tqdm
+
+            # mininterval=0: the callback already limits redraws, every update() we make should draw.
+            self.tqdm = tqdm(total=total, desc=desc, file=file, leave=leave, dynamic_ncols=True,
+                             mininterval=0, miniters=1, unit="it")
+
+    def show(self, postfix: Mapping[str, str], now: float) -> None:
+        if self.tqdm is not None:
+            self.tqdm.set_postfix(postfix, refresh=False)
+            self.tqdm.update(self.n - self.tqdm.n)
+        elif now - self.last_line >= self.line_interval:
+            self._line(postfix, now)
+
+    def close(self, postfix: Mapping[str, str]) -> None:
+        if self.tqdm is not None:
+            self.tqdm.set_postfix(postfix, refresh=False)
+            self.tqdm.update(self.n - self.tqdm.n)
+            self.tqdm.close()
+        else:
+            self._line(postfix, time.monotonic())
+
+    def _line(self, postfix: Mapping[str, str], now: float) -> None:
+        self.last_line = now
+        elapsed = now - self.start
+        rate = f"{self.n / elapsed:.2f}it/s" if elapsed > 0 else "?it/s"
+        count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
+        extras = ", ".join(f"{k}={v}" for k, v in postfix.items())
+        print(f"{self.desc}: {count} [{_format_seconds(elapsed)}, {rate}]" + (f" {extras}" if extras else ""),
+              file=self.file, flush=True)
+
+
+class ProgressBar(Callback):
+    """Progress bars for ``fit``, ``validate``, ``test`` and ``predict`` (the Trainer's default).
+
+    On a terminal each training epoch gets a tqdm bar showing batches done, batches per second, the
+    loss of the latest batch and every metric logged with ``prog_bar=True``; validation, test and
+    predict runs get their own bar. Bars are redrawn at most once every ``refresh_rate`` seconds, so
+    the bar costs almost nothing per step. When the output is not a terminal, nothing is redrawn: a
+    plain line is printed when a bar finishes (and every ``line_interval`` seconds in between), so
+    log files stay readable. Only the global-zero process draws.
+
+    Args:
+        refresh_rate: Seconds between redraws. ``0`` disables the bar. (Unlike Lightning's
+            ``TQDMProgressBar``, this is time, not a number of batches.)
+        leave: Keep each finished training-epoch bar on screen.
+        file: Where to write; ``None`` means ``sys.stderr`` at the start of each run.
+        line_interval: Seconds between progress lines when the output is not a terminal.
+
+    Example:
+        >>> from stoker import Trainer
+        >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=1.0)])  # doctest: +SKIP
+        >>> trainer.fit(module, loader)  # doctest: +SKIP
+        Epoch 0: 100%|██████████| 250/250 [00:03<00:00, 80.1it/s, loss=0.231, val/acc=0.91]
+    """
+
+    def __init__(self, refresh_rate: float = 0.5, leave: bool = True, file: IO[str] | None = None,
+                 line_interval: float = 30.0) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, (int, float)) or refresh_rate < 0:
+            raise ValueError(
+                f"ProgressBar(refresh_rate={refresh_rate!r}) must be a number of seconds >= 0 (0 disables the bar)."
+            )
+        if not isinstance(line_interval, (int, float)) or line_interval <= 0:
+            raise ValueError(f"ProgressBar(line_interval={line_interval!r}) must be a number of seconds > 0.")
+        self.refresh_rate = float(refresh_rate)
+        self.leave = leave
+        self.line_interval = float(line_interval)
+        self._file_arg = file
+        self._file: IO[str] = file or sys.stderr
+        self._enabled = self.refresh_rate > 0
+        self._active = False
+        self._train: _Bar | None = None
+        self._eval: _Bar | None = None
+        self._next_draw = 0.0
+        self._outputs: Any = None
+
+    @property
+    def is_enabled(self) -> bool:
+        """Whether bars are drawn (``refresh_rate > 0``, not disabled, and on global zero)."""
+        return self._enabled and self._active
+
+    def disable(self) -> None:
+        """Stop drawing (e.g. while printing something long)."""
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = self.refresh_rate > 0
+
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        self._active = bool(trainer.is_global_zero)
+        self._file = self._file_arg or sys.stderr
+
+    def _tty(self) -> bool:
+        isatty = getattr(self._file, "isatty", None)
+        try:
+            return bool(isatty and isatty())
+        except ValueError:  # a closed file
+            return False
+
+    def _new_bar(self, desc: str, total: Any, leave: bool) -> _Bar:
+        self._next_draw = time.monotonic() + self.refresh_rate
+        return _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval)
+
+    def _postfix(self, trainer: Any, with_loss: bool) -> dict[str, str]:
+        postfix: dict[str, str] = {}
+        outputs = self._outputs
+        if with_loss:
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if isinstance(loss, (torch.Tensor, float, int)):
+                postfix["loss"] = _format_value(loss)
+        for name, value in (getattr(trainer, "progress_bar_metrics", None) or {}).items():
+            postfix[name] = _format_value(value)
+        return postfix
+
+    # -- training -----------------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if self.is_enabled:
+            self._close_train(trainer)
+            self._outputs = None
+            self._train = self._new_bar(f"Epoch {trainer.current_epoch}", trainer.num_training_batches, self.leave)
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        bar = self._train
+        if bar is None:
+            return
+        bar.n += 1
+        self._outputs = outputs  # a reference only; read from the device at the next redraw
+        now = time.monotonic()
+        if now >= self._next_draw:
+            self._next_draw = now + self.refresh_rate
+            bar.show(self._postfix(trainer, with_loss=True), now)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self._close_train(trainer)
+
+    def _close_train(self, trainer: Any) -> None:
+        if self._train is not None:
+            bar, self._train = self._train, None
+            bar.close(self._postfix(trainer, with_loss=True))
+
+    # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
+    def _eval_start(self, trainer: Any, desc: str, counts: Any) -> None:
+        if not self.is_enabled:
+            return
+        self._close_eval(trainer, refresh_train=False)
+        if isinstance(counts, (list, tuple)):
+            counts = None if any(_total(c) is None for c in counts) else sum(int(c) for c in counts)
+        self._eval = self._new_bar(desc, counts, leave=False)
+
+    def _eval_batch(self, trainer: Any) -> None:
+        bar = self._eval
+        if bar is None:
+            return
+        bar.n += 1
+        now = time.monotonic()
+        if now >= self._next_draw:
+            self._next_draw = now + self.refresh_rate
+            bar.show({}, now)
+
+    def _close_eval(self, trainer: Any, refresh_train: bool = True) -> None:
+        if self._eval is not None:
+            bar, self._eval = self._eval, None
+            bar.close(self._postfix(trainer, with_loss=False) if bar.tqdm is None else {})
+        if refresh_train and self._train is not None and self._train.tqdm is not None:
+            # Show fresh validation metrics on the epoch bar right away.
+            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "Validation", getattr(trainer, "num_val_batches", None))
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self._eval_batch(trainer)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self._close_eval(trainer)
+
+    def on_test_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "Testing", getattr(trainer, "num_test_batches", None))
+
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._eval_batch(trainer)
+
+    def on_test_end(self, trainer: Any, module: Any) -> None:
+        self._close_eval(trainer)
+
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "Predicting", getattr(trainer, "num_predict_batches", None))
+
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self._eval_batch(trainer)
+
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
+        self._close_eval(trainer)
+
+    # -- ending ---------------------------------------------------------------------------------------------------
+    def _close_all(self, trainer: Any) -> None:
+        self._close_eval(trainer, refresh_train=False)
+        self._close_train(trainer)
+        self._outputs = None
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self._close_all(trainer)
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._close_all(trainer)
+
+    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+        self._close_all(trainer)
