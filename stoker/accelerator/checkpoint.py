@@ -368,7 +368,8 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     target = _target(accelerator, output_dir)
     tmp = _aside(target, "tmp")
     # Collective (FSDP gathers) and cheap (references, no copies) elsewhere: every process asks for them.
-    model_states = [accelerator.get_state_dict(m) for m in accelerator._models]
+    sharded = accelerator.strategy.shards_parameters  # FSDP: models and optimizers go through DCP instead
+    model_states = [] if sharded else [accelerator.get_state_dict(m) for m in accelerator._models]
     if accelerator.is_main_process:
         if os.path.exists(target) and not _is_complete(target) and os.listdir(target):
             raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
@@ -377,6 +378,8 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
         os.makedirs(tmp)
     accelerator.wait_for_everyone()
     try:
+        if sharded:  # every process writes its own shards (__{rank}_0.distcp) plus DCP's .metadata
+            accelerator.strategy.save_sharded_state(tmp, accelerator._models, accelerator._optimizers)
         records = _write_state(accelerator, tmp, model_states, auto)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
@@ -398,10 +401,14 @@ def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: b
     jobs: list[tuple[str, Any, str]] = [(f"random_states_{rank}.safetensors", capture_rng_state(),
                                          f"RNG state of process {rank}")]
     counters = dict(accelerator._counters_state_dict())
+    if rank > 0:  # each process's own loader position (shards may stand at different batches)
+        jobs += [(_loader_file(i, rank), loader.state_dict(), f"dataloader #{i} of process {rank}")
+                 for i, loader in enumerate(accelerator._dataloaders)]
     if accelerator.is_main_process:
         if auto:
             counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
-        for kind, objects in [("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
+        optimizers = [] if accelerator.strategy.shards_parameters else accelerator._optimizers
+        for kind, objects in [("optimizer", optimizers), ("scheduler", accelerator._schedulers),
                               ("dataloader", accelerator._dataloaders), ("custom_checkpoint", accelerator._custom_objects)]:
             for i, obj in enumerate(objects):
                 name = f"{kind}_{i}.safetensors" if kind == "custom_checkpoint" else _indexed(kind, i)
@@ -427,6 +434,10 @@ def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: b
                  "counts": {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}}
         records[STATE_NAME] = write_buffers(os.path.join(tmp, STATE_NAME),
                                             [json.dumps(state, indent=1).encode()], fsync=False)
+    elif counters.get("micro_step", 0) > 0:  # outside DDP's sync, each process's window gradients are its own
+        for i, model in enumerate(accelerator._models):
+            grads = {n: p.grad for n, p in accelerator.unwrap_model(model).named_parameters() if p.grad is not None}
+            encoded.append((_grads_file(i, rank), grads, {"format": "pt"}))
     for name, tensors, metadata in encoded:
         records[name] = write_safetensors(os.path.join(tmp, name), tensors, metadata, fsync=False)
     # Durability last and in parallel: the disk flushes every file at once instead of one after another.
@@ -436,6 +447,14 @@ def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: b
 
 
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+
+
+def _loader_file(i: int, rank: int) -> str:
+    return _indexed("dataloader", i) if rank == 0 else _indexed(f"dataloader_process{rank}", i)
+
+
+def _grads_file(i: int, rank: int) -> str:
+    return _indexed("gradients", i) if rank == 0 else _indexed(f"gradients_process{rank}", i)
 
 
 def _fsync_file(path: str) -> None:
@@ -486,14 +505,21 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
                              "same objects in the same order as when saving.")
     rng_name = f"random_states_{accelerator.process_index}.safetensors"
     has_rng = rng_name in manifest["files"]
-    names = [_indexed(k.rstrip("s"), i) for k in ("models", "optimizers", "schedulers") for i in range(counts[k])]
+    sharded = accelerator.strategy.shards_parameters
+    kinds = ("schedulers",) if sharded else ("models", "optimizers", "schedulers")
+    names = [_indexed(k.rstrip("s"), i) for k in kinds for i in range(counts[k])]
+    if sharded:
+        names += [n for n in manifest["files"] if n.endswith(".distcp") or n == ".metadata"]
     names += [f"custom_checkpoint_{i}.safetensors" for i in range(counts["custom_objects"])]
-    names += [_indexed("gradients", i) for i in range(counts["models"])
-              if _indexed("gradients", i) in manifest["files"]]
+    names += [_grads_file(i, accelerator.process_index) for i in range(counts["models"])
+              if _grads_file(i, accelerator.process_index) in manifest["files"]]
     stateful = accelerator.dataloader_config.use_stateful_dataloader
-    names += [_indexed("dataloader", i) for i in range(counts["dataloaders"]) if stateful]
+    loader_files = [_loader_file(i, accelerator.process_index) for i in range(counts["dataloaders"])]
+    if not all(name in manifest["files"] for name in loader_files):  # saved by fewer processes: rank 0's position
+        loader_files = [_loader_file(i, 0) for i in range(counts["dataloaders"])]
+    names += loader_files if stateful else []
     verify_checkpoint(path, files=names + ["scaler.safetensors"] + ([rng_name] if has_rng else []))
-    _restore(accelerator, path, strict, stateful)
+    _restore(accelerator, path, strict, loader_files if stateful else [])
     accelerator._load_counters_state_dict(state["counters"])
     iteration = int(state["counters"].get("iteration", 0))
     match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
@@ -508,22 +534,24 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     accelerator.wait_for_everyone()
 
 
-def _restore(accelerator: Accelerator, path: str, strict: bool, stateful: bool) -> None:
-    for i, model in enumerate(accelerator._models):
+def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: list[str]) -> None:
+    if accelerator.strategy.shards_parameters:
+        accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
+    for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
         module = accelerator.unwrap_model(model)
         load_checkpoint_in_model(module, os.path.join(path, _indexed("model", i)), strict=strict)
-        grads = os.path.join(path, _indexed("gradients", i))
+        grads = os.path.join(path, _grads_file(i, accelerator.process_index))
         if os.path.exists(grads):
             saved, _ = read_safetensors(grads)
             for name, param in module.named_parameters():
                 if name in saved:
                     param.grad = saved[name].to(param.device, copy=True)
-    for kind, objects in [("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers)]:
+    optimizers = [] if accelerator.strategy.shards_parameters else accelerator._optimizers
+    for kind, objects in [("optimizer", optimizers), ("scheduler", accelerator._schedulers)]:
         for i, obj in enumerate(objects):
             obj.load_state_dict(load_tree(os.path.join(path, _indexed(kind, i))))
     accelerator.precision.load_state_dict(load_tree(os.path.join(path, "scaler.safetensors")))
-    if stateful:
-        for i, loader in enumerate(accelerator._dataloaders):
-            loader.load_state_dict(load_tree(os.path.join(path, _indexed("dataloader", i))))
+    for loader, name in zip(accelerator._dataloaders, loader_files):
+        loader.load_state_dict(load_tree(os.path.join(path, name)))
     for i, obj in enumerate(accelerator._custom_objects):
         obj.load_state_dict(load_tree(os.path.join(path, f"custom_checkpoint_{i}.safetensors")))

@@ -57,8 +57,9 @@ def test_mixed_precision_uses_fsdp_policy(ranks: list[dict], precision: str, dty
         assert r[f"{precision}_scaler"] == scaler
 
 
-def test_sharded_state_round_trips_through_distributed_checkpoint(ranks: list[dict]) -> None:
+def test_save_state_and_load_state_go_through_distributed_checkpoint(ranks: list[dict]) -> None:
     assert ranks[0]["dcp_files"] == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert ranks[0]["dcp_no_full_copies"]  # no gathered model.safetensors / optimizer.safetensors on the side
     for r in ranks:
         assert r["dcp_weights_restored"] == 0.0
         assert r["dcp_optimizer_restored"]

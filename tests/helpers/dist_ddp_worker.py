@@ -165,6 +165,41 @@ def check_save_model(result: dict, tmp: Path, creator: Accelerator) -> None:
     result["group_destroyed_by_creator"] = not dist.is_initialized()
 
 
+def resume_run(folder: Path, stop_after: int | None) -> tuple[list[float], Accelerator]:
+    """Two shuffled epochs with dropout, accumulation 2; saves after ``stop_after`` micro-steps (mid-window) and
+    goes on, or (``stop_after=None``) starts from that checkpoint."""
+    set_seed(0)
+    config = DataLoaderConfiguration(use_stateful_dataloader=True)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2, dataloader_config=config)
+    model = torch.nn.Sequential(make_mlp(seed=6), torch.nn.Dropout(0.3))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    loader = DataLoader(make_regression_data(n=44), batch_size=4, shuffle=True)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    if stop_after is None:
+        accelerator.load_state(folder)
+    micro = 0
+    while loader.epoch < 2:
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(F.mse_loss(model(x), y))
+                opt.step()
+                opt.zero_grad()
+            micro += 1
+            if micro == stop_after:
+                accelerator.save_state(folder)
+    return common.flat(accelerator.unwrap_model(model)), accelerator
+
+
+def check_resume(result: dict, tmp: Path) -> None:
+    folder = tmp / "resume_ckpt"
+    full, _ = resume_run(folder, stop_after=5)  # 6 batches per process and epoch: micro-step 5 is mid-window
+    result["ckpt_files"] = sorted(os.listdir(folder))
+    resumed, acc = resume_run(folder, stop_after=None)
+    result["resume_max_diff"] = common.max_diff(full, resumed)
+    result["resume_equal"] = full == resumed
+    result["resume_step"] = acc.step
+
+
 def main() -> None:
     tmp = OUT / "shared"
     tmp.mkdir(exist_ok=True)
@@ -174,6 +209,7 @@ def main() -> None:
     check_metrics(result)
     check_collectives(result, tmp)
     check_shuffle_and_scheduler(result)
+    check_resume(result, tmp)
     check_save_model(result, tmp, creator)
     common.write_result(OUT, result)
 
