@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from stoker.callbacks._fit_progress import EpochProgress, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, copy_folder,
                                                format_checkpoint_name, ordering, remove_folder, replace_folder)
@@ -40,8 +41,9 @@ class ModelCheckpoint(Callback):
     """Saves full resumable checkpoints, keeps the best ``save_top_k`` and a ``last`` that is always newest.
 
     A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
-    is one) and every ``every_n_train_steps`` optimizer steps, and once more at the end of ``fit`` if
-    the newest state is not saved yet. Each save writes a complete ``save_state`` folder. With
+    is one) and every ``every_n_train_steps`` optimizer steps. When a fit stops in the middle of an
+    epoch (``should_stop``, ``max_steps``, `Timer`) and whenever it ends with the newest state unsaved,
+    only ``last`` is written: a partial epoch's metrics do not compete for the top k. Each save writes a complete ``save_state`` folder. With
     ``monitor``, a checkpoint is kept when its score is among the ``save_top_k`` best; without it the
     ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
 
@@ -117,6 +119,7 @@ class ModelCheckpoint(Callback):
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._warned_missing = False
         self._pending_state: dict[str, Any] | None = None
+        self._epoch = EpochProgress()
 
     # -- public attributes --------------------------------------------------------------------------------------
     @property
@@ -171,7 +174,11 @@ class ModelCheckpoint(Callback):
         if self._fitting:
             self._validated = self._changed_since_save = True
 
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self._epoch.start()
+
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._epoch.batch(batch_idx)
         step = trainer.global_step
         if step == self._last_step_seen:  # inside an accumulation window: nothing new to save
             return
@@ -180,7 +187,10 @@ class ModelCheckpoint(Callback):
             self._save(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+        if not self._epoch.finished(trainer):
+            # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
+            self._save(trainer, rank=False)
+        elif self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             self._save(trainer)
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
@@ -198,12 +208,12 @@ class ModelCheckpoint(Callback):
         return self.last_model_path
 
     # -- saving -------------------------------------------------------------------------------------------------
-    def _save(self, trainer: Any) -> None:
+    def _save(self, trainer: Any, rank: bool = True) -> None:
         self._require_dirpath()
         step = int(trainer.global_step)
         metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
         topk_path, evicted = None, []
-        if self.save_top_k != 0 and step != self._last_topk_step:
+        if rank and self.save_top_k != 0 and step != self._last_topk_step:
             score = self._score(trainer, metrics, step)
             if score is not None:
                 topk_path, evicted = self._admit(trainer, metrics, score)
@@ -224,7 +234,7 @@ class ModelCheckpoint(Callback):
                 f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value), "
                 "or set monitor to one of the available names (None ranks checkpoints by recency)."
             )
-            if self._validated or not any(getattr(trainer, "num_val_batches", None) or []):
+            if self._validated or not fit_validates(trainer):
                 raise RuntimeError(message)
             if not self._warned_missing:  # before the first validation a val metric cannot exist yet
                 self._warned_missing = True

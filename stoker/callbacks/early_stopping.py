@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from stoker.callbacks._fit_progress import EpochProgress, fit_validates
 from stoker.callbacks.base import Callback
 
 __all__ = ["EarlyStopping"]
@@ -76,6 +77,7 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = ""
         self._fitting = False
+        self._epoch = EpochProgress()
 
     @property
     def state_key(self) -> str:
@@ -94,8 +96,15 @@ class EarlyStopping(Callback):
         if self._fitting:
             self._run_check(trainer)
 
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self._epoch.start()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._epoch.batch(batch_idx)
+
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if not _has_validation(trainer):
+        # Without validation, each finished epoch is a check; an epoch cut short by a stop is not.
+        if not fit_validates(trainer) and self._epoch.finished(trainer):
             self._run_check(trainer)
 
     def _run_check(self, trainer: Any) -> None:
@@ -152,8 +161,3 @@ def _to_float(value: Any) -> float:
             raise ValueError(f"A monitored metric must be a scalar; got a tensor of shape {tuple(value.shape)}.")
         return float(value.detach().double().item())
     return float(value)
-
-
-def _has_validation(trainer: Any) -> bool:
-    """Whether this fit validates at all (then checks happen after validation instead)."""
-    return any(getattr(trainer, "num_val_batches", None) or [])

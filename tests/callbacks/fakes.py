@@ -35,13 +35,21 @@ class FakeAccelerator:
         self.saved_models.append(save_directory)
 
 
+class FakeModule(torch.nn.Linear):
+    def __init__(self) -> None:
+        super().__init__(1, 1)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        pass
+
+
 class FakeTrainer(SimpleNamespace):
     def __init__(self, root: str, callbacks: list[Any] = (), **kw: Any) -> None:
         super().__init__(
             default_root_dir=root, global_step=0, current_epoch=0, callback_metrics={}, progress_bar_metrics={},
             should_stop=False, is_global_zero=True, num_training_batches=4, num_val_batches=[], loggers=[],
             optimizers=[], lr_scheduler_configs=[], log_every_n_steps=1, accelerator=FakeAccelerator(),
-            module=torch.nn.Linear(1, 1), callbacks=list(callbacks), checkpoint_callback=None, saves=[],
+            module=FakeModule(), callbacks=list(callbacks), checkpoint_callback=None, saves=[],
             training=True, validating=False,
         )
         for key, value in kw.items():

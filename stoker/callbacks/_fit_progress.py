@@ -1,0 +1,48 @@
+"""What callbacks need to know about the fit in progress, read from the Trainer's public attributes and hooks.
+
+Owns two questions several callbacks ask: does this fit validate at all, and did the training epoch whose
+``on_train_epoch_end`` is running reach its last batch (a ``should_stop`` or ``max_steps`` stop also ends the
+epoch, early)? Both are answered without per-step device work.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def fit_validates(trainer: Any) -> bool:
+    """True when the fit has validation batches and a module with a ``validation_step``."""
+    if not any(getattr(trainer, "num_val_batches", None) or []):
+        return False
+    module = getattr(trainer, "module", None)
+    if module is None:
+        return True
+    from stoker.trainer.module import TrainingModule
+
+    step = getattr(type(module), "validation_step", None)
+    return step is not None and step is not getattr(TrainingModule, "validation_step", None)
+
+
+class EpochProgress:
+    """Tracks the last training batch of the current epoch, to tell a finished epoch from a stopped one.
+
+    Call :meth:`start` from ``on_train_epoch_start`` and :meth:`batch` from ``on_train_batch_end``.
+    """
+
+    def __init__(self) -> None:
+        self.last_batch_idx: int | None = None
+
+    def start(self) -> None:
+        self.last_batch_idx = None
+
+    def batch(self, batch_idx: int) -> None:
+        self.last_batch_idx = batch_idx
+
+    def finished(self, trainer: Any) -> bool:
+        """Whether the epoch ran to its end (True when the length is unknown, or no batch ran in this call:
+        a run resumed after the epoch's batches only finishes the epoch)."""
+        total = getattr(trainer, "num_training_batches", math.inf)
+        if self.last_batch_idx is None or total is None or math.isinf(total):
+            return True
+        return self.last_batch_idx + 1 >= total

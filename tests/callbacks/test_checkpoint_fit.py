@@ -1,0 +1,101 @@
+"""ModelCheckpoint inside real fits: default layout, last always newest, top-k across resumes, weights export."""
+
+import os
+
+import pytest
+import torch
+
+from stoker import ModelCheckpoint, load_checkpoint_in_model
+from stoker.accelerator.checkpoint import verify_checkpoint
+from stoker.trainer.checkpointing import checkpoint_step
+from tests.callbacks.modules import Regressor, loaders, trainer, weights
+
+
+def _folders(path):
+    return sorted(n for n in os.listdir(path) if not n.startswith("."))
+
+
+def test_default_trainer_checkpoint_saves_last_every_epoch_and_resumes(tmp_path):
+    steps_seen = []
+
+    class Record(ModelCheckpoint):  # observe what `last` holds after every epoch-end save
+        def on_train_epoch_end(self, trainer, module):
+            super().on_train_epoch_end(trainer, module)
+            steps_seen.append(checkpoint_step(self.last_model_path))
+
+    train, val = loaders()
+    t = trainer(tmp_path, max_epochs=3, callbacks=[Record()])
+    t.fit(Regressor(), train, val)
+    assert steps_seen == [4, 8, 12]
+    ckpts = tmp_path / "checkpoints"
+    assert _folders(ckpts) == ["epoch=2-step=12", "last"]
+    verify_checkpoint(ckpts / "last")
+    assert t.checkpoint_callback.best_model_path == str(ckpts / "epoch=2-step=12")
+
+    resumed = trainer(tmp_path, max_epochs=4)
+    module = Regressor()
+    resumed.fit(module, *loaders(), ckpt_path="last")
+    assert resumed.global_step == 16 and module.validations == 1  # only epoch 3 ran
+    assert checkpoint_step(str(ckpts / "last")) == 16
+
+
+def test_last_is_refreshed_when_the_monitored_metric_stops_improving(tmp_path):
+    # Lightning >= 2.6 stops refreshing last.ckpt here, so ckpt_path="last" resumes from epoch 1.
+    scores = [1.0, 0.5, 0.9, 0.8, 0.7, 0.6]
+    train, val = loaders()
+    ckpt = ModelCheckpoint(monitor="val/score", save_top_k=1)
+    t = trainer(tmp_path, max_epochs=4, callbacks=[ckpt])
+    t.fit(Regressor(val_scores=scores), train, val)
+    ckpts = tmp_path / "checkpoints"
+    assert _folders(ckpts) == ["epoch=1-step=8", "last"]
+    assert float(ckpt.best_model_score) == 0.5
+    assert checkpoint_step(str(ckpts / "last")) == 16  # epoch 3's state although epoch 1 is the best
+
+    module = Regressor(val_scores=scores)
+    resumed = trainer(tmp_path, max_epochs=5, callbacks=[ModelCheckpoint(monitor="val/score")])
+    resumed.fit(module, *loaders(), ckpt_path="last")
+    assert module.validations == 1 and resumed.global_step == 20
+
+
+def test_top_k_is_right_across_a_resume(tmp_path):
+    scores = [3.0, 1.0, 2.0, 0.5, 4.0]
+    make = lambda: ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}")  # noqa: E731
+    first = make()
+    trainer(tmp_path, max_epochs=3, callbacks=[first]).fit(Regressor(val_scores=scores), *loaders())
+    ckpts = tmp_path / "checkpoints"
+    assert _folders(ckpts) == ["epoch=1-val_score=1.0", "epoch=2-val_score=2.0", "last"]
+
+    second = make()
+    trainer(tmp_path, max_epochs=5, callbacks=[second]).fit(Regressor(val_scores=scores), *loaders(), ckpt_path="last")
+    # Epoch 3 (0.5) displaced epoch 2 (2.0), which the resumed callback knew about from the checkpoint.
+    assert _folders(ckpts) == ["epoch=1-val_score=1.0", "epoch=3-val_score=0.5", "last"]
+    assert second.best_model_path == str(ckpts / "epoch=3-val_score=0.5")
+    assert second.kth_best_model_path == str(ckpts / "epoch=1-val_score=1.0")
+    assert sorted(second.best_k_models.values()) == [0.5, 1.0]
+
+
+def test_every_n_train_steps_with_accumulation(tmp_path):
+    ckpt = ModelCheckpoint(every_n_train_steps=3, every_n_epochs=None, save_top_k=-1, save_last=False)
+    train, _ = loaders(n=64)  # 8 batches, accumulate 2 -> 4 optimizer steps per epoch
+    trainer(tmp_path, max_epochs=2, accumulate=2, callbacks=[ckpt]).fit(Regressor(), train)
+    assert _folders(tmp_path / "checkpoints") == ["epoch=0-step=3", "epoch=1-step=6"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "epoch=1-step=6")) == 6
+
+
+def test_export_weights_loads_into_a_fresh_model(tmp_path):
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", monitor="val/loss", export_weights=True)
+    module = Regressor()
+    trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(module, *loaders())
+    assert _folders(tmp_path / "ck" / "weights") == [os.path.basename(ckpt.best_model_path), "last"]
+    fresh = Regressor()
+    fresh.net[0].weight.data.zero_()
+    load_checkpoint_in_model(fresh, str(tmp_path / "ck" / "weights" / "last"))
+    for a, b in zip(weights(fresh), weights(module)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_monitoring_a_validation_metric_without_validation_is_a_clear_error(tmp_path):
+    ckpt = ModelCheckpoint(monitor="val/loss")
+    train, _ = loaders()
+    with pytest.raises(RuntimeError, match=r"monitor='val/loss'.*Available metrics: \['train/loss'\]"):
+        trainer(tmp_path, max_epochs=1, callbacks=[ckpt]).fit(Regressor(), train)
