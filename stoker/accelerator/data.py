@@ -8,6 +8,7 @@ level: skipped samples are never loaded.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -109,9 +110,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[Any]:
         skip, self.skip, self.padding = self.skip, 0, 0
-        for i, batch in enumerate(self._my_batches()):
-            if i >= skip:
-                yield batch
+        if skip == 0 and self.num_shards == 1:
+            return iter(self.inner)  # the common case: no Python generator layer per batch
+        return itertools.islice(self._my_batches(), skip, None)
 
     def __len__(self) -> int:
         total = len(self.inner)

@@ -126,12 +126,16 @@ class AcceleratedScheduler:
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        if not self._accelerator.sync_gradients:
+        accelerator = self._accelerator
+        if not accelerator._sync_gradients:
             return
-        if any(opt.step_was_skipped for opt in self.optimizers):
+        for opt in self.optimizers:  # a loop, not any(<generator>): this runs every step
+            if opt._step_was_skipped:
+                return
+        if self.split_batches or accelerator.num_processes == 1:
+            self.scheduler.step(*args, **kwargs)
             return
-        repeats = 1 if self.split_batches else self._accelerator.num_processes
-        for _ in range(repeats):
+        for _ in range(accelerator.num_processes):
             self.scheduler.step(*args, **kwargs)
 
     def get_last_lr(self) -> list[float]:
