@@ -67,6 +67,13 @@ def test_send_to_device_fast_paths_for_a_tensor_and_a_pair() -> None:
     assert type(moved) is tuple and all(t.device.type == "meta" for t in moved)
     moved = send_to_device([x, y], torch.device("meta"))
     assert type(moved) is list and all(t.device.type == "meta" for t in moved)
+    moved = send_to_device({"input_ids": x, "labels": y}, torch.device("meta"))
+    assert list(moved) == ["input_ids", "labels"] and all(t.device.type == "meta" for t in moved.values())
+    # A non-tensor after a tensor leaves the fast path half-way: the result must still be complete.
+    moved = send_to_device((x, "label", y), torch.device("meta"))
+    assert moved[0].device.type == "meta" and moved[1] == "label" and moved[2].device.type == "meta"
+    moved = send_to_device({"x": x, "n": 3, "y": [y]}, torch.device("meta"))
+    assert moved["x"].device.type == "meta" and moved["n"] == 3 and moved["y"][0].device.type == "meta"
 
 
 class _NestedDataset(torch.utils.data.Dataset):
