@@ -58,6 +58,10 @@ class LearningRateMonitor(Callback):
         # (optimizer, metric prefix, interval) for each optimizer, decided once at the start of training.
         self._targets: list[tuple[Any, str, str]] = []
 
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(logging_interval=self.logging_interval)
+
     def on_train_start(self, trainer: Any, module: Any) -> None:
         loggers = getattr(trainer, "loggers", None)
         if not loggers and trainer.is_global_zero:
