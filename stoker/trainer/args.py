@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 
@@ -85,30 +84,6 @@ def accelerator_choice(value: Any) -> bool:
     if key == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ValueError("Trainer(accelerator='mps') but MPS is not available here. Use 'auto' or 'cpu'.")
     return key == "cpu"
-
-
-def devices_count(value: Any) -> int | None:
-    """The number of processes asked for (None for "auto": whatever launched this process)."""
-    if value == "auto" or value is None:
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, (list, tuple)) and value and all(_is_int(v) for v in value):
-        return len(value)
-    if _is_int(value) and value >= 1:
-        return value
-    if value == -1:
-        return None
-    raise ValueError(f"Trainer(devices={value!r}) must be 'auto', an int >= 1 (processes), or a list of device "
-                     "indices.")
-
-
-def launched_world_size() -> int:
-    """Processes started by a launcher such as torchrun (1 when started plainly)."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
 
 
 def seed_value(value: Any) -> int | None:

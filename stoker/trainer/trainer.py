@@ -89,11 +89,12 @@ class Trainer:
         self.deterministic = bool(deterministic)
         self.default_root_dir = os.fspath(default_root_dir)
         self.devices = devices
-        self._launch(check.devices_count(devices))  # the place where Trainer(devices=N) starts N processes
+        cpu = check.accelerator_choice(accelerator)
+        self._launch(accelerator)  # devices > 1 from a plain process: this re-runs the script in N processes
 
         self.accelerator = Accelerator(
             mixed_precision=self.precision, gradient_accumulation_steps=self.accumulate,
-            project_dir=self.default_root_dir, cpu=check.accelerator_choice(accelerator), strategy=strategy,
+            project_dir=self.default_root_dir, cpu=cpu, strategy=strategy,
             # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
             dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
             step_scheduler_with_optimizer=False,
@@ -133,16 +134,12 @@ class Trainer:
         self._training_step: Any = None
 
     # -- construction helpers -------------------------------------------------------------------------------------
-    def _launch(self, devices: int | None) -> None:
-        """Checks the process count. Launching ``devices`` processes from here belongs to the distributed
-        Trainer; until then several devices need an outside launcher (torchrun) that started them."""
-        world = check.launched_world_size()
-        if devices is not None and devices > 1 and world != devices:
-            raise ValueError(
-                f"Trainer(devices={self.devices!r}) needs {devices} processes but this one was started alone "
-                f"(WORLD_SIZE={world}). Launch the script with `torchrun --nproc_per_node={devices} script.py`, "
-                "or use devices=1."
-            )
+    def _launch(self, accelerator: str) -> None:
+        """Makes this job ``devices`` processes: under torchrun, checks the count; from a plain ``python
+        script.py`` with devices > 1, re-runs the script in that many processes (``accelerator/launch.py``)."""
+        from ..accelerator.launch import ensure_processes, resolve_num_processes
+
+        ensure_processes(resolve_num_processes(self.devices, accelerator.lower()))
 
     def _build_callbacks(self, callbacks: Any, checkpointing: bool, progress_bar: bool) -> list[Any]:
         if callbacks is None:

@@ -1,0 +1,117 @@
+"""The hook contract: exact sequence and counts of a fit with validation, dispatch order, and hook-name checks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from stoker import Callback, Trainer
+from tests.helpers.models import make_loader, make_regression_data
+from tests.trainer.modules import Recorder, Regressor
+
+BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+         "on_before_zero_grad", "on_train_batch_end"]
+VALIDATION = ["on_validation_start", "on_validation_epoch_start",
+              *["on_validation_batch_start", "on_validation_batch_end"] * 2,
+              "on_validation_epoch_end", "on_validation_end"]
+
+
+class RecordingModule(Regressor):
+    """Appends ``m:<hook>`` for every hook the Trainer calls on the module."""
+
+    def __init__(self, calls: list[str]) -> None:
+        super().__init__()
+        self.calls = calls
+
+
+def _module_hook(name: str):  # noqa: ANN202
+    def hook(self: RecordingModule, *args: Any) -> None:
+        self.calls.append(f"m:{name}")
+    return hook
+
+
+for _name in [n for n in dir(Callback) if n.startswith("on_") or n in ("setup", "teardown")]:
+    setattr(RecordingModule, _name, _module_hook(_name))
+
+
+def expand(names: list[str]) -> list[str]:
+    """Each hook: the module first, then the callbacks in list order."""
+    return [f"{who}:{name}" for name in names for who in ("m", "a", "b")]
+
+
+def fit_with_recording(accumulate: int = 1, n: int = 24) -> list[str]:
+    calls: list[str] = []
+    trainer = Trainer(max_epochs=2, accumulate=accumulate, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, callbacks=[Recorder(calls, "a"), Recorder(calls, "b")])
+    data = make_regression_data(n=n)
+    trainer.fit(RecordingModule(calls), make_loader(data, batch_size=8), make_loader(make_regression_data(n=16), batch_size=8))
+    return calls
+
+
+def test_hook_sequence_of_a_fit_with_validation() -> None:
+    epoch = ["on_train_epoch_start", *BATCH * 3, *VALIDATION, "on_train_epoch_end"]
+    expected = expand(["setup", "on_fit_start", "on_train_start", *epoch * 2, "on_train_end", "on_fit_end",
+                       "teardown"])
+    assert fit_with_recording() == expected
+
+
+def test_hook_counts_with_accumulation() -> None:
+    counts = Counter(fit_with_recording(accumulate=2, n=40))  # 5 batches per epoch: windows 2, 2, 1
+    assert counts["m:on_train_batch_start"] == counts["b:on_train_batch_end"] == 10
+    assert counts["m:on_before_backward"] == counts["a:on_after_backward"] == 10
+    assert counts["m:on_before_optimizer_step"] == counts["b:on_before_zero_grad"] == 6
+    assert counts["a:on_validation_batch_end"] == 4 and counts["b:on_validation_end"] == 2
+    assert counts["m:on_train_epoch_end"] == counts["m:on_train_epoch_start"] == 2
+    assert counts["a:setup"] == counts["a:teardown"] == 1
+
+
+def test_validate_test_predict_hooks() -> None:
+    calls: list[str] = []
+    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      callbacks=[Recorder(calls, "a"), Recorder(calls, "b")])
+    module = RecordingModule(calls)
+    loader = make_loader(make_regression_data(n=16), batch_size=8)
+    trainer.test(module, loader)
+    test = ["on_test_start", "on_test_epoch_start", *["on_test_batch_start", "on_test_batch_end"] * 2,
+            "on_test_epoch_end", "on_test_end"]
+    assert calls == expand(["setup", *test, "teardown"])
+    calls.clear()
+    trainer.predict(module, make_loader(make_regression_data(n=16).tensors[0], batch_size=8))
+    predict = ["on_predict_start", "on_predict_epoch_start", *["on_predict_batch_start", "on_predict_batch_end"] * 2,
+               "on_predict_epoch_end", "on_predict_end"]
+    assert calls == expand(["setup", *predict, "teardown"])
+
+
+class Misspelled(Callback):
+    def on_train_epoch_ends(self, trainer: Any, module: Any) -> None:
+        pass
+
+
+def test_a_callback_method_that_is_not_a_hook_fails_with_a_suggestion() -> None:
+    with pytest.raises(ValueError, match=r"Misspelled.on_train_epoch_ends is not a Trainer hook.*"
+                                         r"Did you mean 'on_train_epoch_end'\?"):
+        Trainer(callbacks=[Misspelled()])
+
+
+def test_callbacks_must_be_callback_instances() -> None:
+    with pytest.raises(TypeError, match="entry #0 is a class"):
+        Trainer(callbacks=[Recorder])
+    with pytest.raises(TypeError, match="not a Callback instance"):
+        Trainer(callbacks=[object()])
+
+
+def test_exception_reaches_on_exception_and_teardown() -> None:
+    calls: list[str] = []
+
+    class Boom(RecordingModule):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            raise RuntimeError("boom")
+
+    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      callbacks=[Recorder(calls, "a")])
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Boom(calls), make_loader(make_regression_data(n=8)))
+    assert calls[-4:] == ["m:on_exception", "a:on_exception", "m:teardown", "a:teardown"]
+    assert trainer.state.fn is None  # the Trainer can run again
