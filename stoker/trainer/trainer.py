@@ -147,10 +147,7 @@ class Trainer:
         elif not isinstance(callbacks, (list, tuple)):
             callbacks = [callbacks]
         result = check_callbacks(callbacks)
-        try:  # TEMPORARY until the built-in callbacks land in git; then a plain import
-            from ..callbacks import ModelCheckpoint, ProgressBar
-        except ImportError:
-            return result
+        from ..callbacks import ModelCheckpoint, ProgressBar
 
         if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
             result.append(ModelCheckpoint())
@@ -203,10 +200,7 @@ class Trainer:
     @property
     def checkpoint_callback(self) -> Any:
         """The first ``ModelCheckpoint`` among the callbacks, or None."""
-        try:  # TEMPORARY until the built-in callbacks land in git; then a plain import
-            from ..callbacks import ModelCheckpoint
-        except ImportError:
-            return None
+        from ..callbacks import ModelCheckpoint
 
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
 
