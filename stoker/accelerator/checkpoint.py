@@ -401,9 +401,11 @@ def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: b
     jobs: list[tuple[str, Any, str]] = [(f"random_states_{rank}.safetensors", capture_rng_state(),
                                          f"RNG state of process {rank}")]
     counters = dict(accelerator._counters_state_dict())
-    if rank > 0:  # each process's own loader position (shards may stand at different batches)
+    if rank > 0:  # each process's own loader position (shards may stand at different batches) and objects
         jobs += [(_loader_file(i, rank), loader.state_dict(), f"dataloader #{i} of process {rank}")
                  for i, loader in enumerate(accelerator._dataloaders)]
+        jobs += [(_custom_file(i, rank), obj.state_dict(), f"register_for_checkpointing object #{i} of process {rank}")
+                 for i, obj in enumerate(accelerator._custom_objects)]
     if accelerator.is_main_process:
         if auto:
             counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
@@ -451,6 +453,10 @@ _KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
 
 def _loader_file(i: int, rank: int) -> str:
     return _indexed("dataloader", i) if rank == 0 else _indexed(f"dataloader_process{rank}", i)
+
+
+def _custom_file(i: int, rank: int) -> str:
+    return f"custom_checkpoint_{i}.safetensors" if rank == 0 else f"custom_checkpoint_{i}_process{rank}.safetensors"
 
 
 def _grads_file(i: int, rank: int) -> str:
@@ -510,7 +516,10 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     names = [_indexed(k.rstrip("s"), i) for k in kinds for i in range(counts[k])]
     if sharded:
         names += [n for n in manifest["files"] if n.endswith(".distcp") or n == ".metadata"]
-    names += [f"custom_checkpoint_{i}.safetensors" for i in range(counts["custom_objects"])]
+    custom_files = [_custom_file(i, accelerator.process_index) for i in range(counts["custom_objects"])]
+    if not all(name in manifest["files"] for name in custom_files):  # saved by fewer processes: rank 0's state
+        custom_files = [_custom_file(i, 0) for i in range(counts["custom_objects"])]
+    names += custom_files
     names += [_grads_file(i, accelerator.process_index) for i in range(counts["models"])
               if _grads_file(i, accelerator.process_index) in manifest["files"]]
     stateful = accelerator.dataloader_config.use_stateful_dataloader
@@ -519,7 +528,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
         loader_files = [_loader_file(i, 0) for i in range(counts["dataloaders"])]
     names += loader_files if stateful else []
     verify_checkpoint(path, files=names + ["scaler.safetensors"] + ([rng_name] if has_rng else []))
-    _restore(accelerator, path, strict, loader_files if stateful else [])
+    _restore(accelerator, path, strict, loader_files if stateful else [], custom_files)
     accelerator._load_counters_state_dict(state["counters"])
     iteration = int(state["counters"].get("iteration", 0))
     match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
@@ -534,7 +543,8 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     accelerator.wait_for_everyone()
 
 
-def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: list[str]) -> None:
+def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: list[str],
+             custom_files: list[str]) -> None:
     if accelerator.strategy.shards_parameters:
         accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
     for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
@@ -553,5 +563,5 @@ def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: li
     accelerator.precision.load_state_dict(load_tree(os.path.join(path, "scaler.safetensors")))
     for loader, name in zip(accelerator._dataloaders, loader_files):
         loader.load_state_dict(load_tree(os.path.join(path, name)))
-    for i, obj in enumerate(accelerator._custom_objects):
-        obj.load_state_dict(load_tree(os.path.join(path, f"custom_checkpoint_{i}.safetensors")))
+    for obj, name in zip(accelerator._custom_objects, custom_files):
+        obj.load_state_dict(load_tree(os.path.join(path, name)))
