@@ -1,0 +1,244 @@
+"""Per-step overhead: the same training loop written in raw PyTorch and with stoker, timed side by side.
+
+Every *runner* trains its own copy of the same model on the same pre-batched data (each dataset item is already a
+whole batch, so the DataLoader adds almost nothing and framework overhead is not hidden behind collation). Runners
+take turns: block after block, the order alternating, after warm-up blocks. A block is one epoch of
+``steps`` optimizer steps; the figure is the median over blocks of the time per step, and the ratio is each
+runner's median over the ``raw`` runner's. Two clocks are reported: wall time (what a user waits) and the process's
+CPU time (much less disturbed when other programs share the machine).
+
+Workloads:
+    tiny  an MLP of ~6.5k parameters, batch 32: overhead-bound, a few hundred microseconds per step.
+    5m    an MLP of ~5.5M parameters, batch 64: compute-bound, tens of milliseconds per step on a CPU.
+
+Adding a runner (e.g. the Trainer) is one decorated function that returns a callable training one epoch::
+
+    @runner("trainer")
+    def trainer_runner(w: Workload) -> Callable[[], None]:
+        module, loader = ...            # build from w.make_model(), w.make_optimizer(...), w.make_loader()
+        return lambda: trainer.fit(...)
+
+Run:
+    python benchmarks/overhead.py                          # all workloads, all runners
+    python benchmarks/overhead.py --workloads tiny --reps 60 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+# -- workloads ---------------------------------------------------------------------------------------------------------
+
+
+class PrebatchedDataset(Dataset):
+    """``num_batches`` ready-made ``(x, y)`` batches; the loader uses ``batch_size=None`` (no collation)."""
+
+    def __init__(self, num_batches: int, batch_size: int, in_features: int, out_features: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.batches = [(torch.randn(batch_size, in_features, generator=g),
+                         torch.randn(batch_size, out_features, generator=g)) for _ in range(num_batches)]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches[i]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model size, batch size and block length; ``make_*`` build identical objects for every runner."""
+
+    name: str
+    widths: tuple[int, ...]  # in_features, hidden..., out_features
+    batch_size: int
+    steps: int  # optimizer steps per timed block (one epoch of the loader)
+    reps: int  # timed blocks per runner
+    warmup: int = 2
+
+    def make_model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        layers: list[torch.nn.Module] = []
+        for i, (a, b) in enumerate(zip(self.widths, self.widths[1:])):
+            layers += [torch.nn.Linear(a, b)] + ([torch.nn.ReLU()] if i < len(self.widths) - 2 else [])
+        return torch.nn.Sequential(*layers)
+
+    def make_optimizer(self, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1.0 + 1e-4 * s))
+
+    def make_loader(self) -> DataLoader:
+        data = PrebatchedDataset(self.steps, self.batch_size, self.widths[0], self.widths[-1])
+        return DataLoader(data, batch_size=None)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(a * b + b for a, b in zip(self.widths, self.widths[1:]))
+
+
+WORKLOADS: dict[str, Workload] = {
+    "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=100, reps=40),
+    "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=4, reps=15),
+}
+
+# -- runners -----------------------------------------------------------------------------------------------------------
+
+Runner = Callable[[Workload], Callable[[], None]]
+RUNNERS: dict[str, Runner] = {}
+
+
+def runner(name: str) -> Callable[[Runner], Runner]:
+    """Registers a runner: given a workload, it builds its objects and returns a callable training one epoch."""
+
+    def register(fn: Runner) -> Runner:
+        RUNNERS[name] = fn
+        return fn
+
+    return register
+
+
+@runner("raw")
+def raw_runner(w: Workload) -> Callable[[], None]:
+    """The baseline: plain PyTorch in the canonical order."""
+    device = torch.device("cpu")
+    model = w.make_model().to(device)
+    optimizer, scheduler = w.make_optimizer(model)
+    loader = w.make_loader()
+
+    def epoch() -> None:
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return epoch
+
+
+@runner("raw-again")
+def raw_again_runner(w: Workload) -> Callable[[], None]:
+    """A second, identical raw loop: its ratio to ``raw`` shows the noise floor of the measurement."""
+    return raw_runner(w)
+
+
+@runner("accelerator")
+def accelerator_runner(w: Workload) -> Callable[[], None]:
+    """The Accelerate quick-tour loop with ``accumulate`` (here one micro-batch per step)."""
+    from stoker import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = w.make_model()
+    optimizer, scheduler = w.make_optimizer(model)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, w.make_loader(), scheduler)
+
+    def epoch() -> None:
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = F.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+
+    return epoch
+
+
+# -- measurement -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    wall: list[float]  # seconds per step, one entry per timed block
+    cpu: list[float]
+
+
+def measure(w: Workload, names: list[str]) -> dict[str, Result]:
+    """Times ``names`` on ``w`` in alternating blocks (see the module docstring)."""
+    epochs = {name: RUNNERS[name](w) for name in names}
+    for _ in range(w.warmup):
+        for epoch in epochs.values():
+            epoch()
+    results = {name: Result([], []) for name in names}
+    for rep in range(w.reps):
+        order = names if rep % 2 == 0 else names[::-1]  # neither runner always goes first
+        for name in order:
+            c0, t0 = time.process_time(), time.perf_counter()
+            epochs[name]()
+            t1, c1 = time.perf_counter(), time.process_time()
+            results[name].wall.append((t1 - t0) / w.steps)
+            results[name].cpu.append((c1 - c0) / w.steps)
+    return results
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1e3:9.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:9.1f} us"
+
+
+def _spread(values: list[float]) -> str:
+    """Half the interquartile range, relative to the median: how noisy the blocks were."""
+    if len(values) < 2:
+        return "-"
+    q = statistics.quantiles(values, n=4)
+    return f"±{(q[2] - q[0]) / 2 / statistics.median(values) * 100:.0f}%"
+
+
+def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> list[str]:
+    """Table rows per runner: median time per step (wall, CPU) and two ratios to ``baseline``.
+
+    ``ratio`` divides the medians; ``paired`` is the median of block-by-block ratios against the baseline's
+    block of the same round, which cancels slow drifts in the machine's load.
+    """
+    base = results[baseline]
+    lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/block, "
+             f"{w.reps} blocks/runner",
+             f"  {'runner':<13}{'wall/step':>12}{'ratio':>7}{'paired':>7}{'spread':>7}"
+             f"{'cpu/step':>12}{'ratio':>7}{'paired':>7}{'spread':>7}"]
+    for name, r in results.items():
+        cells = []
+        for clock in ("wall", "cpu"):
+            mine, ref = getattr(r, clock), getattr(base, clock)
+            paired = statistics.median(a / b for a, b in zip(mine, ref))
+            cells.append(f"{_fmt(statistics.median(mine)):>12}{statistics.median(mine) / statistics.median(ref):>7.3f}"
+                         f"{paired:>7.3f}{_spread(mine):>7}")
+        lines.append(f"  {name:<13}" + "".join(cells))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Per-step overhead of stoker against a raw PyTorch loop.")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    parser.add_argument("--runners", default=",".join(RUNNERS), help=f"comma-separated: {', '.join(RUNNERS)}")
+    parser.add_argument("--reps", type=int, default=None, help="timed blocks per runner (default: per workload)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    args = parser.parse_args(argv)
+
+    names = [n.strip() for n in args.runners.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNNERS] + [
+        n for n in args.workloads.split(",") if n.strip() and n.strip() not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown runner/workload {unknown}; runners: {sorted(RUNNERS)}, workloads: {sorted(WORKLOADS)}")
+    if "raw" not in names:
+        names.insert(0, "raw")  # the baseline of every ratio
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
+    for key in args.workloads.split(","):
+        w = WORKLOADS[key.strip()]
+        if args.reps is not None:
+            w = Workload(w.name, w.widths, w.batch_size, w.steps, args.reps, w.warmup)
+        print("\n".join(report(w, measure(w, names))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
