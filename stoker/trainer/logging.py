@@ -33,7 +33,7 @@ def _reduce_name(reduce_fx: Any, name: str) -> str:
     key = _REDUCE_BY_FN.get(reduce_fx) if callable(reduce_fx) else \
         _REDUCE_ALIASES.get(reduce_fx.lower()) if isinstance(reduce_fx, str) else None
     if key is None:
-        raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}) is not a reduction. Expected one of: "
+        raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): not a reduction. Expected one of: "
                          "'mean' (weighted by batch_size), 'sum', 'max', 'min'.")
     return key
 

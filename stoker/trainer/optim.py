@@ -48,9 +48,21 @@ class LRSchedulerConfig:
         return getattr(self, key)
 
 
+def _describe(value: Any) -> str:
+    """A one-line sketch of a return value: ``(SGD, StepLR)``, ``{'optimizer': SGD}``."""
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_describe(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (str, int, float, type(None))):
+        return repr(value)[:40]
+    return type(value).__name__
+
+
 def _bad_return(value: Any, detail: str = "") -> TypeError:
     return TypeError(
-        f"configure_optimizers() returned {type(value).__name__} ({str(value)[:80]}){detail}. Return an optimizer, "
+        f"configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
         "(optimizer, scheduler), ([optimizers], [schedulers]) or {'optimizer': opt, 'lr_scheduler': sched | "
         "{'scheduler': sched, 'interval': 'step' | 'epoch', 'frequency': 1, 'monitor': 'val/loss'}}."
     )
