@@ -1,0 +1,111 @@
+"""The Trainer across two processes: ``Trainer(devices=2)`` from a plain ``python`` run, ``sync_dist`` and
+torchmetrics, main-process-only writing, SIGTERM on one rank (all stop at the same step, one checkpoint) and an
+exact resume, a rank that dies, and FSDP through the Trainer.
+
+The worker is ``tests/helpers/dist_trainer_worker.py``; each run writes what every rank saw as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist_spawn import HELPERS, REPO, base_env, run_workers
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
+WORKER = HELPERS / "dist_trainer_worker.py"
+
+
+def _read(out: Path, mode: str) -> list[dict]:
+    return [json.loads((out / f"rank{r}-{mode}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, list[dict]], list]:
+    out = tmp_path_factory.mktemp("trainer")
+    # No RANK/WORLD_SIZE in the environment: Trainer(devices=2) starts the two processes itself.
+    full = subprocess.run([sys.executable, str(WORKER), str(out), "full"], env=base_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=200)
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    preempted = run_workers(WORKER, [out, "sigterm"], timeout=120, check=False)
+    assert [r.returncode for r in preempted] == [143, 143], "\n".join(r.output[-2000:] for r in preempted)
+    last = out / "run_preempted" / "checkpoints"
+    (out / "after_sigterm.json").write_text(json.dumps({
+        "folders": sorted(p.name for p in last.iterdir()),
+        "state": json.loads((last / "last" / "stoker_state.json").read_text())}))
+    run_workers(WORKER, [out, "resume"], timeout=120)
+    return out, full.stdout + full.stderr, {m: _read(out, m) for m in ("full", "sigterm", "resume")}, preempted
+
+
+def test_devices_2_from_a_plain_python_process_runs_ddp(runs: tuple) -> None:
+    _, _, results, _ = runs
+    full = results["full"]
+    assert [(r["rank"], r["world"], r["strategy"]) for r in full] == [(0, 2, "DDPStrategy"), (1, 2, "DDPStrategy")]
+    assert full[0]["pid"] != full[1]["pid"]
+    assert [r["global_step"] for r in full] == [6, 6]  # 48 samples, batch 4, 2 processes, accumulate 2, 2 epochs
+    assert full[0]["weights"] == full[1]["weights"]
+    assert full[0]["lr"] == 0.01  # StepLR stepped once per optimizer step (6 steps, step_size 2: 0.02 -> 0.01)
+
+
+def test_sync_dist_and_torchmetrics_agree_across_processes(runs: tuple) -> None:
+    full = runs[2]["full"]
+    assert [r["rank_local"] for r in full] == [0.0, 1.0]
+    assert [r["rank_synced"] for r in full] == [0.5, 0.5]
+    assert full[0]["train/loss_epoch"] == full[1]["train/loss_epoch"]
+    for r in full:  # the Metric is computed over the whole validation set (both shards), on both processes
+        assert r["val/mse"] == pytest.approx(r["val_mse_full"], rel=1e-6)
+        assert r["validate"] == pytest.approx(r["val_mse_full"], rel=1e-6)
+
+
+def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -> None:
+    out = runs[0]
+    root = out / "run_full"
+    assert sorted(p.name for p in (root / "stoker_logs").iterdir()) == ["version_0"]
+    rows = (root / "stoker_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["epoch=1-step=6", "last"]
+    files = sorted(p.name for p in (root / "checkpoints" / "last").iterdir())
+    for name in ("random_states_0", "random_states_1", "dataloader", "dataloader_process1", "custom_checkpoint_0",
+                 "custom_checkpoint_0_process1"):
+        assert f"{name}.safetensors" in files  # every process saved its own RNG, loader and Trainer state
+
+
+def test_sigterm_on_one_rank_stops_all_ranks_at_the_same_step_with_one_checkpoint(runs: tuple) -> None:
+    out, _, results, preempted = runs
+    assert [r["stopped_at"] for r in results["sigterm"]] == [4, 4]
+    assert [r["exit"] for r in results["sigterm"]] == [143, 143]
+    assert "".join(r.output for r in preempted).count("preempted by SIGTERM at step 4") == 1
+    saved = json.loads((out / "after_sigterm.json").read_text())
+    assert saved["state"]["counters"]["step"] == 4
+    assert saved["folders"] == ["epoch=0-step=3", "last"]  # the end of epoch 0, then the preemption's one save
+
+
+def test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run(runs: tuple) -> None:
+    results = runs[2]
+    for full, resumed in zip(results["full"], results["resume"]):
+        assert resumed["global_step"] == 6
+        assert resumed["weights"] == full["weights"]  # bit-identical
+        for key in ("rank_synced", "rank_local", "train/loss_epoch", "val/mse", "lr"):
+            assert resumed[key] == full[key], key
+
+
+def test_a_rank_that_dies_makes_the_other_exit_with_an_error(tmp_path: Path) -> None:
+    ranks = run_workers(WORKER, [tmp_path, "die"], timeout=90, check=False)  # a hang would fail by timeout
+    assert ranks[1].returncode == 3
+    assert ranks[0].returncode not in (0, None)
+    assert "peer" in ranks[0].output.lower() or "connection" in ranks[0].output.lower(), ranks[0].output[-2000:]
+
+
+def test_fsdp_through_the_trainer_matches_ddp(runs: tuple) -> None:
+    out = runs[0]
+    run_workers(WORKER, [out, "fsdp"], timeout=120)
+    fsdp, full = _read(out, "fsdp"), runs[2]["full"]
+    assert [r["strategy"] for r in fsdp] == ["FSDPStrategy"] * 2
+    assert max(abs(a - b) for a, b in zip(fsdp[0]["weights"], full[0]["weights"])) < 1e-5
+    assert fsdp[0]["val/mse"] == pytest.approx(full[0]["val/mse"], rel=1e-5)
+    last = out / "run_fsdp" / "checkpoints" / "last"
+    assert (last / ".metadata").exists() and (last / "__1_0.distcp").exists()
