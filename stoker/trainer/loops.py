@@ -205,7 +205,7 @@ class FitLoop:
     # -- validation schedule --------------------------------------------------------------------------------------
     def _val_due(self, batch_idx: int, at_end: bool = False) -> bool:
         t = self.trainer
-        if not t._val_loaders or not t._has_validation_step:
+        if not t._val_enabled:
             return False
         every_n = t.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:

@@ -97,6 +97,7 @@ class RunSetup:
         if vals and not t._has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=4)
+        t._val_enabled = t._has_validation_step and any(t.num_val_batches)  # limit_val_batches=0 turns it off
         t._val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers())
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]

@@ -127,6 +127,7 @@ class Trainer:
         self._train_loader: Any = None
         self._val_loaders: list[Any] = []
         self._has_validation_step = False
+        self._val_enabled = False
         self._val_check_batch: int | None = None
         self._step_schedulers: list[LRSchedulerConfig] = []
         self._parameters: list[torch.nn.Parameter] = []
