@@ -28,8 +28,8 @@ def is_launched() -> bool:
 def resolve_num_processes(devices: Any, accelerator: str = "auto") -> int:
     """The number of processes per node for ``Trainer(accelerator=..., devices=...)``.
 
-    ``devices`` may be an int (``-1``: every GPU), ``"auto"`` (every GPU on a GPU machine, else 1), a numeric
-    string, or a list of GPU indices (its length).
+    ``devices`` may be an int (``-1``: every GPU), ``"auto"`` (under a launcher: the processes it started on
+    this node; else every GPU on a GPU machine, or 1), a numeric string, or a list of GPU indices (its length).
 
     Example:
         >>> resolve_num_processes(2, "cpu")
@@ -39,6 +39,8 @@ def resolve_num_processes(devices: Any, accelerator: str = "auto") -> int:
     if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         devices = int(devices)
     if devices == "auto" or devices is None:
+        if is_launched():  # under torchrun: whatever it started on this node
+            return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         return max(gpus, 1)
     if isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) for d in devices):
         return len(devices)

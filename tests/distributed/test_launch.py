@@ -69,6 +69,7 @@ def test_under_a_launcher_the_process_count_must_match(monkeypatch: pytest.Monke
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     ensure_processes(2)  # returns: this process is one of the launcher's
+    assert resolve_num_processes("auto", "cpu") == 2  # devices="auto" adopts the launcher's processes
     with pytest.raises(ValueError, match=r"devices=4.*LOCAL_WORLD_SIZE=2"):
         ensure_processes(4)
 
