@@ -1,14 +1,36 @@
 """What callbacks need to know about the fit in progress, read from the Trainer's public attributes and hooks.
 
-Owns two questions several callbacks ask: does this fit validate at all, and did the training epoch whose
+Owns the questions several callbacks ask: does this fit validate at all, did the training epoch whose
 ``on_train_epoch_end`` is running reach its last batch (a ``should_stop`` or ``max_steps`` stop also ends the
-epoch, early)? Both are answered without per-step device work.
+epoch, early), and what value do all processes agree on? Decisions that change the run (stop, save) must be
+the same on every process, or one process waits forever in a collective the others never enter.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+import torch
+
+
+def agreed_mean(trainer: Any, value: float) -> float:
+    """``value`` averaged over the processes (one small all-reduce; nothing in a single process).
+
+    Call it at the same point on every process. A NaN anywhere gives NaN everywhere.
+    """
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:
+        return value
+    tensor = torch.tensor(float(value), dtype=torch.float64, device=accelerator.device)
+    return float(accelerator.reduce(tensor, "mean").item())
+
+
+def agreed_any(trainer: Any, flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any of them."""
+    if trainer.accelerator.num_processes == 1:
+        return flag
+    return agreed_mean(trainer, 1.0 if flag else 0.0) > 0
 
 
 def fit_validates(trainer: Any) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import EpochProgress, fit_validates
+from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, copy_folder,
                                                format_checkpoint_name, ordering, remove_folder, replace_folder)
@@ -241,13 +241,13 @@ class ModelCheckpoint(Callback):
                 warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning, stacklevel=3)
             return None
         value = metrics[self.monitor]
-        if isinstance(value, torch.Tensor) and value.numel() != 1:
-            raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) needs a scalar; got shape {tuple(value.shape)}.")
-        accelerator = trainer.accelerator
-        if accelerator.num_processes > 1:  # every process must make the same decision: agree on one score
-            tensor = torch.as_tensor(value, dtype=torch.float64, device=accelerator.device).reshape(())
-            value = accelerator.reduce(tensor, "mean")
-        return float(value.item() if isinstance(value, torch.Tensor) else value)
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) needs a scalar; got shape "
+                                 f"{tuple(value.shape)}.")
+            value = value.item()
+        # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
+        return agreed_mean(trainer, float(value))
 
     def _admit(self, trainer: Any, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""

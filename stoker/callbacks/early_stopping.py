@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import EpochProgress, fit_validates
+from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 
 __all__ = ["EarlyStopping"]
@@ -119,7 +119,8 @@ class EarlyStopping(Callback):
                 raise RuntimeError(message)
             warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning, stacklevel=2)
             return
-        current = _to_float(metrics[self.monitor])
+        # The mean over processes: each decides the same, even for a metric logged without sync_dist.
+        current = agreed_mean(trainer, _to_float(metrics[self.monitor]))
         should_stop, reason = self._evaluate(current)
         if should_stop:
             trainer.should_stop = True

@@ -16,12 +16,15 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from stoker.callbacks._fit_progress import agreed_any
 from stoker.callbacks.base import Callback
 
 __all__ = ["Timer"]
 
 _STAGES = ("train", "validate", "test", "predict")
 _DURATION = re.compile(r"^(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})$")
+# With several processes a check is a collective (all must stop at the same step): do it every n steps only.
+SYNC_EVERY_N_STEPS = 10
 _DICT_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
 
 
@@ -69,10 +72,12 @@ class Timer(Callback):
     The elapsed time of each stage (``"train"``, ``"validate"``, ``"test"``, ``"predict"``) is kept in
     the callback's state, so a run resumed from a checkpoint continues counting from where it stopped.
     Training time is checked after every optimizer step (never in the middle of an accumulation
-    window) and at the end of each training epoch and validation run. When the time is up the Timer
-    writes the ``last`` checkpoint (through the Trainer's `ModelCheckpoint` when there is one, else
-    into ``{default_root_dir}/checkpoints/last``) and sets ``trainer.should_stop``; the Trainer then
-    ends the run normally. ``duration=None`` measures only.
+    window; with several processes every ``SYNC_EVERY_N_STEPS`` = 10 steps, because the processes
+    must agree, with a collective, to stop at the same step) and at the end of each training epoch and
+    validation run. When the time is up (on any process) the Timer writes the ``last`` checkpoint
+    (through the Trainer's `ModelCheckpoint` when there is one, else into
+    ``{default_root_dir}/checkpoints/last``) and sets ``trainer.should_stop``; the Trainer then ends
+    the run normally. ``duration=None`` measures only.
 
     Args:
         duration: A ``datetime.timedelta``, a ``"DD:HH:MM:SS"`` string, a dict of ``timedelta``
@@ -167,6 +172,8 @@ class Timer(Callback):
         if step == self._last_step:  # inside an accumulation window: never stop between micro-steps
             return
         self._last_step = step
+        if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
+            return
         self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
@@ -175,7 +182,7 @@ class Timer(Callback):
     def _check(self, trainer: Any) -> None:
         if self.duration is None or self.stopped or self._start["train"] is None:
             return
-        if self.time_elapsed("train") < self.duration.total_seconds():
+        if not agreed_any(trainer, self.time_elapsed("train") >= self.duration.total_seconds()):
             return
         self.stopped = True
         trainer.should_stop = True

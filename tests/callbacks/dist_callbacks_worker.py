@@ -1,0 +1,73 @@
+"""Two ranks that see *different* metric values (logged without sync_dist) and different clocks.
+
+Usage: ``dist_callbacks_worker.py OUT``. ModelCheckpoint, EarlyStopping and Timer must decide the same on both
+ranks; otherwise one rank would wait forever in a collective (save_state, the loop) the other never enters.
+Writes ``rank{r}.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer, TrainingModule  # noqa: E402
+from tests.helpers.dist_common import write_result  # noqa: E402
+from tests.helpers.models import make_loader, make_mlp, make_regression_data  # noqa: E402
+
+OUT = Path(sys.argv[1])
+RANK = int(os.environ["RANK"])
+# Rank 0's score keeps improving, rank 1's gets worse faster: their mean peaks at epoch 1 and then worsens.
+SCORES = {0: [4.0, 3.0, 2.5, 2.2, 2.0, 1.9], 1: [4.0, 1.0, 3.0, 4.0, 5.0, 6.0]}
+
+
+class Module(TrainingModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = make_mlp(seed=0)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        pass
+
+    def on_validation_epoch_end(self):
+        self.log("score", SCORES[RANK][self.trainer.current_epoch])  # no sync_dist: differs per rank
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class SlowRank1(Callback):
+    """Rank 1's clock runs past the Timer's duration first."""
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if RANK == 1 and trainer.global_step == 9:
+            time.sleep(2.2)
+
+
+def fit(root: Path, callbacks: list) -> Trainer:
+    trainer = Trainer(max_epochs=6, default_root_dir=str(root), logger=False, enable_progress_bar=False, seed=0,
+                      callbacks=callbacks)
+    data = make_regression_data(64)
+    trainer.fit(Module(), make_loader(data, 8), make_loader(data, 8))  # 4 steps per epoch and rank
+    return trainer
+
+
+ckpt = ModelCheckpoint(monitor="score", save_top_k=1, filename="{epoch}")
+stop = EarlyStopping("score", patience=2)
+first = fit(OUT / "stop", [ckpt, stop])
+timer = Timer({"seconds": 2})
+second = fit(OUT / "timer", [SlowRank1(), timer])
+write_result(OUT, {
+    "best": os.path.basename(ckpt.best_model_path), "best_score": float(ckpt.best_model_score),
+    "stopped_epoch": stop.stopped_epoch, "steps": first.global_step,
+    "timer_steps": second.global_step, "timer_stopped": timer.stopped,
+})
