@@ -202,3 +202,22 @@ def test_train_end_saves_last_when_newest_state_is_unsaved(tmp_path):
     assert trainer.saves == ["last"]
     cb.on_train_end(trainer, trainer.module)
     assert trainer.saves == ["last"]  # nothing new: not written twice
+
+
+def test_evicted_checkpoint_is_deleted_only_after_the_new_one_and_last_are_complete(tmp_path, monkeypatch):
+    import stoker.callbacks.checkpoint as module
+
+    seen = []
+    real_remove = module.remove_folder
+
+    def remove(path):
+        if os.path.isdir(path):
+            seen.append((os.path.basename(path), os.path.isdir(cb.best_model_path),
+                         read_state(cb.last_model_path)["global_step"]))
+        real_remove(path)
+
+    monkeypatch.setattr(module, "remove_folder", remove)
+    cb, trainer = _start(tmp_path, monitor="val/loss")
+    _epoch(trainer, cb, 2.0)
+    _epoch(trainer, cb, 1.0)
+    assert seen == [("epoch=0-step=2", True, 4)]
