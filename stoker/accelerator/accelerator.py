@@ -426,6 +426,10 @@ class Accelerator:
     def wait_for_everyone(self) -> None:
         self.strategy.barrier()
 
+    def broadcast_object(self, obj: Any, from_process: int = 0) -> Any:
+        """``obj`` as process ``from_process`` has it, on every process (picklable objects; collective)."""
+        return self.strategy.broadcast_object(obj, src=from_process)
+
     @contextlib.contextmanager
     def main_process_first(self) -> Iterator[None]:
         """The main process runs the block first (e.g. to download or cache), then the others."""

@@ -102,6 +102,7 @@ class Trainer:
         self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
         self.callbacks = self._build_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
         self.loggers = self._build_loggers(logger)
+        self._agree_on_log_dirs()
 
         self.state = RunState()
         self.fit_loop = FitLoop(self)
@@ -160,6 +161,15 @@ class Trainer:
             raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
                              "checkpoint states would overwrite each other. Give each a distinct state_key.")
         return result
+
+    def _agree_on_log_dirs(self) -> None:
+        """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
+        process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
+        acc = self.accelerator
+        if acc.num_processes > 1 and self.loggers:
+            versions = acc.broadcast_object([lg.version if acc.is_main_process else None for lg in self.loggers])
+            for lg, version in zip(self.loggers, versions):
+                lg._version = version  # resolved once, before anything is written
 
     def _build_loggers(self, logger: Any) -> list[Any]:
         from ..loggers import Logger, TensorBoardLogger

@@ -65,6 +65,7 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     out = runs[0]
     root = out / "run_full"
     assert sorted(p.name for p in (root / "stoker_logs").iterdir()) == ["version_0"]
+    assert [r["log_dir"] for r in runs[2]["full"]] == [str(root / "stoker_logs" / "version_0")] * 2
     rows = (root / "stoker_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
     assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["epoch=1-step=6", "last"]

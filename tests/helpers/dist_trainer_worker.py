@@ -86,6 +86,7 @@ def main() -> None:
         common.write_result(OUT, result, f"rank{result['rank']}-{MODE}.json")
         raise
     result["global_step"] = trainer.global_step
+    result["log_dir"] = trainer.log_dir  # read after the main process created its version folder
     result["weights"] = common.flat(trainer.accelerator.unwrap_model(module))
     metrics = trainer.callback_metrics
     for key in ("rank_synced", "rank_local", "val/mse", "train/loss_epoch"):
