@@ -14,6 +14,7 @@ import json
 import math
 import mmap
 import os
+import pickle
 import re
 import shutil
 import warnings
@@ -57,8 +58,8 @@ class _Encoder:
         from .weights import _DTYPES
 
         if t.dtype not in _DTYPES or t.layout != torch.strided:
-            raise TypeError(f"{self.what}{path} is a {t.dtype} {t.layout} tensor, which safetensors cannot store; "
-                            "convert it to a dense tensor of a standard dtype.")
+            raise TypeError(f"{self.what}{path} is a {t.dtype} {t.layout} tensor, which cannot be stored in "
+                            "safetensors; convert it to a dense tensor of a standard dtype.")
         if id(t) not in self._keys:
             self._keys[id(t)] = key = f"t{len(self.tensors)}"
             self.tensors[key] = t
@@ -72,9 +73,10 @@ class _Encoder:
             return {**node, "param": obj.requires_grad} if isinstance(obj, torch.nn.Parameter) else node
         if isinstance(obj, (np.ndarray, np.generic)):
             kind = "ndarray" if isinstance(obj, np.ndarray) else "npscalar"
+            array = np.asarray(obj)  # keeps 0-d (ascontiguousarray would make it 1-d)
             try:
-                t = torch.from_numpy(np.ascontiguousarray(obj))
-            except TypeError:
+                t = torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
+            except (TypeError, ValueError):
                 raise TypeError(f"{self.what}{path} is a numpy {kind} of dtype {obj.dtype}, which cannot be stored "
                                 f"safely; {_HINT}.") from None
             return {kind: self._tensor(t, path)}
@@ -219,6 +221,34 @@ def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -
             raise CheckpointError(f"{file} does not match its checksum (CRC-32 {crc}, manifest {expected['crc32']}): "
                                   "the file was altered or corrupted.")
     return manifest
+
+
+# What torch.distributed.checkpoint's ``.metadata`` pickle may name: its own dataclasses and torch value types.
+_DCP_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
+    "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+    "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
+    ("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict")}
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _DCP_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which is not checkpoint metadata")
+
+
+def check_dcp_metadata(path: str) -> None:
+    """Refuses a ``torch.distributed.checkpoint`` folder whose ``.metadata`` pickle names anything but DCP's own
+    metadata classes and torch value types (torch would run whatever it names when it unpickles the file)."""
+    file = os.path.join(path, ".metadata")
+    try:
+        with open(file, "rb") as f:
+            _DataOnlyUnpickler(f).load()
+    except Exception as e:  # any failure to read it as plain metadata is a refusal
+        raise CheckpointError(f"{file} is not plain torch.distributed.checkpoint metadata ({e}); stoker does not "
+                              "load it. Re-save the checkpoint with save_state().") from e
 
 
 def _aside(target: str, kind: str) -> str:
@@ -546,6 +576,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
 def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: list[str],
              custom_files: list[str]) -> None:
     if accelerator.strategy.shards_parameters:
+        check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
         accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
     for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
         module = accelerator.unwrap_model(model)

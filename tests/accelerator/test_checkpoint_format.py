@@ -1,0 +1,243 @@
+"""The checkpoint format: safe tree files, manifest verification, atomic commit, naming and rotation, RNG states."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from stoker.accelerator.checkpoint import (MANIFEST_NAME, CheckpointError, commit_checkpoint, list_checkpoints,
+                                           load_tree, newest_checkpoint, rotate_checkpoints, save_tree,
+                                           verify_checkpoint)
+from stoker.accelerator.rng import capture_rng_state, restore_rng_state
+
+
+def same(a, b) -> bool:
+    """Equal values *and* types, recursively (nan equals nan)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+def test_tree_round_trip_keeps_structure_and_types(tmp_path):
+    shared = torch.randn(3)
+    tree = {
+        "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(4, 2)}, 1: {}},  # int keys: optimizer state
+        "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": [0, 1], "amsgrad": False, "foreach": None}],
+        "floats": [float("nan"), float("inf"), -float("inf"), -0.0, 1e-310, 0.1],
+        "big": 2**80, "neg": -7, "text": "héllo \"quoted\"", "empty": {}, "nested": [[], [()], ((1,),)],
+        (1, "tuple-key"): "tuple key", 2.5: "float key", None: "none key", True: "bool key",
+        "numpy": np.arange(6, dtype=np.uint32).reshape(2, 3), "np_scalar": np.float64(0.25),
+        "np_int": np.int64(5), "bytes": b"\x00\xffabc", "dtype": torch.bfloat16, "size": torch.Size([2, 3]),
+        "device": torch.device("cpu"), "ordered": OrderedDict([("b", 1), ("a", 2)]),
+        "bf16": torch.randn(2).bfloat16(), "bool": torch.tensor([True, False]), "zero_dim": torch.tensor(5),
+        "param": torch.nn.Parameter(torch.ones(2)), "alias1": shared, "alias2": shared,
+        "noncontig": torch.arange(12.0).reshape(3, 4).t(),
+    }
+    save_tree(str(tmp_path / "t.safetensors"), tree)
+    back = load_tree(str(tmp_path / "t.safetensors"))
+    assert same(tree, back)
+    assert isinstance(back["ordered"], OrderedDict) and isinstance(back["param"], torch.nn.Parameter)
+    assert back["alias1"] is back["alias2"]  # one tensor stored once comes back as one object
+    assert math.copysign(1, back["floats"][3]) == -1
+    with safe_open(tmp_path / "t.safetensors", "pt") as f:  # a plain safetensors file with a JSON skeleton
+        json.loads(f.metadata()["stoker_tree"])
+
+
+def test_optimizer_state_round_trip_restores_training(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    save_tree(str(tmp_path / "opt.safetensors"), opt.state_dict())
+    other = torch.optim.AdamW(model.parameters(), lr=0.5)
+    other.load_state_dict(load_tree(str(tmp_path / "opt.safetensors")))
+    assert same(opt.state_dict(), other.state_dict())
+
+
+class MyThing:
+    pass
+
+
+@pytest.mark.parametrize("bad,path", [
+    ({"foo": MyThing()}, "['foo']"),
+    ({"a": [1, {"b": lambda: 0}]}, "['a'][1]['b']"),
+    ({"s": {1, 2}}, "['s']"),
+    ({"c": torch.zeros(2, dtype=torch.complex128)}, "['c']"),
+    ({"o": np.array([object()])}, "['o']"),
+    ({frozenset(): 1}, " key frozenset()"),
+])
+def test_unsafe_objects_rejected_with_their_path(tmp_path, bad, path):
+    target = tmp_path / "x.safetensors"
+    with pytest.raises(TypeError) as info:
+        save_tree(str(target), bad, what="register_for_checkpointing object #0 state_dict()")
+    message = str(info.value)
+    assert message.startswith("register_for_checkpointing object #0 state_dict()" + path)
+    assert "cannot be stored" in message and not target.exists()
+    if "MyThing" in repr(bad):
+        assert "MyThing" in message and "return tensors, numbers, strings, lists or dicts" in message
+
+
+def make_checkpoint(root, name="ckpt", files=None) -> str:
+    files = files or {"a.safetensors": b"A" * 1000, "b.json": b'{"x": 1}', "empty.bin": b""}
+    tmp = os.path.join(root, f".{name}.stoker-tmp")
+    os.makedirs(tmp)
+    for n, data in files.items():
+        with open(os.path.join(tmp, n), "wb") as f:
+            f.write(data)
+    target = os.path.join(root, name)
+    commit_checkpoint(tmp, target, {})
+    return target
+
+
+def test_manifest_lists_every_file_with_size_and_crc(tmp_path):
+    path = make_checkpoint(tmp_path)
+    assert not (tmp_path / ".ckpt.stoker-tmp").exists()
+    manifest = verify_checkpoint(path)
+    assert sorted(manifest["files"]) == ["a.safetensors", "b.json", "empty.bin"]
+    assert manifest["files"]["a.safetensors"]["size"] == 1000
+    assert sorted(os.listdir(path)) == ["a.safetensors", "b.json", "empty.bin", MANIFEST_NAME]
+
+
+def test_truncated_file_named_in_error(tmp_path):
+    path = make_checkpoint(tmp_path)
+    with open(os.path.join(path, "a.safetensors"), "r+b") as f:
+        f.truncate(500)
+    with pytest.raises(CheckpointError, match=r"a\.safetensors has 500 bytes but the manifest records 1000"):
+        verify_checkpoint(path)
+
+
+def test_flipped_byte_named_in_error(tmp_path):
+    path = make_checkpoint(tmp_path)
+    with open(os.path.join(path, "a.safetensors"), "r+b") as f:
+        f.seek(321)
+        f.write(b"B")
+    with pytest.raises(CheckpointError, match=r"a\.safetensors does not match its checksum"):
+        verify_checkpoint(path)
+    verify_checkpoint(path, files=["b.json"])  # only what is asked for is hashed
+
+
+def test_missing_file_manifest_and_foreign_folders(tmp_path):
+    path = make_checkpoint(tmp_path)
+    os.remove(os.path.join(path, "b.json"))
+    with pytest.raises(CheckpointError, match=r"b\.json is missing"):
+        verify_checkpoint(path)
+    os.remove(os.path.join(path, MANIFEST_NAME))
+    with pytest.raises(CheckpointError, match=f"has no {MANIFEST_NAME}"):
+        verify_checkpoint(path)
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / MANIFEST_NAME).write_text('{"format": "something-else", "files": {}}')
+    with pytest.raises(CheckpointError, match="not a stoker manifest"):
+        verify_checkpoint(tmp_path / "foreign")
+    with pytest.raises(CheckpointError, match="not a folder"):
+        verify_checkpoint(tmp_path / "nowhere")
+
+
+def test_unlisted_file_refused(tmp_path):
+    path = make_checkpoint(tmp_path)
+    with open(os.path.join(path, "random_states_0.pkl"), "wb") as f:
+        f.write(b"\x80\x04.")
+    with pytest.raises(CheckpointError, match=r"does not list: \['random_states_0.pkl'\]"):
+        verify_checkpoint(path)
+
+
+def test_commit_replaces_existing_checkpoint_whole(tmp_path):
+    make_checkpoint(tmp_path, files={"old.bin": b"old", "shared.bin": b"1"})
+    path = make_checkpoint(tmp_path, files={"new.bin": b"new", "shared.bin": b"2"})
+    assert sorted(os.listdir(path)) == sorted([MANIFEST_NAME, "new.bin", "shared.bin"])
+    assert (tmp_path / "ckpt" / "shared.bin").read_bytes() == b"2"
+    verify_checkpoint(path)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing left aside
+
+
+def test_naming_ignores_foreign_temporary_and_incomplete_folders(tmp_path):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    for n in (0, 2, 10):
+        make_checkpoint(root, f"checkpoint_{n}")
+    (root / "checkpoint_11").mkdir()  # incomplete or foreign: no manifest
+    (root / "checkpoint_11" / "model.safetensors").write_bytes(b"x")
+    (root / ".checkpoint_12.stoker-tmp").mkdir()  # an interrupted save
+    (root / "checkpoint_final").mkdir()
+    (root / "notes.txt").write_text("hi")
+    found = list_checkpoints(tmp_path)
+    assert [os.path.basename(p) for p in found] == ["checkpoint_0", "checkpoint_2", "checkpoint_10"]  # by number
+    assert newest_checkpoint(tmp_path) == str(root / "checkpoint_10")
+    assert newest_checkpoint(tmp_path / "elsewhere") is None
+    removed = rotate_checkpoints(tmp_path, total_limit=2)
+    assert [os.path.basename(p) for p in removed] == ["checkpoint_0"]
+    assert sorted(os.listdir(root)) == [".checkpoint_12.stoker-tmp", "checkpoint_10", "checkpoint_11",
+                                        "checkpoint_2", "checkpoint_final", "notes.txt"]
+
+
+def test_rng_state_round_trip_through_a_file(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    random.gauss(0, 1)  # leaves a cached gaussian in Python's state
+    np.random.randn()
+    save_tree(str(tmp_path / "rng.safetensors"), capture_rng_state())
+    expected = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn(),
+                torch.rand(3).tolist())
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    restore_rng_state(load_tree(str(tmp_path / "rng.safetensors")))
+    got = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn(),
+           torch.rand(3).tolist())
+    assert got == expected
+
+
+def test_restore_rng_rejects_garbage():
+    with pytest.raises(ValueError, match="capture_rng_state"):
+        restore_rng_state({"python": 1})
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))  # unpickling this creates the marker file
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_dcp_metadata_checked_before_torch_unpickles_it(tmp_path):
+    """FSDP checkpoints go through torch.distributed.checkpoint, whose .metadata is a pickle: stoker reads it with
+    an allow-list first, so a tampered one is refused without running anything."""
+    import pickle
+
+    import torch.distributed.checkpoint as dcp
+
+    from stoker.accelerator.checkpoint import check_dcp_metadata
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    state = {"model_0": model.state_dict(), "optimizer_0": opt.state_dict(), "extra": {"bf16": torch.ones(1).bfloat16()}}
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path / "real")))
+    check_dcp_metadata(str(tmp_path / "real"))  # genuine metadata passes
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / ".metadata").write_bytes(pickle.dumps(_Payload(str(marker))))
+    with pytest.raises(CheckpointError, match=r"\.metadata is not plain .*names io\.open"):
+        check_dcp_metadata(str(tmp_path / "evil"))
+    assert not marker.exists()
