@@ -216,7 +216,7 @@ class ModelCheckpoint(Callback):
         if rank and self.save_top_k != 0 and step != self._last_topk_step:
             score = self._score(trainer, metrics, step)
             if score is not None:
-                topk_path, evicted = self._admit(trainer, metrics, score)
+                topk_path, evicted = self._admit(metrics, score)
                 if topk_path is not None:
                     self._last_topk_step = step
         if topk_path is None and (not self.save_last or (step == self._last_save_step and not self._changed_since_save)):
@@ -249,7 +249,7 @@ class ModelCheckpoint(Callback):
         # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
         return agreed_mean(trainer, float(value))
 
-    def _admit(self, trainer: Any, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
+    def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
         evicted: list[str] = []
         if self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k:
@@ -276,6 +276,8 @@ class ModelCheckpoint(Callback):
         accelerator = trainer.accelerator
         last = os.path.join(self.dirpath, LAST_NAME)
         first = topk_path or last
+        # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
+        self._last_save_step, self._changed_since_save = int(trainer.global_step), False
         trainer.save_checkpoint(first)
         if self.export_weights:
             self._export(trainer, first)
@@ -290,8 +292,6 @@ class ModelCheckpoint(Callback):
                 remove_folder(path)
                 remove_folder(self._weights_path(path))
         accelerator.wait_for_everyone()
-        self._last_save_step = int(trainer.global_step)
-        self._changed_since_save = False
 
     def _weights_path(self, checkpoint_path: str) -> str:
         return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
