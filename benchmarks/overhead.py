@@ -8,6 +8,7 @@ runner's median over the ``raw`` runner's. Two clocks are reported: wall time (w
 CPU time (much less disturbed when other programs share the machine).
 
 Workloads:
+    micro one 4x4 linear layer, batch 4: nearly all loop; the difference to raw is the per-step overhead in us.
     tiny  an MLP of ~6.5k parameters, batch 32: overhead-bound, a few hundred microseconds per step.
     5m    an MLP of ~5.5M parameters, batch 64: compute-bound, tens of milliseconds per step on a CPU.
 
@@ -86,6 +87,8 @@ class Workload:
 
 
 WORKLOADS: dict[str, Workload] = {
+    # A single 4x4 layer: almost nothing but the loop itself, so the difference to raw is the overhead in us.
+    "micro": Workload("micro", (4, 4), batch_size=4, steps=200, reps=40),
     "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=100, reps=40),
     "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=4, reps=15),
 }
@@ -182,36 +185,40 @@ def measure(w: Workload, names: list[str]) -> dict[str, Result]:
 
 
 def _fmt(seconds: float) -> str:
-    return f"{seconds * 1e3:9.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:9.1f} us"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
-def _spread(values: list[float]) -> str:
-    """Half the interquartile range, relative to the median: how noisy the blocks were."""
-    if len(values) < 2:
-        return "-"
-    q = statistics.quantiles(values, n=4)
-    return f"±{(q[2] - q[0]) / 2 / statistics.median(values) * 100:.0f}%"
+def _paired(mine: list[float], ref: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of block-by-block ratios against the baseline's block of the same round."""
+    ratios = [a / b for a, b in zip(mine, ref)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    return q2, q1, q3
 
 
 def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> list[str]:
     """Table rows per runner: median time per step (wall, CPU) and two ratios to ``baseline``.
 
-    ``ratio`` divides the medians; ``paired`` is the median of block-by-block ratios against the baseline's
-    block of the same round, which cancels slow drifts in the machine's load.
+    ``ratio`` divides the medians. ``paired`` is the median of block-by-block ratios against the baseline's
+    block of the same round, which cancels drifts in the machine's load; the quartiles of those ratios follow in
+    brackets and show how noisy the run was. ``extra`` is the difference of the CPU medians: what the runner adds
+    per step.
     """
     base = results[baseline]
     lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/block, "
              f"{w.reps} blocks/runner",
-             f"  {'runner':<13}{'wall/step':>12}{'ratio':>7}{'paired':>7}{'spread':>7}"
-             f"{'cpu/step':>12}{'ratio':>7}{'paired':>7}{'spread':>7}"]
+             f"  {'runner':<12}{'wall/step':>11}{'ratio':>7}{'paired [quartiles]':>23}"
+             f"{'cpu/step':>11}{'ratio':>7}{'paired [quartiles]':>23}{'extra':>10}"]
     for name, r in results.items():
         cells = []
         for clock in ("wall", "cpu"):
             mine, ref = getattr(r, clock), getattr(base, clock)
-            paired = statistics.median(a / b for a, b in zip(mine, ref))
-            cells.append(f"{_fmt(statistics.median(mine)):>12}{statistics.median(mine) / statistics.median(ref):>7.3f}"
-                         f"{paired:>7.3f}{_spread(mine):>7}")
-        lines.append(f"  {name:<13}" + "".join(cells))
+            med, q1, q3 = _paired(mine, ref)
+            cells.append(f"{_fmt(statistics.median(mine)):>11}{statistics.median(mine) / statistics.median(ref):>7.3f}"
+                         f"{med:>8.3f} [{q1:.3f}, {q3:.3f}]")
+        extra = statistics.median(r.cpu) - statistics.median(base.cpu)
+        lines.append(f"  {name:<12}" + "".join(cells) + f"{extra * 1e6:>+8.1f}us")
     return lines
 
 
