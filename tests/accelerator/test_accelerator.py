@@ -257,3 +257,29 @@ def test_prepare_returns_objects_in_order_and_passes_others_through() -> None:
     assert p_sched.optimizers == [p_opt]
     assert len(p_loader) == 2
     assert accelerator.prepare(model) is model  # a single object comes back alone, not in a tuple
+
+
+def test_backward_outside_accumulate_divides_by_the_configured_steps_as_accelerate_does() -> None:
+    x, y = make_regression_data(n=8).tensors
+    model = make_mlp(seed=8)
+    reference = clone_model(model)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=4)
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    accelerator.backward(F.mse_loss(model(x), y))
+    (F.mse_loss(reference(x), y) / 4).backward()
+    for g, r in zip(grads_of(model), grads_of(reference)):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+    assert accelerator.sync_gradients  # without accumulate() every step updates, as in Accelerate
+
+
+def test_no_sync_in_one_process_lets_gradients_accumulate() -> None:
+    x, y = make_regression_data(n=8).tensors
+    model = make_mlp(seed=9)
+    accelerator = Accelerator(cpu=True)
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with accelerator.no_sync(model):
+        accelerator.backward(F.mse_loss(model(x), y))
+    first = grads_of(model)
+    accelerator.backward(F.mse_loss(model(x), y))
+    for g, f in zip(grads_of(model), first):
+        torch.testing.assert_close(g, 2 * f)
