@@ -40,7 +40,7 @@ class FSDPStrategy(DDPStrategy):
         mixed_precision: A ``torch.distributed.fsdp.MixedPrecisionPolicy``; by default it follows
             ``Accelerator(mixed_precision=...)`` (bf16/fp16 parameters in compute, fp32 gradient reduction).
         reshard_after_forward: Passed to ``fully_shard`` (None: torch's default).
-        timeout: Seconds a collective may wait for the other processes.
+        timeout: Seconds a collective may wait for the other processes (None: torch's default).
         **fsdp_kwargs: More ``fully_shard`` arguments (``offload_policy``, ``shard_placement_fn``, ...).
 
     Example:
@@ -52,7 +52,7 @@ class FSDPStrategy(DDPStrategy):
     shards_parameters = True
 
     def __init__(self, auto_wrap_policy: Policy = None, mixed_precision: Any = None,
-                 reshard_after_forward: bool | int | None = None, timeout: float = 1800.0,
+                 reshard_after_forward: bool | int | None = None, timeout: float | None = None,
                  **fsdp_kwargs: Any) -> None:
         super().__init__(timeout=timeout)
         self.policy = _make_policy(auto_wrap_policy)

@@ -120,7 +120,9 @@ class DDPStrategy(SingleDevice):
     ``MASTER_ADDR``, ``MASTER_PORT``); an already initialised group is used as it is and left alone at exit.
 
     Args:
-        timeout: Seconds (or a ``timedelta``) a collective may wait for the other processes before failing.
+        timeout: Seconds (or a ``timedelta``) a collective may wait for the other processes before failing;
+            None: torch's default (10 minutes with NCCL, 30 with gloo). A dead process makes gloo fail at once;
+            with NCCL the others fail after this timeout.
         **ddp_kwargs: Passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
             ``bucket_cap_mb``, ``gradient_as_bucket_view``, ...).
 
@@ -130,9 +132,14 @@ class DDPStrategy(SingleDevice):
 
     is_distributed = True
 
-    def __init__(self, timeout: float | timedelta = 1800.0, **ddp_kwargs: Any) -> None:
+    def __init__(self, timeout: float | timedelta | None = None, **ddp_kwargs: Any) -> None:
         super().__init__(None)
-        self.timeout = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
+        if timeout is not None and not isinstance(timeout, timedelta):
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+                raise ValueError(f"DDPStrategy(timeout={timeout!r}) must be a positive number of seconds, a "
+                                 "timedelta, or None (torch's default).")
+            timeout = timedelta(seconds=float(timeout))
+        self.timeout = timeout
         self.ddp_kwargs = ddp_kwargs
         self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
         self._connected = False
