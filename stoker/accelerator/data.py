@@ -109,10 +109,15 @@ class ShardedBatchSampler(Sampler[list[int]]):
         yield from batches[p::n]
 
     def __iter__(self) -> Iterator[Any]:
-        skip, self.skip, self.padding = self.skip, 0, 0
-        if skip == 0 and self.num_shards == 1:
+        if self.skip == 0 and self.num_shards == 1:
             return iter(self.inner)  # the common case: no Python generator layer per batch
-        return itertools.islice(self._my_batches(), skip, None)
+        return self._iter_from_skip()
+
+    def _iter_from_skip(self) -> Iterator[Any]:
+        # A generator, so `skip` is consumed at the first batch, not at iter(): torch's multi-process loader calls
+        # iter(batch_sampler) twice and only uses the second iterator.
+        skip, self.skip, self.padding = self.skip, 0, 0
+        yield from itertools.islice(self._my_batches(), skip, None)
 
     def __len__(self) -> int:
         total = len(self.inner)

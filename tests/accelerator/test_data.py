@@ -165,3 +165,12 @@ def test_skip_first_batches_starts_later_without_loading_the_skipped_samples() -
     assert len(skipped) == 2
     assert [b.tolist() for b in skipped] == [[6, 7, 8], [9]]
     assert loaded == [6, 7, 8, 9]
+
+
+def test_skip_first_batches_with_worker_processes() -> None:
+    # torch's multi-process loader calls iter(batch_sampler) twice; the skip must survive the first call.
+    dataset = torch.utils.data.TensorDataset(torch.arange(10))
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=3, num_workers=1))
+    assert [b[0].tolist() for b in accelerator.skip_first_batches(loader, 2)] == [[6, 7, 8], [9]]
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]  # the next epoch is whole
