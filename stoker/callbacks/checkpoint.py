@@ -118,6 +118,7 @@ class ModelCheckpoint(Callback):
         self._validated = False
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._warned_missing = False
+        self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
         self._pending_state: dict[str, Any] | None = None
         self._epoch = EpochProgress()
 
@@ -241,6 +242,11 @@ class ModelCheckpoint(Callback):
                 warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning, stacklevel=3)
             return None
         value = metrics[self.monitor]
+        if value is self._last_ranked:
+            # The very object ranked before: no validation (or logging) has produced a new value since, e.g.
+            # check_val_every_n_epoch=2. Ranking it again would keep a checkpoint under a stale score.
+            return None
+        self._last_ranked = value
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) needs a scalar; got shape "

@@ -74,6 +74,16 @@ def test_top_k_is_right_across_a_resume(tmp_path):
     assert sorted(second.best_k_models.values()) == [0.5, 1.0]
 
 
+def test_epochs_without_validation_are_not_ranked_with_a_stale_score(tmp_path):
+    ckpt = ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}")
+    t = trainer(tmp_path, max_epochs=4, check_val_every_n_epoch=2, callbacks=[ckpt])
+    with pytest.warns(RuntimeWarning, match="Saving only `last` until it appears"):  # epoch 0: no validation yet
+        t.fit(Regressor(val_scores=[9.0, 2.0, 9.0, 3.0]), *loaders())
+    # Epoch 2 saw only epoch 1's score: it refreshed `last` but did not take a top-k place under that score.
+    assert _folders(tmp_path / "checkpoints") == ["epoch=1-val_score=2.0", "epoch=3-val_score=3.0", "last"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 16
+
+
 def test_every_n_train_steps_with_accumulation(tmp_path):
     ckpt = ModelCheckpoint(every_n_train_steps=3, every_n_epochs=None, save_top_k=-1, save_last=False)
     train, _ = loaders(n=64)  # 8 batches, accumulate 2 -> 4 optimizer steps per epoch
