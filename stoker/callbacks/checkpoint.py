@@ -43,7 +43,9 @@ class ModelCheckpoint(Callback):
     A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
     is one) and every ``every_n_train_steps`` optimizer steps. When a fit stops in the middle of an
     epoch (``should_stop``, ``max_steps``, `Timer`) and whenever it ends with the newest state unsaved,
-    only ``last`` is written: a partial epoch's metrics do not compete for the top k. Each save writes a complete ``save_state`` folder. With
+    only ``last`` is written: a partial epoch's metrics do not compete for the top k. Likewise a
+    monitored value is ranked once: a later save that sees the same value (no validation since, e.g.
+    with ``check_val_every_n_epoch=2``) refreshes only ``last``. Each save writes a complete ``save_state`` folder. With
     ``monitor``, a checkpoint is kept when its score is among the ``save_top_k`` best; without it the
     ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
 
