@@ -102,6 +102,7 @@ def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
     ``MASTER_PORT``, ...). A worker that fails makes the launcher stop the others; SIGTERM/SIGINT to the
     launching process is forwarded to every worker (so a preempted job still checkpoints).
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -121,4 +122,8 @@ def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
         print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
         code = error.get_first_failure()[1].exitcode if error.failures else 1  # the root cause's status
         raise SystemExit(code if isinstance(code, int) and code > 0 else 1) from None
+    except SignalException as signal_:  # the workers got the signal too (and a Trainer saved a checkpoint)
+        print(f"stoker: stopped by signal {int(signal_.sigval)}; the workers were asked to stop.", file=sys.stderr,
+              flush=True)
+        raise SystemExit(128 + int(signal_.sigval)) from None
     raise SystemExit(0)
