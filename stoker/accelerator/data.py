@@ -274,8 +274,13 @@ class PreparedDataLoader:
     @property
     def padding_samples(self) -> int:
         """Samples repeated at the end of this epoch so that processes got even batches."""
-        if self._batch_sampler is None or self._cut_short:  # a limited epoch never reaches the padded batches
+        if self._cut_short:  # a limited epoch never reaches the padded batches
             return 0
+        if self._batch_sampler is None:  # an iterable dataset sharded over processes counts its own
+            from .iterable_shard import IterableShard
+
+            dataset = self.base_loader.dataset
+            return dataset.padding if isinstance(dataset, IterableShard) and self.base_loader.num_workers == 0 else 0
         return self._batch_sampler.padding
 
     @property
@@ -382,18 +387,18 @@ def _first_only(collate: Any) -> _FirstOnly:
 
 def _prepare_iterable(loader: DataLoader, accelerator: Accelerator, device: torch.device | None, seed: int,
                       kwargs: dict[str, Any], generator: torch.Generator) -> PreparedDataLoader:
-    if accelerator.num_processes > 1:
-        raise NotImplementedError(
-            "Preparing a DataLoader over an IterableDataset in several processes is not supported yet: shard the "
-            "dataset yourself (e.g. by accelerator.process_index) and pass it to prepare with device_placement only."
-        )
-    kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last, generator=generator)
+    dataset, batch_size = loader.dataset, loader.batch_size
+    if accelerator.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
+        from .iterable_shard import shard_iterable
+
+        dataset, batch_size = shard_iterable(dataset, batch_size, accelerator)
+    kwargs.update(batch_size=batch_size, drop_last=loader.drop_last, generator=generator)
     if accelerator.dataloader_config.use_stateful_dataloader:
         from torchdata.stateful_dataloader import StatefulDataLoader
 
-        rebuilt: DataLoader = StatefulDataLoader(loader.dataset, **kwargs)
+        rebuilt: DataLoader = StatefulDataLoader(dataset, **kwargs)
     else:
-        rebuilt = DataLoader(loader.dataset, **kwargs)
+        rebuilt = DataLoader(dataset, **kwargs)
     return PreparedDataLoader(rebuilt, accelerator, None, seed, device, accelerator.dataloader_config.non_blocking)
 
 

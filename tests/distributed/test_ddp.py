@@ -105,3 +105,16 @@ def test_save_state_mid_window_resumes_exactly_with_per_process_state(ranks: lis
     for r in ranks:
         assert r["resume_equal"], r["resume_max_diff"]
         assert r["resume_step"] == 6
+
+
+@pytest.mark.parametrize("split,expected", [
+    (False, [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 0, 1, 2]]),  # whole batches of each group of 8
+    (True, [[0, 1, 4, 5, 8, 9, 12, 0], [2, 3, 6, 7, 10, 11, 1, 2]]),  # half of every batch of 4
+])
+def test_iterable_dataset_is_sharded_and_gather_for_metrics_drops_the_padding(ranks: list[dict], split: bool,
+                                                                              expected: list) -> None:
+    # A stream of 13 items without a length, batch 4: each process keeps its share of every global batch; the
+    # short last group is completed with the stream's first items, so both processes get as many batches.
+    assert [r[f"iterable_split_{split}_mine"] for r in ranks] == expected
+    for r in ranks:
+        assert r[f"iterable_split_{split}_gathered"] == list(range(13))

@@ -95,6 +95,28 @@ def check_metrics(result: dict) -> None:
         result[f"metrics_{name}_len"] = len(loader)
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """0, 1, ..., n-1 without a length."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(torch.arange(self.n))
+
+
+def check_iterable(result: dict) -> None:
+    for split in (False, True):
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=split))
+        loader = accelerator.prepare(DataLoader(Stream(13), batch_size=4))
+        mine, gathered = [], []
+        for batch in loader:
+            mine.extend(batch.tolist())
+            gathered.extend(accelerator.gather_for_metrics(batch).tolist())
+        result[f"iterable_split_{split}_mine"] = mine
+        result[f"iterable_split_{split}_gathered"] = gathered
+
+
 def check_collectives(result: dict, tmp: Path) -> None:
     accelerator = Accelerator(cpu=True)
     t = torch.tensor([RANK + 1.0, 10.0 * (RANK + 1)])
@@ -207,6 +229,7 @@ def main() -> None:
     creator = check_parity(result)
     check_sync(result)
     check_metrics(result)
+    check_iterable(result)
     check_collectives(result, tmp)
     check_shuffle_and_scheduler(result)
     check_resume(result, tmp)

@@ -1,0 +1,88 @@
+"""Sharding an ``IterableDataset`` over processes (what ``prepare`` wraps such a loader's dataset in).
+
+Every process reads the whole stream, in the same order, and keeps its share of each *group* of
+``per_process * num_processes`` consecutive items: process p keeps items ``[p * per_process, (p + 1) * per_process)``
+of every group, so each batch of the rebuilt loader is process p's part of one global batch (whole batches
+round-robin; with ``split_batches`` a slice of every batch). With ``even_batches`` a short last group is
+completed with the stream's first items, so that every process gets as many batches; ``padding`` counts them for
+``gather_for_metrics`` (visible in the main process when the loader has no workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import IterableDataset
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator
+
+
+class IterableShard(IterableDataset):
+    """This process's share of ``dataset`` (see the module docstring).
+
+    Example:
+        >>> shard = IterableShard(stream, per_process=4, num_processes=2, process_index=1)
+        >>> # items 4-7, 12-15, ... of the stream
+    """
+
+    def __init__(self, dataset: Any, per_process: int, num_processes: int, process_index: int,
+                 even_batches: bool = True) -> None:
+        if per_process < 1:
+            raise ValueError(f"IterableShard(per_process={per_process!r}) must be >= 1.")
+        self.dataset = dataset
+        self.per_process = per_process
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.even_batches = even_batches
+        self.padding = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        per, group = self.per_process, self.per_process * self.num_processes
+        start = self.process_index * per
+        self.padding = 0
+        first: list[Any] = []  # the stream's first group, to complete a short last one
+        buffer: list[Any] = []
+        for item in self.dataset:
+            buffer.append(item)
+            if len(first) < group:
+                first.append(item)
+            if len(buffer) == group:
+                yield from buffer[start:start + per]
+                buffer = []
+        if buffer:
+            if self.even_batches:
+                need = group - len(buffer)
+                buffer += (first * (need // len(first) + 1))[:need]
+                self.padding = need
+            yield from buffer[start:start + per]
+
+    def __len__(self) -> int:
+        total = len(self.dataset)  # TypeError for a stream without a length, as DataLoader expects
+        per, group = self.per_process, self.per_process * self.num_processes
+        full, rest = divmod(total, group)
+        if self.even_batches:
+            return (full + (1 if rest else 0)) * per
+        return full * per + min(per, max(rest - self.process_index * per, 0))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def shard_iterable(dataset: Any, batch_size: int | None, accelerator: Accelerator) -> tuple[IterableShard, int | None]:
+    """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses."""
+    config, n = accelerator.dataloader_config, accelerator.num_processes
+    if config.split_batches and batch_size is not None:
+        if batch_size % n:
+            raise ValueError(f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {n} "
+                             f"processes; got batch_size={batch_size}. Change the batch size or use "
+                             "split_batches=False.")
+        batch_size //= n
+    return IterableShard(dataset, batch_size or 1, n, accelerator.process_index, config.even_batches), batch_size
