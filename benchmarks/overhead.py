@@ -2,10 +2,12 @@
 
 Every *runner* trains its own copy of the same model on the same pre-batched data (each dataset item is already a
 whole batch, so the DataLoader adds almost nothing and framework overhead is not hidden behind collation). Runners
-take turns: block after block, the order alternating, after warm-up blocks. A block is one epoch of
-``steps`` optimizer steps; the figure is the median over blocks of the time per step, and the ratio is each
-runner's median over the ``raw`` runner's. Two clocks are reported: wall time (what a user waits) and the process's
-CPU time (much less disturbed when other programs share the machine).
+take turns: block after block, the order alternating, after warm-up blocks. A block is one short epoch of
+``steps`` optimizer steps (short, so that many block pairs see the same machine load; the epoch start is part of
+the cost). The figure is the median over blocks of the time per step; ratios are against the ``raw`` runner, and
+the ``raw-again`` runner (a second raw loop) shows how much two identical loops differ on this machine today. Two
+clocks are reported: wall time (what a user waits) and the process's CPU time (less disturbed when other programs
+share the machine, though in a VM it still counts time stolen by the host).
 
 Workloads:
     micro one 4x4 linear layer, batch 4: nearly all loop; the difference to raw is the per-step overhead in us.
@@ -88,9 +90,9 @@ class Workload:
 
 WORKLOADS: dict[str, Workload] = {
     # A single 4x4 layer: almost nothing but the loop itself, so the difference to raw is the overhead in us.
-    "micro": Workload("micro", (4, 4), batch_size=4, steps=200, reps=40),
-    "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=100, reps=40),
-    "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=4, reps=15),
+    "micro": Workload("micro", (4, 4), batch_size=4, steps=50, reps=150),
+    "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=25, reps=150),
+    "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=2, reps=40),
 }
 
 # -- runners -----------------------------------------------------------------------------------------------------------
@@ -197,28 +199,31 @@ def _paired(mine: list[float], ref: list[float]) -> tuple[float, float, float]:
     return q2, q1, q3
 
 
-def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> list[str]:
-    """Table rows per runner: median time per step (wall, CPU) and two ratios to ``baseline``.
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[round(q * (len(ordered) - 1))]
 
-    ``ratio`` divides the medians. ``paired`` is the median of block-by-block ratios against the baseline's
-    block of the same round, which cancels drifts in the machine's load; the quartiles of those ratios follow in
-    brackets and show how noisy the run was. ``extra`` is the difference of the CPU medians: what the runner adds
-    per step.
+
+def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> list[str]:
+    """Table rows, one per runner and clock, comparing with ``baseline``.
+
+    ``median`` is the median time per step; ``ratio`` divides it by the baseline's. ``paired`` is the median of
+    block-by-block ratios against the baseline's block of the same round (which cancels drifts in the machine's
+    load), with their quartiles in brackets: how noisy the run was. ``p10`` divides the 10th percentiles, the
+    blocks least disturbed by other programs. ``extra`` is the difference of the medians: time added per step.
     """
     base = results[baseline]
     lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/block, "
              f"{w.reps} blocks/runner",
-             f"  {'runner':<12}{'wall/step':>11}{'ratio':>7}{'paired [quartiles]':>23}"
-             f"{'cpu/step':>11}{'ratio':>7}{'paired [quartiles]':>23}{'extra':>10}"]
+             f"  {'runner':<12}{'clock':<6}{'median':>11}{'ratio':>8}{'paired [quartiles]':>24}{'p10':>8}{'extra':>11}"]
     for name, r in results.items():
-        cells = []
         for clock in ("wall", "cpu"):
             mine, ref = getattr(r, clock), getattr(base, clock)
             med, q1, q3 = _paired(mine, ref)
-            cells.append(f"{_fmt(statistics.median(mine)):>11}{statistics.median(mine) / statistics.median(ref):>7.3f}"
-                         f"{med:>8.3f} [{q1:.3f}, {q3:.3f}]")
-        extra = statistics.median(r.cpu) - statistics.median(base.cpu)
-        lines.append(f"  {name:<12}" + "".join(cells) + f"{extra * 1e6:>+8.1f}us")
+            median = statistics.median(mine)
+            lines.append(f"  {name:<12}{clock:<6}{_fmt(median):>11}{median / statistics.median(ref):>8.3f}"
+                         f"{med:>8.3f} [{q1:.3f}, {q3:.3f}]{_quantile(mine, 0.1) / _quantile(ref, 0.1):>8.3f}"
+                         f"{(median - statistics.median(ref)) * 1e6:>+9.1f}us")
     return lines
 
 
