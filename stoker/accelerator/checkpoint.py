@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from .rng import capture_rng_state, restore_rng_state
-from .weights import (TIED_KEY, FileRecord, _dedupe, fsync_dir, load_checkpoint_in_model, read_safetensors,
-                      write_buffers, write_safetensors)
+from .weights import (TIED_KEY, FileRecord, _dedupe, fsync_dir, fsync_file, load_checkpoint_in_model,
+                      read_safetensors, write_buffers, write_safetensors)
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
@@ -360,8 +360,24 @@ def _sweep(root: str) -> None:
 
 
 # -- save_state / load_state ---------------------------------------------------------------------------------------
-def _indexed(stem: str, i: int) -> str:
-    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"  # Accelerate's naming, as safetensors
+def _name(stem: str, i: int, rank: int = 0) -> str:
+    """Accelerate's names as safetensors (``optimizer.safetensors``, ``optimizer_1.safetensors``); files a process
+    writes for itself get ``_process{rank}`` (rank 0 keeps the plain name)."""
+    stem += f"_process{rank}" if rank else ""
+    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"
+
+
+def _parts(accelerator: Accelerator, rank: int) -> tuple[list, list]:
+    """``(file, object, label)`` of what the main process saves for all, and what each process saves for itself
+    (loader positions and user objects may differ between processes)."""
+    optimizers = [] if accelerator.strategy.shards_parameters else accelerator._optimizers  # FSDP: through DCP
+    shared = [(_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
+    shared += [(_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(accelerator._schedulers)]
+    shared.append(("scaler.safetensors", accelerator.precision, "grad scaler"))
+    own = [(_name("dataloader", i, rank), d, f"dataloader #{i}") for i, d in enumerate(accelerator._dataloaders)]
+    own += [(_name("custom_checkpoint", i, rank), o, f"register_for_checkpointing object #{i}")
+            for i, o in enumerate(accelerator._custom_objects)]
+    return shared, own
 
 
 def _target(accelerator: Accelerator, output_dir: str | None) -> str:
@@ -384,11 +400,12 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
                **_: Any) -> str:
     """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
 
-    Models (safetensors, tied weights once), optimizers, schedulers, the precision's grad scaler, prepared
-    loaders' positions, ``register_for_checkpointing`` objects, counters, gradients of an unfinished
-    accumulation window, and one RNG file per process. The folder appears complete or not at all; with
-    ``total_limit`` the oldest automatic checkpoints are deleted after it is complete. ``safe_serialization``
-    is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
+    Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler and counters from the main
+    process; from every process its RNG states, loader positions, ``register_for_checkpointing`` objects and the
+    gradients of an unfinished accumulation window. FSDP models and optimizers go through
+    ``torch.distributed.checkpoint``. The folder appears complete or not at all; with ``total_limit`` the oldest
+    automatic checkpoints are deleted after it is complete. ``safe_serialization`` is accepted for Accelerate
+    compatibility: stoker always writes safetensors and JSON.
 
     Example:
         >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
@@ -397,8 +414,8 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     config, auto = accelerator.project_configuration, output_dir is None
     target = _target(accelerator, output_dir)
     tmp = _aside(target, "tmp")
-    # Collective (FSDP gathers) and cheap (references, no copies) elsewhere: every process asks for them.
-    sharded = accelerator.strategy.shards_parameters  # FSDP: models and optimizers go through DCP instead
+    sharded = accelerator.strategy.shards_parameters
+    # Collective under FSDP, and mere references elsewhere: every process asks for them.
     model_states = [] if sharded else [accelerator.get_state_dict(m) for m in accelerator._models]
     if accelerator.is_main_process:
         if os.path.exists(target) and not _is_complete(target) and os.listdir(target):
@@ -408,7 +425,7 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
         os.makedirs(tmp)
     accelerator.wait_for_everyone()
     try:
-        if sharded:  # every process writes its own shards (__{rank}_0.distcp) plus DCP's .metadata
+        if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
             accelerator.strategy.save_sharded_state(tmp, accelerator._models, accelerator._optimizers)
         records = _write_state(accelerator, tmp, model_states, auto)
         accelerator.wait_for_everyone()
@@ -427,78 +444,39 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
 
 
 def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: bool) -> dict[str, FileRecord]:
-    rank = accelerator.process_index
-    jobs: list[tuple[str, Any, str]] = [(f"random_states_{rank}.safetensors", capture_rng_state(),
-                                         f"RNG state of process {rank}")]
-    counters = dict(accelerator._counters_state_dict())
-    if rank > 0:  # each process's own loader position (shards may stand at different batches) and objects
-        jobs += [(_loader_file(i, rank), loader.state_dict(), f"dataloader #{i} of process {rank}")
-                 for i, loader in enumerate(accelerator._dataloaders)]
-        jobs += [(_custom_file(i, rank), obj.state_dict(), f"register_for_checkpointing object #{i} of process {rank}")
-                 for i, obj in enumerate(accelerator._custom_objects)]
-    if accelerator.is_main_process:
-        if auto:
-            counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
-        optimizers = [] if accelerator.strategy.shards_parameters else accelerator._optimizers
-        for kind, objects in [("optimizer", optimizers), ("scheduler", accelerator._schedulers),
-                              ("dataloader", accelerator._dataloaders), ("custom_checkpoint", accelerator._custom_objects)]:
-            for i, obj in enumerate(objects):
-                name = f"{kind}_{i}.safetensors" if kind == "custom_checkpoint" else _indexed(kind, i)
-                label = "register_for_checkpointing object" if kind == "custom_checkpoint" else kind
-                jobs.append((name, obj.state_dict(), f"{label} #{i} state_dict()"))
-        jobs.append(("scaler.safetensors", accelerator.precision.state_dict(), "grad scaler state_dict()"))
-    records: dict[str, FileRecord] = {}
+    rank, main = accelerator.process_index, accelerator.is_main_process
+    shared, own = _parts(accelerator, rank)
+    jobs = [(f"random_states_{rank}.safetensors", capture_rng_state(), f"RNG state of process {rank}")]
+    jobs += [(name, obj.state_dict(), f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
     encoded = []
-    for name, obj, what in jobs:  # encode everything first: a bad custom object fails before any big write
+    for name, obj, what in jobs:  # everything is encoded first: an unsafe user object fails before any write
         encoder = _Encoder(what)
         skeleton = json.dumps(encoder.encode(obj), separators=(",", ":"), allow_nan=False)
         encoded.append((name, encoder.tensors, {"format": "pt", TREE_KEY: skeleton}))
-    if accelerator.is_main_process:
-        window_open = counters.get("micro_step", 0) > 0
-        for i, state in enumerate(model_states):
-            stored, aliases = _dedupe(state)
-            encoded.append((_indexed("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
-            if window_open:  # gradients of the unfinished accumulation window, or resuming would drop them
-                model = accelerator.unwrap_model(accelerator._models[i])
-                grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-                encoded.append((_indexed("gradients", i), grads, {"format": "pt"}))
+    counters = dict(accelerator._counters_state_dict())
+    for i, state in enumerate(model_states if main else []):
+        stored, aliases = _dedupe(state)
+        encoded.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
+    if counters.get("micro_step", 0) > 0:  # an open accumulation window: its gradients, per process (no sync yet)
+        for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
+            grads = {n: p.grad for n, p in accelerator.unwrap_model(model).named_parameters() if p.grad is not None}
+            encoded.append((_name("gradients", i, rank), grads, {"format": "pt"}))
+    records = {name: write_safetensors(os.path.join(tmp, name), tensors, metadata, fsync=False)
+               for name, tensors, metadata in encoded}
+    if main:
+        if auto:
+            counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
         state = {"counters": counters, "num_processes": accelerator.num_processes,
                  "counts": {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}}
-        records[STATE_NAME] = write_buffers(os.path.join(tmp, STATE_NAME),
-                                            [json.dumps(state, indent=1).encode()], fsync=False)
-    elif counters.get("micro_step", 0) > 0:  # outside DDP's sync, each process's window gradients are its own
-        for i, model in enumerate(accelerator._models):
-            grads = {n: p.grad for n, p in accelerator.unwrap_model(model).named_parameters() if p.grad is not None}
-            encoded.append((_grads_file(i, rank), grads, {"format": "pt"}))
-    for name, tensors, metadata in encoded:
-        records[name] = write_safetensors(os.path.join(tmp, name), tensors, metadata, fsync=False)
+        records[STATE_NAME] = write_buffers(os.path.join(tmp, STATE_NAME), [json.dumps(state, indent=1).encode()],
+                                            fsync=False)
     # Durability last and in parallel: the disk flushes every file at once instead of one after another.
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(_fsync_file, [os.path.join(tmp, n) for n in records]))
+        list(pool.map(fsync_file, [os.path.join(tmp, n) for n in records]))
     return records
 
 
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
-
-
-def _loader_file(i: int, rank: int) -> str:
-    return _indexed("dataloader", i) if rank == 0 else _indexed(f"dataloader_process{rank}", i)
-
-
-def _custom_file(i: int, rank: int) -> str:
-    return f"custom_checkpoint_{i}.safetensors" if rank == 0 else f"custom_checkpoint_{i}_process{rank}.safetensors"
-
-
-def _grads_file(i: int, rank: int) -> str:
-    return _indexed("gradients", i) if rank == 0 else _indexed(f"gradients_process{rank}", i)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _source(accelerator: Accelerator, input_dir: str | None) -> str:
@@ -523,76 +501,55 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
 
     Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
     after loading ``checkpoint_{n}`` is ``checkpoint_{n+1}``. Loader positions are restored only with
-    ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate.
+    ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate. A process that has no files of
+    its own in the checkpoint (saved by fewer processes) takes the main process's.
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
     """
     path = _source(accelerator, input_dir)
     accelerator.wait_for_everyone()
-    manifest = verify_checkpoint(path, files=[STATE_NAME])
+    files = verify_checkpoint(path, files=[STATE_NAME])["files"]
     with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:
         state = json.load(f)
-    counts = {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}
-    for kind in _KINDS:
-        saved = state["counts"][kind]
-        if saved != counts[kind] and (kind != "dataloaders" or accelerator.dataloader_config.use_stateful_dataloader):
-            raise ValueError(f"{path} holds {saved} {kind} but {counts[kind]} were prepared/registered; prepare the "
-                             "same objects in the same order as when saving.")
-    rng_name = f"random_states_{accelerator.process_index}.safetensors"
-    has_rng = rng_name in manifest["files"]
-    sharded = accelerator.strategy.shards_parameters
-    kinds = ("schedulers",) if sharded else ("models", "optimizers", "schedulers")
-    names = [_indexed(k.rstrip("s"), i) for k in kinds for i in range(counts[k])]
-    if sharded:
-        names += [n for n in manifest["files"] if n.endswith(".distcp") or n == ".metadata"]
-    custom_files = [_custom_file(i, accelerator.process_index) for i in range(counts["custom_objects"])]
-    if not all(name in manifest["files"] for name in custom_files):  # saved by fewer processes: rank 0's state
-        custom_files = [_custom_file(i, 0) for i in range(counts["custom_objects"])]
-    names += custom_files
-    names += [_grads_file(i, accelerator.process_index) for i in range(counts["models"])
-              if _grads_file(i, accelerator.process_index) in manifest["files"]]
     stateful = accelerator.dataloader_config.use_stateful_dataloader
-    loader_files = [_loader_file(i, accelerator.process_index) for i in range(counts["dataloaders"])]
-    if not all(name in manifest["files"] for name in loader_files):  # saved by fewer processes: rank 0's position
-        loader_files = [_loader_file(i, 0) for i in range(counts["dataloaders"])]
-    names += loader_files if stateful else []
-    verify_checkpoint(path, files=names + ["scaler.safetensors"] + ([rng_name] if has_rng else []))
-    _restore(accelerator, path, strict, loader_files if stateful else [], custom_files)
+    for kind in _KINDS:
+        saved, have = state["counts"][kind], len(getattr(accelerator, f"_{kind}"))
+        if saved != have and (kind != "dataloaders" or stateful):
+            raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
+                             "objects in the same order as when saving.")
+    rank = accelerator.process_index
+    shared, own = _parts(accelerator, rank)
+    if any(name not in files for name, _, _ in own):
+        own = _parts(accelerator, 0)[1]
+    parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
+    sharded = accelerator.strategy.shards_parameters
+    models = [] if sharded else [(_name("model", i), _name("gradients", i, rank)) for i in range(len(accelerator._models))]
+    names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
+    names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
+    rng_name = f"random_states_{rank}.safetensors"
+    verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
+    if sharded:
+        check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
+        accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
+    for model, (weights, grads) in zip(accelerator._models, models):
+        module = accelerator.unwrap_model(model)
+        load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
+        saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}
+        for name, param in module.named_parameters():
+            if name in saved:
+                param.grad = saved[name].to(param.device, copy=True)
+    for name, obj, _ in parts:
+        obj.load_state_dict(load_tree(os.path.join(path, name)))
     accelerator._load_counters_state_dict(state["counters"])
     iteration = int(state["counters"].get("iteration", 0))
     match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
     if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded
         iteration = max(iteration, int(match.group(1)) + 1)
     accelerator.project_configuration.iteration = iteration
-    if has_rng:
+    if rng_name in files:
         restore_rng_state(load_tree(os.path.join(path, rng_name)))
     else:
         warnings.warn(f"{path} has no {rng_name} (saved by {state['num_processes']} processes); this process keeps "
                       "its current RNG state.", stacklevel=3)
     accelerator.wait_for_everyone()
-
-
-def _restore(accelerator: Accelerator, path: str, strict: bool, loader_files: list[str],
-             custom_files: list[str]) -> None:
-    if accelerator.strategy.shards_parameters:
-        check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
-        accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
-    for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
-        module = accelerator.unwrap_model(model)
-        load_checkpoint_in_model(module, os.path.join(path, _indexed("model", i)), strict=strict)
-        grads = os.path.join(path, _grads_file(i, accelerator.process_index))
-        if os.path.exists(grads):
-            saved, _ = read_safetensors(grads)
-            for name, param in module.named_parameters():
-                if name in saved:
-                    param.grad = saved[name].to(param.device, copy=True)
-    optimizers = [] if accelerator.strategy.shards_parameters else accelerator._optimizers
-    for kind, objects in [("optimizer", optimizers), ("scheduler", accelerator._schedulers)]:
-        for i, obj in enumerate(objects):
-            obj.load_state_dict(load_tree(os.path.join(path, _indexed(kind, i))))
-    accelerator.precision.load_state_dict(load_tree(os.path.join(path, "scaler.safetensors")))
-    for loader, name in zip(accelerator._dataloaders, loader_files):
-        loader.load_state_dict(load_tree(os.path.join(path, name)))
-    for obj, name in zip(accelerator._custom_objects, custom_files):
-        obj.load_state_dict(load_tree(os.path.join(path, name)))

@@ -205,6 +205,15 @@ def read_safetensors(path: str, device: str = "cpu", data: bool = True) -> tuple
         raise ValueError(f"{path} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
 
 
+def fsync_file(path: str) -> None:
+    """Waits until the file's data is on disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str) -> None:
     """Makes renames and new entries in folder ``path`` durable (no-op where folders cannot be opened)."""
     try:

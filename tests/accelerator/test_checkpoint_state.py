@@ -121,11 +121,11 @@ def test_folder_contents_and_tied_weights_once(tmp_path):
     assert path == str(tmp_path / "ckpt")
     assert sorted(os.listdir(path)) == sorted([
         "model.safetensors", "optimizer.safetensors", "scheduler.safetensors", "scaler.safetensors",
-        "dataloader.safetensors", "custom_checkpoint_0.safetensors", "random_states_0.safetensors",
+        "dataloader.safetensors", "custom_checkpoint.safetensors", "random_states_0.safetensors",
         "stoker_state.json", MANIFEST_NAME])
     state = json.loads(open(os.path.join(path, "stoker_state.json")).read())
     assert state["counters"]["step"] == 2 and state["num_processes"] == 1
-    assert load_tree(os.path.join(path, "custom_checkpoint_0.safetensors"))["windows"] == 2
+    assert load_tree(os.path.join(path, "custom_checkpoint.safetensors"))["windows"] == 2
     assert load_tree(os.path.join(path, "scaler.safetensors"))["scaler"]["scale"] > 0
 
 
@@ -236,15 +236,15 @@ def test_malicious_pickle_in_checkpoint_is_refused_and_never_runs(tmp_path):
             make()[0].load_state(path)
         os.remove(tmp_path / "ckpt" / name)
     # 2. A stoker file replaced by a pickle: checksum mismatch.
-    (tmp_path / "ckpt" / "custom_checkpoint_0.safetensors").write_bytes(evil)
-    with pytest.raises(CheckpointError, match="custom_checkpoint_0.safetensors"):
+    (tmp_path / "ckpt" / "custom_checkpoint.safetensors").write_bytes(evil)
+    with pytest.raises(CheckpointError, match="custom_checkpoint.safetensors"):
         make()[0].load_state(path)
     # 3. ... even with a manifest forged to match, it is only ever parsed as safetensors.
     manifest = json.loads((tmp_path / "ckpt" / MANIFEST_NAME).read_text())
-    manifest["files"]["custom_checkpoint_0.safetensors"] = {
-        "size": len(evil), "crc32": f"{checkpoint._crc_file(str(tmp_path / 'ckpt' / 'custom_checkpoint_0.safetensors')):08x}"}
+    manifest["files"]["custom_checkpoint.safetensors"] = {
+        "size": len(evil), "crc32": f"{checkpoint._crc_file(str(tmp_path / 'ckpt' / 'custom_checkpoint.safetensors')):08x}"}
     (tmp_path / "ckpt" / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="custom_checkpoint_0.safetensors"):
+    with pytest.raises(ValueError, match="custom_checkpoint.safetensors"):
         make()[0].load_state(path)
     assert not marker.exists()
 
@@ -292,9 +292,6 @@ def test_non_stateful_loader_position_is_not_restored(tmp_path):
     assert fresh[3].state_dict()["batches_yielded"] == 0  # as in Accelerate: use skip_first_batches yourself
 
 
-@pytest.mark.xfail(reason="data.py regression (ee1c0aa): ShardedBatchSampler.__iter__ consumes `skip` when iter() is "
-                   "called, and torch's multi-process loader calls iter(batch_sampler) twice, so a restored position "
-                   "is lost with num_workers > 0")
 def test_resume_with_worker_processes(tmp_path):
     full = make(workers=2)
     seen_full = run(full, 14)
