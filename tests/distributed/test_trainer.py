@@ -70,9 +70,10 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
     assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["epoch=1-step=6", "last"]
     files = sorted(p.name for p in (root / "checkpoints" / "last").iterdir())
-    for name in ("random_states_0", "random_states_1", "dataloader", "dataloader_process1", "custom_checkpoint_0",
-                 "custom_checkpoint_0_process1"):
-        assert f"{name}.safetensors" in files  # every process saved its own RNG, loader and Trainer state
+    assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(files)
+    for stem in ("dataloader", "custom_checkpoint"):  # every process saved its own loader and Trainer state
+        assert any(f.startswith(stem) and "process1" in f for f in files), files
+        assert any(f.startswith(stem) and "process" not in f for f in files), files
 
 
 def test_sigterm_on_one_rank_stops_all_ranks_at_the_same_step_with_one_checkpoint(runs: tuple) -> None:
