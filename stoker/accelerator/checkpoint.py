@@ -19,7 +19,7 @@ import re
 import shutil
 import warnings
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,11 @@ TREE_KEY = "stoker_tree"
 _FORMAT = "stoker-checkpoint"
 _CHECKPOINT_RE = re.compile(r"checkpoint_(\d+)")
 _HINT = "return tensors, numbers, strings, lists or dicts (tuples, None, numpy arrays and torch dtypes also work)"
+
+
+_DICTS = {dict: "dict", OrderedDict: "odict", Counter: "counter", defaultdict: "defaultdict"}
+_KINDS_OF_DICT = {tag: kind for kind, tag in _DICTS.items()}
+_FACTORIES = {f.__name__: f for f in (int, float, str, bool, list, dict, set, tuple)}
 
 
 class CheckpointError(ValueError):
@@ -92,13 +97,18 @@ class _Encoder:
             return {"size": list(obj)}
         if isinstance(obj, torch.device):
             return {"device": str(obj)}
-        if isinstance(obj, tuple):
+        # Containers by exact type: a subclass (namedtuple, MultiStepLR's Counter) must come back as itself.
+        if type(obj) is tuple:
             return {"tuple": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
-        if isinstance(obj, list):
+        if type(obj) is list:
             return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        if isinstance(obj, dict):
+        if type(obj) in (set, frozenset):
+            return {type(obj).__name__: [self.encode(v, f"{path} item {v!r}") for v in obj]}
+        factory = getattr(obj, "default_factory", None)
+        kind = _DICTS.get(type(obj)) if type(obj) is not defaultdict or factory in _FACTORIES.values() else None
+        if kind:
             items = [[self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")] for k, v in obj.items()]
-            return {"odict" if isinstance(obj, OrderedDict) else "dict": items}
+            return {kind: items, "factory": factory.__name__} if factory else {kind: items}
         text = repr(obj)
         raise TypeError(f"{self.what}{path} is a {type(obj)} ({text[:60] + '...' if len(text) > 60 else text}), "
                         f"which cannot be stored safely; {_HINT}.")
@@ -123,9 +133,13 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return float(value)
     if tag == "tuple":
         return tuple(_decode(v, tensors) for v in value)
-    if tag in ("dict", "odict"):
-        pairs = ((_decode(k, tensors), _decode(v, tensors)) for k, v in value)
-        return OrderedDict(pairs) if tag == "odict" else dict(pairs)
+    if tag in _KINDS_OF_DICT:
+        pairs = {_decode(k, tensors): _decode(v, tensors) for k, v in value}
+        if tag == "defaultdict":
+            return defaultdict(_FACTORIES[node["factory"]], pairs)
+        return pairs if tag == "dict" else _KINDS_OF_DICT[tag](pairs)
+    if tag in ("set", "frozenset"):
+        return (set if tag == "set" else frozenset)(_decode(v, tensors) for v in value)
     if tag == "dtype" and isinstance(getattr(torch, value, None), torch.dtype):
         return getattr(torch, value)
     if tag == "size":
@@ -157,7 +171,11 @@ def load_tree(path: str) -> Any:
     if TREE_KEY not in metadata:
         raise CheckpointError(f"{path} is a safetensors file without a stoker tree in its metadata; it was not "
                               "written by save_state().")
-    return _decode(json.loads(metadata[TREE_KEY]), tensors)
+    try:
+        return _decode(json.loads(metadata[TREE_KEY]), tensors)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path} holds a malformed stoker tree ({type(e).__name__}: {e}); the file was altered "
+                              "or written by another tool.") from e
 
 
 # -- manifest, verification, atomic commit --------------------------------------------------------------------------

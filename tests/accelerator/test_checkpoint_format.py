@@ -6,7 +6,7 @@ import json
 import math
 import os
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict, defaultdict, namedtuple
 
 import numpy as np
 import pytest
@@ -29,6 +29,8 @@ def same(a, b) -> bool:
         return a.dtype == b.dtype and np.array_equal(a, b)
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (set, frozenset)):
+        return a == b
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, float) and math.isnan(a):
@@ -50,11 +52,14 @@ def test_tree_round_trip_keeps_structure_and_types(tmp_path):
         "bf16": torch.randn(2).bfloat16(), "bool": torch.tensor([True, False]), "zero_dim": torch.tensor(5),
         "param": torch.nn.Parameter(torch.ones(2)), "alias1": shared, "alias2": shared,
         "noncontig": torch.arange(12.0).reshape(3, 4).t(),
+        "counter": Counter({1: 1, 3: 2}), "default": defaultdict(list, {"a": [1]}), "set": {1, "x"},
+        "frozen": frozenset({(1, 2)}),
     }
     save_tree(str(tmp_path / "t.safetensors"), tree)
     back = load_tree(str(tmp_path / "t.safetensors"))
     assert same(tree, back)
     assert isinstance(back["ordered"], OrderedDict) and isinstance(back["param"], torch.nn.Parameter)
+    assert back["counter"][7] == 0 and back["default"]["new"] == []  # subclasses behave as before saving
     assert back["alias1"] is back["alias2"]  # one tensor stored once comes back as one object
     assert math.copysign(1, back["floats"][3]) == -1
     with safe_open(tmp_path / "t.safetensors", "pt") as f:  # a plain safetensors file with a JSON skeleton
@@ -79,10 +84,12 @@ class MyThing:
 @pytest.mark.parametrize("bad,path", [
     ({"foo": MyThing()}, "['foo']"),
     ({"a": [1, {"b": lambda: 0}]}, "['a'][1]['b']"),
-    ({"s": {1, 2}}, "['s']"),
+    ({"s": {1, object()}}, "['s'] item <object"),
+    ({"n": namedtuple("Point", "x y")(1, 2)}, "['n']"),
+    ({"d": defaultdict(lambda: 0)}, "['d']"),
     ({"c": torch.zeros(2, dtype=torch.complex128)}, "['c']"),
     ({"o": np.array([object()])}, "['o']"),
-    ({frozenset(): 1}, " key frozenset()"),
+    ({MyThing: 1}, " key <class"),
 ])
 def test_unsafe_objects_rejected_with_their_path(tmp_path, bad, path):
     target = tmp_path / "x.safetensors"
@@ -241,3 +248,56 @@ def test_dcp_metadata_checked_before_torch_unpickles_it(tmp_path):
     with pytest.raises(CheckpointError, match=r"\.metadata is not plain .*names io\.open"):
         check_dcp_metadata(str(tmp_path / "evil"))
     assert not marker.exists()
+
+
+def _every_scheduler(optimizer):
+    lr = torch.optim.lr_scheduler
+    return [lr.StepLR(optimizer, 2), lr.LambdaLR(optimizer, lambda s: 0.9**s), lr.MultiStepLR(optimizer, [1, 3]),
+            lr.ConstantLR(optimizer), lr.LinearLR(optimizer), lr.ExponentialLR(optimizer, 0.9),
+            lr.PolynomialLR(optimizer), lr.CosineAnnealingLR(optimizer, 10), lr.CosineAnnealingWarmRestarts(optimizer, 3),
+            lr.CyclicLR(optimizer, 0.01, 0.1), lr.OneCycleLR(optimizer, 0.1, total_steps=100),
+            lr.SequentialLR(optimizer, [lr.LinearLR(optimizer), lr.ExponentialLR(optimizer, 0.9)], milestones=[2])]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_every_torch_optimizer_and_scheduler_state_round_trips(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optim = torch.optim
+    optimizers = [optim.SGD(model.parameters(), lr=0.1, momentum=0.9), optim.AdamW(model.parameters(), amsgrad=True),
+                  optim.RMSprop(model.parameters()), optim.Adagrad(model.parameters()), optim.NAdam(model.parameters()),
+                  optim.RAdam(model.parameters()), optim.Adadelta(model.parameters()), optim.LBFGS(model.parameters())]
+    for opt in optimizers:
+        def closure():
+            opt.zero_grad()
+            loss = model(torch.randn(4, 3)).pow(2).sum()
+            loss.backward()
+            return loss
+        opt.step(closure)
+        save_tree(str(tmp_path / "o.safetensors"), opt.state_dict())
+        assert same(opt.state_dict(), load_tree(str(tmp_path / "o.safetensors"))), type(opt).__name__
+    sgd = optim.SGD(model.parameters(), lr=0.1)
+    for sched in _every_scheduler(sgd):
+        for _ in range(3):
+            sched.step()
+        save_tree(str(tmp_path / "s.safetensors"), sched.state_dict())
+        other = type(sched).__new__(type(sched))
+        other.__dict__.update(load_tree(str(tmp_path / "s.safetensors")))
+        assert same(sched.state_dict(), other.__dict__), type(sched).__name__
+    plateau = optim.lr_scheduler.ReduceLROnPlateau(sgd)
+    plateau.step(1.0)
+    save_tree(str(tmp_path / "p.safetensors"), plateau.state_dict())
+    assert same(plateau.state_dict(), load_tree(str(tmp_path / "p.safetensors")))
+    milestones = _every_scheduler(sgd)[2]
+    save_tree(str(tmp_path / "m.safetensors"), milestones.state_dict())
+    milestones.load_state_dict(load_tree(str(tmp_path / "m.safetensors")))
+    for _ in range(5):  # MultiStepLR indexes its Counter with steps that are not milestones
+        milestones.step()
+
+
+def test_malformed_tree_is_a_clear_error(tmp_path):
+    from stoker.accelerator.weights import write_safetensors
+
+    for skeleton in ['{"tensor": "t9"}', '{"defaultdict": [], "factory": "os.system"}', '{"nope": 1}', "[1,"]:
+        write_safetensors(str(tmp_path / "x.safetensors"), {}, {"stoker_tree": skeleton})
+        with pytest.raises(CheckpointError, match=r"x\.safetensors"):
+            load_tree(str(tmp_path / "x.safetensors"))
