@@ -151,6 +151,8 @@ def main() -> None:
     check_mixed_precision(result)
     check_sharded_state(result)
     common.write_result(OUT, result)
+    # The user destroys the group the Accelerator created: its teardown at exit must not trip over that.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
