@@ -9,13 +9,14 @@ training state: that is ``checkpoint.py``.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import pickle
 import re
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -90,10 +91,7 @@ def parse_size(size: int | str) -> int:
 
 
 # -- safetensors bytes ------------------------------------------------------------------------------------------
-def _tensor_bytes(name: str, tensor: torch.Tensor) -> memoryview:
-    if tensor.layout != torch.strided:
-        raise TypeError(f"Tensor {name!r} has layout {tensor.layout}; only dense tensors can be saved. "
-                        "Call .to_dense() on it first.")
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
     t = tensor.detach()
     if t.device.type != "cpu":
         t = t.cpu()
@@ -123,7 +121,7 @@ def _sync_file_range() -> Any:
 _START_WRITEBACK = _sync_file_range()
 
 
-def write_buffers(path: str, buffers: list[Any], fsync: bool = True) -> FileRecord:
+def write_buffers(path: str, buffers: Iterable[Any], fsync: bool = True) -> FileRecord:
     """Writes ``buffers`` one after the other to ``path``, returning size and CRC-32 of what was written.
 
     A helper thread computes the CRC of each chunk while the next one is written (``zlib.crc32`` and file
@@ -176,18 +174,24 @@ def write_safetensors(path: str, tensors: Mapping[str, torch.Tensor], metadata: 
         if code is None:
             raise TypeError(f"Tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot store; supported: "
                             f"{', '.join(str(d) for d in _DTYPES)}.")
-        entries.append((name, code, list(tensor.shape), _tensor_bytes(name, tensor), tensor.element_size()))
-    entries.sort(key=lambda e: -e[4])  # widest dtypes first: every tensor starts at an offset aligned to its size
+        if tensor.layout != torch.strided:
+            raise TypeError(f"Tensor {name!r} has layout {tensor.layout}; only dense tensors can be saved. "
+                            "Call .to_dense() on it first.")
+        entries.append((name, code, tensor))
+    entries.sort(key=lambda e: -e[2].element_size())  # widest first: each tensor's offset is aligned to its size
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     offset = 0
-    for name, code, shape, data, _ in entries:
-        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
+    for name, code, tensor in entries:
+        nbytes = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors pads the header so the data starts 8-byte aligned
-    return write_buffers(path, [struct.pack("<Q", len(raw)) + raw, *(e[3] for e in entries)], fsync)
+    # Bytes are taken one tensor at a time, so GPU tensors are copied to host memory one by one, not all at once.
+    data = (_tensor_bytes(tensor) for _, _, tensor in entries)
+    return write_buffers(path, itertools.chain([struct.pack("<Q", len(raw)) + raw], data), fsync)
 
 
 def read_safetensors(path: str, device: str = "cpu", data: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
@@ -245,6 +249,9 @@ def _dedupe(state_dict: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
             raise TypeError(f"state_dict[{raw_name!r}] is a {type(tensor).__name__}; only tensors can be saved.")
         if name in stored or name in aliases:
             raise ValueError(f"state_dict has {name!r} twice once '_orig_mod.' prefixes are removed; rename one.")
+        if tensor.layout != torch.strided:
+            raise TypeError(f"state_dict[{raw_name!r}] has layout {tensor.layout}; only dense tensors can be saved. "
+                            "Call .to_dense() on it first.")
         if tensor.device.type == "meta":
             raise ValueError(f"state_dict[{raw_name!r}] is on the meta device and has no data to save; load or "
                              "materialise the weights first.")

@@ -213,6 +213,18 @@ def test_reexport_replaces_old_files_without_leftovers(tmp_path):
     assert_same(model, fresh)
 
 
+@pytest.mark.parametrize("bad,error,match", [
+    ({"s": torch.eye(3).to_sparse()}, TypeError, r"\['s'\] has layout torch.sparse_coo.*to_dense"),
+    ({"m": torch.empty(2, device="meta")}, ValueError, r"\['m'\] is on the meta device"),
+    ({"x": 3}, TypeError, r"state_dict\['x'\] is a int"),
+    ({"a._orig_mod.w": torch.ones(1), "a.w": torch.ones(1)}, ValueError, "'a.w' twice"),
+])
+def test_export_errors_name_the_tensor(tmp_path, bad, error, match):
+    with pytest.raises(error, match=match):
+        save_model_weights(bad, tmp_path)
+    assert os.listdir(tmp_path) == []
+
+
 def test_failed_export_keeps_previous_export(tmp_path):
     model = Tied()
     save_model_weights(model.state_dict(), tmp_path)
