@@ -83,6 +83,12 @@ def _script_command() -> list[str]:
     import __main__
 
     spec = getattr(__main__, "__spec__", None)
+    if spec is not None and (spec.name or "").split(".")[0] in ("pytest", "_pytest", "unittest"):
+        raise RuntimeError(
+            f"Trainer(devices=N) starts N processes by re-running the program, which here is `python -m "
+            f"{spec.name}`: the whole test session would run N more times. In a test, run the training script in a "
+            "subprocess (or under torchrun) instead."
+        )
     if spec is not None and getattr(spec, "name", None) and spec.name != "__main__":
         return ["-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
     script = getattr(__main__, "__file__", None)

@@ -78,3 +78,14 @@ def test_one_process_needs_no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     ensure_processes(1)  # returns at once
+
+
+def test_launching_from_inside_pytest_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    import __main__
+    from importlib.machinery import ModuleSpec
+
+    monkeypatch.setattr(__main__, "__spec__", ModuleSpec("pytest.__main__", None), raising=False)
+    with pytest.raises(RuntimeError, match="whole test session would run"):
+        ensure_processes(2)
