@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +54,7 @@ class WorkersFailed(AssertionError):
 
 def run_workers(script: str | Path, args: Sequence[str] = (), nprocs: int = 2, timeout: float = 90.0,
                 env: dict[str, str] | None = None, check: bool = True,
-                on_start: object = None) -> list[RankResult]:
+                on_start: Callable[[list[subprocess.Popen]], None] | None = None) -> list[RankResult]:
     """Runs ``python script *args`` as ``nprocs`` ranks of one job and waits for all of them.
 
     Args:
@@ -76,7 +76,7 @@ def run_workers(script: str | Path, args: Sequence[str] = (), nprocs: int = 2, t
         procs.append(subprocess.Popen([sys.executable, str(path), *map(str, args)], env=rank_env, cwd=str(REPO),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))
-    if callable(on_start):
+    if on_start is not None:
         on_start(procs)
     return collect(procs, timeout, check)
 
