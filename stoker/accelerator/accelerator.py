@@ -309,7 +309,9 @@ class Accelerator:
             return
         if not self._window_done:
             self._window_done = True
-            self._factor = self._window_factor()
+            # Without summed losses or accumulation there is nothing to rescale: skip the call (hot path).
+            needs_factor = self._items is not None or self.gradient_accumulation_steps > 1
+            self._factor = self._window_factor() if needs_factor else None
         self._finished.add(id(optimizer))
         self.precision.unscale_(optimizer)
         if self._factor is not None:
