@@ -1,7 +1,8 @@
 """Per-step overhead: the same training loop written in raw PyTorch and with stoker, timed side by side.
 
-Every *runner* trains its own copy of the same model on the same pre-batched data (each dataset item is already a
-whole batch, so the DataLoader adds almost nothing and framework overhead is not hidden behind collation). Runners
+Every *runner* trains its own copy of the same model on the same data, from a DataLoader whose dataset hands out a
+whole batch in one indexing operation (``__getitems__``), so that loading costs little and framework overhead is not
+hidden behind per-sample collation. Runners
 take turns: block after block, the order alternating, after warm-up blocks. A block is one short epoch of
 ``steps`` optimizer steps (short, so that many block pairs see the same machine load; the epoch start is part of
 the cost). The figure is the median over blocks of the time per step; ratios are against the ``raw`` runner, and
@@ -42,19 +43,33 @@ from torch.utils.data import DataLoader, Dataset
 # -- workloads ---------------------------------------------------------------------------------------------------------
 
 
-class PrebatchedDataset(Dataset):
-    """``num_batches`` ready-made ``(x, y)`` batches; the loader uses ``batch_size=None`` (no collation)."""
+class BatchIndexedDataset(Dataset):
+    """Samples ``(x, y)`` whose ``__getitems__`` returns a whole batch with one indexing operation.
 
-    def __init__(self, num_batches: int, batch_size: int, in_features: int, out_features: int) -> None:
+    The DataLoader (``batch_size=B``, a pass-through ``collate_fn``) then costs a few microseconds per batch, as
+    with a tensor-backed or Hugging Face dataset, instead of B ``__getitem__`` calls and a stack that would hide
+    the loop's own overhead.
+    """
+
+    def __init__(self, num_samples: int, in_features: int, out_features: int) -> None:
         g = torch.Generator().manual_seed(0)
-        self.batches = [(torch.randn(batch_size, in_features, generator=g),
-                         torch.randn(batch_size, out_features, generator=g)) for _ in range(num_batches)]
+        self.x = torch.randn(num_samples, in_features, generator=g)
+        self.y = torch.randn(num_samples, out_features, generator=g)
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.batches[i]
+        return self.x[i], self.y[i]
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.tensor(indices)
+        return self.x[index], self.y[index]
+
+
+def as_is(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The collate_fn: ``__getitems__`` already made the batch."""
+    return batch
 
 
 @dataclass(frozen=True)
@@ -80,8 +95,8 @@ class Workload:
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1.0 + 1e-4 * s))
 
     def make_loader(self) -> DataLoader:
-        data = PrebatchedDataset(self.steps, self.batch_size, self.widths[0], self.widths[-1])
-        return DataLoader(data, batch_size=None)
+        data = BatchIndexedDataset(self.steps * self.batch_size, self.widths[0], self.widths[-1])
+        return DataLoader(data, batch_size=self.batch_size, collate_fn=as_is)
 
     @property
     def num_parameters(self) -> int:
