@@ -105,8 +105,8 @@ class Workload:
 
 WORKLOADS: dict[str, Workload] = {
     # A single 4x4 layer: almost nothing but the loop itself, so the difference to raw is the overhead in us.
-    "micro": Workload("micro", (4, 4), batch_size=4, steps=50, reps=150),
-    "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=25, reps=150),
+    "micro": Workload("micro", (4, 4), batch_size=4, steps=20, reps=300),
+    "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=10, reps=300),
     "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=2, reps=40),
 }
 
