@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
 
     module = CharLM(vocab, block=block, width=args.width, layers=2, heads=4)
     trainer = Trainer(max_steps=args.max_steps, accumulate=2, precision="bf16", default_root_dir=args.root,
-                      val_check_interval=min(100, len(train)), limit_val_batches=20, log_every_n_steps=10,
+                      # every ~100 batches, as a fraction of the epoch: right also when torchrun splits the epoch
+                      val_check_interval=min(1.0, 100 / len(train)), limit_val_batches=20, log_every_n_steps=10,
                       clip_grad_norm=1.0, seed=0)
     trainer.fit(module, train, val, ckpt_path="last" if args.resume else None)
 
