@@ -1,5 +1,6 @@
-"""Launching: ``torchrun`` single-node and two-node (one process each, rendezvous on 127.0.0.1), an example run
-unchanged under ``torchrun``, and device counts for ``Trainer(devices=N)``."""
+"""Launching: the Accelerator example under ``torchrun --nproc_per_node=2``, the char-LM Trainer example on two
+"nodes" (two torchrun agents, one process each, c10d rendezvous on 127.0.0.1), and device counts for
+``Trainer(devices=N)``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from stoker.accelerator.launch import ensure_processes, resolve_num_processes
 from tests.helpers.dist_spawn import REPO, base_env, collect, free_port
 
 EXAMPLE = REPO / "examples" / "accelerator_loop.py"
+CHAR_LM = REPO / "examples" / "char_lm.py"
 TINY = ["--samples", "256", "--batch-size", "16", "--cpu"]
 
 
@@ -38,20 +41,24 @@ def test_example_runs_unchanged_under_torchrun_nproc_per_node_2() -> None:
 
 @pytest.mark.distributed
 @pytest.mark.timeout(150)
-def test_two_nodes_on_one_machine_with_c10d_rendezvous() -> None:
+def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(tmp_path: Path) -> None:
+    # examples/char_lm.py (a Trainer script) unchanged: two torchrun agents, one process each, meet on 127.0.0.1.
     port, run_id = free_port(), uuid.uuid4().hex[:8]
     procs = []
     for node_rank in range(2):
         cmd = _torchrun("--nnodes=2", "--nproc_per_node=1", f"--node_rank={node_rank}", "--rdzv-backend=c10d",
                         f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
-                        str(EXAMPLE), *TINY, "--epochs", "1")
+                        str(CHAR_LM), "--tiny", "--root", str(tmp_path))
         procs.append(subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True))
     results = collect(procs, timeout=140)
     out = "".join(r.output for r in results)
-    # Each node's process is its node's local main, so both print; both saw a world of 2 processes (4 steps).
-    assert out.count("final loss") == 2, out
-    assert re.findall(r"optimizer steps so far: (\d+)", out) == ["4", "4"], out
+    # Each node's process prints its summary; both trained the same 6 steps and agree on the synced perplexity.
+    assert out.count("6 optimizer steps") == 2, out
+    ppl = re.findall(r"validation perplexity (\S+)", out)
+    assert len(ppl) == 2 and ppl[0] == ppl[1], out
+    assert sorted(p.name for p in (tmp_path / "stoker_logs").iterdir()) == ["version_0"]  # one writer
+    assert (tmp_path / "checkpoints" / "last" / "random_states_1.safetensors").exists()
 
 
 def test_resolve_num_processes() -> None:
