@@ -85,6 +85,51 @@ def storable(value: Any) -> Any:
     return repr(value)
 
 
+# -- resuming -------------------------------------------------------------------------------------------------------
+def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
+    """``ckpt_path`` as a folder: None stays None, ``"last"`` is looked up (None when there is none)."""
+    if ckpt_path is None:
+        return None
+    if ckpt_path == LAST:
+        return trainer.find_last_checkpoint()
+    path = os.fspath(ckpt_path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
+                                "Trainer.save_checkpoint / ModelCheckpoint, 'last', or None.")
+    return path
+
+
+def restore(trainer: Any, ckpt_path: Any) -> None:
+    """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start)."""
+    path = resolve_ckpt(trainer, ckpt_path)
+    if path is None:
+        trainer._setup.continue_position()
+        return
+    trainer._loaded_payload = None
+    try:
+        trainer.accelerator.load_state(path)
+    except ValueError as error:
+        raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer and "
+                         "scheduler of configure_optimizers, the train loader and each val loader.)") from error
+    payload, trainer._loaded_payload = trainer._loaded_payload, None
+    if payload is None:
+        raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
+                         "Trainer. Load it with trainer.accelerator.load_state instead.")
+    apply_payload(trainer, payload)
+
+
+def load_weights(trainer: Any, ckpt_path: Any) -> None:
+    """Loads only the model's weights from a checkpoint (validate/test/predict with ``ckpt_path``)."""
+    path = resolve_ckpt(trainer, ckpt_path)
+    if path is None:
+        if ckpt_path == LAST:
+            raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {trainer.default_root_dir}.")
+        return
+    from ..accelerator import load_checkpoint_in_model
+
+    load_checkpoint_in_model(trainer.accelerator.unwrap_model(trainer._model), path)
+
+
 # -- finding checkpoints ----------------------------------------------------------------------------------------------
 def checkpoint_step(path: str) -> int | None:
     """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""

@@ -151,6 +151,9 @@ class Results:
                    logger: bool, reduce_fx: Any, sync_dist: bool) -> _Entry:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log(name={name!r}): the name must be a non-empty string.")
+        if self.stage == "predict":
+            raise RuntimeError(f"self.log({name!r}) during predict: prediction logs nothing. Return the values from "
+                               "predict_step instead (Trainer.predict returns them).")
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
         if on_step and self.stage != "train":

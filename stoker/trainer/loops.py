@@ -249,24 +249,25 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[st
     multiple = len(loaders) > 1
     call = trainer._hooks.call
     previous, trainer._results = trainer._results, results
-    with _eval_mode(trainer.module), _maybe_autocast(trainer):
-        call(f"on_{prefix}_start")
-        call(f"on_{prefix}_epoch_start")
-        for i, loader in enumerate(loaders):
-            results.suffix = f"/dataloader_idx_{i}" if multiple else ""
-            extra = (i,) if multiple else ()
-            for batch_idx, batch in enumerate(loader):
-                results.batch = batch
-                call(f"on_{prefix}_batch_start", batch, batch_idx, *extra)
-                outputs = step_fn(batch, batch_idx, *extra)
-                call(f"on_{prefix}_batch_end", outputs, batch, batch_idx, *extra)
-        results.suffix = ""
-        call(f"on_{prefix}_epoch_end")
-        values = results.publish_epoch()
-        trainer._send_to_loggers(values)
-        results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (and synced then)
-        call(f"on_{prefix}_end")
-    trainer._results = previous
+    try:
+        with _eval_mode(trainer.module), _maybe_autocast(trainer):
+            call(f"on_{prefix}_start")
+            call(f"on_{prefix}_epoch_start")
+            for i, loader in enumerate(loaders):
+                results.suffix = f"/dataloader_idx_{i}" if multiple else ""
+                extra = (i,) if multiple else ()
+                for batch_idx, batch in enumerate(loader):
+                    results.batch = batch
+                    call(f"on_{prefix}_batch_start", batch, batch_idx, *extra)
+                    outputs = step_fn(batch, batch_idx, *extra)
+                    call(f"on_{prefix}_batch_end", outputs, batch, batch_idx, *extra)
+            results.suffix = ""
+            call(f"on_{prefix}_epoch_end")
+            values = results.publish_epoch()
+            trainer._send_to_loggers(values)
+            call(f"on_{prefix}_end")
+    finally:
+        trainer._results = previous
     out: list[dict[str, float]] = [{} for _ in loaders]
     for name, value in values.items():
         index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
@@ -281,21 +282,23 @@ def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
     multiple = len(loaders) > 1
     outputs: list[list[Any]] = []
     previous, trainer._results = trainer._results, Results(trainer, "predict")
-    with _eval_mode(trainer.module), _maybe_autocast(trainer):
-        call("on_predict_start")
-        call("on_predict_epoch_start")
-        for i, loader in enumerate(loaders):
-            extra = (i,) if multiple else ()
-            mine: list[Any] = []
-            for batch_idx, batch in enumerate(loader):
-                call("on_predict_batch_start", batch, batch_idx, *extra)
-                prediction = trainer.module.predict_step(batch, batch_idx, *extra)
-                call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
-                mine.append(prediction)
-            outputs.append(mine)
-        call("on_predict_epoch_end")
-        call("on_predict_end")
-    trainer._results = previous
+    try:
+        with _eval_mode(trainer.module), _maybe_autocast(trainer):
+            call("on_predict_start")
+            call("on_predict_epoch_start")
+            for i, loader in enumerate(loaders):
+                extra = (i,) if multiple else ()
+                mine: list[Any] = []
+                for batch_idx, batch in enumerate(loader):
+                    call("on_predict_batch_start", batch, batch_idx, *extra)
+                    prediction = trainer.module.predict_step(batch, batch_idx, *extra)
+                    call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
+                    mine.append(prediction)
+                outputs.append(mine)
+            call("on_predict_epoch_end")
+            call("on_predict_end")
+    finally:
+        trainer._results = previous
     return outputs if multiple else outputs[0]
 
 

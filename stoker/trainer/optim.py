@@ -39,10 +39,10 @@ class LRSchedulerConfig:
     strict: bool = True
     name: str | None = None
 
-    @property
-    def reduce_on_plateau(self) -> bool:
+    def __post_init__(self) -> None:
+        # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
         inner = getattr(self.scheduler, "scheduler", self.scheduler)
-        return isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
     def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
         return getattr(self, key)

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ..accelerator import Accelerator, DataLoaderConfiguration, load_checkpoint_in_model, set_seed
+from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
 from . import args as check
-from .checkpointing import LAST, Preemption, TrainerCheckpointState, apply_payload, find_last_checkpoint
+from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
 from .hooks import HookDispatcher, check_callbacks
 from .logging import Results
 from .loops import FitLoop, run_evaluation, run_predict
@@ -254,7 +254,7 @@ class Trainer:
         vals = self._setup.loaders(val_dataloaders, module, "val_dataloader")
         with self._run("fit", module):
             self._setup.prepare_fit(module, train, vals)
-            self._restore(ckpt_path)
+            restore(self, ckpt_path)
             self._log_hyperparams()
             self._preemption.install()
             try:
@@ -285,7 +285,7 @@ class Trainer:
         loaders = self._setup.loaders(dataloaders, module, "predict_dataloader", required=True)
         with self._run("predict", module):
             prepared = self._setup.prepare_eval(module, loaders, "predict", self.limit_predict_batches)
-            self._load_weights(ckpt_path)
+            load_weights(self, ckpt_path)
             self.state.stage = "predict"
             return run_predict(self, prepared)
 
@@ -296,7 +296,7 @@ class Trainer:
         with self._run(fn, module):
             limit = self.limit_val_batches if fn == "validate" else self.limit_test_batches
             prepared = self._setup.prepare_eval(module, loaders, fn, limit)
-            self._load_weights(ckpt_path)
+            load_weights(self, ckpt_path)
             self.state.stage = fn
             return run_evaluation(self, fn, prepared)
 
@@ -376,42 +376,6 @@ class Trainer:
         if callback is not None and getattr(callback, "dirpath", None):
             folders.append(callback.dirpath)
         return find_last_checkpoint(folders)
-
-    def _resolve_ckpt(self, ckpt_path: Any) -> str | None:
-        if ckpt_path is None:
-            return None
-        if ckpt_path == LAST:
-            return self.find_last_checkpoint()
-        path = os.fspath(ckpt_path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
-                                    "Trainer.save_checkpoint / ModelCheckpoint, 'last', or None.")
-        return path
-
-    def _restore(self, ckpt_path: Any) -> None:
-        path = self._resolve_ckpt(ckpt_path)
-        if path is None:
-            self._setup.continue_position()
-            return
-        self._loaded_payload = None
-        try:
-            self.accelerator.load_state(path)
-        except ValueError as error:
-            raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer "
-                             "and scheduler of configure_optimizers, the train loader and each val loader.)") from error
-        if self._loaded_payload is None:
-            raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
-                             "Trainer. Load it with trainer.accelerator.load_state instead.")
-        apply_payload(self, self._loaded_payload)
-        self._loaded_payload = None
-
-    def _load_weights(self, ckpt_path: Any) -> None:
-        path = self._resolve_ckpt(ckpt_path)
-        if path is None:
-            if ckpt_path == LAST:
-                raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {self.default_root_dir}.")
-            return
-        load_checkpoint_in_model(self.accelerator.unwrap_model(self._model), os.path.join(path, "model.safetensors"))
 
     # -- run setup shortcuts used by the loops --------------------------------------------------------------------
     @property
