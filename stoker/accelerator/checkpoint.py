@@ -436,7 +436,7 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     # Collective under FSDP, and mere references elsewhere: every process asks for them.
     model_states = [] if sharded else [accelerator.get_state_dict(m) for m in accelerator._models]
     if accelerator.is_main_process:
-        if os.path.exists(target) and not _is_complete(target) and os.listdir(target):
+        if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
             raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
                              "stoker replaces only its own checkpoints. Choose a new or empty folder.")
         _sweep(os.path.dirname(target)) if auto else _recover(target)

@@ -35,6 +35,7 @@ for _name, _code in [("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), (
                      ("uint32", "U32"), ("uint64", "U64")]:
     if hasattr(torch, _name):
         _DTYPES[getattr(torch, _name)] = _code
+del _name, _code
 _CHUNK = 64 * 2**20  # write/checksum granularity: big enough for full disk speed, small enough to overlap
 _UNITS = {"TIB": 2**40, "GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
           "KB": 10**3, "B": 1}

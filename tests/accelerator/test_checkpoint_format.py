@@ -301,3 +301,23 @@ def test_malformed_tree_is_a_clear_error(tmp_path):
         write_safetensors(str(tmp_path / "x.safetensors"), {}, {"stoker_tree": skeleton})
         with pytest.raises(CheckpointError, match=r"x\.safetensors"):
             load_tree(str(tmp_path / "x.safetensors"))
+
+
+def test_cuda_rng_states_of_every_device_are_captured_and_restored(monkeypatch):
+    """No GPU here: torch.cuda is replaced by a fake with two devices to check what is saved and put back."""
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [torch.full((4,), 7, dtype=torch.uint8),
+                                                                  torch.full((4,), 9, dtype=torch.uint8)])
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: restored.__setitem__(device, s.tolist()))
+    state = capture_rng_state()
+    assert [s.tolist() for s in state["cuda"]] == [[7] * 4, [9] * 4]
+    restore_rng_state(state)
+    assert restored == {0: [7] * 4, 1: [9] * 4}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.warns(UserWarning, match="2 devices but 1 are visible"):
+        restore_rng_state(state)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        restore_rng_state(state)

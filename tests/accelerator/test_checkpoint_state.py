@@ -178,6 +178,9 @@ def test_explicit_folder_replaced_only_when_it_is_a_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="not a stoker checkpoint"):
         parts[0].save_state(tmp_path / "mine")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match="not a stoker checkpoint"):
+        parts[0].save_state(tmp_path / "file")
     (tmp_path / "empty").mkdir()
     parts[0].save_state(tmp_path / "empty")
     checkpoint.verify_checkpoint(tmp_path / "empty")
