@@ -265,6 +265,7 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[st
             call(f"on_{prefix}_epoch_end")
             values = results.publish_epoch()
             trainer._send_to_loggers(values)
+            results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (synced then)
             call(f"on_{prefix}_end")
     finally:
         trainer._results = previous

@@ -109,5 +109,8 @@ def test_fsdp_through_the_trainer_matches_ddp(runs: tuple) -> None:
     assert [r["strategy"] for r in fsdp] == ["FSDPStrategy"] * 2
     assert max(abs(a - b) for a, b in zip(fsdp[0]["weights"], full[0]["weights"])) < 1e-5
     assert fsdp[0]["val/mse"] == pytest.approx(full[0]["val/mse"], rel=1e-5)
+    for r in fsdp:  # validate(ckpt_path="last") reads the weights from the DCP shards
+        assert r["validate_ckpt"] == pytest.approx(r["validate"], rel=1e-6)
+        assert r["validate_fresh"] == pytest.approx(r["validate"], rel=1e-6)
     last = out / "run_fsdp" / "checkpoints" / "last"
     assert (last / ".metadata").exists() and (last / "__1_0.distcp").exists()

@@ -98,6 +98,9 @@ def main() -> None:
         module.eval()
         result["val_mse_full"] = float(F.mse_loss(module(x), y)) if MODE != "fsdp" else None
     result["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+    if MODE == "fsdp":  # weights back from the sharded checkpoint, into the fit's module and into a fresh one
+        result["validate_ckpt"] = trainer.validate(module, val, ckpt_path="last")[0]["val/mse"]
+        result["validate_fresh"] = trainer.validate(Regressor(), val, ckpt_path="last")[0]["val/mse"]
     common.write_result(OUT, result, f"rank{result['rank']}-{MODE}.json")
 
 
