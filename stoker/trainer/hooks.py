@@ -119,6 +119,10 @@ class HookDispatcher:
                     fns.append(functools.partial(getattr(callback, name), trainer, module))
             self._table[name] = tuple(fns)
 
+    def get(self, name: str) -> tuple[Callable[..., Any], ...]:
+        """The implementations of hook ``name`` in call order (callbacks already bound to trainer and module)."""
+        return self._table[name]
+
     def has(self, name: str) -> bool:
         """Whether any object implements hook ``name``."""
         return bool(self._table[name])

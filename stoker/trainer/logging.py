@@ -113,24 +113,28 @@ class Results:
     def log(self, name: str, value: Any, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, logger: bool,
             reduce_fx: Any, sync_dist: bool, batch_size: int | None) -> None:
         """Records ``value`` under ``name``; see :meth:`TrainingModule.log`."""
-        training_batch = self.in_batch and self.stage == "train"
+        training_batch = self.in_batch  # only ever True in the training stage
         if on_step is None:
             on_step = training_batch
         if on_epoch is None:
             on_epoch = not training_batch
-        key = name + self.suffix
+        key = name + self.suffix if self.suffix else name
         entry = self.entries.get(key)
         if entry is None or entry.on_step != on_step or entry.on_epoch != on_epoch or entry.sync_dist != sync_dist:
             entry = self._new_entry(key, name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
-        metric = _is_metric(value)
-        if metric:
+        metric = False
+        if type(value) is torch.Tensor:  # the common case first: a loss from the step
+            if value.numel() != 1:
+                self._scalar(name, value)  # raises with the shape
+            step_value = value = value.detach()
+        elif _is_metric(value):
+            metric = True
             entry.metric, step_value = value, getattr(value, "_forward_cache", None)
         else:
             step_value = value = self._scalar(name, value)
-            if on_step and sync_dist:
-                step_value = self.trainer.accelerator.reduce(torch.as_tensor(value, dtype=torch.float32,
-                                                                             device=self.trainer.accelerator.device),
-                                                             "mean")
+        if on_step and sync_dist and not metric:
+            acc = self.trainer.accelerator
+            step_value = acc.reduce(torch.as_tensor(value, dtype=torch.float32, device=acc.device), "mean")
         if on_step and step_value is not None:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value

@@ -78,7 +78,7 @@ class FitLoop:
                 self._epoch_end_hooks()
                 return
             self.phase, self.schedulers_done = "end", False
-            if self.batches_done and self._val_due(self.batches_done - 1, at_end=True):
+            if t._val_enabled and self.batches_done and self._val_due(self.batches_done - 1, at_end=True):
                 t._run_validation()
             self._epoch_end_hooks()
         if not self.schedulers_done:
@@ -102,8 +102,11 @@ class FitLoop:
     def _run_batches(self) -> bool:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
-        acc, loader, model, call = t.accelerator, t._train_loader, t._model, t._hooks.call
+        acc, loader, model = t.accelerator, t._train_loader, t._model
         results, step = t._train_results, self._training_step
+        # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
+        start_hooks, end_hooks = t._hooks.get("on_train_batch_start"), t._hooks.get("on_train_batch_end")
+        val_enabled, has_loggers = t._val_enabled, bool(t.loggers)
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -115,16 +118,18 @@ class FitLoop:
                 self.batches_done = batch_idx + 1
                 last = self.epoch_batches_finished = loader.end_of_dataloader
                 results.batch, results.in_batch = batch, True
-                call("on_train_batch_start", batch, batch_idx)
+                for hook in start_hooks:
+                    hook(batch, batch_idx)
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
                 synced = acc.sync_gradients
-                call("on_train_batch_end", outputs, batch, batch_idx)
+                for hook in end_hooks:
+                    hook(outputs, batch, batch_idx)
                 results.in_batch = False
                 self.total_batches += 1
-                if synced:
+                if synced and has_loggers:
                     self._log_step()
-                if not last and self._val_due(batch_idx):
+                if val_enabled and not last and self._val_due(batch_idx):
                     t._run_validation()
                 if synced and self._stop_now():
                     stopped = not last
@@ -151,7 +156,7 @@ class FitLoop:
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
-        acc, call = t.accelerator, t._hooks.call
+        acc, hooks = t.accelerator, t._hooks
         autocast = t._autocast
         if autocast is None:
             outputs = t._training_step(batch, batch_idx)
@@ -162,12 +167,14 @@ class FitLoop:
             loss, num_items = outputs, None
         else:
             loss, num_items = unpack_loss(outputs)
-        call("on_before_backward", loss)
+        for hook in hooks.get("on_before_backward"):
+            hook(loss)
         if num_items is None:
             acc.backward(loss)
         else:
             acc.backward(loss, num_items=num_items)
-        call("on_after_backward")
+        for hook in hooks.get("on_after_backward"):
+            hook()
         if acc.sync_gradients:
             self._optimizer_step()
         return outputs
@@ -193,8 +200,6 @@ class FitLoop:
 
     def _log_step(self) -> None:
         t = self.trainer
-        if not t.loggers:
-            return
         step = t.global_step
         if step != self.last_logged_step and step % t.log_every_n_steps == 0:
             self.last_logged_step = step
@@ -205,8 +210,6 @@ class FitLoop:
     # -- validation schedule --------------------------------------------------------------------------------------
     def _val_due(self, batch_idx: int, at_end: bool = False) -> bool:
         t = self.trainer
-        if not t._val_enabled:
-            return False
         every_n = t.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
