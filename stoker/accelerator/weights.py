@@ -488,12 +488,6 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     """
     files, tied = _checkpoint_files(os.fspath(checkpoint))
     placement = _placement(model, device_map) if device_map is not None else {}
-    _move(model, placement)
-    target = model.state_dict(keep_vars=True)
-    actual = {strip_compile_prefix(k): k for k in target}
-    groups: dict[int, list[str]] = {}
-    for name, t in target.items():
-        groups.setdefault(id(t), []).append(strip_compile_prefix(name))
     loaded: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]] = {}
     provided = set(tied)
     for path in files:
@@ -504,14 +498,20 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
             loaded[path] = _read_weights(path)
             provided |= set(loaded[path][0])
     provided = {strip_compile_prefix(k) for k in provided}
-    covered = {n for g in groups.values() if provided & set(g) for n in g}
-    missing = sorted(set(actual) - covered)
-    unexpected = sorted(provided - set(actual))
+    groups: dict[int, list[str]] = {}  # names of one tensor (tied weights) share a group
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(strip_compile_prefix(name))
+    names = {n for g in groups.values() for n in g}
+    missing = sorted(names - {n for g in groups.values() if provided & set(g) for n in g})
+    unexpected = sorted(provided - names)
     if strict and (missing or unexpected):
         raise MismatchedKeysError(
             f"Error(s) loading {os.fspath(checkpoint)!r} into {type(model).__name__}: missing keys {missing}, "
             f"unexpected keys {unexpected}. The model was not changed; pass strict=False to load the matching keys."
         )
+    _move(model, placement)
+    target = model.state_dict(keep_vars=True)
+    actual = {strip_compile_prefix(k): k for k in target}
     assign = any(t.is_meta for t in target.values())
     for path in files:
         tensors, file_tied = loaded.pop(path, None) or _read_weights(path)
