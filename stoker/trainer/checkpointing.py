@@ -56,6 +56,9 @@ def build_payload(trainer: Any) -> dict[str, Any]:
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
         "results": trainer._train_results.state_dict(),
+        # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
+        "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                             for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
     }
     if trainer._hooks is not None:
         trainer._hooks.call("on_save_checkpoint", checkpoint)
@@ -71,6 +74,7 @@ def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
         if callback.state_key in states:
             callback.load_state_dict(states[callback.state_key])
     trainer._train_results.load_state_dict(checkpoint.get("results", {}))
+    trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     trainer._hooks.call("on_load_checkpoint", checkpoint)
 
 

@@ -124,3 +124,24 @@ def test_ckpt_path_last_without_a_checkpoint_starts_fresh(tmp_path: Any, uninter
 def test_ckpt_path_that_is_not_a_folder_fails(tmp_path: Any) -> None:
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
         run(str(tmp_path), ckpt_path=str(tmp_path / "nope"))
+
+
+def test_resume_at_an_epoch_end_steps_a_plateau_scheduler_with_the_restored_metric(tmp_path: Any) -> None:
+    from tests.helpers.models import make_loader, make_regression_data
+    from tests.trainer.modules import Regressor
+
+    def fit(root: str, callbacks: list, ckpt_path: str | None = None) -> tuple[dict, float]:
+        module = Regressor(lr=0.5, scheduler="plateau", interval="epoch")  # too high: val/loss stalls
+        trainer = Trainer(max_epochs=4, seed=3, default_root_dir=root, logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, callbacks=callbacks)
+        trainer.fit(module, make_loader(make_regression_data(n=16), batch_size=8, shuffle=True),
+                    make_loader(make_regression_data(n=16, seed=5), batch_size=8), ckpt_path=ckpt_path)
+        return module.state_dict(), trainer.optimizers[0].param_groups[0]["lr"]
+
+    want, want_lr = fit(str(tmp_path / "full"), [])
+    assert want_lr < 0.5
+    with pytest.raises(Crash):  # saved in on_train_epoch_end of epoch 1: its plateau step is still to come
+        fit(str(tmp_path / "cut"), [SaveThenCrash("on_train_epoch_end", 2)])
+    got, got_lr = fit(str(tmp_path / "cut"), [], ckpt_path="last")
+    assert got_lr == want_lr
+    assert_same_weights(got, want, "plateau resumed at an epoch end")
