@@ -10,7 +10,7 @@ from stoker import Accelerator
 from tests.helpers.models import clone_model, grads_of, make_loader, make_mlp, make_regression_data, params_of
 
 
-def _train(mixed_precision: str, steps: int = 40) -> list[float]:
+def _train(mixed_precision: str, steps: int = 24) -> list[float]:
     dataset = make_regression_data(n=64)
     model = make_mlp(seed=0)
     accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision)
