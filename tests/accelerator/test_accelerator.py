@@ -283,3 +283,19 @@ def test_no_sync_in_one_process_lets_gradients_accumulate() -> None:
     accelerator.backward(F.mse_loss(model(x), y))
     for g, f in zip(grads_of(model), first):
         torch.testing.assert_close(g, 2 * f)
+
+
+def test_accumulate_without_a_prepared_loader_counts_micro_steps() -> None:
+    data = batches(make_regression_data(n=20), 4)  # a plain list: the Accelerator cannot see where it ends
+    model = make_mlp(seed=10)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    syncs = []
+    for x, y in data:
+        with accelerator.accumulate(model):
+            accelerator.backward(F.mse_loss(model(x), y))
+            syncs.append(accelerator.sync_gradients)
+            opt.step()
+            opt.zero_grad()
+    assert syncs == [False, True, False, True, False]  # the fifth micro-batch waits for a sixth
+    assert accelerator.step == 2

@@ -201,3 +201,16 @@ def test_grad_scaler_state_round_trips() -> None:
     other = Accelerator(cpu=True, mixed_precision="fp16")
     other.precision.load_state_dict(state)
     assert other.precision.scaler.get_scale() == 1024.0
+
+
+def test_preparing_a_model_twice_wraps_its_forward_once() -> None:
+    model = make_mlp()
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator.prepare(model)
+    accelerator.prepare(model)
+    seen = []
+    model[0].register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
+    assert model(torch.randn(2, 8)).dtype == torch.float32 and seen == [torch.bfloat16]
+    accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    model(torch.randn(2, 8))
+    assert seen[-1] == torch.float32 and "forward" not in model.__dict__
