@@ -72,7 +72,8 @@ def main() -> None:
     try:
         for i in range(args.repeats):
             pt, pt2, ckpt = (os.path.join(root, n) for n in (f"plain_{i}.pt", f"plain_fsync_{i}.pt", f"ckpt_{i}"))
-            saves = [("torch.save", lambda: torch.save(state, pt)), ("save_state", lambda: accelerator.save_state(ckpt)),
+            saves = [("torch.save", lambda: torch.save(state, pt)),
+                     ("save_state", lambda: accelerator.save_state(ckpt)),
                      ("torch.save+fsync", lambda: (torch.save(state, pt2), fsync_path(pt2)))]
             for key, fn in saves if i % 2 == 0 else saves[::-1]:  # alternate the order: no side always goes first
                 times[key].append(timed(fn))

@@ -42,7 +42,7 @@ def test_example_stops_resumes_and_matches_the_uninterrupted_run(tmp_path: Path)
     export = resumed_dir / "export"
     index = json.loads((export / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1  # sharded at 2KB
-    full_weights = {k: load_file(full_dir / "export" / f)[k] for k, f in
-                    json.loads((full_dir / "export" / "model.safetensors.index.json").read_text())["weight_map"].items()}
+    full_index = json.loads((full_dir / "export" / "model.safetensors.index.json").read_text())
+    full_weights = {k: load_file(full_dir / "export" / f)[k] for k, f in full_index["weight_map"].items()}
     for key, file in index["weight_map"].items():  # shards readable by safetensors alone, bit-identical
         assert load_file(export / file)[key].equal(full_weights[key]), key

@@ -252,7 +252,8 @@ _DCP_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
 
 class _DataOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _DCP_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if (module, name) in _DCP_GLOBALS or is_dtype:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it names {module}.{name}, which is not checkpoint metadata")
 
@@ -542,7 +543,8 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
         own = _parts(accelerator, 0)[1]
     parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
     sharded = accelerator.strategy.shards_parameters
-    models = [] if sharded else [(_name("model", i), _name("gradients", i, rank)) for i in range(len(accelerator._models))]
+    models = [(_name("model", i), _name("gradients", i, rank)) for i in range(len(accelerator._models))]
+    models = [] if sharded else models
     names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
     names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
     rng_name = f"random_states_{rank}.safetensors"

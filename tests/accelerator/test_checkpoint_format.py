@@ -239,7 +239,8 @@ def test_dcp_metadata_checked_before_torch_unpickles_it(tmp_path):
     opt = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 3)).sum().backward()
     opt.step()
-    state = {"model_0": model.state_dict(), "optimizer_0": opt.state_dict(), "extra": {"bf16": torch.ones(1).bfloat16()}}
+    state = {"model_0": model.state_dict(), "optimizer_0": opt.state_dict(),
+             "extra": {"bf16": torch.ones(1).bfloat16()}}
     dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path / "real")))
     check_dcp_metadata(str(tmp_path / "real"))  # genuine metadata passes
     marker = tmp_path / "pwned"
@@ -254,7 +255,8 @@ def _every_scheduler(optimizer):
     lr = torch.optim.lr_scheduler
     return [lr.StepLR(optimizer, 2), lr.LambdaLR(optimizer, lambda s: 0.9**s), lr.MultiStepLR(optimizer, [1, 3]),
             lr.ConstantLR(optimizer), lr.LinearLR(optimizer), lr.ExponentialLR(optimizer, 0.9),
-            lr.PolynomialLR(optimizer), lr.CosineAnnealingLR(optimizer, 10), lr.CosineAnnealingWarmRestarts(optimizer, 3),
+            lr.PolynomialLR(optimizer), lr.CosineAnnealingLR(optimizer, 10),
+            lr.CosineAnnealingWarmRestarts(optimizer, 3),
             lr.CyclicLR(optimizer, 0.01, 0.1), lr.OneCycleLR(optimizer, 0.1, total_steps=100),
             lr.SequentialLR(optimizer, [lr.LinearLR(optimizer), lr.ExponentialLR(optimizer, 0.9)], milestones=[2])]
 

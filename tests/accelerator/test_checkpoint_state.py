@@ -244,8 +244,9 @@ def test_malicious_pickle_in_checkpoint_is_refused_and_never_runs(tmp_path):
         make()[0].load_state(path)
     # 3. ... even with a manifest forged to match, it is only ever parsed as safetensors.
     manifest = json.loads((tmp_path / "ckpt" / MANIFEST_NAME).read_text())
-    manifest["files"]["custom_checkpoint.safetensors"] = {
-        "size": len(evil), "crc32": f"{checkpoint._crc_file(str(tmp_path / 'ckpt' / 'custom_checkpoint.safetensors')):08x}"}
+    forged = str(tmp_path / "ckpt" / "custom_checkpoint.safetensors")
+    crc = f"{checkpoint._crc_file(forged):08x}"
+    manifest["files"]["custom_checkpoint.safetensors"] = {"size": len(evil), "crc32": crc}
     (tmp_path / "ckpt" / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="custom_checkpoint.safetensors"):
         make()[0].load_state(path)
