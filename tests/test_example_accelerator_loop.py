@@ -43,7 +43,8 @@ README = SCRIPT.parents[1] / "README.md"
 
 
 def test_readme_quickstart_runs(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001 - pytest fixture
-    code = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[0]
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    code = next(b for b in blocks if "accelerator.prepare(" in b and '"my_model"' in b)  # the Accelerator one
     monkeypatch.chdir(tmp_path)  # it saves "my_model" in the working directory
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
     assert (tmp_path / "my_model" / "model.safetensors").is_file()
