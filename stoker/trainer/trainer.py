@@ -20,7 +20,8 @@ import torch
 from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
-from .hooks import HookDispatcher, check_callbacks
+from .components import agree_on_log_dirs, build_callbacks, build_loggers
+from .hooks import HookDispatcher
 from .logging import Results
 from .loops import FitLoop, run_evaluation, run_predict
 from .module import TrainingModule
@@ -40,10 +41,32 @@ class RunState:
 class Trainer:
     """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
 
-    Args: see API.md §2. ``max_steps`` counts applied optimizer steps; neither ``max_epochs`` nor ``max_steps``
-    means one epoch. ``precision`` is "fp32" | "fp16" | "bf16" (or "32", "16-mixed", "bf16-mixed").
-    ``limit_*_batches`` take a count or a fraction. ``devices``/``accelerator``/``strategy``: one process here;
-    several when launched by ``torchrun`` (the run adopts the launcher's processes).
+    Args:
+        max_epochs: Epochs to train (-1 or None: no limit). Neither this nor ``max_steps``: one epoch.
+        max_steps: Applied optimizer steps to train (see ``global_step``); whichever limit comes first stops.
+        accumulate: Micro-batches per optimizer step; a last, shorter window is averaged over its true length.
+        precision: "fp32" | "fp16" | "bf16" (or "32", "16-mixed", "bf16-mixed"); steps run under autocast.
+        clip_grad_norm: Clip the gradients' total norm to this (after fp16 unscaling), or None.
+        clip_grad_value: Clip every gradient element to ``[-v, v]`` instead, or None.
+        callbacks: ``Callback`` instances; a ``ModelCheckpoint`` and a ``ProgressBar`` are added when enabled and
+            not given.
+        logger: True (a TensorBoardLogger under ``default_root_dir/stoker_logs``), False, a Logger or a list.
+        default_root_dir: Where logs, checkpoints and preemption checkpoints go.
+        enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, and ``last``).
+        enable_progress_bar: Add a default ``ProgressBar``.
+        val_check_interval: Validate every this fraction of a training epoch (float) or every this many
+            training batches (int).
+        check_val_every_n_epoch: Validate in every n-th epoch only; None counts an int ``val_check_interval``
+            across epochs.
+        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: Batches per epoch, as
+            a count or a fraction of the loader (None: all).
+        log_every_n_steps: Send step values to the loggers every n optimizer steps.
+        seed: Seed everything (``set_seed``) at the start of ``fit``, before the loaders get their shuffle seeds.
+        deterministic: Ask torch for deterministic algorithms.
+        accelerator: "auto" | "cpu" | "gpu" | "cuda" | "mps".
+        devices: Processes to run: "auto", an int, or a list of GPU indices. More than one from a plain
+            ``python script.py`` re-runs the script in that many processes; under torchrun the counts must match.
+        strategy: The Accelerator's strategy: "auto" | "ddp" | "fsdp", or a strategy object.
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
@@ -100,9 +123,9 @@ class Trainer:
             step_scheduler_with_optimizer=False,
         )
         self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
-        self.callbacks = self._build_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
-        self.loggers = self._build_loggers(logger)
-        self._agree_on_log_dirs()
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
+        self.loggers = build_loggers(logger, self.default_root_dir)
+        agree_on_log_dirs(self.accelerator, self.loggers)
 
         self.state = RunState()
         self.fit_loop = FitLoop(self)
@@ -142,48 +165,6 @@ class Trainer:
         from ..accelerator.launch import ensure_processes, resolve_num_processes
 
         ensure_processes(resolve_num_processes(self.devices, accelerator.lower()))
-
-    def _build_callbacks(self, callbacks: Any, checkpointing: bool, progress_bar: bool) -> list[Any]:
-        if callbacks is None:
-            callbacks = []
-        elif not isinstance(callbacks, (list, tuple)):
-            callbacks = [callbacks]
-        result = check_callbacks(callbacks)
-        from ..callbacks import ModelCheckpoint, ProgressBar
-
-        if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
-            result.append(ModelCheckpoint())
-        if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
-            result.append(ProgressBar())
-        keys = [c.state_key for c in result]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
-        if duplicates:
-            raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
-                             "checkpoint states would overwrite each other. Give each a distinct state_key.")
-        return result
-
-    def _agree_on_log_dirs(self) -> None:
-        """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
-        process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
-        acc = self.accelerator
-        if acc.num_processes > 1 and self.loggers:
-            versions = acc.broadcast_object([lg.version if acc.is_main_process else None for lg in self.loggers])
-            for lg, version in zip(self.loggers, versions):
-                lg._version = version  # resolved once, before anything is written
-
-    def _build_loggers(self, logger: Any) -> list[Any]:
-        from ..loggers import Logger, TensorBoardLogger
-
-        if logger is True:
-            return [TensorBoardLogger(self.default_root_dir, name="stoker_logs")]
-        if logger is False or logger is None:
-            return []
-        items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-        for item in items:
-            if not isinstance(item, Logger):
-                raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a stoker Logger or a list of "
-                                f"them; {type(item).__name__} is not a Logger.")
-        return items
 
     # -- public attributes ----------------------------------------------------------------------------------------
     @property

@@ -1,0 +1,54 @@
+"""The Trainer's callbacks and loggers, built from ``Trainer(callbacks=..., logger=...)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hooks import check_callbacks
+
+
+def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool) -> list[Any]:
+    """The user's callbacks (checked), plus a default ``ModelCheckpoint``/``ProgressBar`` when enabled and absent."""
+    from ..callbacks import ModelCheckpoint, ProgressBar
+
+    if callbacks is None:
+        callbacks = []
+    elif not isinstance(callbacks, (list, tuple)):
+        callbacks = [callbacks]
+    result = check_callbacks(callbacks)
+    if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
+        result.append(ModelCheckpoint())
+    if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
+        result.append(ProgressBar())
+    keys = [c.state_key for c in result]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
+                         "checkpoint states would overwrite each other. Give each a distinct state_key.")
+    return result
+
+
+def build_loggers(logger: Any, root: str) -> list[Any]:
+    """``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a Logger or a list of them as given."""
+    from ..loggers import Logger, TensorBoardLogger
+
+    if logger is True:
+        return [TensorBoardLogger(root, name="stoker_logs")]
+    if logger is False or logger is None:
+        return []
+    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    for item in items:
+        if not isinstance(item, Logger):
+            raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a stoker Logger or a list of "
+                            f"them; {type(item).__name__} is not a Logger.")
+    return items
+
+
+def agree_on_log_dirs(accelerator: Any, loggers: list[Any]) -> None:
+    """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
+    process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
+    if accelerator.num_processes > 1 and loggers:
+        main = accelerator.is_main_process
+        versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
+        for lg, version in zip(loggers, versions):
+            lg._version = version  # resolved once, before anything is written
