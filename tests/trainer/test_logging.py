@@ -31,6 +31,8 @@ class Classifier(TrainingModule):
         self.val_acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
         self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.per_epoch: list[float] = []
+        self.val_seen: list[tuple[int, int]] = []
+        self.val_per_epoch: list[float] = []
 
     @staticmethod
     def split(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,8 +56,15 @@ class Classifier(TrainingModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = self.split(batch)
+        self.val_seen.append(((self.net(x).argmax(-1) == y).sum().item(), len(y)))
         self.val_acc.update(self.net(x), y)
         self.log("val/acc", self.val_acc)
+
+    def on_validation_end(self) -> None:  # each validation's value covers that validation only (then reset)
+        correct, total = map(sum, zip(*self.val_seen))
+        self.val_seen.clear()
+        self.val_per_epoch.append(correct / total)
+        assert float(self.trainer.callback_metrics["val/acc"]) == pytest.approx(correct / total, abs=1e-6)
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.5)
@@ -68,6 +77,7 @@ def test_torchmetrics_epoch_values_equal_a_manual_computation() -> None:
     trainer = bare(max_epochs=3, seed=0)
     trainer.fit(module, train, make_loader(val_data, batch_size=8))
     assert len(module.per_epoch) == 3 and len(set(module.per_epoch)) > 1  # reset between epochs
+    assert len(module.val_per_epoch) == 3 and len(set(module.val_per_epoch)) > 1
     assert float(trainer.callback_metrics["train/acc_epoch"]) == pytest.approx(module.per_epoch[-1], abs=1e-6)
     x, y = Classifier.split(val_data.tensors)
     with torch.no_grad():
