@@ -143,6 +143,18 @@ def test_compile_prefix_removed_and_loadable_into_compiled_model(tmp_path):
     assert_same(model, compiled_like._orig_mod)
 
 
+def test_real_torch_compile_wrapper_round_trip(tmp_path):
+    compiled = torch.compile(Tied())  # compiles lazily, at the first forward: nothing is compiled here
+    assert all(k.startswith("_orig_mod.") for k in compiled.state_dict())
+    save_model_weights(compiled.state_dict(), tmp_path)
+    plain = Tied(seed=11)
+    load_checkpoint_in_model(plain, tmp_path, strict=True)
+    assert_same(compiled._orig_mod, plain)
+    other = torch.compile(Tied(seed=12))
+    load_checkpoint_in_model(other, tmp_path, strict=True)
+    assert_same(compiled._orig_mod, other._orig_mod)
+
+
 def test_strict_lists_missing_and_unexpected_and_leaves_model_unchanged(tmp_path):
     state = Tied().state_dict()
     state["extra.weight"] = torch.ones(2)
