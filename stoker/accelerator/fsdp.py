@@ -17,6 +17,7 @@ What that changes elsewhere, and where it is handled:
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -67,12 +68,9 @@ class FSDPStrategy(DDPStrategy):
     def setup_precision(self, precision: Any) -> None:
         """Adopts the Accelerator's precision: FSDP's mixed-precision policy and, for fp16, a sharded scaler."""
         self._precision = precision
-        scaler = getattr(precision, "scaler", None)
-        if scaler is not None:
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
+        if getattr(precision, "scaler", None) is not None:
             # Each process sees only its shard's gradients: the inf check must be all-reduced, or ranks diverge.
-            precision.scaler = ShardedGradScaler(self.device.type)
+            precision.scaler = _sharded_grad_scaler(self.device.type)
 
     def _mp_policy(self) -> Any:
         from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -177,6 +175,19 @@ class FSDPStrategy(DDPStrategy):
         for i, opt in enumerate(optimizers):
             inner = getattr(opt, "optimizer", opt)
             set_optimizer_state_dict(_owner(inner, models), inner, state[f"optimizer_{i}"])
+
+
+def _sharded_grad_scaler(device_type: str) -> Any:
+    """torch's ``ShardedGradScaler``, without the warning its DTensor inf check raises on every step."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    class QuietShardedGradScaler(ShardedGradScaler):
+        def _unscale_grads_(self, *args: Any, **kwargs: Any) -> Any:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
+                return super()._unscale_grads_(*args, **kwargs)
+
+    return QuietShardedGradScaler(device_type)
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ def test_save_model_gathers_a_full_state_dict_on_the_main_process(ranks: list[di
 
 
 @pytest.mark.parametrize("precision,dtype,scaler", [("bf16", "torch.bfloat16", "NoneType"),
-                                                    ("fp16", "torch.float16", "ShardedGradScaler")])
+                                                    ("fp16", "torch.float16", "QuietShardedGradScaler")])
 def test_mixed_precision_uses_fsdp_policy(ranks: list[dict], precision: str, dtype: str, scaler: str) -> None:
     for r in ranks:
         assert r[f"{precision}_compute_dtype"] == dtype  # parameters all-gathered in low precision
