@@ -47,6 +47,11 @@ def resolve_num_processes(devices: Any, accelerator: str = "auto") -> int:
     if isinstance(devices, int) and not isinstance(devices, bool) and (devices >= 1 or devices == -1):
         if devices == -1:
             return max(gpus, 1)
+        if 0 < gpus < devices:  # NCCL cannot put two processes on one GPU
+            raise ValueError(
+                f"Trainer(devices={devices}) asks for {devices} GPUs but {gpus} are visible. Use devices={gpus} (or "
+                "'auto'), or accelerator='cpu' for CPU processes."
+            )
         return devices
     raise ValueError(
         f"Trainer(devices={devices!r}) is not a device count. Expected a positive int (processes per node), -1 or "

@@ -71,6 +71,15 @@ def test_resolve_num_processes() -> None:
             resolve_num_processes(bad, "cpu")
 
 
+def test_more_devices_than_gpus_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"devices=4\) asks for 4 GPUs but 2 are visible"):
+        resolve_num_processes(4, "gpu")
+    assert resolve_num_processes(4, "cpu") == 4
+
+
 def test_under_a_launcher_the_process_count_must_match(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
