@@ -29,7 +29,8 @@ def resolve_num_processes(devices: Any, accelerator: str = "auto") -> int:
     """The number of processes per node for ``Trainer(accelerator=..., devices=...)``.
 
     ``devices`` may be an int (``-1``: every GPU), ``"auto"`` (under a launcher: the processes it started on
-    this node; else every GPU on a GPU machine, or 1), a numeric string, or a list of GPU indices (its length).
+    this node; else every GPU on a GPU machine, or 1), a numeric string, or a list of GPU indices: only its length
+    counts, and process i uses visible GPU i (choose the GPUs with ``CUDA_VISIBLE_DEVICES``).
 
     Example:
         >>> resolve_num_processes(2, "cpu")
