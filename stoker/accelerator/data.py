@@ -152,6 +152,7 @@ class PreparedDataLoader:
         self.max_batches: int | None = None
         self._cut_short = False
         self._pending_inner_state: dict | None = None
+        self._inner_state: dict | None = None
 
     # -- iteration ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -212,6 +213,7 @@ class PreparedDataLoader:
         limit = self.max_batches
         self._cut_short = False
         finished = False
+        track_inner = self._batch_sampler is None and hasattr(self.base_loader, "state_dict")
         try:
             if limit is not None and skip >= limit:
                 finished = True
@@ -228,6 +230,8 @@ class PreparedDataLoader:
                     upcoming = _END  # the limit ends the epoch; the next batch is never loaded
                     self._cut_short = self._longer_than(limit)
                 else:
+                    if track_inner:  # the position *before* the look-ahead is the one a resume needs
+                        self._inner_state = self.base_loader.state_dict()
                     upcoming = next(it, _END)
                 self.end_of_dataloader = upcoming is _END
                 self.batches_yielded += 1
@@ -241,9 +245,14 @@ class PreparedDataLoader:
                 stack.pop()
             elif self in stack:
                 stack.remove(self)
-            if finished or self.batches_yielded:
+            # Leaving early (break, an exception) keeps the position, as a saved one would: save_state after
+            # the loop records it, and the next iteration continues the same epoch from there.
+            if finished:
                 self.epoch += 1
                 self.batches_yielded = 0
+                self._inner_state = None
+            elif track_inner and self._inner_state is not None:
+                self._pending_inner_state = self._inner_state
             self.end_of_dataloader = False
 
     # -- state ------------------------------------------------------------------------------------------------
@@ -251,7 +260,9 @@ class PreparedDataLoader:
         """Position of this process's loader: resuming continues with the next batch of the same epoch."""
         state: dict[str, Any] = {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
         if hasattr(self.base_loader, "state_dict") and self._batch_sampler is None:
-            state["loader"] = self.base_loader.state_dict()  # an iterable dataset: torchdata keeps its position
+            # an iterable dataset: torchdata keeps its position (as it was before our one-batch look-ahead)
+            inner = self._inner_state if self._inner_state is not None else self.base_loader.state_dict()
+            state["loader"] = inner
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -315,8 +315,6 @@ class Stream(IterableDataset):
             yield torch.randn(4, generator=g), torch.randn(4, generator=g)
 
 
-@pytest.mark.xfail(strict=True, reason="data.py: the prepared loader reads one batch ahead, so the inner "
-                   "StatefulDataLoader's state_dict() is one batch past the batch being processed")
 def test_iterable_dataset_position_resumes_through_torchdata(tmp_path):
     def make_stream():
         accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))

@@ -174,3 +174,26 @@ def test_skip_first_batches_with_worker_processes() -> None:
     loader = accelerator.prepare(DataLoader(dataset, batch_size=3, num_workers=1))
     assert [b[0].tolist() for b in accelerator.skip_first_batches(loader, 2)] == [[6, 7, 8], [9]]
     assert [b[0].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]  # the next epoch is whole
+
+
+def test_leaving_a_loop_early_keeps_the_position_for_save_state_and_the_next_loop() -> None:
+    # Accelerate keeps a loader's position when the loop is left with `break`; so do we, and the next loop
+    # continues the same epoch instead of replaying its start.
+    torch.manual_seed(0)
+    data = torch.arange(20.0).unsqueeze(1)
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(DataLoader(torch.utils.data.TensorDataset(data), batch_size=4, shuffle=True))
+    full_epoch = [b[0].flatten().tolist() for b in loader]
+    second_epoch = [b[0].flatten().tolist() for b in loader]
+    assert full_epoch != second_epoch  # a new shuffle each epoch
+
+    loader.set_epoch(0)
+    seen = []
+    for (x,) in loader:
+        seen.append(x.flatten().tolist())
+        if len(seen) == 2:
+            break
+    assert loader.state_dict()["batches_yielded"] == 2 and loader.state_dict()["epoch"] == 0
+    rest = [b[0].flatten().tolist() for b in loader]
+    assert seen + rest == full_epoch
+    assert [b[0].flatten().tolist() for b in loader] == second_epoch
