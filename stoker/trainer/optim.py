@@ -30,6 +30,11 @@ class LRSchedulerConfig:
         monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.
         strict: Raise when ``monitor`` was not logged (else skip that step with a warning).
         name: A display name (e.g. for ``LearningRateMonitor``).
+
+    Example:
+        >>> config = trainer.lr_scheduler_configs[0]               # doctest: +SKIP
+        >>> config.interval, config.frequency, config.scheduler.get_last_lr()  # doctest: +SKIP
+        ('step', 1, [0.001])
     """
 
     scheduler: Any
