@@ -1,381 +1,35 @@
 """Resumable training state: ``save_state`` / ``load_state`` into folders that are either complete or absent.
 
-Owns: the safe tree format (nested dicts, lists, tuples, strings, numbers, None, tensors, numpy arrays -> one
-safetensors file whose metadata holds the structure as JSON), the manifest (size and CRC-32 of every file), the
-atomic commit (temporary folder beside the target, fsync, rename), verification, automatic checkpoint naming and
-rotation. Loading never unpickles: every file is safetensors or JSON.
-Does not own: weight export (``weights.py``), RNG capture (``rng.py``), what a loader's position is (``data.py``).
+Owns: what a checkpoint holds and under which file names (Accelerate's names, as safetensors), which process
+writes what, and the order of a save (encode everything, write, commit, rotate) and of a load (verify, then
+read). Loading never unpickles: every file is safetensors or JSON.
+Does not own: the safe tree format (``tree.py``), the manifest, atomic commit and naming (``atomic.py``), the
+safetensors bytes (``safetensors_io.py``), weight export (``weights.py``), RNG capture (``rng.py``), what a
+loader's position is (``data.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
-import math
-import mmap
 import os
-import pickle
-import re
 import shutil
 import warnings
-import zlib
-from collections import Counter, OrderedDict, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
+# Re-exported: these names were defined here first and are imported from here.
+from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _aside, _crc_file, _is_complete,  # noqa: F401
+                     _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints, newest_checkpoint,
+                     rotate_checkpoints, verify_checkpoint)
 from .rng import capture_rng_state, restore_rng_state
-from .weights import (TIED_KEY, FileRecord, _dedupe, fsync_dir, fsync_file, load_checkpoint_in_model,
-                      read_safetensors, write_buffers, write_safetensors)
+from .safetensors_io import FileRecord, fsync_file, read_safetensors, write_buffers, write_safetensors
+from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
+from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
 
-MANIFEST_NAME = "stoker_manifest.json"
 STATE_NAME = "stoker_state.json"
-TREE_KEY = "stoker_tree"
-_FORMAT = "stoker-checkpoint"
-_CHECKPOINT_RE = re.compile(r"checkpoint_(\d+)")
-_HINT = "return tensors, numbers, strings, lists or dicts (tuples, None, numpy arrays and torch dtypes also work)"
-
-
-_DICTS = {dict: "dict", OrderedDict: "odict", Counter: "counter", defaultdict: "defaultdict"}
-_KINDS_OF_DICT = {tag: kind for kind, tag in _DICTS.items()}
-_FACTORIES = {f.__name__: f for f in (int, float, str, bool, list, dict, set, tuple)}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder is incomplete, altered, or not a stoker checkpoint."""
-
-
-# -- the safe tree format -----------------------------------------------------------------------------------------
-class _Encoder:
-    """Turns a nested structure into a JSON skeleton plus a dict of tensors stored under generated keys."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.tensors: dict[str, torch.Tensor] = {}
-        self._keys: dict[int, str] = {}  # the same tensor object twice is stored once and comes back as one object
-
-    def _tensor(self, t: torch.Tensor, path: str) -> str:
-        from .weights import _DTYPES
-
-        if t.dtype not in _DTYPES or t.layout != torch.strided:
-            raise TypeError(f"{self.what}{path} is a {t.dtype} {t.layout} tensor, which cannot be stored in "
-                            "safetensors; convert it to a dense tensor of a standard dtype.")
-        if id(t) not in self._keys:
-            self._keys[id(t)] = key = f"t{len(self.tensors)}"
-            self.tensors[key] = t
-        return self._keys[id(t)]
-
-    def encode(self, obj: Any, path: str = "") -> Any:
-        if obj is None or isinstance(obj, (bool, str)):
-            return str(obj) if isinstance(obj, str) else obj
-        if isinstance(obj, torch.Tensor):
-            node = {"tensor": self._tensor(obj, path)}
-            return {**node, "param": obj.requires_grad} if isinstance(obj, torch.nn.Parameter) else node
-        if isinstance(obj, (np.ndarray, np.generic)):
-            kind = "ndarray" if isinstance(obj, np.ndarray) else "npscalar"
-            array = np.asarray(obj)  # keeps 0-d (ascontiguousarray would make it 1-d)
-            try:
-                t = torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
-            except (TypeError, ValueError):
-                raise TypeError(f"{self.what}{path} is a numpy {kind} of dtype {obj.dtype}, which cannot be stored "
-                                f"safely; {_HINT}.") from None
-            return {kind: self._tensor(t, path)}
-        if isinstance(obj, int):
-            return int(obj)
-        if isinstance(obj, float):
-            return float(obj) if math.isfinite(obj) else {"float": repr(float(obj))}
-        if isinstance(obj, bytes):
-            return {"bytes": self._tensor(torch.frombuffer(bytearray(obj), dtype=torch.uint8), path)}
-        if isinstance(obj, torch.dtype):
-            return {"dtype": str(obj).removeprefix("torch.")}
-        if isinstance(obj, torch.Size):
-            return {"size": list(obj)}
-        if isinstance(obj, torch.device):
-            return {"device": str(obj)}
-        # Containers by exact type: a subclass (namedtuple, MultiStepLR's Counter) must come back as itself.
-        if type(obj) is tuple:
-            return {"tuple": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
-        if type(obj) is list:
-            return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        if type(obj) in (set, frozenset):
-            return {type(obj).__name__: [self.encode(v, f"{path} item {v!r}") for v in obj]}
-        factory = getattr(obj, "default_factory", None)
-        kind = _DICTS.get(type(obj)) if type(obj) is not defaultdict or factory in _FACTORIES.values() else None
-        if kind:
-            items = [[self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")] for k, v in obj.items()]
-            return {kind: items, "factory": factory.__name__} if factory else {kind: items}
-        text = repr(obj)
-        raise TypeError(f"{self.what}{path} is a {type(obj)} ({text[:60] + '...' if len(text) > 60 else text}), "
-                        f"which cannot be stored safely; {_HINT}.")
-
-
-def _decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    if node is None or isinstance(node, (bool, int, float, str)):
-        return node
-    if isinstance(node, list):
-        return [_decode(v, tensors) for v in node]
-    tag = next(iter(node), None) if isinstance(node, dict) else None
-    value = node.get(tag) if tag else None
-    if tag == "tensor":
-        t = tensors[value]
-        return torch.nn.Parameter(t, requires_grad=node["param"]) if "param" in node else t
-    if tag in ("ndarray", "npscalar"):
-        array = tensors[value].numpy()
-        return array if tag == "ndarray" else array[()]
-    if tag == "bytes":
-        return tensors[value].numpy().tobytes()
-    if tag == "float":
-        return float(value)
-    if tag == "tuple":
-        return tuple(_decode(v, tensors) for v in value)
-    if tag in _KINDS_OF_DICT:
-        pairs = {_decode(k, tensors): _decode(v, tensors) for k, v in value}
-        if tag == "defaultdict":
-            return defaultdict(_FACTORIES[node["factory"]], pairs)
-        return pairs if tag == "dict" else _KINDS_OF_DICT[tag](pairs)
-    if tag in ("set", "frozenset"):
-        return (set if tag == "set" else frozenset)(_decode(v, tensors) for v in value)
-    if tag == "dtype" and isinstance(getattr(torch, value, None), torch.dtype):
-        return getattr(torch, value)
-    if tag == "size":
-        return torch.Size(value)
-    if tag == "device":
-        return torch.device(value)
-    raise CheckpointError(f"Unknown node {str(node)[:80]!r} in a stoker tree; the file was altered or written by a "
-                          "newer stoker.")
-
-
-def save_tree(path: str, obj: Any, what: str = "state", fsync: bool = True) -> FileRecord:
-    """Stores ``obj`` (nested dict/list/tuple/str/int/float/bool/None/tensor/ndarray) as one safetensors file.
-
-    Raises ``TypeError`` naming the object's path (``what`` + ``['key'][0]``...) for anything else, before
-    anything is written. Dict keys may be any of the scalar types (optimizer state uses ints).
-
-    Example:
-        >>> save_tree("opt.safetensors", optimizer.state_dict(), what="optimizer #0 state_dict()")
-        >>> optimizer.load_state_dict(load_tree("opt.safetensors"))
-    """
-    encoder = _Encoder(what)
-    skeleton = json.dumps(encoder.encode(obj), separators=(",", ":"), allow_nan=False)
-    return write_safetensors(path, encoder.tensors, {"format": "pt", TREE_KEY: skeleton}, fsync=fsync)
-
-
-def load_tree(path: str) -> Any:
-    """Reads a file written by :func:`save_tree` (tensors are memory-mapped copy-on-write, on the CPU)."""
-    tensors, metadata = read_safetensors(path)
-    if TREE_KEY not in metadata:
-        raise CheckpointError(f"{path} is a safetensors file without a stoker tree in its metadata; it was not "
-                              "written by save_state().")
-    try:
-        return _decode(json.loads(metadata[TREE_KEY]), tensors)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CheckpointError(f"{path} holds a malformed stoker tree ({type(e).__name__}: {e}); the file was altered "
-                              "or written by another tool.") from e
-
-
-# -- manifest, verification, atomic commit --------------------------------------------------------------------------
-def _crc_file(path: str) -> int:
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return 0
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return zlib.crc32(m)  # straight from the page cache, no copy
-
-
-def _read_manifest(path: str) -> dict[str, Any]:
-    manifest_path = os.path.join(path, MANIFEST_NAME)
-    if not os.path.isfile(manifest_path):
-        raise CheckpointError(
-            f"{path} has no {MANIFEST_NAME}: it is not a complete stoker checkpoint (an interrupted save, or a "
-            "folder written by another tool). Pass a folder written by save_state()."
-        )
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        if manifest.get("format") != _FORMAT or not isinstance(manifest.get("files"), dict):
-            raise ValueError(f"format {manifest.get('format')!r}")
-    except (ValueError, AttributeError) as e:
-        raise CheckpointError(f"{manifest_path} is not a stoker manifest ({e}); the checkpoint was altered or "
-                              "written by another tool.") from e
-    return manifest
-
-
-def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -> dict[str, Any]:
-    """Checks a checkpoint folder against its manifest; returns the manifest.
-
-    Raises :class:`CheckpointError` naming the file when a file is missing, truncated or altered (size and
-    CRC-32), when the manifest is missing or foreign, or when the folder holds files the manifest does not list
-    (nothing unlisted is ever read). ``files`` limits the checksum to those names.
-
-    Example:
-        >>> verify_checkpoint("runs/exp/checkpoints/checkpoint_3")["files"].keys()
-        dict_keys(['model.safetensors', 'optimizer.safetensors', ...])
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise CheckpointError(f"{path!r} is not a folder; pass a checkpoint folder written by save_state().")
-    manifest = _read_manifest(path)
-    listed = manifest["files"]
-    extra = sorted(set(os.listdir(path)) - set(listed) - {MANIFEST_NAME})
-    if extra:
-        raise CheckpointError(f"{path} holds files its manifest does not list: {extra}. stoker refuses folders with "
-                              "unknown files (nothing of them was read); move them out if you trust them.")
-    for name in listed if files is None else files:
-        file = os.path.join(path, name)
-        if name not in listed or not os.path.isfile(file):
-            where = "is missing" if name in listed else "is not listed in the manifest"
-            raise CheckpointError(f"{file} {where}: the checkpoint is incomplete or was altered.")
-        size, expected = os.path.getsize(file), listed[name]
-        if size != expected["size"]:
-            raise CheckpointError(f"{file} has {size} bytes but the manifest records {expected['size']}: the file "
-                                  "was truncated or altered.")
-        crc = f"{_crc_file(file):08x}"
-        if crc != expected["crc32"]:
-            raise CheckpointError(f"{file} does not match its checksum (CRC-32 {crc}, manifest {expected['crc32']}): "
-                                  "the file was altered or corrupted.")
-    return manifest
-
-
-# What torch.distributed.checkpoint's ``.metadata`` pickle may name: its own dataclasses and torch value types.
-_DCP_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
-    "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
-    "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
-    ("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"),
-    ("collections", "OrderedDict")}
-
-
-class _DataOnlyUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
-        if (module, name) in _DCP_GLOBALS or is_dtype:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"it names {module}.{name}, which is not checkpoint metadata")
-
-
-def check_dcp_metadata(path: str) -> None:
-    """Refuses a ``torch.distributed.checkpoint`` folder whose ``.metadata`` pickle names anything but DCP's own
-    metadata classes and torch value types (torch would run whatever it names when it unpickles the file)."""
-    file = os.path.join(path, ".metadata")
-    try:
-        with open(file, "rb") as f:
-            _DataOnlyUnpickler(f).load()
-    except Exception as e:  # any failure to read it as plain metadata is a refusal
-        raise CheckpointError(f"{file} is not plain torch.distributed.checkpoint metadata ({e}); stoker does not "
-                              "load it. Re-save the checkpoint with save_state().") from e
-
-
-def _aside(target: str, kind: str) -> str:
-    parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}.stoker-{kind}")
-
-
-def _is_complete(path: str) -> bool:
-    try:
-        _read_manifest(path)
-        return True
-    except CheckpointError:
-        return False
-
-
-def _recover(target: str) -> None:
-    """Cleans what an interrupted save left beside ``target``: temporary and half-deleted folders go; an old
-    checkpoint moved aside (rename fallback) goes back when the new one never arrived."""
-    old = _aside(target, "old")
-    if os.path.isdir(old) and not os.path.exists(target) and _is_complete(old):
-        os.rename(old, target)
-    for kind in ("tmp", "old", "del"):
-        shutil.rmtree(_aside(target, kind), ignore_errors=True)
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swaps two folders (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _remove_checkpoint(path: str) -> None:
-    """Deletes a checkpoint so that no half-deleted folder is ever left under its name."""
-    doomed = _aside(path, "del")
-    os.rename(path, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord]) -> None:
-    """Writes the manifest into the finished folder ``tmp``, makes it durable and renames it to ``target``.
-
-    ``records`` has size and CRC of the files this process wrote; other files (other processes') are hashed
-    here. An existing ``target`` is swapped out atomically and then deleted, so the name always holds a complete
-    checkpoint.
-    """
-    files = {}
-    for name in sorted(os.listdir(tmp)):
-        record = records.get(name) or FileRecord(os.path.getsize(os.path.join(tmp, name)),
-                                                  _crc_file(os.path.join(tmp, name)))
-        files[name] = {"size": record.size, "crc32": f"{record.crc32:08x}"}
-    manifest = json.dumps({"format": _FORMAT, "version": 1, "files": files}, indent=1) + "\n"
-    write_buffers(os.path.join(tmp, MANIFEST_NAME), [manifest.encode()])
-    fsync_dir(tmp)
-    if not os.path.exists(target):
-        os.rename(tmp, target)
-    elif _exchange(tmp, target):
-        shutil.rmtree(tmp, ignore_errors=True)  # ``tmp`` now holds the replaced checkpoint
-    else:  # no atomic swap here: move the old one aside (load_state puts it back if we die in between)
-        os.rename(target, _aside(target, "old"))
-        os.rename(tmp, target)
-        shutil.rmtree(_aside(target, "old"), ignore_errors=True)
-    fsync_dir(os.path.dirname(target))
-
-
-# -- automatic naming ----------------------------------------------------------------------------------------------
-def list_checkpoints(project_dir: str | os.PathLike) -> list[str]:
-    """Complete ``checkpoint_{n}`` folders under ``{project_dir}/checkpoints``, oldest (lowest n) first.
-
-    Folders without a stoker manifest (foreign, or an interrupted save) and hidden temporary folders are ignored.
-
-    Example:
-        >>> list_checkpoints("runs/exp")
-        ['runs/exp/checkpoints/checkpoint_3', 'runs/exp/checkpoints/checkpoint_4']
-    """
-    root = os.path.join(os.fspath(project_dir), "checkpoints")
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        match = _CHECKPOINT_RE.fullmatch(name)
-        if match and _is_complete(os.path.join(root, name)):
-            found.append((int(match.group(1)), os.path.join(root, name)))
-    return [path for _, path in sorted(found)]
-
-
-def newest_checkpoint(project_dir: str | os.PathLike) -> str | None:
-    """The complete automatic checkpoint with the highest number, or None."""
-    found = list_checkpoints(project_dir)
-    return found[-1] if found else None
-
-
-def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int) -> list[str]:
-    """Deletes the oldest complete automatic checkpoints so that at most ``total_limit`` remain; returns them."""
-    doomed = list_checkpoints(project_dir)[:-total_limit]
-    for path in doomed:
-        _remove_checkpoint(path)
-    return doomed
-
-
-def _sweep(root: str) -> None:
-    for name in os.listdir(root) if os.path.isdir(root) else []:
-        match = re.fullmatch(r"\.(checkpoint_\d+)\.stoker-(tmp|old|del)", name)
-        if match:
-            _recover(os.path.join(root, match.group(1)))
 
 
 # -- save_state / load_state ---------------------------------------------------------------------------------------
@@ -469,9 +123,7 @@ def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: b
     jobs += [(name, obj.state_dict(), f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
     encoded = []
     for name, obj, what in jobs:  # everything is encoded first: an unsafe user object fails before any write
-        encoder = _Encoder(what)
-        skeleton = json.dumps(encoder.encode(obj), separators=(",", ":"), allow_nan=False)
-        encoded.append((name, encoder.tensors, {"format": "pt", TREE_KEY: skeleton}))
+        encoded.append((name, *encode_tree(obj, what)))
     counters = dict(accelerator._counters_state_dict())
     for i, state in enumerate(model_states if main else []):
         stored, aliases = _dedupe(state)

@@ -1,51 +1,32 @@
-"""Model weights on disk: safetensors files, Hugging Face shards + index, and ``.bin`` exports.
+"""Model weights on disk: Hugging Face safetensors files, shards + index, and ``.bin`` exports.
 
-Owns the byte-level safetensors writer that every stoker file goes through (it checksums the bytes while they
-are written, so a manifest costs no second read), the weight export behind ``Accelerator.save_model``
-(:func:`save_model_weights`) and the import :func:`load_checkpoint_in_model`. It does not own the resumable
-training state: that is ``checkpoint.py``.
+Owns the weight export behind ``Accelerator.save_model`` (:func:`save_model_weights`) and the import
+:func:`load_checkpoint_in_model`. The byte-level safetensors writer/reader lives in ``safetensors_io.py`` (its
+names are re-exported here, where they were first defined); the resumable training state is ``checkpoint.py``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import itertools
 import json
 import os
 import pickle
 import re
-import struct
-import zlib
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
+
+# Re-exported: these were first defined here and are imported from here.
+from .safetensors_io import (_DTYPES, FileRecord, fsync_dir, fsync_file, read_safetensors,  # noqa: F401
+                             write_buffers, write_safetensors)
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 WEIGHTS_NAME = "pytorch_model.bin"
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 TIED_KEY = "stoker_tied"  # safetensors metadata / index metadata: {alias: name of the tensor actually stored}
-
-_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-           torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-           torch.bool: "BOOL", torch.complex64: "C64"}
-for _name, _code in [("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), ("uint16", "U16"),
-                     ("uint32", "U32"), ("uint64", "U64")]:
-    if hasattr(torch, _name):
-        _DTYPES[getattr(torch, _name)] = _code
-del _name, _code
-_CHUNK = 64 * 2**20  # write/checksum granularity: big enough for full disk speed, small enough to overlap
 _UNITS = {"TIB": 2**40, "GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
           "KB": 10**3, "B": 1}
-
-
-class FileRecord(NamedTuple):
-    """What a manifest keeps about one written file."""
-
-    size: int
-    crc32: int
 
 
 class LoadResult(NamedTuple):
@@ -90,147 +71,6 @@ def parse_size(size: int | str) -> int:
         raise ValueError(f"max_shard_size={size!r} must be at least one byte.")
     return value
 
-
-# -- safetensors bytes ------------------------------------------------------------------------------------------
-def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.is_conj() or t.is_neg():
-        t = t.resolve_conj().resolve_neg()
-    t = t.contiguous()  # a no-op (no copy) for the usual contiguous parameter
-    # .numpy() shares memory and keeps ``t`` alive through the array's base.
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
-
-
-def _write_all(f: Any, data: memoryview) -> None:
-    while data:
-        written = f.write(data)  # raw files may write less than asked (e.g. > 2 GiB at once)
-        data = data[written:]
-
-
-def _sync_file_range() -> Any:
-    """Linux's ``sync_file_range`` (start writing a range to disk now, without waiting), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return fn
-
-
-_START_WRITEBACK = _sync_file_range()
-
-
-def write_buffers(path: str, buffers: Iterable[Any], fsync: bool = True) -> FileRecord:
-    """Writes ``buffers`` one after the other to ``path``, returning size and CRC-32 of what was written.
-
-    A helper thread computes the CRC of each chunk while the next one is written (``zlib.crc32`` and file
-    writes both release the GIL) and asks the kernel to start writing finished chunks to disk, so the final
-    fsync finds little left to do: durability and the checksum cost little more than the copy into the page cache.
-    """
-    state = {"crc": 0}
-
-    def update(chunk: memoryview) -> None:
-        state["crc"] = zlib.crc32(chunk, state["crc"])
-
-    def writeback(fd: int, start: int, length: int) -> None:
-        if _START_WRITEBACK is not None:
-            _START_WRITEBACK(fd, start, length, 2)  # SYNC_FILE_RANGE_WRITE: initiate, do not wait
-
-    size = 0
-    with open(path, "wb", buffering=0) as f, ThreadPoolExecutor(1) as pool:  # one worker: CRCs stay in order
-        for buf in buffers:
-            view = memoryview(buf).cast("B")
-            for start in range(0, len(view), _CHUNK):
-                chunk = view[start:start + _CHUNK]
-                pool.submit(update, chunk)
-                _write_all(f, chunk)
-                if len(chunk) == _CHUNK:
-                    pool.submit(writeback, f.fileno(), size + start, len(chunk))
-            size += len(view)
-        if fsync:
-            pool.shutdown(wait=True)
-            os.fsync(f.fileno())
-    return FileRecord(size, state["crc"])
-
-
-def write_safetensors(path: str, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None,
-                      fsync: bool = True) -> FileRecord:
-    """Writes a safetensors file (readable by the ``safetensors`` library) straight from the tensors' memory.
-
-    Example:
-        >>> record = write_safetensors("w.safetensors", {"w": torch.ones(2)}, {"format": "pt"})
-        >>> safetensors.torch.load_file("w.safetensors")["w"]
-        tensor([1., 1.])
-    """
-    entries = []
-    for name, tensor in tensors.items():
-        if not isinstance(name, str) or name == "__metadata__":
-            raise ValueError(f"Tensor name {name!r} cannot be stored in safetensors; names are strings other than "
-                             "'__metadata__'.")
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name!r} is a {type(tensor).__name__}, not a torch.Tensor.")
-        code = _DTYPES.get(tensor.dtype)
-        if code is None:
-            raise TypeError(f"Tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot store; supported: "
-                            f"{', '.join(str(d) for d in _DTYPES)}.")
-        if tensor.layout != torch.strided:
-            raise TypeError(f"Tensor {name!r} has layout {tensor.layout}; only dense tensors can be saved. "
-                            "Call .to_dense() on it first.")
-        entries.append((name, code, tensor))
-    entries.sort(key=lambda e: -e[2].element_size())  # widest first: each tensor's offset is aligned to its size
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    offset = 0
-    for name, code, tensor in entries:
-        nbytes = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # safetensors pads the header so the data starts 8-byte aligned
-    # Bytes are taken one tensor at a time, so GPU tensors are copied to host memory one by one, not all at once.
-    data = (_tensor_bytes(tensor) for _, _, tensor in entries)
-    return write_buffers(path, itertools.chain([struct.pack("<Q", len(raw)) + raw], data), fsync)
-
-
-def read_safetensors(path: str, device: str = "cpu", data: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
-    """Tensors (memory-mapped, copy-on-write) and metadata of a safetensors file; never unpickles anything.
-
-    With ``data=False`` only the header is read and the dict maps names to None.
-    """
-    from safetensors import safe_open
-
-    try:
-        with safe_open(path, framework="pt", device=device) as f:
-            tensors = {k: f.get_tensor(k) if data else None for k in f.keys()}
-            return tensors, dict(f.metadata() or {})
-    except Exception as e:  # safetensors raises its own SafetensorError (not an OSError) for malformed headers
-        raise ValueError(f"{path} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
-
-
-def fsync_file(path: str) -> None:
-    """Waits until the file's data is on disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Makes renames and new entries in folder ``path`` durable (no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # -- export ---------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, set_seed
-from stoker.accelerator import checkpoint
+from stoker.accelerator import atomic, checkpoint
 from stoker.accelerator.checkpoint import MANIFEST_NAME, CheckpointError, load_tree, save_tree
 from tests.helpers.ckpt_worker import Progress
 
@@ -187,7 +187,7 @@ def test_explicit_folder_replaced_only_when_it_is_a_checkpoint(tmp_path):
 
 
 def test_replace_without_atomic_exchange_and_recovery(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)  # e.g. a file system without renameat2
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)  # e.g. a file system without renameat2
     parts = make()
     parts[0].save_state(tmp_path / "ckpt")
     saved = weights(parts[1])

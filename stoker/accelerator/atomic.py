@@ -1,0 +1,232 @@
+"""Checkpoint folders that are complete or absent: manifest, verification, atomic commit, naming, rotation.
+
+Owns: the manifest (size and CRC-32 of every file), :func:`verify_checkpoint`, the refusal of foreign DCP
+metadata pickles, the commit (a finished temporary folder beside the target, fsync, rename into place), the
+``.{name}.stoker-{tmp,old,del}`` folders beside a target and their crash recovery, and ``checkpoint_{n}`` naming
+and rotation. Does not own what goes into a checkpoint (``checkpoint.py``) or the file format (``tree.py``,
+``safetensors_io.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import pickle
+import re
+import shutil
+import zlib
+from typing import Any
+
+import torch
+
+from .safetensors_io import FileRecord, fsync_dir, write_buffers
+
+MANIFEST_NAME = "stoker_manifest.json"
+_FORMAT = "stoker-checkpoint"
+_CHECKPOINT_RE = re.compile(r"checkpoint_(\d+)")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is incomplete, altered, or not a stoker checkpoint."""
+
+
+# -- manifest, verification, atomic commit --------------------------------------------------------------------------
+def _crc_file(path: str) -> int:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return zlib.crc32(m)  # straight from the page cache, no copy
+
+
+def _read_manifest(path: str) -> dict[str, Any]:
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    if not os.path.isfile(manifest_path):
+        raise CheckpointError(
+            f"{path} has no {MANIFEST_NAME}: it is not a complete stoker checkpoint (an interrupted save, or a "
+            "folder written by another tool). Pass a folder written by save_state()."
+        )
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        if manifest.get("format") != _FORMAT or not isinstance(manifest.get("files"), dict):
+            raise ValueError(f"format {manifest.get('format')!r}")
+    except (ValueError, AttributeError) as e:
+        raise CheckpointError(f"{manifest_path} is not a stoker manifest ({e}); the checkpoint was altered or "
+                              "written by another tool.") from e
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -> dict[str, Any]:
+    """Checks a checkpoint folder against its manifest; returns the manifest.
+
+    Raises :class:`CheckpointError` naming the file when a file is missing, truncated or altered (size and
+    CRC-32), when the manifest is missing or foreign, or when the folder holds files the manifest does not list
+    (nothing unlisted is ever read). ``files`` limits the checksum to those names.
+
+    Example:
+        >>> verify_checkpoint("runs/exp/checkpoints/checkpoint_3")["files"].keys()
+        dict_keys(['model.safetensors', 'optimizer.safetensors', ...])
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is not a folder; pass a checkpoint folder written by save_state().")
+    manifest = _read_manifest(path)
+    listed = manifest["files"]
+    extra = sorted(set(os.listdir(path)) - set(listed) - {MANIFEST_NAME})
+    if extra:
+        raise CheckpointError(f"{path} holds files its manifest does not list: {extra}. stoker refuses folders with "
+                              "unknown files (nothing of them was read); move them out if you trust them.")
+    for name in listed if files is None else files:
+        file = os.path.join(path, name)
+        if name not in listed or not os.path.isfile(file):
+            where = "is missing" if name in listed else "is not listed in the manifest"
+            raise CheckpointError(f"{file} {where}: the checkpoint is incomplete or was altered.")
+        size, expected = os.path.getsize(file), listed[name]
+        if size != expected["size"]:
+            raise CheckpointError(f"{file} has {size} bytes but the manifest records {expected['size']}: the file "
+                                  "was truncated or altered.")
+        crc = f"{_crc_file(file):08x}"
+        if crc != expected["crc32"]:
+            raise CheckpointError(f"{file} does not match its checksum (CRC-32 {crc}, manifest {expected['crc32']}): "
+                                  "the file was altered or corrupted.")
+    return manifest
+
+
+# What torch.distributed.checkpoint's ``.metadata`` pickle may name: its own dataclasses and torch value types.
+_DCP_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
+    "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+    "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
+    ("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict")}
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        is_dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if (module, name) in _DCP_GLOBALS or is_dtype:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which is not checkpoint metadata")
+
+
+def check_dcp_metadata(path: str) -> None:
+    """Refuses a ``torch.distributed.checkpoint`` folder whose ``.metadata`` pickle names anything but DCP's own
+    metadata classes and torch value types (torch would run whatever it names when it unpickles the file)."""
+    file = os.path.join(path, ".metadata")
+    try:
+        with open(file, "rb") as f:
+            _DataOnlyUnpickler(f).load()
+    except Exception as e:  # any failure to read it as plain metadata is a refusal
+        raise CheckpointError(f"{file} is not plain torch.distributed.checkpoint metadata ({e}); stoker does not "
+                              "load it. Re-save the checkpoint with save_state().") from e
+
+
+def _aside(target: str, kind: str) -> str:
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}.stoker-{kind}")
+
+
+def _is_complete(path: str) -> bool:
+    try:
+        _read_manifest(path)
+        return True
+    except CheckpointError:
+        return False
+
+
+def _recover(target: str) -> None:
+    """Cleans what an interrupted save left beside ``target``: temporary and half-deleted folders go; an old
+    checkpoint moved aside (rename fallback) goes back when the new one never arrived."""
+    old = _aside(target, "old")
+    if os.path.isdir(old) and not os.path.exists(target) and _is_complete(old):
+        os.rename(old, target)
+    for kind in ("tmp", "old", "del"):
+        shutil.rmtree(_aside(target, kind), ignore_errors=True)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swaps two folders (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _remove_checkpoint(path: str) -> None:
+    """Deletes a checkpoint so that no half-deleted folder is ever left under its name."""
+    doomed = _aside(path, "del")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord]) -> None:
+    """Writes the manifest into the finished folder ``tmp``, makes it durable and renames it to ``target``.
+
+    ``records`` has size and CRC of the files this process wrote; other files (other processes') are hashed
+    here. An existing ``target`` is swapped out atomically and then deleted, so the name always holds a complete
+    checkpoint.
+    """
+    files = {}
+    for name in sorted(os.listdir(tmp)):
+        record = records.get(name) or FileRecord(os.path.getsize(os.path.join(tmp, name)),
+                                                  _crc_file(os.path.join(tmp, name)))
+        files[name] = {"size": record.size, "crc32": f"{record.crc32:08x}"}
+    manifest = json.dumps({"format": _FORMAT, "version": 1, "files": files}, indent=1) + "\n"
+    write_buffers(os.path.join(tmp, MANIFEST_NAME), [manifest.encode()])
+    fsync_dir(tmp)
+    if not os.path.exists(target):
+        os.rename(tmp, target)
+    elif _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # ``tmp`` now holds the replaced checkpoint
+    else:  # no atomic swap here: move the old one aside (load_state puts it back if we die in between)
+        os.rename(target, _aside(target, "old"))
+        os.rename(tmp, target)
+        shutil.rmtree(_aside(target, "old"), ignore_errors=True)
+    fsync_dir(os.path.dirname(target))
+
+
+# -- automatic naming ----------------------------------------------------------------------------------------------
+def list_checkpoints(project_dir: str | os.PathLike) -> list[str]:
+    """Complete ``checkpoint_{n}`` folders under ``{project_dir}/checkpoints``, oldest (lowest n) first.
+
+    Folders without a stoker manifest (foreign, or an interrupted save) and hidden temporary folders are ignored.
+
+    Example:
+        >>> list_checkpoints("runs/exp")
+        ['runs/exp/checkpoints/checkpoint_3', 'runs/exp/checkpoints/checkpoint_4']
+    """
+    root = os.path.join(os.fspath(project_dir), "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = _CHECKPOINT_RE.fullmatch(name)
+        if match and _is_complete(os.path.join(root, name)):
+            found.append((int(match.group(1)), os.path.join(root, name)))
+    return [path for _, path in sorted(found)]
+
+
+def newest_checkpoint(project_dir: str | os.PathLike) -> str | None:
+    """The complete automatic checkpoint with the highest number, or None."""
+    found = list_checkpoints(project_dir)
+    return found[-1] if found else None
+
+
+def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int) -> list[str]:
+    """Deletes the oldest complete automatic checkpoints so that at most ``total_limit`` remain; returns them."""
+    doomed = list_checkpoints(project_dir)[:-total_limit]
+    for path in doomed:
+        _remove_checkpoint(path)
+    return doomed
+
+
+def _sweep(root: str) -> None:
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        match = re.fullmatch(r"\.(checkpoint_\d+)\.stoker-(tmp|old|del)", name)
+        if match:
+            _recover(os.path.join(root, match.group(1)))
