@@ -17,11 +17,15 @@ import pickle
 import re
 import shutil
 import zlib
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .safetensors_io import FileRecord, fsync_dir, write_buffers
+from .safetensors_io import FileRecord, fsync_dir, fsync_file, write_buffers
+
+if TYPE_CHECKING:
+    from .background import CheckpointIO
 
 MANIFEST_NAME = "stoker_manifest.json"
 _FORMAT = "stoker-checkpoint"
@@ -137,14 +141,23 @@ def _is_complete(path: str) -> bool:
         return False
 
 
-def _recover(target: str) -> None:
+def _discard(path: str, io: CheckpointIO | None) -> None:
+    """Removes ``path`` from its name at once: renamed aside and deleted in the background with ``io``, deleted
+    here without."""
+    if io is not None:
+        io.discard(path)
+    elif os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _recover(target: str, io: CheckpointIO | None = None) -> None:
     """Cleans what an interrupted save left beside ``target``: temporary and half-deleted folders go; an old
     checkpoint moved aside (rename fallback) goes back when the new one never arrived."""
     old = _aside(target, "old")
     if os.path.isdir(old) and not os.path.exists(target) and _is_complete(old):
         os.rename(old, target)
     for kind in ("tmp", "old", "del"):
-        shutil.rmtree(_aside(target, kind), ignore_errors=True)
+        _discard(_aside(target, kind), io)
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -157,19 +170,24 @@ def _exchange(a: str, b: str) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
-def _remove_checkpoint(path: str) -> None:
+def _remove_checkpoint(path: str, io: CheckpointIO | None = None) -> None:
     """Deletes a checkpoint so that no half-deleted folder is ever left under its name."""
+    if io is not None:
+        io.discard(path)
+        return
     doomed = _aside(path, "del")
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord]) -> None:
+def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord], unsynced: Iterable[str] = (),
+                      io: CheckpointIO | None = None) -> None:
     """Writes the manifest into the finished folder ``tmp``, makes it durable and renames it to ``target``.
 
     ``records`` has size and CRC of the files this process wrote; other files (other processes') are hashed
-    here. An existing ``target`` is swapped out atomically and then deleted, so the name always holds a complete
-    checkpoint.
+    here. ``unsynced`` names files in ``tmp`` not yet fsynced: they are fsynced together with the manifest and
+    the folder, all at once, before the rename. An existing ``target`` is swapped out atomically and then deleted
+    (in the background with ``io``), so the name always holds a complete checkpoint.
     """
     files = {}
     for name in sorted(os.listdir(tmp)):
@@ -177,17 +195,35 @@ def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord]) -> 
                                                   _crc_file(os.path.join(tmp, name)))
         files[name] = {"size": record.size, "crc32": f"{record.crc32:08x}"}
     manifest = json.dumps({"format": _FORMAT, "version": 1, "files": files}, indent=1) + "\n"
-    write_buffers(os.path.join(tmp, MANIFEST_NAME), [manifest.encode()])
-    fsync_dir(tmp)
+    manifest_path = os.path.join(tmp, MANIFEST_NAME)
+    write_buffers(manifest_path, [manifest.encode()], fsync=False)
+    # Everything durable before the rename. The manifest may be synced with the files: it only counts once the
+    # folder has its final name, and a crash before that leaves a hidden temporary folder.
+    durable = [os.path.join(tmp, name) for name in unsynced] + [manifest_path, tmp]
+    if io is not None:
+        io.fsync(durable)
+    else:
+        for path in durable:
+            (fsync_dir if path == tmp else fsync_file)(path)
+    put_in_place(tmp, target, io)
+    fsync_dir(os.path.dirname(target))
+
+
+def put_in_place(tmp: str, target: str, io: CheckpointIO | None = None) -> None:
+    """Renames the complete folder ``tmp`` to ``target``; an existing ``target`` is swapped out in one step and
+    then deleted (in the background with ``io``), so ``target`` never names a half-written or half-deleted
+    folder. Where folders cannot be swapped atomically the old one is moved to ``.{name}.stoker-old`` first
+    (``load_state`` and the next save put it back if the new one never arrived)."""
     if not os.path.exists(target):
         os.rename(tmp, target)
     elif _exchange(tmp, target):
-        shutil.rmtree(tmp, ignore_errors=True)  # ``tmp`` now holds the replaced checkpoint
-    else:  # no atomic swap here: move the old one aside (load_state puts it back if we die in between)
-        os.rename(target, _aside(target, "old"))
+        _discard(tmp, io)  # ``tmp`` now holds the replaced folder
+    else:
+        old = _aside(target, "old")
+        _discard(old, io)
+        os.rename(target, old)
         os.rename(tmp, target)
-        shutil.rmtree(_aside(target, "old"), ignore_errors=True)
-    fsync_dir(os.path.dirname(target))
+        _discard(old, io)
 
 
 # -- automatic naming ----------------------------------------------------------------------------------------------
@@ -217,16 +253,19 @@ def newest_checkpoint(project_dir: str | os.PathLike) -> str | None:
     return found[-1] if found else None
 
 
-def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int) -> list[str]:
-    """Deletes the oldest complete automatic checkpoints so that at most ``total_limit`` remain; returns them."""
+def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int, io: CheckpointIO | None = None) -> list[str]:
+    """Deletes the oldest complete automatic checkpoints so that at most ``total_limit`` remain; returns them.
+
+    With ``io`` they leave their names at once and are deleted in the background.
+    """
     doomed = list_checkpoints(project_dir)[:-total_limit]
     for path in doomed:
-        _remove_checkpoint(path)
+        _remove_checkpoint(path, io)
     return doomed
 
 
-def _sweep(root: str) -> None:
+def _sweep(root: str, io: CheckpointIO | None = None) -> None:
     for name in os.listdir(root) if os.path.isdir(root) else []:
         match = re.fullmatch(r"\.(checkpoint_\d+)\.stoker-(tmp|old|del)", name)
         if match:
-            _recover(os.path.join(root, match.group(1)))
+            _recover(os.path.join(root, match.group(1)), io)

@@ -14,15 +14,17 @@ import json
 import os
 import shutil
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 # Re-exported: these names were defined here first and are imported from here.
 from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _aside, _crc_file, _is_complete,  # noqa: F401
                      _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints, newest_checkpoint,
                      rotate_checkpoints, verify_checkpoint)
+from .background import CheckpointIO, checkpoint_io, sweep_trash
 from .rng import capture_rng_state, restore_rng_state
-from .safetensors_io import FileRecord, fsync_file, read_safetensors, write_buffers, write_safetensors
+from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
 from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
@@ -69,43 +71,59 @@ def _target(accelerator: Accelerator, output_dir: str | None) -> str:
     return target
 
 
-def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_serialization: bool = True,
-               **_: Any) -> str:
+def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_serialization: bool = True, *,
+               async_save: bool = False, **_: Any) -> str:
     """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
 
     Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler and counters from the main
     process; from every process its RNG states, loader positions, ``register_for_checkpointing`` objects and the
     gradients of an unfinished accumulation window. FSDP models and optimizers go through
     ``torch.distributed.checkpoint``. The folder appears complete or not at all; with ``total_limit`` the oldest
-    automatic checkpoints are deleted after it is complete. ``safe_serialization`` is accepted for Accelerate
-    compatibility: stoker always writes safetensors and JSON.
+    automatic checkpoints are deleted after it is complete. Folders a save replaces or rotates out leave their
+    names at once and are deleted in the background (``end_training()`` waits for that). ``safe_serialization``
+    is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
+
+    With ``async_save=True`` (one process, not FSDP; otherwise the save is synchronous) the state is copied to
+    CPU memory before this returns and written, fsynced and committed by a background thread while training goes
+    on. The next ``save_state``, ``load_state`` and ``end_training()`` wait for it (and raise its error, if it
+    failed); until it is committed the previous checkpoints are the loadable ones, also after a crash.
 
     Example:
         >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
         'runs/exp/checkpoints/checkpoint_0'
     """
+    io = checkpoint_io(accelerator)
+    io.wait_for_save()  # one save at a time, in order
     config, auto = accelerator.project_configuration, output_dir is None
     target = _target(accelerator, output_dir)
     tmp = _aside(target, "tmp")
     sharded = accelerator.strategy.shards_parameters
+    asynchronous = async_save and accelerator.num_processes == 1 and not sharded  # no collectives off-thread
     # Collective under FSDP, and mere references elsewhere: every process asks for them.
     model_states = [] if sharded else [accelerator.get_state_dict(m) for m in accelerator._models]
     if accelerator.is_main_process:
         if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
             raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
                              "stoker replaces only its own checkpoints. Choose a new or empty folder.")
-        _sweep(os.path.dirname(target)) if auto else _recover(target)
+        _sweep(os.path.dirname(target), io) if auto else _recover(target, io)
+        sweep_trash(os.path.dirname(target), io)
         os.makedirs(tmp)
     accelerator.wait_for_everyone()
+    rotate = config if auto and config.total_limit is not None else None
     try:
         if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
             accelerator.strategy.save_sharded_state(tmp, accelerator._models, accelerator._optimizers)
-        records = _write_state(accelerator, tmp, model_states, auto)
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            commit_checkpoint(tmp, target, records)
-            if auto and config.total_limit is not None:
-                rotate_checkpoints(config.project_dir, config.total_limit)
+        files = _encode_state(accelerator, model_states, auto)
+        if asynchronous:
+            files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
+            io.submit_save(lambda: _write_and_commit(tmp, target, files, io, rotate))
+        else:
+            records = _write_files(tmp, files)
+            if not accelerator.is_main_process:  # the main process syncs its files with the manifest, at once
+                io.fsync(os.path.join(tmp, name) for name in records)
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                _commit(tmp, target, records, io, rotate)
     except BaseException:
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -116,35 +134,63 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     return target
 
 
-def _write_state(accelerator: Accelerator, tmp: str, model_states: list, auto: bool) -> dict[str, FileRecord]:
+def _encode_state(accelerator: Accelerator, model_states: list, auto: bool) -> list[tuple[str, dict, dict]]:
+    """``(file name, tensors, metadata)`` of every file this process writes; an unsafe object fails here, before
+    anything is written. Tensors are the live objects (no copies)."""
     rank, main = accelerator.process_index, accelerator.is_main_process
     shared, own = _parts(accelerator, rank)
     jobs = [(f"random_states_{rank}.safetensors", capture_rng_state(), f"RNG state of process {rank}")]
     jobs += [(name, obj.state_dict(), f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
-    encoded = []
-    for name, obj, what in jobs:  # everything is encoded first: an unsafe user object fails before any write
-        encoded.append((name, *encode_tree(obj, what)))
+    files = [(name, *encode_tree(obj, what)) for name, obj, what in jobs]
     counters = dict(accelerator._counters_state_dict())
     for i, state in enumerate(model_states if main else []):
         stored, aliases = _dedupe(state)
-        encoded.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
+        files.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
     if counters.get("micro_step", 0) > 0:  # an open accumulation window: its gradients, per process (no sync yet)
         for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
             grads = {n: p.grad for n, p in accelerator.unwrap_model(model).named_parameters() if p.grad is not None}
-            encoded.append((_name("gradients", i, rank), grads, {"format": "pt"}))
-    records = {name: write_safetensors(os.path.join(tmp, name), tensors, metadata, fsync=False)
-               for name, tensors, metadata in encoded}
+            files.append((_name("gradients", i, rank), grads, {"format": "pt"}))
     if main:
         if auto:
             counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
         state = {"counters": counters, "num_processes": accelerator.num_processes,
                  "counts": {k: len(getattr(accelerator, f"_{k}")) for k in _KINDS}}
-        records[STATE_NAME] = write_buffers(os.path.join(tmp, STATE_NAME), [json.dumps(state, indent=1).encode()],
-                                            fsync=False)
-    # Durability last and in parallel: the disk flushes every file at once instead of one after another.
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(fsync_file, [os.path.join(tmp, n) for n in records]))
+        files.append((STATE_NAME, None, {"json": json.dumps(state, indent=1)}))
+    return files
+
+
+def _snapshot(tensors: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Own copies in CPU memory of ``tensors`` (training may change the originals once save_state returns)."""
+    if tensors is None:
+        return None
+    return {k: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, t in tensors.items()}
+
+
+def _write_files(tmp: str, files: list[tuple[str, dict | None, dict]]) -> dict[str, FileRecord]:
+    """Writes the encoded files into ``tmp`` (not yet fsynced); returns their sizes and CRCs."""
+    records = {}
+    for name, tensors, metadata in files:
+        path = os.path.join(tmp, name)
+        if tensors is None:  # the JSON state
+            records[name] = write_buffers(path, [metadata["json"].encode()], fsync=False)
+        else:
+            records[name] = write_safetensors(path, tensors, metadata, fsync=False)
     return records
+
+
+def _commit(tmp: str, target: str, records: dict[str, FileRecord], io: CheckpointIO, rotate: Any) -> None:
+    commit_checkpoint(tmp, target, records, unsynced=list(records), io=io)
+    if rotate is not None:
+        rotate_checkpoints(rotate.project_dir, rotate.total_limit, io)
+
+
+def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rotate: Any) -> None:
+    """The background half of an asynchronous save."""
+    try:
+        _commit(tmp, target, _write_files(tmp, files), io, rotate)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
@@ -178,6 +224,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
     """
+    checkpoint_io(accelerator).wait_for_save()  # an asynchronous save in flight is committed first
     path = _source(accelerator, input_dir)
     accelerator.wait_for_everyone()
     files = verify_checkpoint(path, files=[STATE_NAME])["files"]

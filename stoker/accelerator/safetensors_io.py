@@ -29,6 +29,7 @@ for _name, _code in [("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), (
         _DTYPES[getattr(torch, _name)] = _code
 del _name, _code
 _CHUNK = 64 * 2**20  # write/checksum granularity: big enough for full disk speed, small enough to overlap
+_THREAD_MIN = 2**20  # smaller pieces are checksummed inline, without a helper thread
 
 
 class FileRecord(NamedTuple):
@@ -71,9 +72,12 @@ _START_WRITEBACK = _sync_file_range()
 def write_buffers(path: str, buffers: Iterable[Any], fsync: bool = True) -> FileRecord:
     """Writes ``buffers`` one after the other to ``path``, returning size and CRC-32 of what was written.
 
-    A helper thread computes the CRC of each chunk while the next one is written (``zlib.crc32`` and file
-    writes both release the GIL) and asks the kernel to start writing finished chunks to disk, so the final
-    fsync finds little left to do: durability and the checksum cost little more than the copy into the page cache.
+    Small pieces are checksummed inline (a CRC-32 of 1 MiB takes ~0.3 ms; starting a thread and handing chunks
+    to it costs more for the few-kilobyte files of a small model's state). From the first piece of
+    ``_THREAD_MIN`` bytes on, a helper thread computes the CRC of each chunk while the next one is written
+    (``zlib.crc32`` and file writes both release the GIL) and asks the kernel to start writing finished chunks
+    to disk, so the final fsync finds little left to do: durability and the checksum cost little more than the
+    copy into the page cache.
     """
     state = {"crc": 0}
 
@@ -84,19 +88,27 @@ def write_buffers(path: str, buffers: Iterable[Any], fsync: bool = True) -> File
         if _START_WRITEBACK is not None:
             _START_WRITEBACK(fd, start, length, 2)  # SYNC_FILE_RANGE_WRITE: initiate, do not wait
 
-    size = 0
-    with open(path, "wb", buffering=0) as f, ThreadPoolExecutor(1) as pool:  # one worker: CRCs stay in order
-        for buf in buffers:
-            view = memoryview(buf).cast("B")
-            for start in range(0, len(view), _CHUNK):
-                chunk = view[start:start + _CHUNK]
-                pool.submit(update, chunk)
-                _write_all(f, chunk)
-                if len(chunk) == _CHUNK:
-                    pool.submit(writeback, f.fileno(), size + start, len(chunk))
-            size += len(view)
+    size, pool = 0, None
+    with open(path, "wb", buffering=0) as f:
+        try:
+            for buf in buffers:
+                view = memoryview(buf).cast("B")
+                for start in range(0, len(view), _CHUNK):
+                    chunk = view[start:start + _CHUNK]
+                    if pool is None and len(chunk) >= _THREAD_MIN:
+                        pool = ThreadPoolExecutor(1)  # one worker: CRCs stay in order, after the inline ones
+                    if pool is None:
+                        update(chunk)
+                    else:
+                        pool.submit(update, chunk)
+                    _write_all(f, chunk)
+                    if pool is not None and len(chunk) == _CHUNK:
+                        pool.submit(writeback, f.fileno(), size + start, len(chunk))
+                size += len(view)
+        finally:
+            if pool is not None:  # before the file closes: pending writebacks use its descriptor
+                pool.shutdown(wait=True)
         if fsync:
-            pool.shutdown(wait=True)
             os.fsync(f.fileno())
     return FileRecord(size, state["crc"])
 

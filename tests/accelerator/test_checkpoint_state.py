@@ -82,6 +82,11 @@ def weights(model):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
+def visible(folder):
+    """Names in ``folder`` without the hidden ones (temporary folders, trash still being deleted)."""
+    return sorted(n for n in os.listdir(folder) if not n.startswith("."))
+
+
 def assert_same_weights(a, b):
     assert a.keys() == b.keys()
     for k in a:
@@ -136,7 +141,9 @@ def test_automatic_naming_rotation_and_counter_after_load(tmp_path):
         run(parts, 1)
         names.append(os.path.basename(parts[0].save_state()))
     assert names == [f"checkpoint_{i}" for i in range(5)]
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_3", "checkpoint_4"]  # exactly newest 2
+    assert visible(tmp_path / "checkpoints") == ["checkpoint_3", "checkpoint_4"]  # exactly newest 2
+    parts[0].end_training()  # rotated-out folders are deleted in the background; end_training waits for that
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_3", "checkpoint_4"]
     assert parts[0].save_iteration == 5
     again = make(project_dir=str(tmp_path), total_limit=2)  # a new run in the same project dir
     with pytest.raises(ValueError, match="checkpoint_0.*load_state"):  # would reuse a number: refused ...
@@ -146,7 +153,7 @@ def test_automatic_naming_rotation_and_counter_after_load(tmp_path):
     again[0].load_state()  # ... load_state() continues the numbering
     assert again[0].save_iteration == 5 and again[5].windows == 5
     assert os.path.basename(again[0].save_state()) == "checkpoint_5"
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_4", "checkpoint_5"]
+    assert visible(tmp_path / "checkpoints") == ["checkpoint_4", "checkpoint_5"]
 
 
 def test_load_state_skips_incomplete_and_foreign_folders(tmp_path):
@@ -172,6 +179,8 @@ def test_explicit_folder_replaced_only_when_it_is_a_checkpoint(tmp_path):
     parts[0].save_state(tmp_path / "ckpt")
     run(parts, 2)
     parts[0].save_state(tmp_path / "ckpt")  # replaces the previous checkpoint whole
+    assert visible(tmp_path) == ["ckpt"]
+    parts[0].end_training()  # the replaced one is deleted in the background; end_training waits for that
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
@@ -193,6 +202,7 @@ def test_replace_without_atomic_exchange_and_recovery(tmp_path, monkeypatch):
     saved = weights(parts[1])
     run(parts, 2)
     parts[0].save_state(tmp_path / "ckpt")
+    parts[0].end_training()
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
     # A crash between "old aside" and "new in place" leaves only the old one aside: load_state finds it.
     os.rename(tmp_path / "ckpt", tmp_path / ".ckpt.stoker-old")
