@@ -516,11 +516,20 @@ class Accelerator:
                 tracker.log_metrics(values, step=step)
 
     def end_training(self) -> None:
-        """Finishes the trackers and, when the Accelerator created the process group, tears it down."""
-        for tracker in self.trackers:
-            tracker.finalize("success")
-        self.wait_for_everyone()
-        self.strategy.teardown()
+        """Finishes the trackers and, when the Accelerator created the process group, tears it down.
+
+        First waits for checkpoint work still running in the background: an asynchronous ``save_state`` (its
+        error, if it failed, is raised here) and the deletion of folders that saves replaced or rotated out.
+        """
+        from .background import wait_for_checkpoints
+
+        try:
+            wait_for_checkpoints(self)
+        finally:
+            for tracker in self.trackers:
+                tracker.finalize("success")
+            self.wait_for_everyone()
+            self.strategy.teardown()
 
     def free_memory(self, *objects: Any) -> tuple:
         """Forgets every prepared object (and empties the CUDA cache); returns ``objects`` as None."""
