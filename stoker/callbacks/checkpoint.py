@@ -15,7 +15,8 @@ Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
 ``last`` is refreshed at *every* save, whether or not the monitored metric improved (Lightning 2.6
 stops refreshing it then, so ``ckpt_path="last"`` silently resumes from an old epoch). When a save is
 also a top-k checkpoint, ``last`` is a hard-linked copy of it (no second write). Checkpoints that
-drop out of the top k are deleted only after the new checkpoint and ``last`` are complete.
+drop out of the top k are deleted only after the new checkpoint and ``last`` are complete: renamed aside
+(hidden) at once, deleted by the Accelerator's background deleter; the end of ``fit`` waits for it.
 
 Names are stored relative to ``dirpath`` in the callback state, so a run folder can be moved.
 """
@@ -23,12 +24,12 @@ Names are stored relative to ``dirpath`` in the callback state, so a run folder 
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from typing import Any
 
 import torch
 
+from stoker.accelerator.background import checkpoint_io, sweep_trash
 from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, copy_folder,
@@ -289,16 +290,17 @@ class ModelCheckpoint(Callback):
         trainer.save_checkpoint(first)
         if self.export_weights:
             self._export(trainer, first)
+        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
         if topk_path is not None and self.save_last:
             if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
-                copy_folder(topk_path, last)
+                copy_folder(topk_path, last, io)
                 if self.export_weights:
-                    copy_folder(self._weights_path(topk_path), self._weights_path(last))
+                    copy_folder(self._weights_path(topk_path), self._weights_path(last), io)
             accelerator.wait_for_everyone()
         if trainer.is_global_zero:  # only now that everything new is complete
             for path in evicted:
-                remove_folder(path)
-                remove_folder(self._weights_path(path))
+                remove_folder(path, io)
+                remove_folder(self._weights_path(path), io)
         accelerator.wait_for_everyone()
 
     def _weights_path(self, checkpoint_path: str) -> str:
@@ -307,13 +309,16 @@ class ModelCheckpoint(Callback):
     def _export(self, trainer: Any, checkpoint_path: str) -> None:
         target = self._weights_path(checkpoint_path)
         tmp = aside(target, "tmp")
+        io = checkpoint_io(trainer.accelerator)
         if trainer.is_global_zero:
-            shutil.rmtree(tmp, ignore_errors=True)
+            sweep_trash(os.path.dirname(target), io)  # what a crash left of earlier replacements
+            if os.path.lexists(tmp):
+                io.discard(tmp)
             os.makedirs(tmp)
         trainer.accelerator.wait_for_everyone()
         trainer.accelerator.save_model(trainer.module, tmp)
         if trainer.is_global_zero:
-            replace_folder(tmp, target)
+            replace_folder(tmp, target, io)
         trainer.accelerator.wait_for_everyone()
 
     def _require_dirpath(self) -> None:

@@ -3,7 +3,8 @@
 Owns: filename templates (``"{epoch}-{val/loss:.3f}"`` -> ``"epoch=3-val_loss=0.123"``), names safe on every
 file system, score ordering (NaN is never best), and whole-folder copy/replace/remove that never leave a
 half-written or half-deleted folder under a checkpoint's name. Temporary folders follow the
-``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too.
+``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too;
+replaced and removed folders go through the Accelerator's background deleter (``.{name}.stoker-del-{token}``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import shutil
 from typing import Any
 
 import torch
+
+from stoker.accelerator.atomic import put_in_place
+from stoker.accelerator.background import CheckpointIO
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -94,24 +98,26 @@ def aside(target: str, kind: str) -> str:
     return os.path.join(parent, f".{name}.stoker-{kind}")
 
 
-def replace_folder(tmp: str, target: str) -> None:
-    """Puts the complete folder ``tmp`` at ``target``; an old ``target`` is moved aside first, then deleted."""
-    if os.path.exists(target):
-        old = aside(target, "old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(target, old)
-        os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+def _clear(path: str, io: CheckpointIO | None) -> None:
+    if io is not None:
+        io.discard(path)
     else:
-        os.rename(tmp, target)
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def copy_folder(src: str, dst: str) -> None:
+def replace_folder(tmp: str, target: str, io: CheckpointIO | None = None) -> None:
+    """Puts the complete folder ``tmp`` at ``target``; an old ``target`` is swapped out in one step, then deleted
+    (in the background with ``io``: the Accelerator's checkpoint I/O)."""
+    put_in_place(tmp, target, io)
+
+
+def copy_folder(src: str, dst: str, io: CheckpointIO | None = None) -> None:
     """Atomically makes ``dst`` a copy of the flat folder ``src``, hard-linking files where possible."""
     if not os.path.isdir(src):
         return
     tmp = aside(dst, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.lexists(tmp):  # left by a crash
+        _clear(tmp, io)
     os.makedirs(tmp)
     for entry in os.scandir(src):
         target = os.path.join(tmp, entry.name)
@@ -122,12 +128,16 @@ def copy_folder(src: str, dst: str) -> None:
             os.link(entry.path, target)
         except OSError:
             shutil.copy2(entry.path, target)
-    replace_folder(tmp, dst)
+    replace_folder(tmp, dst, io)
 
 
-def remove_folder(path: str) -> None:
-    """Deletes ``path`` so that no half-deleted folder is ever left under its name."""
+def remove_folder(path: str, io: CheckpointIO | None = None) -> None:
+    """Deletes ``path`` so that no half-deleted folder is ever left under its name (with ``io``: renamed aside at
+    once, deleted in the background)."""
     if not os.path.exists(path):
+        return
+    if io is not None:
+        io.discard(path)
         return
     doomed = aside(path, "del")
     shutil.rmtree(doomed, ignore_errors=True)

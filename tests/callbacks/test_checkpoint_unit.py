@@ -210,11 +210,11 @@ def test_evicted_checkpoint_is_deleted_only_after_the_new_one_and_last_are_compl
     seen = []
     real_remove = module.remove_folder
 
-    def remove(path):
+    def remove(path, io=None):
         if os.path.isdir(path):
             seen.append((os.path.basename(path), os.path.isdir(cb.best_model_path),
                          read_state(cb.last_model_path)["global_step"]))
-        real_remove(path)
+        real_remove(path, io)
 
     monkeypatch.setattr(module, "remove_folder", remove)
     cb, trainer = _start(tmp_path, monitor="val/loss")
