@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
+from ..accelerator.background import wait_for_checkpoints
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
 from .components import agree_on_log_dirs, build_callbacks, build_loggers
@@ -308,6 +309,8 @@ class Trainer:
                 if self.is_global_zero:
                     for logger in self.loggers:
                         logger.finalize(status)
+                # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
+                wait_for_checkpoints(self.accelerator)
 
     # -- validation inside fit -------------------------------------------------------------------------------------
     def _run_validation(self) -> None:
