@@ -193,6 +193,7 @@ def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
     import threading
 
     from stoker import Callback, ModelCheckpoint, ProgressBar, Trainer, TrainingModule
+    from stoker.accelerator.background import wait_for_checkpoints
 
     class Module(TrainingModule):
         def __init__(self) -> None:
@@ -217,6 +218,9 @@ def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
 
         def on_train_epoch_start(self, trainer: Trainer, module: TrainingModule) -> None:
             if self.started:
+                # Checkpoint folders replaced by a save are deleted by a background thread: wait, so that this
+                # runner's block pays for it instead of whichever runner's block comes next.
+                wait_for_checkpoints(trainer.accelerator)
                 done.release()
             self.started = True
             go.acquire()
