@@ -76,10 +76,12 @@ class _Encoder:
         if isinstance(obj, torch.device):
             return {"device": str(obj)}
         # Containers by exact type: a subclass (namedtuple, MultiStepLR's Counter) must come back as itself.
-        if type(obj) is tuple:
-            return {"tuple": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
-        if type(obj) is list:
-            return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        if type(obj) is tuple or type(obj) is list:
+            if all(type(v) is int for v in obj):  # plain ints as they are: Python's RNG state has 625 of them
+                items = list(obj)
+            else:
+                items = [self.encode(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+            return {"tuple": items} if type(obj) is tuple else items
         if type(obj) in (set, frozenset):
             return {type(obj).__name__: [self.encode(v, f"{path} item {v!r}") for v in obj]}
         factory = getattr(obj, "default_factory", None)
