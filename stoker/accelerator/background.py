@@ -30,10 +30,15 @@ from typing import Any
 TRASH_RE = re.compile(r"\..+\.stoker-del-[0-9a-f]+")
 
 
+_ASIDE_RE = re.compile(r"\.(.+)\.stoker-(?:tmp|old|del)(?:-[0-9a-f]+)?")
+
+
 def trash_path(path: str) -> str:
-    """A fresh hidden name beside ``path`` for a folder about to be deleted."""
+    """A fresh hidden name beside ``path`` for a folder about to be deleted: ``.{name}.stoker-del-{token}``, where
+    ``name`` is the checkpoint's (``path`` may be its temporary ``.{name}.stoker-tmp`` after a swap)."""
     parent, name = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f".{name}.stoker-del-{os.urandom(6).hex()}")
+    match = _ASIDE_RE.fullmatch(name)
+    return os.path.join(parent, f".{match.group(1) if match else name}.stoker-del-{os.urandom(6).hex()}")
 
 
 def _remove(path: str) -> None:

@@ -1,0 +1,209 @@
+"""Checkpoint work off the training thread: background deletion of replaced folders, crash leftovers, async saves."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+
+import pytest
+import torch
+
+from stoker.accelerator import background, checkpoint
+from stoker.accelerator.checkpoint import MANIFEST_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
+from stoker.trainer.checkpointing import find_last_checkpoint
+from tests.accelerator.test_checkpoint_state import assert_same_weights, make, run, visible, weights
+
+
+def hidden(folder):
+    return sorted(n for n in os.listdir(folder) if n.startswith("."))
+
+
+def manifest(path):
+    with open(os.path.join(path, MANIFEST_NAME)) as f:
+        return json.load(f)["files"]
+
+
+@pytest.fixture
+def held_deletions(monkeypatch):
+    """Background deletions wait until the test sets the returned event (they are pending meanwhile)."""
+    release = threading.Event()
+    real_remove = background._remove
+
+    def slow_remove(path):
+        release.wait(10)
+        real_remove(path)
+
+    monkeypatch.setattr(background, "_remove", slow_remove)
+    yield release
+    release.set()
+
+
+# -- background deletion ------------------------------------------------------------------------------------------
+def test_replaced_checkpoint_leaves_its_name_at_once_and_is_deleted_in_the_background(tmp_path, held_deletions):
+    parts = make()
+    parts[0].save_state(tmp_path / "ckpt")
+    old = manifest(tmp_path / "ckpt")
+    run(parts, 2)
+    expected = weights(parts[1])
+    parts[0].save_state(tmp_path / "ckpt")
+    # While the old one is still being deleted: the name holds the new, complete checkpoint ...
+    verify_checkpoint(tmp_path / "ckpt")
+    assert manifest(tmp_path / "ckpt") != old
+    assert visible(tmp_path) == ["ckpt"]
+    [trash] = hidden(tmp_path)  # ... and the old one waits under a hidden name that nothing loads
+    assert trash.startswith(".ckpt.stoker-del-") and manifest(tmp_path / trash) == old
+    fresh = make()
+    fresh[0].load_state(tmp_path / "ckpt")
+    assert_same_weights(expected, weights(fresh[1]))
+    held_deletions.set()
+    parts[0].end_training()  # waits for the deletion
+    assert os.listdir(tmp_path) == ["ckpt"]
+
+
+def test_rotation_deletes_after_the_new_checkpoint_is_complete(tmp_path, held_deletions):
+    parts = make(project_dir=str(tmp_path), total_limit=2)
+    for _ in range(4):
+        run(parts, 1)
+        parts[0].save_state()
+    root = tmp_path / "checkpoints"
+    assert visible(root) == ["checkpoint_2", "checkpoint_3"]
+    assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == ["checkpoint_2", "checkpoint_3"]
+    assert len(hidden(root)) == 2 and all(".stoker-del-" in n for n in hidden(root))
+    held_deletions.set()
+    parts[0].end_training()
+    assert sorted(os.listdir(root)) == ["checkpoint_2", "checkpoint_3"]
+
+
+def test_two_accelerators_have_their_own_background_io(tmp_path):
+    a, b = make()[0], make()[0]
+    a.save_state(tmp_path / "a")
+    a.save_state(tmp_path / "a")
+    b.save_state(tmp_path / "b")
+    assert background.checkpoint_io(a) is not background.checkpoint_io(b)
+    assert background.checkpoint_io(a) is background.checkpoint_io(a)
+    a.end_training()
+    b.end_training()
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+# -- what a crash leaves behind ---------------------------------------------------------------------------------
+def test_crash_leftovers_are_never_loaded_and_are_cleaned_at_the_next_save(tmp_path):
+    parts = make(project_dir=str(tmp_path))
+    run(parts, 1)
+    parts[0].save_state()  # checkpoint_0
+    expected = weights(parts[1])
+    root = tmp_path / "checkpoints"
+    # A process killed while deleting, while saving, or with the previous stoker's naming: complete copies of a
+    # newer state hide among them, which nothing may take for a checkpoint.
+    run(parts, 1)
+    parts[0].save_state(root / "newer")
+    for name in (".checkpoint_7.stoker-del-0123abcd", ".checkpoint_8.stoker-tmp", ".checkpoint_9.stoker-del",
+                 ".newer.stoker-del-89ab"):
+        shutil.copytree(root / "newer", root / name)
+    shutil.rmtree(root / "newer")
+    assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == ["checkpoint_0"]
+    assert newest_checkpoint(tmp_path) == str(root / "checkpoint_0")
+    assert find_last_checkpoint([str(root)]) == str(root / "checkpoint_0")  # the Trainer's ckpt_path="last"
+    fresh = make(project_dir=str(tmp_path))
+    fresh[0].load_state()
+    assert_same_weights(expected, weights(fresh[1]))
+    assert fresh[0].save_state() == str(root / "checkpoint_1")  # cleans every leftover (in the background)
+    fresh[0].end_training()
+    assert sorted(os.listdir(root)) == ["checkpoint_0", "checkpoint_1"]
+
+
+def test_trash_beside_an_explicit_folder_is_cleaned_at_the_next_save_there(tmp_path):
+    parts = make()
+    parts[0].save_state(tmp_path / "ckpt")
+    shutil.copytree(tmp_path / "ckpt", tmp_path / ".other.stoker-del-00ff")
+    (tmp_path / ".ckpt.stoker-tmp").mkdir()
+    parts[0].save_state(tmp_path / "ckpt")
+    parts[0].end_training()
+    assert os.listdir(tmp_path) == ["ckpt"]
+
+
+# -- asynchronous saves ---------------------------------------------------------------------------------------------
+def test_async_save_writes_the_same_files_as_a_synchronous_one(tmp_path):
+    parts = make(project_dir=str(tmp_path / "p"))
+    run(parts, 3)
+    parts[0].save_state(tmp_path / "sync")
+    returned = parts[0].save_state(tmp_path / "async", async_save=True)
+    assert returned == str(tmp_path / "async")
+    parts[0].end_training()
+    assert manifest(tmp_path / "async") == manifest(tmp_path / "sync")
+
+
+def test_async_save_keeps_the_state_of_the_moment_it_was_called(tmp_path, monkeypatch):
+    trained = threading.Event()
+    real_write_files = checkpoint._write_files
+
+    def write_files_later(tmp, files):
+        trained.wait(10)  # the background write starts only after training changed everything
+        return real_write_files(tmp, files)
+
+    monkeypatch.setattr(checkpoint, "_write_files", write_files_later)
+    parts = make()
+    run(parts, 2)
+    expected = weights(parts[1])
+    windows = parts[5].windows
+    parts[0].save_state(tmp_path / "ckpt", async_save=True)
+    run(parts, 3)  # training goes on and changes weights, optimizer state and progress in place
+    with torch.no_grad():
+        for p in parts[1].parameters():
+            p.add_(100.0)
+    trained.set()
+    parts[0].load_state(tmp_path / "ckpt")  # waits for the save to be committed, then loads it
+    assert_same_weights(expected, weights(parts[1]))
+    assert parts[5].windows == windows
+
+
+def test_next_save_waits_for_the_async_one_and_numbering_continues(tmp_path):
+    parts = make(project_dir=str(tmp_path), total_limit=2)
+    names = []
+    for _ in range(4):
+        run(parts, 1)
+        names.append(os.path.basename(parts[0].save_state(async_save=True)))
+    assert names == ["checkpoint_0", "checkpoint_1", "checkpoint_2", "checkpoint_3"]
+    assert parts[0].save_iteration == 4
+    parts[0].end_training()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_2", "checkpoint_3"]
+    fresh = make(project_dir=str(tmp_path))
+    fresh[0].load_state()
+    assert fresh[5].windows == parts[5].windows and fresh[0].save_iteration == 4
+
+
+def test_a_failed_async_save_is_raised_later_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    parts = make()
+    run(parts, 1)
+    parts[0].save_state(tmp_path / "ckpt")
+    expected = weights(parts[1])
+    good = manifest(tmp_path / "ckpt")
+
+    failing = True
+    real_write_files = checkpoint._write_files
+
+    def full_disk(tmp, files):
+        if not failing:
+            return real_write_files(tmp, files)
+        open(os.path.join(tmp, files[0][0]), "wb").close()  # a partial write, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "_write_files", full_disk)
+    run(parts, 2)
+    parts[0].save_state(tmp_path / "ckpt", async_save=True)  # returns: the failure happens in the background
+    with pytest.raises(OSError, match="No space left"):
+        parts[0].end_training()
+    assert os.listdir(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == good  # no temporary folder left
+    fresh = make()
+    fresh[0].load_state(tmp_path / "ckpt")
+    assert_same_weights(expected, weights(fresh[1]))
+    parts[0].end_training()  # the error was raised once; nothing is pending now
+    parts[0].save_state(tmp_path / "ckpt", async_save=True)  # fails in the background again
+    with pytest.raises(OSError, match="No space left"):  # the next save raises it, before writing anything
+        parts[0].save_state(tmp_path / "ckpt")
+    assert manifest(tmp_path / "ckpt") == good
+    failing = False
+    parts[0].save_state(tmp_path / "ckpt")
+    assert manifest(tmp_path / "ckpt") != good
