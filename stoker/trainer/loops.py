@@ -136,12 +136,9 @@ class FitLoop:
                     break
                 batch_idx += 1
         finally:
-            if stopped:  # closing the iterator ends the loader's epoch; keep the mid-epoch position instead
-                position = loader.state_dict()
-                iterator.close()
-                loader.load_state_dict(position)
-            else:
-                iterator.close()
+            if self.epoch_batches_finished and not stopped:
+                next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
+            iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
         if fresh and batch_idx == 0 and self.batches_done == 0:
             raise ValueError(
                 "The train loader yielded no batches in epoch %d: Trainer.fit needs at least one. Check the dataset "
