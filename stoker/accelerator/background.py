@@ -76,6 +76,7 @@ class CheckpointIO:
     """
 
     def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked child gets a copy without the worker threads: it needs its own
         self._lock = threading.Lock()
         self._deleting: dict[str, Future] = {}
         self._deleter: ThreadPoolExecutor | None = None
@@ -160,7 +161,7 @@ class CheckpointIO:
 def checkpoint_io(accelerator: Any) -> CheckpointIO:
     """The :class:`CheckpointIO` of ``accelerator`` (made on first use and kept on the instance)."""
     io = getattr(accelerator, "_checkpoint_io", None)
-    if io is None:
+    if io is None or io.pid != os.getpid():  # in a forked child, the parent's workers do not exist
         io = CheckpointIO()
         accelerator._checkpoint_io = io
     return io
@@ -169,7 +170,7 @@ def checkpoint_io(accelerator: Any) -> CheckpointIO:
 def wait_for_checkpoints(accelerator: Any) -> None:
     """Waits until ``accelerator``'s asynchronous save and background deletions are done (no-op when none)."""
     io = getattr(accelerator, "_checkpoint_io", None)
-    if io is not None:
+    if io is not None and io.pid == os.getpid():
         io.wait()
 
 

@@ -207,3 +207,27 @@ def test_a_failed_async_save_is_raised_later_and_keeps_the_previous_checkpoint(t
     failing = False
     parts[0].save_state(tmp_path / "ckpt")
     assert manifest(tmp_path / "ckpt") != good
+
+
+def test_a_forked_child_saves_with_its_own_background_io(tmp_path):
+    import multiprocessing
+
+    parts = make()
+    parts[0].save_state(tmp_path / "ckpt")
+    parts[0].save_state(tmp_path / "ckpt")  # the parent's worker threads exist now
+    child = multiprocessing.get_context("fork").Process(target=_save_twice, args=(parts[0], str(tmp_path / "c")))
+    child.start()
+    child.join(30)
+    if child.exitcode is None:  # hung on the parent's worker threads, which do not exist in a forked child
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+    verify_checkpoint(tmp_path / "c")
+    parts[0].end_training()
+
+
+def _save_twice(accelerator, path):
+    torch.set_num_threads(1)
+    accelerator.save_state(path)
+    accelerator.save_state(path)
+    accelerator.end_training()
