@@ -141,6 +141,21 @@ class CheckpointIO:
             self._saving = future = self._saver.submit(job)
         return future
 
+    def after_save(self, job: Callable[[], Any]) -> None:
+        """Runs ``job`` on the saver thread once the save in flight is committed (now, without one). When that
+        save failed, ``job`` does not run and :meth:`wait` raises the save's error."""
+        previous = self._saving
+        if previous is None:
+            job()
+            return
+
+        def follow() -> None:
+            previous.result()  # the saver runs jobs in order: done; raises the save's error (job skipped)
+            job()
+
+        with self._lock:
+            self._saving = self._saver.submit(follow)
+
     def wait_for_save(self) -> None:
         """Waits for the asynchronous save in flight, if any; re-raises its error here (once)."""
         future, self._saving = self._saving, None

@@ -63,6 +63,12 @@ class ModelCheckpoint(Callback):
         every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends).
         export_weights: Also write ``save_model`` safetensors of the unwrapped model to
             ``{dirpath}/weights/{name}`` (and ``weights/last``) for inference.
+        async_save: Write each checkpoint in the background (``save_state(async_save=True)``): training goes on
+            once the state is copied to CPU memory. ``last`` and the removal of evicted checkpoints follow when
+            the new checkpoint is complete; the next save and the end of ``fit`` wait for it. Until then the
+            folders at ``best_model_path`` / ``last_model_path`` may still hold the previous state (or not exist
+            yet). Holds a CPU copy of the state while writing. Ignored (synchronous) with several processes,
+            FSDP or ``export_weights``.
 
     Attributes:
         best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
@@ -91,6 +97,7 @@ class ModelCheckpoint(Callback):
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = 1,
         export_weights: bool = False,
+        async_save: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"ModelCheckpoint(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
@@ -112,6 +119,7 @@ class ModelCheckpoint(Callback):
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
         self.export_weights = export_weights
+        self.async_save = bool(async_save)
         self.best_k_models: dict[str, float] = {}
         self.last_model_path = ""
         self._last_topk_step = -1
@@ -204,16 +212,19 @@ class ModelCheckpoint(Callback):
     def save_last_now(self, trainer: Any) -> str:
         """Writes ``{dirpath}/last`` now (even with ``save_last=False``); returns its path.
 
-        Used by `Timer` and anyone who must stop with a resumable checkpoint.
+        Used by `Timer` and anyone who must stop with a resumable checkpoint: always synchronous, the folder is
+        complete when this returns.
         """
         self._require_dirpath()
         self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
-        self._write(trainer, None, [])
+        self._write(trainer, None, [], wait=True)
         return self.last_model_path
 
     # -- saving -------------------------------------------------------------------------------------------------
     def _save(self, trainer: Any, rank: bool = True) -> None:
         self._require_dirpath()
+        if self.async_save:  # decide names and the top k against finished folders (the save would wait anyway)
+            checkpoint_io(trainer.accelerator).wait_for_save()
         step = int(trainer.global_step)
         metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
         topk_path, evicted = None, []
@@ -280,17 +291,22 @@ class ModelCheckpoint(Callback):
             path = os.path.join(self.dirpath, f"{name}-v{version}")
         return path
 
-    def _write(self, trainer: Any, topk_path: str | None, evicted: list[str]) -> None:
-        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes."""
+    def _write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. With
+        ``async_save`` (and not ``wait``) the writing, ``last`` and the deletions finish in the background."""
         accelerator = trainer.accelerator
         last = os.path.join(self.dirpath, LAST_NAME)
         first = topk_path or last
         # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
+        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
+        if not wait and self._asynchronous(accelerator):  # one process: the follow-up needs no barrier
+            accelerator.save_state(first, async_save=True)
+            io.after_save(lambda: self._after_save(topk_path, evicted, last, io))
+            return
         trainer.save_checkpoint(first)
         if self.export_weights:
             self._export(trainer, first)
-        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
         if topk_path is not None and self.save_last:
             if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
                 copy_folder(topk_path, last, io)
@@ -302,6 +318,18 @@ class ModelCheckpoint(Callback):
                 remove_folder(path, io)
                 remove_folder(self._weights_path(path), io)
         accelerator.wait_for_everyone()
+
+    def _asynchronous(self, accelerator: Any) -> bool:
+        return (self.async_save and not self.export_weights and accelerator.num_processes == 1
+                and not accelerator.strategy.shards_parameters)
+
+    def _after_save(self, topk_path: str | None, evicted: list[str], last: str, io: Any) -> None:
+        """What follows an asynchronous save once it is committed (on the saver thread): ``last``, evictions."""
+        if topk_path is not None and self.save_last:
+            copy_folder(topk_path, last, io)
+        for path in evicted:
+            remove_folder(path, io)
+            remove_folder(self._weights_path(path), io)
 
     def _weights_path(self, checkpoint_path: str) -> str:
         return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))

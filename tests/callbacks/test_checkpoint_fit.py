@@ -109,3 +109,53 @@ def test_monitoring_a_validation_metric_without_validation_is_a_clear_error(tmp_
     train, _ = loaders()
     with pytest.raises(RuntimeError, match=r"monitor='val/loss'.*Available metrics: \['train/loss'\]"):
         trainer(tmp_path, max_epochs=1, callbacks=[ckpt]).fit(Regressor(), train)
+
+
+def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commit(tmp_path, monkeypatch):
+    import time
+
+    import stoker.callbacks.checkpoint as callback_module
+    from stoker.accelerator import checkpoint as accelerator_checkpoint
+
+    scores = [3.0, 1.0, 2.0, 0.5]
+    make = lambda **kw: ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}", **kw)  # noqa: E731,E501
+    sync = make()
+    trainer(tmp_path / "sync", max_epochs=4, callbacks=[sync]).fit(Regressor(val_scores=scores), *loaders())
+
+    real_write_files, real_remove = accelerator_checkpoint._write_files, callback_module.remove_folder
+    seen = []
+
+    def slow_write_files(tmp, files):  # a slow disk: the follow-up must still wait for the commit
+        time.sleep(0.05)
+        return real_write_files(tmp, files)
+
+    def remove(path, io=None):
+        if os.path.isdir(path):  # what is complete when an evicted checkpoint goes
+            kept = sorted(checkpoint_step(p) or -1 for p in ckpt.best_k_models)
+            seen.append((os.path.basename(path), kept, checkpoint_step(os.path.join(ckpt.dirpath, "last"))))
+        real_remove(path, io)
+
+    monkeypatch.setattr(accelerator_checkpoint, "_write_files", slow_write_files)
+    monkeypatch.setattr(callback_module, "remove_folder", remove)
+    ckpt = make(async_save=True)
+    module = Regressor(val_scores=scores)
+    trainer(tmp_path / "async", max_epochs=4, callbacks=[ckpt]).fit(module, *loaders())
+    # Epoch 2 (2.0) displaced epoch 0 (3.0), epoch 3 (0.5) displaced epoch 2: each removed only once the kept
+    # checkpoints (steps 8 and 12, then 8 and 16) were complete and `last` held the newest.
+    assert seen == [("epoch=0-val_score=3.0", [8, 12], 12), ("epoch=2-val_score=2.0", [8, 16], 16)]
+    ckpts = tmp_path / "async" / "checkpoints"
+    assert sorted(os.listdir(ckpts)) == _folders(tmp_path / "sync" / "checkpoints")  # nothing hidden is left
+    assert os.path.basename(ckpt.best_model_path) == os.path.basename(sync.best_model_path)
+    for name in os.listdir(ckpts):
+        verify_checkpoint(ckpts / name)
+        got, want = Regressor(), Regressor()
+        load_checkpoint_in_model(got, str(ckpts / name))
+        load_checkpoint_in_model(want, str(tmp_path / "sync" / "checkpoints" / name))
+        for a, b in zip(weights(got), weights(want)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert checkpoint_step(str(ckpts / "last")) == 16
+
+    resumed = trainer(tmp_path / "async", max_epochs=5, callbacks=[make(async_save=True)])
+    resumed.fit(Regressor(val_scores=scores + [0.1]), *loaders(), ckpt_path="last")
+    assert resumed.global_step == 20 and checkpoint_step(str(ckpts / "last")) == 20
+    assert sorted(os.listdir(ckpts)) == ["epoch=3-val_score=0.5", "epoch=4-val_score=0.1", "last"]
