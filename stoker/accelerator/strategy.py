@@ -142,6 +142,7 @@ class DDPStrategy(SingleDevice):
         self.timeout = timeout
         self.ddp_kwargs = ddp_kwargs
         self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
+        self._wrapped: weakref.WeakSet = weakref.WeakSet()  # DDP wrappers made here (released at exit)
         self._connected = False
 
     def setup_environment(self, cpu: bool = False) -> None:
@@ -164,7 +165,9 @@ class DDPStrategy(SingleDevice):
                 dist.init_process_group(backend=backend, timeout=self.timeout, store=dist.HashStore(), rank=0,
                                         world_size=1)
             self._group = dist.group.WORLD
-            atexit.register(_teardown_at_exit, weakref.ref(self))
+            # The group, not this object: the Accelerator may be long gone at exit, and a gloo group left to the
+            # interpreter's own shutdown can abort the process ("terminate called without an active exception").
+            atexit.register(_destroy_at_exit, self._group, self._wrapped)
         self.process_index = dist.get_rank()
         self.num_processes = dist.get_world_size()
         self._connected = True
@@ -176,7 +179,9 @@ class DDPStrategy(SingleDevice):
         if not any(p.requires_grad for p in module.parameters()):
             return module  # nothing to synchronise (a frozen model used for inference)
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(module, device_ids=ids, **self.ddp_kwargs)
+        wrapped = DistributedDataParallel(module, device_ids=ids, **self.ddp_kwargs)
+        self._wrapped.add(wrapped)
+        return wrapped
 
     def no_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         sync_off = getattr(module, "no_sync", None)
@@ -241,15 +246,26 @@ class DDPStrategy(SingleDevice):
     def teardown(self) -> None:
         # Only the group we created is ours to destroy; the user may already have destroyed it (or made another).
         group, self._group = self._group, None
-        if group is not None and self._alive() and dist.group.WORLD is group:
-            dist.destroy_process_group()
+        if group is not None:
+            _release(group, self._wrapped)
 
 
-def _teardown_at_exit(ref: weakref.ref) -> None:
-    strategy = ref()
-    if strategy is not None:
-        with contextlib.suppress(Exception):  # at exit a broken group must not turn a clean exit into a crash
-            strategy.teardown()
+def _release(group: Any, wrapped: weakref.WeakSet) -> None:
+    """Destroys ``group`` if it is still the live default group (not if the user destroyed or replaced it).
+
+    DDP wrappers made on it let go of their reducer first: it holds the last all-reduce's work and buckets, whose
+    destruction during interpreter finalization can abort the process. (The wrappers cannot sync any more anyway.)
+    """
+    for ddp in list(wrapped):
+        if hasattr(ddp, "reducer"):
+            del ddp.reducer
+    if dist.is_available() and dist.is_initialized() and dist.group.WORLD is group:
+        dist.destroy_process_group()
+
+
+def _destroy_at_exit(group: Any, wrapped: weakref.WeakSet) -> None:
+    with contextlib.suppress(Exception):  # at exit a broken group must not turn a clean exit into a crash
+        _release(group, wrapped)
 
 
 def make_strategy(name: str | SingleDevice, *, cpu: bool = False) -> SingleDevice:
