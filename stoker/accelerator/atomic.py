@@ -17,7 +17,6 @@ import pickle
 import re
 import shutil
 import zlib
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -180,14 +179,14 @@ def _remove_checkpoint(path: str, io: CheckpointIO | None = None) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord], unsynced: Iterable[str] = (),
-                      io: CheckpointIO | None = None) -> None:
+def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord], io: CheckpointIO | None = None) -> None:
     """Writes the manifest into the finished folder ``tmp``, makes it durable and renames it to ``target``.
 
     ``records`` has size and CRC of the files this process wrote; other files (other processes') are hashed
-    here. ``unsynced`` names files in ``tmp`` not yet fsynced: they are fsynced together with the manifest and
-    the folder, all at once, before the rename. An existing ``target`` is swapped out atomically and then deleted
-    (in the background with ``io``), so the name always holds a complete checkpoint.
+    here. Every file, the manifest and the folder are fsynced before the rename, all at once on ``io``'s pool
+    (the file system folds their journal commits into one; files already synced cost nothing). An existing
+    ``target`` is swapped out atomically and then deleted (in the background with ``io``), so the name always
+    holds a complete checkpoint.
     """
     files = {}
     for name in sorted(os.listdir(tmp)):
@@ -197,9 +196,9 @@ def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord], uns
     manifest = json.dumps({"format": _FORMAT, "version": 1, "files": files}, indent=1) + "\n"
     manifest_path = os.path.join(tmp, MANIFEST_NAME)
     write_buffers(manifest_path, [manifest.encode()], fsync=False)
-    # Everything durable before the rename. The manifest may be synced with the files: it only counts once the
-    # folder has its final name, and a crash before that leaves a hidden temporary folder.
-    durable = [os.path.join(tmp, name) for name in unsynced] + [manifest_path, tmp]
+    # The manifest may be synced together with the files: it counts only once the folder has its final name, and
+    # a crash before that leaves a hidden temporary folder.
+    durable = [os.path.join(tmp, name) for name in files] + [manifest_path, tmp]
     if io is not None:
         io.fsync(durable)
     else:

@@ -109,7 +109,7 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
         sweep_trash(os.path.dirname(target), io)
         os.makedirs(tmp)
     accelerator.wait_for_everyone()
-    rotate = config if auto and config.total_limit is not None else None
+    rotate = (config.project_dir, config.total_limit) if auto and config.total_limit is not None else None
     try:
         if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
             accelerator.strategy.save_sharded_state(tmp, accelerator._models, accelerator._optimizers)
@@ -178,13 +178,16 @@ def _write_files(tmp: str, files: list[tuple[str, dict | None, dict]]) -> dict[s
     return records
 
 
-def _commit(tmp: str, target: str, records: dict[str, FileRecord], io: CheckpointIO, rotate: Any) -> None:
-    commit_checkpoint(tmp, target, records, unsynced=list(records), io=io)
+def _commit(tmp: str, target: str, records: dict[str, FileRecord], io: CheckpointIO,
+            rotate: tuple[str, int] | None) -> None:
+    """Commits ``tmp`` (fsyncing its files with the manifest) and, with ``rotate`` = (project_dir, total_limit),
+    rotates the automatic checkpoints."""
+    commit_checkpoint(tmp, target, records, io=io)
     if rotate is not None:
-        rotate_checkpoints(rotate.project_dir, rotate.total_limit, io)
+        rotate_checkpoints(*rotate, io)
 
 
-def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rotate: Any) -> None:
+def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rotate: tuple[str, int] | None) -> None:
     """The background half of an asynchronous save."""
     try:
         _commit(tmp, target, _write_files(tmp, files), io, rotate)

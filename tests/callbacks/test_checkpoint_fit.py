@@ -118,7 +118,10 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
     from stoker.accelerator import checkpoint as accelerator_checkpoint
 
     scores = [3.0, 1.0, 2.0, 0.5]
-    make = lambda **kw: ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}", **kw)  # noqa: E731,E501
+
+    def make(**kw):
+        return ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}", **kw)
+
     sync = make()
     trainer(tmp_path / "sync", max_epochs=4, callbacks=[sync]).fit(Regressor(val_scores=scores), *loaders())
 
