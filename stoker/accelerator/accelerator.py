@@ -17,8 +17,9 @@ from . import collectives
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
-from .precision import iter_params, make_precision, unwrap_forward
+from .precision import make_precision, unwrap_forward
 from .strategy import make_strategy
+from .window import GradientWindow
 
 
 class Accelerator:
@@ -75,7 +76,6 @@ class Accelerator:
         self.strategy = make_strategy(strategy, cpu=cpu)
         self.precision = make_precision(mixed_precision, self.device)
         self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
-        self.gradient_accumulation_steps = gradient_accumulation_steps
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.device_placement = device_placement
         self._log_with = log_with
@@ -86,16 +86,7 @@ class Accelerator:
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
         self._loader_stack: list[PreparedDataLoader] = []
-        self._step = 0
-        self._sync_gradients = True
-        self._micro_step = 0  # position in the current accumulation window (1-based once inside)
-        self._in_window = False  # the current gradients belong to an accumulate() window
-        self._divisor = 1  # what backward divides the loss by in this window
-        self._items: Any = None  # summed item counts of the window (backward(num_items=...))
-        self._window_done = False  # gradients were finished for a step; the next backward starts afresh
-        self._finished: set[int] = set()
-        self._uncounted_backward = False
-        self._step_was_skipped = False
+        self._window = GradientWindow(gradient_accumulation_steps)
 
     # -- properties --------------------------------------------------------------------------------------------
     @property
@@ -131,9 +122,19 @@ class Accelerator:
         return self.precision.name
 
     @property
+    def gradient_accumulation_steps(self) -> int:
+        return self._window.steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"gradient_accumulation_steps={value!r} must be an int >= 1.")
+        self._window.steps = value
+
+    @property
     def sync_gradients(self) -> bool:
         """True on the micro-step whose ``optimizer.step()`` really updates the weights."""
-        return self._sync_gradients
+        return self._window.sync_gradients
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -143,7 +144,7 @@ class Accelerator:
     @property
     def step(self) -> int:
         """Optimizer steps applied so far (skipped fp16 steps are not counted)."""
-        return self._step
+        return self._window.optimizer_steps
 
     @property
     def project_dir(self) -> str | None:
@@ -245,27 +246,6 @@ class Accelerator:
         """One micro-step of an accumulation window; gradient sync across processes only on its last one."""
         return _MicroStep(self, models)
 
-    def _begin_micro_step(self) -> None:
-        gas = self.gradient_accumulation_steps
-        if gas == 1:  # every micro-step is a whole window: the common case, kept to a few attribute writes
-            self._micro_step = 1
-            self._sync_gradients = self._in_window = True
-            self._new_gradients()
-            return
-        if self._sync_gradients:  # the previous window closed: this micro-step opens a new one
-            self._micro_step = 0
-            self._new_gradients()
-        self._micro_step += 1
-        loader = self._loader_stack[-1] if self._loader_stack else None
-        end = loader is not None and loader.end_of_dataloader
-        self._sync_gradients = end or self._micro_step >= gas
-        self._in_window = True
-        if gas > 1:
-            done = self._micro_step - 1
-            remaining = loader.remaining_batches if loader is not None else None
-            # The window's true length, so a short last window is averaged over what it really holds.
-            self._divisor = done + min(gas - done, remaining) if remaining is not None else gas
-
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         """No cross-process gradient sync inside (gradients accumulate locally)."""
@@ -286,53 +266,11 @@ class Accelerator:
                 "Accelerator.backward() was called before prepare(): pass your model and optimizer through "
                 "accelerator.prepare(...) first."
             )
-        if self._window_done:
-            self._new_gradients()
-        if not self._in_window:  # backward outside accumulate(): Accelerate divides by the configured steps
-            self._divisor = self.gradient_accumulation_steps
-        if num_items is not None:
-            count = num_items if isinstance(num_items, torch.Tensor) else torch.tensor(float(num_items))
-            self._items = count if self._items is None else self._items + count
-        elif self._divisor > 1:
-            loss = loss / self._divisor
-        self._uncounted_backward = True
+        loss = self._window.loss_for_backward(loss, num_items)
         self.precision.scale_loss(loss).backward(**kwargs)
 
-    def _new_gradients(self) -> None:
-        self._window_done = False
-        self._finished.clear()
-        self._items = None
-
     def _finish_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Once per optimizer per step: unscale fp16 gradients and apply the per-item normalisation."""
-        if self._window_done and id(optimizer) in self._finished:
-            return
-        if not self._window_done:
-            self._window_done = True
-            # Without summed losses or accumulation there is nothing to rescale: skip the call (hot path).
-            needs_factor = self._items is not None or self.gradient_accumulation_steps > 1
-            self._factor = self._window_factor() if needs_factor else None
-        self._finished.add(id(optimizer))
-        self.precision.unscale_(optimizer)
-        if self._factor is not None:
-            grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
-            if grads:
-                torch._foreach_mul_(grads, self._factor.to(grads[0].device))
-
-    def _window_factor(self) -> torch.Tensor | None:
-        if self._items is not None:  # summed losses: divide by every process's items of this window
-            total = self.strategy.all_reduce(self._items.to(self.device, torch.float32), "sum")
-            return self.num_processes / total.clamp_min(1)
-        if self._in_window and self._divisor != self._micro_step and self.gradient_accumulation_steps > 1:
-            # Loader of unknown length ended the window early: rescale from the assumed to the true length.
-            return torch.tensor(self._divisor / self._micro_step)
-        return None
-
-    def _optimizer_stepped(self, stepped: bool) -> None:
-        self._step_was_skipped = not stepped
-        if stepped and self._uncounted_backward:
-            self._step += 1
-            self._uncounted_backward = False
+        self._window.finish(optimizer, self.precision, self.strategy)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""
@@ -346,14 +284,14 @@ class Accelerator:
         Returns None without touching gradients on micro-steps that do not update weights (the gradients are
         incomplete there).
         """
-        if not self._sync_gradients:
+        if not self._window.sync_gradients:
             return None
         self.unscale_gradients()
         return self.strategy.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscales, then clamps every gradient element to ``[-clip_value, clip_value]``."""
-        if not self._sync_gradients:
+        if not self._window.sync_gradients:
             return
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
@@ -415,14 +353,10 @@ class Accelerator:
         checkpoint.load_state(self, None if input_dir is None else os.fspath(input_dir), **kwargs)
 
     def _counters_state_dict(self) -> dict[str, int]:
-        return {"step": self._step, "micro_step": self._micro_step if not self._sync_gradients else 0,
-                "iteration": self.project_configuration.iteration}
+        return {**self._window.state_dict(), "iteration": self.project_configuration.iteration}
 
     def _load_counters_state_dict(self, state: dict[str, int]) -> None:
-        self._step = int(state["step"])
-        self._micro_step = int(state.get("micro_step", 0))
-        self._sync_gradients = self._micro_step == 0
-        self._in_window = self._micro_step > 0
+        self._window.load_state_dict(state)
 
     # -- processes --------------------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
@@ -565,8 +499,10 @@ class _MicroStep:
 
     def __enter__(self) -> None:
         accelerator = self._accelerator
-        accelerator._begin_micro_step()
-        if accelerator._sync_gradients or not accelerator.strategy.is_distributed or not self._models:
+        stack = accelerator._loader_stack
+        window = accelerator._window
+        window.begin_micro_step(stack[-1] if stack else None)
+        if window.sync_gradients or not accelerator.strategy.is_distributed or not self._models:
             return
         stack = contextlib.ExitStack()
         try:

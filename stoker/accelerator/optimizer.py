@@ -63,17 +63,18 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     # step/zero_grad/scheduler.step run every micro-step: they read the Accelerator's attributes directly rather
     # than through its properties (a Python call each), which shows on small models (benchmarks/overhead.py).
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self._accelerator._sync_gradients:
+        if self._accelerator._window.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
         accelerator = self._accelerator
-        if not accelerator._sync_gradients:
+        window = accelerator._window
+        if not window.sync_gradients:
             return
-        accelerator._finish_gradients(self.optimizer)
+        window.finish(self.optimizer, accelerator.precision, accelerator.strategy)
         stepped = accelerator.precision.step(self.optimizer, closure)
         self._step_was_skipped = not stepped
-        accelerator._optimizer_stepped(stepped)
+        window.optimizer_stepped(stepped)
 
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
@@ -129,7 +130,7 @@ class AcceleratedScheduler:
             self.scheduler.step(*args, **kwargs)
             return
         accelerator = self._accelerator
-        if not accelerator._sync_gradients:
+        if not accelerator._window.sync_gradients:
             return
         for opt in self.optimizers:  # a loop, not any(<generator>): this runs every step
             if opt._step_was_skipped:
