@@ -42,12 +42,13 @@ def trash_path(path: str) -> str:
 
 
 def _remove(path: str) -> None:
+    """Best effort, never raises: what cannot be deleted now stays hidden trash for the next save's sweep."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
             os.remove(path)
-        except FileNotFoundError:
+        except OSError:
             pass
 
 

@@ -1,4 +1,5 @@
-"""Random number generator states of this process, as plain data that ``checkpoint.py`` can store without pickle.
+"""Random number generator states of this process, as plain data that the safe tree format (``tree.py``) stores
+without pickle.
 
 Covers Python's ``random``, NumPy's global generator, torch's CPU generator and every CUDA (and MPS) device's
 generator. Generators that belong to a data loader or sampler are not here: the prepared loader saves those
