@@ -340,11 +340,17 @@ class Accelerator:
             )
         self._custom_objects.extend(objects)
 
-    def save_state(self, output_dir: str | os.PathLike | None = None, **kwargs: Any) -> str:
-        """Saves everything needed to resume (see ``checkpoint.save_state``); returns the folder."""
+    def save_state(self, output_dir: str | os.PathLike | None = None, *, async_save: bool = False,
+                   **kwargs: Any) -> str:
+        """Saves everything needed to resume (see ``checkpoint.save_state``); returns the folder.
+
+        ``async_save=True`` (one process, no FSDP) copies the state to CPU memory now and writes and commits it on
+        a background thread; the next save, ``load_state`` and ``end_training`` wait for it.
+        """
         from . import checkpoint
 
-        return checkpoint.save_state(self, None if output_dir is None else os.fspath(output_dir), **kwargs)
+        target = None if output_dir is None else os.fspath(output_dir)
+        return checkpoint.save_state(self, target, async_save=async_save, **kwargs)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Restores what ``save_state`` wrote (the newest complete automatic checkpoint when no folder is given)."""
