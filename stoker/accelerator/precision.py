@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -124,6 +125,9 @@ class FP16Precision(MixedPrecision):
         self.scaler = torch.amp.GradScaler(device.type)
         self._update_pending = False
         self._unscaled: set[int] = set()
+        # optimizer -> handle of its post-step hook that sets _stepped (weak: a new optimizer may reuse an old id)
+        self._step_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._stepped = False
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         self.update()
@@ -136,11 +140,24 @@ class FP16Precision(MixedPrecision):
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
         self.unscale_(optimizer)
-        found = self.scaler._found_inf_per_device(optimizer)  # filled by unscale_ above
-        self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
         self._update_pending = True
-        # One device->host copy per optimizer step: the price of knowing whether the step happened.
-        return not any(v.item() for v in found.values())
+        args = () if closure is None else (closure,)
+        hookable = hasattr(optimizer, "_optimizer_step_post_hooks")  # set by Optimizer.__init__
+        if getattr(optimizer, "_step_supports_amp_scaling", False) or not hookable:
+            # Fused optimizers skip on the device, so the scaler never reads found_inf: this read is the one sync.
+            found = self.scaler._found_inf_per_device(optimizer)  # filled by unscale_ above
+            self.scaler.step(optimizer, *args)
+            return not sum(found.values()).item()
+        # The scaler reads found_inf on the host once (its one sync per step) and calls optimizer.step() only when
+        # finite: a post-step hook tells us which without reading it a second time.
+        if optimizer not in self._step_hooks:
+            self._step_hooks[optimizer] = optimizer.register_step_post_hook(self._mark_stepped)
+        self._stepped = False
+        self.scaler.step(optimizer, *args)
+        return self._stepped
+
+    def _mark_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._stepped = True
 
     def update(self) -> None:
         if self._update_pending:
