@@ -1,0 +1,236 @@
+"""The loader ``prepare`` returns: iteration with one batch of look-ahead, device placement, a resumable position.
+
+Owns: what an epoch is (when it starts, when it ends, what ``break`` keeps), ``end_of_dataloader``, the saved
+position (``state_dict``/``load_state_dict``) and ``limit_batches``. Does not own: which indices each process
+reads (``data_samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``data.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from .data_samplers import ShardedBatchSampler
+from .operations import send_to_device
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator
+
+_END = object()
+
+
+class PreparedDataLoader:
+    """What ``Accelerator.prepare`` returns for a ``DataLoader``: iterate it exactly like the original.
+
+    Batches arrive on the accelerator's device (tensors at any depth of dicts, lists, tuples, namedtuples and
+    dataclasses). ``end_of_dataloader`` is True while the last batch is being processed, which closes an
+    accumulation window. ``state_dict()`` / ``load_state_dict()`` describe the position (epoch, batches done, seed).
+
+    Example:
+        >>> loader = accelerator.prepare(DataLoader(dataset, batch_size=32, shuffle=True))
+        >>> for x, y in loader: ...
+    """
+
+    def __init__(self, loader: DataLoader, accelerator: Accelerator, batch_sampler: ShardedBatchSampler | None,
+                 seed: int, device: torch.device | None, non_blocking: bool = False) -> None:
+        self.base_loader = loader
+        self._accelerator = accelerator
+        self._batch_sampler = batch_sampler
+        self.seed = seed
+        self.device = device
+        self.non_blocking = non_blocking
+        self.epoch = 0
+        self.batches_yielded = 0  # in the current epoch, on this process
+        self.end_of_dataloader = False
+        self.max_batches: int | None = None
+        self._cut_short = False
+        self._pending_inner_state: dict | None = None
+        self._inner_state: dict | None = None
+
+    # -- iteration ----------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        length = len(self.base_loader)
+        return length if self.max_batches is None else min(length, self.max_batches)
+
+    def _longer_than(self, limit: int) -> bool:
+        try:
+            return len(self.base_loader) > limit
+        except TypeError:  # unknown length (an iterable dataset): never padded
+            return True
+
+    def limit_batches(self, max_batches: int | None) -> None:
+        """Ends every epoch after at most ``max_batches`` batches on this process (None: no limit).
+
+        The last batch kept closes the accumulation window (``end_of_dataloader`` is True on it), ``len()`` and
+        saved positions count only the kept batches, and the batches cut off are never loaded.
+
+        Example:
+            >>> loader.limit_batches(10)  # a quick run over the first 10 batches of every epoch
+        """
+        if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
+                                        or max_batches < 0):
+            raise ValueError(f"limit_batches(max_batches={max_batches!r}) must be an int >= 0 or None (no limit).")
+        self.max_batches = max_batches
+
+    @property
+    def remaining_batches(self) -> int | None:
+        """Batches left in this epoch counting the one being processed; None when the length is unknown."""
+        try:
+            return len(self) - self.batches_yielded + 1
+        except TypeError:
+            return None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Chooses the epoch (and so the shuffle) of the next iteration."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iterate(skip=0)
+
+    def _iterate(self, skip: int) -> Iterator[Any]:
+        skip += self.batches_yielded  # a restored position
+        self.batches_yielded = 0
+        if self._batch_sampler is not None:
+            self._batch_sampler.set_epoch(self.epoch)
+            self._batch_sampler.skip = skip
+        generator = self.base_loader.generator
+        if generator is not None:
+            generator.manual_seed(self.seed + self.epoch + 1)  # worker seeds: a function of the epoch alone
+        if self._pending_inner_state is not None:
+            self.base_loader.load_state_dict(self._pending_inner_state)
+            self._pending_inner_state = None
+        stack = self._accelerator._loader_stack
+        stack.append(self)
+        self.end_of_dataloader = False
+        device, non_blocking = self.device, self.non_blocking
+        limit = self.max_batches
+        self._cut_short = False
+        finished = False
+        track_inner = self._batch_sampler is None and hasattr(self.base_loader, "state_dict")
+        try:
+            if limit is not None and skip >= limit:
+                finished = True
+                return
+            it = iter(self.base_loader)
+            current = next(it, _END)
+            if current is _END:
+                finished = True
+                return
+            self.batches_yielded = skip
+            while True:
+                # one ahead, so the last batch is known while it is processed
+                if limit is not None and self.batches_yielded + 1 >= limit:
+                    upcoming = _END  # the limit ends the epoch; the next batch is never loaded
+                    self._cut_short = self._longer_than(limit)
+                else:
+                    if track_inner:  # the position *before* the look-ahead is the one a resume needs
+                        self._inner_state = self.base_loader.state_dict()
+                    upcoming = next(it, _END)
+                self.end_of_dataloader = upcoming is _END
+                self.batches_yielded += 1
+                yield current if device is None else send_to_device(current, device, non_blocking)
+                if upcoming is _END:
+                    finished = True
+                    return
+                current = upcoming
+        finally:
+            if stack and stack[-1] is self:
+                stack.pop()
+            elif self in stack:
+                stack.remove(self)
+            # Leaving early (break, an exception) keeps the position, as a saved one would: save_state after
+            # the loop records it, and the next iteration continues the same epoch from there.
+            if finished:
+                self.epoch += 1
+                self.batches_yielded = 0
+                self._inner_state = None
+            elif track_inner and self._inner_state is not None:
+                self._pending_inner_state = self._inner_state
+            self.end_of_dataloader = False
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Position of this process's loader: resuming continues with the next batch of the same epoch."""
+        state: dict[str, Any] = {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+        if hasattr(self.base_loader, "state_dict") and self._batch_sampler is None:
+            # an iterable dataset: torchdata keeps its position (as it was before our one-batch look-ahead)
+            inner = self._inner_state if self._inner_state is not None else self.base_loader.state_dict()
+            state["loader"] = inner
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        done = int(state["batches_yielded"])
+        length = None
+        try:
+            length = len(self)
+        except TypeError:
+            pass
+        if length is not None and done >= length:  # saved on the last batch: next is a fresh epoch
+            self.epoch, done = self.epoch + 1, 0
+        self.batches_yielded = done
+        if "loader" in state:
+            self._pending_inner_state = state["loader"]
+            self.batches_yielded = 0
+
+    # -- conveniences ---------------------------------------------------------------------------------------------
+    @property
+    def padding_samples(self) -> int:
+        """Samples repeated at the end of this epoch so that processes got even batches."""
+        if self._cut_short:  # a limited epoch never reaches the padded batches
+            return 0
+        if self._batch_sampler is None:  # an iterable dataset sharded over processes counts its own
+            from .iterable_shard import IterableShard
+
+            dataset = self.base_loader.dataset
+            return dataset.padding if isinstance(dataset, IterableShard) and self.base_loader.num_workers == 0 else 0
+        return self._batch_sampler.padding
+
+    @property
+    def total_batch_size(self) -> int | None:
+        bs = self.batch_size
+        if bs is None:
+            return None
+        sampler = self._batch_sampler
+        if sampler is not None and sampler.split_batches:
+            return bs
+        return bs * self._accelerator.num_processes
+
+    @property
+    def batch_size(self) -> int | None:
+        sampler = self._batch_sampler
+        if sampler is not None:
+            size = getattr(sampler.inner, "batch_size", None)
+            if size is not None and sampler.split_batches:
+                return size // sampler.num_shards
+            return size
+        return self.base_loader.batch_size
+
+    def skip_first_batches(self, num_batches: int) -> SkipView:
+        return SkipView(self, num_batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_loader":
+            raise AttributeError(name)
+        return getattr(self.base_loader, name)
+
+
+class SkipView:
+    """``skip_first_batches``' result: iterating it starts the loader ``num_batches`` in (position shared)."""
+
+    def __init__(self, loader: PreparedDataLoader, num_batches: int) -> None:
+        self.loader = loader
+        self.num_batches = num_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.loader._iterate(skip=self.num_batches)
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.num_batches, 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)

@@ -1,0 +1,132 @@
+"""Which indices a prepared loader reads, on which process: the samplers ``prepare`` builds around a user's own.
+
+Owns: a shuffle whose order depends only on (seed, epoch), the split of each epoch's batches between processes
+(round-robin or sliced, padded to even lengths), and starting an epoch some batches in without loading them.
+Does not own: iteration, device placement or the saved position (``data_loader.py``), nor rebuilding a user's
+``DataLoader`` (``data.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+
+class SeedableRandomSampler(Sampler[int]):
+    """A random permutation that depends only on ``seed + epoch`` (identical on every process)."""
+
+    def __init__(self, num_items: int, seed: int, num_samples: int | None = None, replacement: bool = False):
+        self.num_items = num_items
+        self.seed = seed
+        self.epoch = 0
+        self.num_samples = num_items if num_samples is None else num_samples
+        self.replacement = replacement
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        if self.replacement:
+            yield from torch.randint(self.num_items, (self.num_samples,), generator=g).tolist()
+            return
+        full, rest = divmod(self.num_samples, self.num_items)
+        for _ in range(full):
+            yield from torch.randperm(self.num_items, generator=g).tolist()
+        if rest:
+            yield from torch.randperm(self.num_items, generator=g)[:rest].tolist()
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Gives this process its share of each epoch's batches and can start an epoch ``skip`` batches in.
+
+    Several processes: whole batches go round-robin (``split_batches=False``: process p gets batches p, p+n, ...)
+    or each batch is cut into n equal slices (``split_batches=True``). With ``even_batches`` the epoch is padded
+    with samples from its start so every process gets the same number of full batches; ``padding`` counts the
+    repeated samples so ``gather_for_metrics`` can drop them.
+    """
+
+    def __init__(self, inner: Any, num_shards: int = 1, shard: int = 0, even_batches: bool = True,
+                 split_batches: bool = False) -> None:
+        self.inner = inner
+        self.num_shards = num_shards
+        self.shard = shard
+        self.even_batches = even_batches
+        self.split_batches = split_batches
+        self.skip = 0
+        self.padding = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        for s in (self.inner, getattr(self.inner, "sampler", None)):
+            if hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+
+    def _batch_size(self) -> int | None:
+        return getattr(self.inner, "batch_size", None)
+
+    def _my_batches(self) -> Iterator[Any]:
+        if self.num_shards == 1:
+            yield from self.inner
+            return
+        batches = [list(b) for b in self.inner]
+        n, p = self.num_shards, self.shard
+        if self.split_batches:
+            for b in batches:
+                size = math.ceil(len(b) / n)
+                if self.even_batches and len(b) < size * n:
+                    self.padding += size * n - len(b)
+                    b = b + (b * n)[: size * n - len(b)]
+                yield b[p * size:(p + 1) * size]
+            return
+        if self.even_batches and batches:
+            full = self._batch_size() or len(batches[0])
+            flat = [i for b in batches for i in b]
+            if len(batches[-1]) < full:  # complete a short last batch with samples from the epoch's start
+                need = full - len(batches[-1])
+                batches[-1] = batches[-1] + (flat * (need // len(flat) + 1))[:need]
+                self.padding += need
+            extra = (-len(batches)) % n
+            for k in range(extra):
+                start = (k * full) % len(flat)
+                batches.append((flat * (full // len(flat) + 2))[start:start + full])
+                self.padding += full
+        yield from batches[p::n]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.skip == 0 and self.num_shards == 1:
+            return iter(self.inner)  # the common case: no Python generator layer per batch
+        return self._iter_from_skip()
+
+    def _iter_from_skip(self) -> Iterator[Any]:
+        # A generator, so `skip` is consumed at the first batch, not at iter(): torch's multi-process loader calls
+        # iter(batch_sampler) twice and only uses the second iterator.
+        skip, self.skip, self.padding = self.skip, 0, 0
+        yield from itertools.islice(self._my_batches(), skip, None)
+
+    def __len__(self) -> int:
+        total = len(self.inner)
+        if self.num_shards == 1 or self.split_batches:
+            return total
+        return math.ceil(total / self.num_shards) if self.even_batches else len(range(self.shard, total, self.num_shards))
+
+
+class _AlwaysSkip(Sampler[list[int]]):
+    def __init__(self, inner: Any, num_batches: int) -> None:
+        self.inner, self.num_batches = inner, num_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        for i, batch in enumerate(self.inner):
+            if i >= self.num_batches:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.inner) - self.num_batches, 0)
