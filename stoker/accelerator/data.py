@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from .data_loader import PreparedDataLoader, SkipView
+from .data_loader import _END, PreparedDataLoader, SkipView  # noqa: F401 (_END: importable as before the split)
 from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip
 
 if TYPE_CHECKING:
