@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from stoker.loggers.base import Logger
+from stoker.loggers.base import Logger, share_version
 from stoker.loggers.csv import CSVLogger
 from stoker.loggers.tensorboard import TensorBoardLogger
 
@@ -20,10 +20,29 @@ _BY_NAME: dict[str, type[Logger]] = {"tensorboard": TensorBoardLogger, "csv": CS
 LoggerSpec = str | Logger | None | Sequence[str | Logger]
 
 
+def logger_from_name(spec: str, save_dir: str | os.PathLike, name: str, argument: str = "log_with") -> Logger:
+    """The logger registered under ``spec`` (any case), built under ``save_dir``/``name``.
+
+    The one place where a logger name becomes a logger: ``log_with=`` and ``Trainer(logger=...)`` both come here.
+
+    Raises:
+        ValueError: ``spec`` is not a registered name (the message lists the names).
+    """
+    key = spec.lower() if isinstance(spec, str) else None
+    if key not in _BY_NAME:
+        raise ValueError(
+            f"{argument}={spec!r} is not a supported logger. Expected one of: "
+            + ", ".join(repr(n) for n in _BY_NAME)
+            + ", a stoker Logger instance, or a list of these."
+        )
+    return _BY_NAME[key](save_dir, name=name)
+
+
 def build_loggers(
     spec: LoggerSpec,
     save_dir: str | os.PathLike,
     name: str = "stoker_logs",
+    argument: str = "log_with",
 ) -> list[Logger]:
     """Turn a logger spec into a list of loggers.
 
@@ -32,11 +51,14 @@ def build_loggers(
             a `Logger` instance, or a list/tuple of these.
         save_dir: ``save_dir`` for loggers built from strings.
         name: ``name`` for loggers built from strings.
+        argument: How the caller's argument is named in error messages.
 
     Returns:
         The loggers, in the order given. Logger instances are returned as-is.
-        Loggers built from strings in one call share one version folder, so
-        ``["tensorboard", "csv"]`` writes both into the same ``version_{n}``.
+        The loggers of one call that have no version yet (all those built from
+        strings, and instances constructed without ``version``) share one
+        version number, so ``["tensorboard", "csv"]`` writes both into the same
+        ``version_{n}``.
 
     Raises:
         ValueError: An entry is not a supported name or a `Logger`, or a name
@@ -50,27 +72,16 @@ def build_loggers(
         return []
     items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     loggers: list[Logger] = []
-    leader: Logger | None = None
     seen: set[str] = set()
     for item in items:
         if isinstance(item, Logger):
             loggers.append(item)
             continue
-        key = item.lower() if isinstance(item, str) else None
-        if key not in _BY_NAME:
-            raise ValueError(
-                f"log_with={item!r} is not a supported logger. Expected one of: "
-                + ", ".join(repr(n) for n in _BY_NAME)
-                + ", a stoker Logger instance, or a list of these."
-            )
+        logger = logger_from_name(item, save_dir, name, argument)
+        key = item.lower()
         if key in seen:
-            raise ValueError(f"log_with lists {key!r} twice; each logger type may appear once.")
+            raise ValueError(f"{argument} lists {key!r} twice; each logger type may appear once.")
         seen.add(key)
-        logger = _BY_NAME[key](save_dir, name=name)
-        # The first string-built logger picks the version lazily; the rest follow it.
-        if leader is None:
-            leader = logger
-        else:
-            logger._version_leader = leader
         loggers.append(logger)
+    share_version(loggers)
     return loggers

@@ -62,10 +62,10 @@ class Logger:
     _save_dir: str = "."
     _name: str = "stoker_logs"
     _version: int | str | None = None
-    # Loggers built together by `build_loggers` share one version folder; the
-    # followers ask the leader instead of scanning (which would see the
-    # leader's folder and pick the next number).
-    _version_leader: Logger | None = None
+    # Loggers of one run share one version number (see `share_version`): they
+    # ask a shared `VersionGroup` instead of scanning their own folder (which
+    # would see a sibling's new folder and pick the next number).
+    _version_leader: VersionGroup | Logger | None = None
     _last_step: int = -1
 
     def __init__(
@@ -81,7 +81,7 @@ class Logger:
             )
         if isinstance(version, int) and version < 0:
             raise ValueError(f"version={version!r} must be >= 0.")
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = _path_text(save_dir, type(self).__name__)
         self._name = name or ""
         self._version = version
 
@@ -145,6 +145,76 @@ class Logger:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
+
+
+class VersionGroup:
+    """One ``version_{n}`` number for several loggers, chosen once, on first need.
+
+    The number is the smallest that is free under *every* member's ``root_dir``
+    (one more than the largest ``version_{n}`` in any of them), so loggers with
+    different ``save_dir`` or ``name`` still share it without reusing a folder.
+    """
+
+    def __init__(self, loggers: list[Logger]) -> None:
+        self.loggers = loggers
+        self._version: int | None = None
+
+    @property
+    def version(self) -> int:
+        if self._version is None:
+            self._version = max(next_free_version(lg.root_dir) for lg in self.loggers)
+        return self._version
+
+
+def share_version(loggers: list[Logger]) -> None:
+    """Make the loggers of one run that have no version yet share one ``version_{n}``.
+
+    Loggers constructed with an explicit ``version`` (or whose version was already
+    resolved) keep theirs. Resolution stays lazy: no folder is scanned until a
+    logger first needs its ``log_dir``.
+    """
+    pending = [lg for lg in loggers if lg._version is None]
+    if len(pending) > 1:
+        group = VersionGroup(pending)
+        for logger in pending:
+            logger._version_leader = group
+
+
+def _path_text(save_dir: Any, owner: str) -> str:
+    """``save_dir`` as a string; a clear ``TypeError`` when it is not a path."""
+    if isinstance(save_dir, bytes):
+        return os.fsdecode(save_dir)
+    try:
+        return os.fspath(save_dir)
+    except TypeError:
+        raise TypeError(
+            f"{owner}(save_dir={save_dir!r}): save_dir must be a folder path (a str or os.PathLike), "
+            f"not {type(save_dir).__name__}. Pass e.g. save_dir='runs'."
+        ) from None
+
+
+def check_log_folder(logger: Logger) -> None:
+    """Fail at construction when the logger's folder cannot be created because a file is in the way.
+
+    Logs are written much later; an error then (after an epoch of training) would
+    lose the run, so a logger that writes files checks its folder up front:
+    ``save_dir``, ``{save_dir}/{name}`` and every folder above them must be folders
+    or not exist yet.
+    """
+    owner = type(logger).__name__
+    path = os.path.abspath(logger.root_dir)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+    if not os.path.isdir(path):  # the deepest existing component is a file: nothing can be created below it
+        what = "save_dir" if path == os.path.abspath(logger.save_dir) else "the path"
+        raise ValueError(
+            f"{owner}(save_dir={logger.save_dir!r}, name={logger.name!r}): {what} {path!r} is a file, so the log "
+            f"folder {{save_dir}}/{{name}}/version_{{n}} cannot be created under it. Pass a folder path for save_dir "
+            "(it is created if missing)."
+        )
 
 
 def next_free_version(root_dir: str | os.PathLike) -> int:

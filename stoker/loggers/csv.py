@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from stoker.loggers.base import Logger, params_to_dict, to_scalars
+from stoker.loggers.base import Logger, check_log_folder, params_to_dict, to_scalars
 
 __all__ = ["CSVLogger"]
 
@@ -25,26 +26,29 @@ __all__ = ["CSVLogger"]
 class CSVLogger(Logger):
     """Writes metrics to ``{save_dir}/{name}/version_{n}/metrics.csv``.
 
-    Layout: the first column is ``step``, then one column per metric. Metrics
-    logged at the same step share one row (a metric logged twice at the same
-    step keeps its last value); only a step revisited after later steps were
-    written starts a second row for it. A metric that first appears later
-    widens the header: the file is rewritten with the new column, earlier rows
-    leaving it empty. ``step=None`` means one past the largest step so far.
+    Layout: the first column is ``step``, then one column per metric. Values
+    logged at the same step share one row as long as none would replace another:
+    a metric that already has a *different* value in the step's newest row starts
+    a new row for that step, so no logged value is ever lost (e.g. ``validate``
+    after ``fit`` logs at the fit's last step: its values get their own row).
+    A metric that first appears later widens the header: the file is rewritten
+    with the new column, earlier rows leaving it empty. ``step=None`` means one
+    past the largest step so far.
 
     Rows are kept in memory and written on ``flush``, on ``finalize`` and
     whenever ``flush_every_n_steps`` completed rows are waiting. The most recent
     row stays buffered on those automatic writes, because validation metrics
     often arrive at the same step as the last training metrics. If
     ``metrics.csv`` already exists (an explicit ``version`` reused on resume),
-    new rows are appended to it.
+    new rows are appended to it (never merged into its rows).
 
     Hyperparameters go to ``hparams.yaml`` as JSON (a subset of YAML, so
     ``yaml.safe_load`` and ``json.load`` both read it); repeated calls merge.
     Logging after ``finalize`` keeps working and is written on the next flush.
 
     Args:
-        save_dir: Root folder for all runs.
+        save_dir: Root folder for all runs. A file there (or above it) is an
+            error here, at construction, not at the first write.
         name: Experiment name (sub-folder of ``save_dir``).
         version: ``None`` for the next free ``version_{n}``, an int, or a folder name.
         flush_every_n_steps: Write after this many completed rows are buffered.
@@ -53,9 +57,10 @@ class CSVLogger(Logger):
         >>> logger = CSVLogger("runs", name="mnist")
         >>> logger.log_metrics({"train/loss": 0.25}, step=0)
         >>> logger.log_metrics({"val/acc": 0.9}, step=0)  # same row as train/loss
+        >>> logger.log_metrics({"val/acc": 0.8}, step=0)  # would replace 0.9: a second row for step 0
         >>> logger.finalize("success")  # doctest: +SKIP
         >>> open(os.path.join(logger.log_dir, "metrics.csv")).read()  # doctest: +SKIP
-        'step,train/loss,val/acc\\n0,0.25,0.9\\n'
+        'step,train/loss,val/acc\\n0,0.25,0.9\\n0,,0.8\\n'
     """
 
     METRICS_FILE = "metrics.csv"
@@ -69,6 +74,7 @@ class CSVLogger(Logger):
         flush_every_n_steps: int = 100,
     ) -> None:
         super().__init__(save_dir, name, version)
+        check_log_folder(self)
         if isinstance(flush_every_n_steps, bool) or not isinstance(flush_every_n_steps, int) or flush_every_n_steps < 1:
             raise ValueError(
                 f"CSVLogger(flush_every_n_steps={flush_every_n_steps!r}) must be an int >= 1 "
@@ -76,10 +82,11 @@ class CSVLogger(Logger):
             )
         self.flush_every_n_steps = flush_every_n_steps
         self._keys: list[str] = []  # every metric name seen, in order of first appearance
-        self._pending: dict[int, dict[str, float | int]] = {}  # step -> row, not yet on disk
-        self._open_step: int | None = None  # the row that may still receive metrics
+        self._rows: list[dict[str, Any]] = []  # rows not yet on disk, oldest first; each has a "step"
+        self._last: dict[str, Any] | None = None  # the newest row (pending or written): the one that may grow
+        self._last_on_disk = False  # `_last` is the file's last line (growing it means rewriting that line)
+        self._replace_file_last = False  # `_rows[0]` is the file's last line, grown since it was written
         self._file_keys: list[str] | None = None  # header on disk; None until the file is inspected
-        self._file_last_step: str | None = None  # as text, the way csv reads it back
         self._hparams: dict[str, Any] = {}
 
     @property
@@ -88,17 +95,24 @@ class CSVLogger(Logger):
         return os.path.join(self.log_dir, self.METRICS_FILE)
 
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
-        """Buffer ``metrics`` in the row for ``step``; write when enough rows are waiting."""
+        """Add ``metrics`` to the newest row when it is at ``step`` and none is replaced, else start a row."""
         values = to_scalars(metrics)
         if not values:
             return
         step = self._resolve_step(step)
-        self._pending.setdefault(step, {}).update(values)
-        self._open_step = step
+        last = self._last
+        if last is not None and last["step"] == step and all(_same(last.get(k, v), v) for k, v in values.items()):
+            last.update(values)
+            if self._last_on_disk:  # grows the file's last line: pending again, replacing that line
+                self._last_on_disk, self._replace_file_last = False, True
+                self._rows.insert(0, last)
+        else:
+            self._last, self._last_on_disk = {"step": step, **values}, False
+            self._rows.append(self._last)
         for key in values:
             if key not in self._keys:
                 self._keys.append(key)
-        if len(self._pending) > self.flush_every_n_steps:
+        if len(self._rows) > self.flush_every_n_steps:
             self._write(keep_open_row=True)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
@@ -117,11 +131,7 @@ class CSVLogger(Logger):
         self.flush()
 
     def _write(self, keep_open_row: bool) -> None:
-        rows = [
-            {"step": step, **row}
-            for step, row in self._pending.items()
-            if not (keep_open_row and step == self._open_step)
-        ]
+        rows = self._rows[:-1] if keep_open_row and self._rows and self._rows[-1] is self._last else self._rows
         if not rows:
             return
         path = self.metrics_file_path
@@ -129,40 +139,33 @@ class CSVLogger(Logger):
             self._inspect_existing_file(path)
         file_keys = self._file_keys or []
         widened = any(key not in file_keys for key in self._keys)
-        continues_last_row = self._file_last_step is not None and str(rows[0]["step"]) == self._file_last_step
-        if not os.path.exists(path) or widened or continues_last_row:
-            self._rewrite(path, rows)
+        if not os.path.exists(path) or widened or self._replace_file_last:
+            self._rewrite(path, rows, self._replace_file_last)
         else:
             with open(path, "a", newline="") as f:
                 csv.DictWriter(f, fieldnames=["step", *file_keys], restval="", lineterminator="\n").writerows(rows)
-        self._file_last_step = str(rows[-1]["step"])
-        for row in rows:
-            del self._pending[row["step"]]
+        self._replace_file_last = False
+        self._last_on_disk = rows[-1] is self._last
+        self._rows = self._rows[len(rows):]
 
     def _inspect_existing_file(self, path: str) -> None:
-        """Adopt the header and last step of a ``metrics.csv`` left by an earlier run."""
+        """Adopt the header of a ``metrics.csv`` left by an earlier run (new rows are appended after its rows)."""
         self._file_keys = []
         if not os.path.exists(path):
             return
         with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            last = None
-            for last in reader:
-                pass
-            header = [key for key in (reader.fieldnames or []) if key != "step"]
+            header = [key for key in (csv.DictReader(f).fieldnames or []) if key != "step"]
         self._file_keys = header
         self._keys = header + [key for key in self._keys if key not in header]
-        self._file_last_step = last["step"] if last is not None else None
 
-    def _rewrite(self, path: str, rows: list[dict[str, Any]]) -> None:
-        """Rewrite the whole file with the current header (new column, or merge into its last row)."""
+    def _rewrite(self, path: str, rows: list[dict[str, Any]], replace_last: bool) -> None:
+        """Rewrite the whole file with the current header (a new column, or its last line grown)."""
         existing: list[dict[str, Any]] = []
         if os.path.exists(path):
             with open(path, newline="") as f:
                 existing = list(csv.DictReader(f))
-        if existing and rows and existing[-1].get("step") == str(rows[0]["step"]):
-            existing[-1].update({k: v for k, v in rows[0].items() if k != "step"})
-            rows = rows[1:]
+        if replace_last and existing:
+            existing.pop()
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp"
         with open(tmp, "w", newline="") as f:
@@ -176,6 +179,13 @@ class CSVLogger(Logger):
         # Rename so a crash mid-rewrite leaves the previous complete file.
         os.replace(tmp, path)
         self._file_keys = list(self._keys)
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether logging ``new`` over ``old`` loses nothing (equal values; NaN equals NaN)."""
+    if old == new:
+        return True
+    return isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)
 
 
 def _jsonable(value: Any) -> Any:

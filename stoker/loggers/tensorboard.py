@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stoker.loggers.base import Logger, flatten_params, params_to_dict, to_scalars
+from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, to_scalars
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -38,7 +38,8 @@ class TensorBoardLogger(Logger):
     to the same folder, so ``fit`` followed by ``test`` ends up in one run.
 
     Args:
-        save_dir: Root folder for all runs.
+        save_dir: Root folder for all runs. A file there (or above it) is an
+            error here, at construction, not at the first write.
         name: Experiment name (sub-folder of ``save_dir``).
         version: ``None`` for the next free ``version_{n}``, an int, or a folder name.
         **summary_writer_kwargs: Passed to ``SummaryWriter`` (e.g. ``flush_secs``,
@@ -61,6 +62,7 @@ class TensorBoardLogger(Logger):
         **summary_writer_kwargs: Any,
     ) -> None:
         super().__init__(save_dir, name, version)
+        check_log_folder(self)
         if "log_dir" in summary_writer_kwargs:
             raise TypeError(
                 "TensorBoardLogger(log_dir=...) is not supported: the folder is "

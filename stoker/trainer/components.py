@@ -29,19 +29,25 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool) -> 
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:
-    """``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a Logger or a list of them as given."""
-    from ..loggers import Logger, TensorBoardLogger
+    """``Trainer(logger=...)`` as a list of loggers.
+
+    ``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a logger name (``"csv"``, ``"tensorboard"``,
+    any registered in ``stoker.loggers``), a Logger, or a list mixing them. The loggers of the run that have no
+    version of their own share one ``version_{n}``.
+    """
+    from .. import loggers
 
     if logger is True:
-        return [TensorBoardLogger(root, name="stoker_logs")]
+        return [loggers.TensorBoardLogger(root, name="stoker_logs")]
     if logger is False or logger is None:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
     for item in items:
-        if not isinstance(item, Logger):
-            raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a stoker Logger or a list of "
-                            f"them; {type(item).__name__} is not a Logger.")
-    return items
+        if not isinstance(item, (str, loggers.Logger)):
+            raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a logger name such as 'csv' or "
+                            f"'tensorboard', a stoker Logger, or a list of these; {type(item).__name__} is none "
+                            "of them.")
+    return loggers.build_loggers(items, root, name="stoker_logs", argument="Trainer(logger=...): logger")
 
 
 def agree_on_log_dirs(accelerator: Any, loggers: list[Any]) -> None:

@@ -52,6 +52,12 @@ class FitLoop:
         self.schedulers_done = bool(state["schedulers_done"])
         self.last_logged_step = int(state["last_logged_step"])
 
+    @property
+    def trained_epoch(self) -> int:
+        """The epoch whose training produced the current weights (0 before any training)."""
+        at_next_epoch_start = self.phase == "batches" and self.batches_done == 0
+        return self.epoch - 1 if self.epoch > 0 and at_next_epoch_start else self.epoch
+
     # -- epochs ---------------------------------------------------------------------------------------------------
     def done(self) -> bool:
         t = self.trainer

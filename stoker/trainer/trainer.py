@@ -324,7 +324,9 @@ class Trainer:
         if not values:
             return
         values = dict(values)
-        values.setdefault("epoch", self.current_epoch)
+        # Outside fit (validate/test after it) the label is the epoch that produced the weights, as in the fit's
+        # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
+        values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         self.logged_metrics.update(values)
         if self.is_global_zero:
             step = self.global_step

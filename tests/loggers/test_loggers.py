@@ -311,3 +311,52 @@ def test_tensorboard_logger_pickles_without_its_open_writer(tmp_path):
 def test_hyperparams_of_unsupported_type_are_rejected(tmp_path):
     with pytest.raises(TypeError, match="log_hyperparams got list"):
         CSVLogger(tmp_path).log_hyperparams([("lr", 0.1)])
+
+
+# --- no value lost (issue 11, item 6) ------------------------------------------------------------------------
+
+
+def test_csv_a_value_that_would_be_replaced_starts_a_new_row(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"train/loss": 1.0, "epoch": 1}, step=8)
+    logger.log_metrics({"val/loss": 0.5, "epoch": 1}, step=8)  # equal epoch, new metric: same row
+    logger.log_metrics({"val/loss": 0.25, "epoch": 1}, step=8)  # would replace 0.5: a row of its own
+    logger.log_metrics({"val/loss": float("nan")}, step=9)
+    logger.log_metrics({"val/loss": float("nan"), "b": 2}, step=9)  # NaN again replaces nothing
+    logger.finalize("success")
+    header, rows = _read_csv(logger)
+    assert header == ["step", "train/loss", "epoch", "val/loss", "b"]
+    assert [(r["step"], r["train/loss"], r["epoch"], r["val/loss"], r["b"]) for r in rows] == [
+        ("8", "1.0", "1", "0.5", ""), ("8", "", "1", "0.25", ""), ("9", "", "", "nan", "2")]
+
+
+def test_csv_a_flushed_row_is_never_overwritten(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"a": 1.0, "epoch": 0}, step=7)
+    logger.flush()
+    logger.log_metrics({"a": 2.0, "epoch": 1}, step=7)  # both differ: a new row, the written one stays
+    logger.flush()
+    logger.log_metrics({"b": 3.0, "epoch": 1}, step=7)  # grows the newest row (on disk since the flush)
+    logger.finalize("success")
+    _, rows = _read_csv(logger)
+    assert [(r["step"], r["a"], r["epoch"], r["b"]) for r in rows] == [
+        ("7", "1.0", "0", ""), ("7", "2.0", "1", "3.0")]
+
+
+def test_csv_resumed_file_rows_are_kept_when_the_same_step_is_logged_again(tmp_path):
+    first = CSVLogger(tmp_path, version=0)
+    first.log_metrics({"a": 1.0}, step=4)
+    first.finalize("interrupted")
+    resumed = CSVLogger(tmp_path, version=0)
+    resumed.log_metrics({"a": 1.5}, step=4)
+    resumed.finalize("success")
+    assert [(r["step"], r["a"]) for r in _read_csv(resumed)[1]] == [("4", "1.0"), ("4", "1.5")]
+
+
+def test_build_loggers_gives_unversioned_instances_one_version(tmp_path):
+    (tmp_path / "stoker_logs" / "version_0").mkdir(parents=True)
+    tb, c = TensorBoardLogger(tmp_path), CSVLogger(tmp_path)
+    built = build_loggers([tb, c, "csv"], tmp_path, name="other")
+    tb.log_metrics({"a": 1.0}, step=0)  # creates version_1 before the others resolve
+    tb.finalize("success")
+    assert [lg.version for lg in built] == [1, 1, 1]

@@ -136,7 +136,8 @@ def test_loader_without_length_needs_max_steps_or_max_epochs() -> None:
     ({"seed": "42"}, TypeError, r"Trainer\(seed='42'\) must be None or an int"),
     ({"accelerator": "tpu"}, ValueError, r"Trainer\(accelerator='tpu'\) is not an accelerator"),
     ({"devices": 0}, ValueError, r"Trainer\(devices=0\) is not a device count"),
-    ({"logger": "wandb"}, TypeError, r"wandb.*str is not a Logger"),
+    ({"logger": 3}, TypeError, r"Trainer\(logger=3\): expected True, False, a logger name .* int is none"),
+    ({"logger": "nope"}, ValueError, r"logger='nope' is not a supported logger. Expected one of: 'tensorboard'"),
 ])
 def test_bad_trainer_arguments(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
