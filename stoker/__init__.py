@@ -25,6 +25,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "Trainer": "stoker.trainer",
     "TrainingModule": "stoker.trainer",
+    "DataModule": "stoker.trainer.datamodule",
+    "seed_everything": "stoker.trainer.seed",
     "Callback": "stoker.callbacks",
     "ModelCheckpoint": "stoker.callbacks",
     "EarlyStopping": "stoker.callbacks",
