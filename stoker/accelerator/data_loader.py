@@ -29,6 +29,10 @@ class PreparedDataLoader:
     dataclasses). ``end_of_dataloader`` is True while the last batch is being processed, which closes an
     accumulation window. ``state_dict()`` / ``load_state_dict()`` describe the position (epoch, batches done, seed).
 
+    An epoch ends once its last batch has been handed out, however the iterator is driven (a ``for`` loop, or
+    ``next()`` called ``len(loader)`` times); leaving before that (``break``, an exception, an iterator dropped
+    early) keeps the position, and the next iteration continues the same epoch.
+
     Example:
         >>> loader = accelerator.prepare(DataLoader(dataset, batch_size=32, shuffle=True))
         >>> for x, y in loader: ...
@@ -49,6 +53,8 @@ class PreparedDataLoader:
         self._cut_short = False
         self._pending_inner_state: dict | None = None
         self._inner_state: dict | None = None
+        self._last_handed_out = False  # this epoch's last batch is out: the epoch ends with its iterator
+        self._owner: object | None = None  # the iteration the position belongs to (an older one is stale)
 
     # -- iteration ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -85,12 +91,28 @@ class PreparedDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch (and so the shuffle) of the next iteration."""
+        self._end_handed_out_epoch()
         self.epoch = epoch
+
+    def _end_handed_out_epoch(self) -> None:
+        """Ends the epoch now if its last batch was handed out by an iterator that is still open."""
+        if self._last_handed_out:
+            self._owner = None  # that iterator is stale from here on: its clean-up changes nothing
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self.batches_yielded = 0
+        self._inner_state = None
+        self._last_handed_out = False
 
     def __iter__(self) -> Iterator[Any]:
         return self._iterate(skip=0)
 
     def _iterate(self, skip: int) -> Iterator[Any]:
+        # (A generator: this body starts at the first next(), so an iterator made but never used changes nothing.)
+        self._end_handed_out_epoch()  # e.g. next() called len(loader) times on an iterator that is still open
+        owner = self._owner = object()
         skip += self.batches_yielded  # a restored position
         self.batches_yielded = 0
         if self._batch_sampler is not None:
@@ -130,6 +152,7 @@ class PreparedDataLoader:
                         self._inner_state = self.base_loader.state_dict()
                     upcoming = next(it, _END)
                 self.end_of_dataloader = upcoming is _END
+                self._last_handed_out = self.end_of_dataloader
                 self.batches_yielded += 1
                 yield current if device is None else send_to_device(current, device, non_blocking)
                 if upcoming is _END:
@@ -141,15 +164,15 @@ class PreparedDataLoader:
                 stack.pop()
             elif self in stack:
                 stack.remove(self)
-            # Leaving early (break, an exception) keeps the position, as a saved one would: save_state after
-            # the loop records it, and the next iteration continues the same epoch from there.
-            if finished:
-                self.epoch += 1
-                self.batches_yielded = 0
-                self._inner_state = None
-            elif track_inner and self._inner_state is not None:
-                self._pending_inner_state = self._inner_state
-            self.end_of_dataloader = False
+            if self._owner is owner:  # not superseded by a newer iteration or a load_state_dict
+                self._owner = None
+                # Leaving before the last batch (break, an exception) keeps the position, as a saved one would:
+                # save_state after the loop records it, and the next iteration continues the same epoch.
+                if finished or self._last_handed_out:
+                    self._next_epoch()
+                elif track_inner and self._inner_state is not None:
+                    self._pending_inner_state = self._inner_state
+                self.end_of_dataloader = False
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -162,6 +185,9 @@ class PreparedDataLoader:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a position from :meth:`state_dict`; an iterator still open becomes stale."""
+        self._owner = None
+        self._last_handed_out = False
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         done = int(state["batches_yielded"])
