@@ -1,9 +1,15 @@
 """Callbacks: the `Callback` base class and the built-in callbacks.
 
 Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `EarlyStopping`
-(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` (progress.py) and
-`Timer` (timer.py). None of them imports tqdm, tensorboard or torchmetrics at import time.
+(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` (progress.py),
+`Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
+`GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
+`OnExceptionCheckpoint` (on_exception.py) and `StochasticWeightAveraging` (swa.py). The last six are
+imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
 """
+
+from importlib import import_module
+from typing import Any
 
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint import ModelCheckpoint
@@ -12,4 +18,27 @@ from stoker.callbacks.lr_monitor import LearningRateMonitor
 from stoker.callbacks.progress import ProgressBar
 from stoker.callbacks.timer import Timer
 
-__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "Timer"]
+_LAZY = {
+    "ModelSummary": "stoker.callbacks.summary",
+    "BasePredictionWriter": "stoker.callbacks.prediction_writer",
+    "GradientAccumulationScheduler": "stoker.callbacks.accumulation_scheduler",
+    "ThroughputMonitor": "stoker.callbacks.throughput",
+    "OnExceptionCheckpoint": "stoker.callbacks.on_exception",
+    "StochasticWeightAveraging": "stoker.callbacks.swa",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stoker.callbacks' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "Timer", *_LAZY]

@@ -7,15 +7,18 @@ from typing import Any
 from .hooks import check_callbacks
 
 
-def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool) -> list[Any]:
-    """The user's callbacks (checked), plus a default ``ModelCheckpoint``/``ProgressBar`` when enabled and absent."""
-    from ..callbacks import ModelCheckpoint, ProgressBar
+def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
+    """The user's callbacks (checked), plus a default ``ModelSummary``/``ModelCheckpoint``/``ProgressBar`` when
+    enabled and absent."""
+    from ..callbacks import ModelCheckpoint, ModelSummary, ProgressBar
 
     if callbacks is None:
         callbacks = []
     elif not isinstance(callbacks, (list, tuple)):
         callbacks = [callbacks]
     result = check_callbacks(callbacks)
+    if model_summary and not any(isinstance(c, ModelSummary) for c in result):
+        result.append(ModelSummary())
     if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
         result.append(ModelCheckpoint())
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):

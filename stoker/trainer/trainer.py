@@ -55,6 +55,7 @@ class Trainer:
         default_root_dir: Where logs, checkpoints and preemption checkpoints go.
         enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, and ``last``).
         enable_progress_bar: Add a default ``ProgressBar``.
+        enable_model_summary: Add a default ``ModelSummary`` (the layer table printed at the start of ``fit``).
         val_check_interval: Validate every this fraction of a training epoch (float) or every this many
             training batches (int).
         check_val_every_n_epoch: Validate in every n-th epoch only; None counts an int ``val_check_interval``
@@ -86,6 +87,7 @@ class Trainer:
         limit_val_batches: int | float | None = None, limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
         deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
+        enable_model_summary: bool = True,
     ) -> None:
         from ..accelerator.precision import canonical_precision
 
@@ -124,7 +126,7 @@ class Trainer:
             step_scheduler_with_optimizer=False,
         )
         self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
-        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary)
         self.loggers = build_loggers(logger, self.default_root_dir)
         agree_on_log_dirs(self.accelerator, self.loggers)
 

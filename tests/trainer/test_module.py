@@ -88,14 +88,14 @@ def test_duplicate_state_keys_are_an_error() -> None:
 
 
 def test_default_callbacks_and_loggers(tmp_path: Any) -> None:
-    from stoker import ModelCheckpoint, ProgressBar, TensorBoardLogger
+    from stoker import ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
 
     trainer = Trainer(default_root_dir=str(tmp_path))
-    assert [type(c) for c in trainer.callbacks] == [ModelCheckpoint, ProgressBar]
-    assert trainer.checkpoint_callback is trainer.callbacks[0]
+    assert [type(c) for c in trainer.callbacks] == [ModelSummary, ModelCheckpoint, ProgressBar]
+    assert trainer.checkpoint_callback is trainer.callbacks[1]
     assert isinstance(trainer.logger, TensorBoardLogger) and trainer.log_dir.startswith(str(tmp_path))
     mine = ModelCheckpoint(dirpath=str(tmp_path / "mine"))
-    trainer = Trainer(callbacks=[mine], enable_progress_bar=False, logger=False)
+    trainer = Trainer(callbacks=[mine], enable_progress_bar=False, logger=False, enable_model_summary=False)
     assert trainer.callbacks == [mine] and trainer.loggers == [] and trainer.logger is None
     assert trainer.log_dir == trainer.default_root_dir
 

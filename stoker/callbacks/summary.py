@@ -1,0 +1,237 @@
+"""`ModelSummary`: a table of the module's layers, printed once at the start of every ``fit``.
+
+Owns: counting parameters (per layer and in total, trainable or not, shared parameters once), their size in
+memory (from each parameter's real dtype, so ``bf16`` weights count 2 bytes), the layer listing to a depth, the
+optional input/output shapes from ``module.example_input_array``, and the table's text. The Trainer adds this
+callback by default; ``Trainer(enable_model_summary=False)`` leaves it out.
+
+Cost: one pass over the parameters at ``fit`` start (no device work); with ``example_input_array``, one forward
+pass without gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from stoker.callbacks.base import Callback
+
+__all__ = ["ModelSummary", "SummaryTable", "summarize"]
+
+_UNKNOWN = "?"
+
+
+@dataclass
+class LayerRow:
+    """One line of the table: a sub-module, its parameters (counted once each) and their bytes."""
+
+    name: str
+    type: str
+    params: int
+    trainable: int
+    bytes: int
+    training: bool | None
+    in_size: Any = _UNKNOWN
+    out_size: Any = _UNKNOWN
+
+
+class SummaryTable:
+    """The summary of ``module`` to ``max_depth``: rows, totals and the text table (``str(table)``).
+
+    Args:
+        module: The module to describe (the root itself is not a row).
+        max_depth: 1 lists the direct children, n lists sub-modules down to n levels, -1 all of them, 0 none.
+        autocast: A context manager factory for the example forward pass (the Trainer's precision), or None.
+
+    Example:
+        >>> table = summarize(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()))
+        >>> table.total_parameters, table.trainable_parameters
+        (15, 15)
+    """
+
+    def __init__(self, module: nn.Module, max_depth: int = 1, autocast: Any = None) -> None:
+        _check_depth("summarize", max_depth)
+        self.module, self.max_depth = module, max_depth
+        params = _unique_params(module)
+        self.total_parameters = sum(p.numel() for p in params)
+        self.trainable_parameters = sum(p.numel() for p in params if p.requires_grad)
+        self.total_bytes = sum(p.numel() * p.element_size() for p in params)
+        modes = [m.training for m in list(module.modules())[1:]]
+        self.modules_in_train_mode, self.modules_in_eval_mode = modes.count(True), modes.count(False)
+        self.layers = [_row(name, m) for name, m in self._named_layers()]
+        example = getattr(module, "example_input_array", None)
+        self.has_shapes = example is not None and bool(self.layers)
+        if self.has_shapes:
+            self._record_shapes(example, autocast)
+        self.other_parameters = self.total_parameters - self._params_under_children()
+
+    @property
+    def model_size(self) -> float:
+        """Megabytes (1e6 bytes) the parameters take in their dtypes."""
+        return self.total_bytes / 1e6
+
+    def _named_layers(self) -> list[tuple[str, nn.Module]]:
+        if self.max_depth == 0:
+            return []
+        if self.max_depth == 1:
+            return list(self.module.named_children())
+        layers = list(self.module.named_modules())[1:]
+        if self.max_depth > 0:
+            layers = [(name, m) for name, m in layers if name.count(".") < self.max_depth]
+        return layers
+
+    def _params_under_children(self) -> int:
+        seen = {id(p) for _, child in self.module.named_children() for p in child.parameters()}
+        return sum(p.numel() for p in _unique_params(self.module) if id(p) in seen)
+
+    def _record_shapes(self, example: Any, autocast: Any) -> None:
+        from stoker.accelerator import send_to_device
+
+        rows = {id(m): row for (_, m), row in zip(self._named_layers(), self.layers)}
+        handles = []
+        for _, m in self._named_layers():
+            def hook(layer: nn.Module, args: tuple, kwargs: dict, out: Any, row: LayerRow = rows[id(m)]) -> None:
+                inputs = (*args, *kwargs.values())
+                if row.in_size == _UNKNOWN:  # a layer called twice keeps its first shapes
+                    row.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs)
+                    row.out_size = _shape(out)
+            handles.append(m.register_forward_hook(hook, with_kwargs=True))
+        device = next((p.device for p in self.module.parameters()), torch.device("cpu"))
+        example = send_to_device(example, device)
+        modes = [(m, m.training) for m in self.module.modules()]
+        self.module.eval()
+        try:
+            with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()):
+                if isinstance(example, (list, tuple)):
+                    self.module(*example)
+                elif isinstance(example, dict):
+                    self.module(**example)
+                else:
+                    self.module(example)
+        finally:
+            for handle in handles:
+                handle.remove()
+            for m, mode in modes:
+                m.training = mode
+
+    def __str__(self) -> str:
+        columns = [(" ", [str(i) for i in range(len(self.layers))]), ("Name", [r.name for r in self.layers]),
+                   ("Type", [r.type for r in self.layers]),
+                   ("Params", [readable_count(r.params) for r in self.layers]),
+                   ("Trainable", [readable_count(r.trainable) for r in self.layers]),
+                   ("Size", [readable_bytes(r.bytes) for r in self.layers]),
+                   ("Mode", ["train" if r.training else "eval" for r in self.layers])]
+        if self.has_shapes:
+            columns += [("In sizes", [str(r.in_size) for r in self.layers]),
+                        ("Out sizes", [str(r.out_size) for r in self.layers])]
+        if self.other_parameters:  # parameters held by the root module itself, outside any listed layer
+            values = [" ", "other params", "n/a", readable_count(self.other_parameters), "", "", "n/a", "n/a", "n/a"]
+            columns = [(title, cells + [values[i]]) for i, (title, cells) in enumerate(columns)]
+        widths = [max([len(title), *(len(c) for c in cells)]) for title, cells in columns]
+        rule = "-" * (sum(widths) + 3 * len(widths))
+        lines = [" | ".join(t.ljust(w) for (t, _), w in zip(columns, widths)).rstrip(), rule]
+        for i in range(len(columns[0][1])):
+            lines.append(" | ".join(cells[i].ljust(w) for (_, cells), w in zip(columns, widths)).rstrip())
+        lines.append(rule)
+        non_trainable = self.total_parameters - self.trainable_parameters
+        for value, label in ((readable_count(self.trainable_parameters), "Trainable params"),
+                             (readable_count(non_trainable), "Non-trainable params"),
+                             (readable_count(self.total_parameters), "Total params"),
+                             (f"{self.model_size:,.3f}", "Total estimated model params size (MB)"),
+                             (str(self.modules_in_train_mode), "Modules in train mode"),
+                             (str(self.modules_in_eval_mode), "Modules in eval mode")):
+            lines.append(f"{value:<10}{label}")
+        return "\n".join(lines)
+
+
+def summarize(module: nn.Module, max_depth: int = 1, autocast: Any = None) -> SummaryTable:
+    """The :class:`SummaryTable` of ``module`` (``print(summarize(model))`` shows it)."""
+    return SummaryTable(module, max_depth, autocast)
+
+
+class ModelSummary(Callback):
+    """Prints a table of the module's layers at the start of every ``fit`` (main process only).
+
+    The table lists each layer down to ``max_depth`` with its type, parameter count, trainable parameters, size
+    in memory and train/eval mode (plus input and output shapes when the module defines
+    ``example_input_array``); then the totals, and a line with the device, processes, precision and gradient
+    accumulation of the run. Sizes come from the parameters' real dtypes. The Trainer adds a
+    ``ModelSummary()`` unless one is given or ``Trainer(enable_model_summary=False)``.
+
+    Args:
+        max_depth: 1 (default) lists the module's direct children; n lists sub-modules n levels deep; -1 all;
+            0 prints nothing.
+
+    Attributes:
+        table: The last :class:`SummaryTable` (None before the first ``fit``).
+
+    Example:
+        >>> trainer = Trainer(callbacks=[ModelSummary(max_depth=2)])   # doctest: +SKIP
+        >>> trainer.fit(module, loader)                                # doctest: +SKIP
+          | Name  | Type       | Params | Trainable | Size   | Mode
+        ...
+    """
+
+    def __init__(self, max_depth: int = 1) -> None:
+        _check_depth("ModelSummary", max_depth)
+        self.max_depth = max_depth
+        self.table: SummaryTable | None = None
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        if self.max_depth == 0 or not trainer.is_global_zero:
+            return
+        accelerator = trainer.accelerator
+        autocast = accelerator.autocast if accelerator.mixed_precision != "no" else None
+        self.table = summarize(module, self.max_depth, autocast)
+        steps = accelerator.gradient_accumulation_steps
+        accumulation = f"{steps} micro-batch{'es' if steps > 1 else ''} per optimizer step"
+        precision = str(getattr(trainer, "precision", accelerator.mixed_precision))
+        print(f"{self.table}\nDevice: {accelerator.device} | processes: {accelerator.num_processes} | precision: "
+              f"{'fp32' if precision == 'no' else precision} | accumulation: {accumulation}", flush=True)
+
+
+def _check_depth(owner: str, max_depth: Any) -> None:
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
+        raise ValueError(f"{owner}(max_depth={max_depth!r}) must be an int: -1 (every layer), 0 (no table) or a "
+                         "depth >= 1.")
+
+
+def _unique_params(module: nn.Module) -> list[torch.Tensor]:
+    """Parameters counted once each (``parameters()`` already skips shared ones); lazy ones have no size yet."""
+    return [p for p in module.parameters() if not isinstance(p, nn.parameter.UninitializedParameter)]
+
+
+def _row(name: str, module: nn.Module) -> LayerRow:
+    params = _unique_params(module)
+    return LayerRow(name=name, type=type(module).__name__, params=sum(p.numel() for p in params),
+                    trainable=sum(p.numel() for p in params if p.requires_grad),
+                    bytes=sum(p.numel() * p.element_size() for p in params), training=module.training)
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, (list, tuple)):
+        return [_shape(v) for v in value]
+    return _UNKNOWN
+
+
+def readable_count(number: int) -> str:
+    """``1234`` -> ``"1.2 K"``, ``132608`` -> ``"132 K"``, ``5`` -> ``"5"`` (K, M, B, T: thousands to trillions)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if number >= scale:
+            value = number / scale
+            return f"{value:,.1f} {unit}" if value < 100 else f"{int(value):,d} {unit}"
+    return str(int(number))
+
+
+def readable_bytes(number: int) -> str:
+    """``528`` -> ``"528 B"``, ``530432`` -> ``"530.4 KB"`` (powers of 1000, as the MB total)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if number >= scale:
+            return f"{number / scale:,.1f} {unit}"
+    return f"{int(number)} B"
