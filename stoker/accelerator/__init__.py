@@ -5,6 +5,7 @@ from .config import DataLoaderConfiguration, ProjectConfiguration
 from .operations import send_to_device, set_seed
 from .fsdp import FSDPStrategy
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .precision import parse_precision
 from .strategy import DDPStrategy, SingleDevice
 
 
@@ -18,5 +19,5 @@ def load_checkpoint_in_model(*args, **kwargs):  # noqa: ANN001, ANN201 - thin la
 __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
     "FSDPStrategy", "SingleDevice",
-    "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed",
+    "ProjectConfiguration", "load_checkpoint_in_model", "parse_precision", "send_to_device", "set_seed",
 ]

@@ -86,7 +86,7 @@ class Accelerator:
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
         self._loader_stack: list[PreparedDataLoader] = []
-        self._window = GradientWindow(gradient_accumulation_steps)
+        self._window = GradientWindow(gradient_accumulation_steps, self.precision, self.strategy)
 
     # -- properties --------------------------------------------------------------------------------------------
     @property
@@ -196,10 +196,19 @@ class Accelerator:
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
-        """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes."""
+        """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes.
+
+        Preparing a model this Accelerator already prepared (the user's module or what ``prepare`` returned)
+        returns the same prepared object without registering it again; it only re-arms the precision's autocast
+        (which a finished ``Trainer.fit`` removes). The first preparation's placement and wrapping stay.
+        """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"prepare_model expects a torch.nn.Module, got {type(model).__name__}.")
-        self.precision.wrap_forward(model)
+        for prepared in self._models:
+            if prepared is model or self.unwrap_model(prepared) is model:
+                self.precision.wrap_forward(self.unwrap_model(prepared))
+                return prepared
+        self.precision.wrap_forward(model)  # replaces the autocast of another precision prepared earlier
         place = self.device_placement if device_placement is None else device_placement
         if evaluation_mode:
             prepared = model.to(self.device) if place else model
@@ -211,16 +220,24 @@ class Accelerator:
         return prepared
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        """Wraps ``optimizer`` (see :class:`AcceleratedOptimizer`); one prepared twice comes back as it was."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        for wrapped in self._optimizers:
+            if wrapped.optimizer is optimizer:
+                return wrapped
         # FSDP replaces parameters while sharding: an optimizer built before prepare(model) is remapped here.
         wrapped = AcceleratedOptimizer(self.strategy.setup_optimizer(optimizer), self)
         self._optimizers.append(wrapped)
         return wrapped
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wraps ``scheduler`` (see :class:`AcceleratedScheduler`); one prepared twice comes back as it was."""
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
+        for wrapped in self._schedulers:
+            if wrapped.scheduler is scheduler:
+                return wrapped
         target = getattr(scheduler, "optimizer", None)
         owners = [o for o in self._optimizers if o.optimizer is target or o is target]
         wrapped = AcceleratedScheduler(scheduler, owners or list(self._optimizers), self,
@@ -269,13 +286,10 @@ class Accelerator:
         loss = self._window.loss_for_backward(loss, num_items)
         self.precision.scale_loss(loss).backward(**kwargs)
 
-    def _finish_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        self._window.finish(optimizer, self.precision, self.strategy)
-
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""
         for opt in [optimizer] if optimizer is not None else self._optimizers:
-            self._finish_gradients(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+            self._window.finish(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
 
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float,
                         norm_type: float = 2) -> torch.Tensor | None:
@@ -284,6 +298,12 @@ class Accelerator:
         Returns None without touching gradients on micro-steps that do not update weights (the gradients are
         incomplete there).
         """
+        if not max_norm > 0:  # also catches NaN
+            raise ValueError(
+                f"clip_grad_norm_(max_norm={max_norm!r}): max_norm must be > 0; it is the largest total gradient "
+                "norm allowed (e.g. 1.0). To measure the norm without clipping pass max_norm=float('inf'); to turn "
+                "clipping off, do not call clip_grad_norm_."
+            )
         if not self._window.sync_gradients:
             return None
         self.unscale_gradients()
@@ -291,6 +311,11 @@ class Accelerator:
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscales, then clamps every gradient element to ``[-clip_value, clip_value]``."""
+        if not clip_value > 0:  # also catches NaN
+            raise ValueError(
+                f"clip_grad_value_(clip_value={clip_value!r}): clip_value must be > 0; gradients are clamped to "
+                "[-clip_value, clip_value] (e.g. 0.5). To turn clipping off, do not call clip_grad_value_."
+            )
         if not self._window.sync_gradients:
             return
         self.unscale_gradients()

@@ -150,6 +150,9 @@ def _encode_state(accelerator: Accelerator, model_states: list, auto: bool) -> l
         for i, model in enumerate([] if accelerator.strategy.shards_parameters else accelerator._models):
             grads = {n: p.grad for n, p in accelerator.unwrap_model(model).named_parameters() if p.grad is not None}
             files.append((_name("gradients", i, rank), grads, {"format": "pt"}))
+    window = accelerator._window.open_window_state()
+    if window is not None:  # an open window of summed losses: this process's item count so far (and normaliser)
+        files.append((_name("window", 0, rank), window, {"format": "pt"}))
     if main:
         if auto:
             counters["iteration"] = accelerator.project_configuration.iteration + 1  # the state after this save
@@ -249,6 +252,8 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     models = [] if sharded else models
     names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
     names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
+    window_name = _name("window", 0, rank)
+    names += [window_name] if window_name in files else []
     rng_name = f"random_states_{rank}.safetensors"
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
     if sharded:
@@ -264,6 +269,8 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     for name, obj, _ in parts:
         obj.load_state_dict(load_tree(os.path.join(path, name)))
     accelerator._load_counters_state_dict(state["counters"])
+    if window_name in files:  # after the counters: they reopen the window this restores the item count of
+        accelerator._window.load_open_window_state(read_safetensors(os.path.join(path, window_name))[0])
     iteration = int(state["counters"].get("iteration", 0))
     match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
     if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded

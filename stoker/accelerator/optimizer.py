@@ -71,7 +71,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         window = accelerator._window
         if not window.sync_gradients:
             return
-        window.finish(self.optimizer, accelerator.precision, accelerator.strategy)
+        window.finish(self.optimizer)  # unscale + normalise, unless clipping already did (the window knows)
         stepped = accelerator.precision.step(self.optimizer, closure)
         self._step_was_skipped = not stepped
         window.optimizer_stepped(stepped)

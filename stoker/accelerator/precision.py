@@ -1,8 +1,10 @@
-"""Precision: one object per mode, the only place precision strings are parsed.
+"""Precision: one object per mode, the only place precision strings are parsed (:func:`parse_precision`).
 
-A precision object owns everything numeric about a step: the autocast context, the loss scale (fp16's
-``GradScaler``), unscaling, and whether an optimizer step really happened. The Accelerator holds one and never
-branches on the mode itself.
+A precision object owns everything numeric about a step: the autocast context (both the forward wrapper put on a
+prepared module and the ``autocast()`` context a loop enters), the loss scale (fp16's ``GradScaler``), unscaling,
+and whether an optimizer step really happened. The Accelerator holds one and never branches on the mode itself.
+Whether a step's gradients were already unscaled is not tracked here: the accumulation window (``window.py``)
+calls :meth:`Precision.unscale_` exactly once per optimizer per step.
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ _ALIASES = {
 PRECISION_CHOICES = ("no", "fp16", "bf16")
 
 
-def canonical_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:
-    """Returns "no", "fp16" or "bf16" for a precision name or alias; raises ``ValueError`` for anything else."""
+def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:
+    """Returns "no", "fp16" or "bf16" for a precision name or alias; raises ``ValueError`` for anything else.
+
+    ``argument`` names where the value came from in the error message, e.g. ``"Trainer(precision=...)"``.
+
+    Example:
+        >>> parse_precision("16-mixed"), parse_precision("fp32"), parse_precision(None)
+        ('fp16', 'no', 'no')
+    """
     if value is None:  # Accelerate's own default: full precision unless configured
         return "no"
     key = value.lower() if isinstance(value, str) else str(value) if isinstance(value, int) else None
@@ -38,30 +47,40 @@ def canonical_precision(value: Any, *, argument: str = "Accelerator(mixed_precis
     return _ALIASES[key]
 
 
+canonical_precision = parse_precision  # the name this parser had first
+
+# One shared no-op context: full precision pays one method call, not an object, per ``autocast()``.
+_NO_AUTOCAST = contextlib.nullcontext()
+
+
 class Precision:
     """Full precision: every method is a no-op, so the fp32 step costs nothing extra."""
 
     name = "no"
     dtype: torch.dtype | None = None
+    # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
+    scales_loss = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The context under which forward passes run."""
-        return contextlib.nullcontext()
+        """The context under which forward passes run (a cached no-op here)."""
+        return _NO_AUTOCAST
 
     def wrap_forward(self, module: torch.nn.Module) -> None:
-        """Makes ``module``'s forward run under :meth:`autocast` (no-op here)."""
+        """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper."""
+        unwrap_forward(module)
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divides ``optimizer``'s gradients by the loss scale; called at most once per step."""
+        """Divides ``optimizer``'s gradients by the loss scale; the window calls it exactly once per step."""
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
-        """Steps ``optimizer``; returns False when the step was skipped (fp16 overflow)."""
+        """Steps ``optimizer`` (whose gradients the window finished); False when skipped (fp16 overflow)."""
         optimizer.step(closure) if closure is not None else optimizer.step()
         return True
 
@@ -87,10 +106,12 @@ class MixedPrecision(Precision):
         return torch.autocast(device_type=self._device_type, dtype=self.dtype)
 
     def wrap_forward(self, module: torch.nn.Module) -> None:
-        if getattr(module.forward, "_stoker_autocast", False):
-            return  # prepared twice: one wrapper is enough
-        original = module.forward
         device_type, dtype = self._device_type, self.dtype
+        current = module.__dict__.get("forward")
+        if getattr(current, "_stoker_autocast", None) == (device_type, dtype):
+            return  # prepared twice: one wrapper is enough
+        unwrap_forward(module)  # another precision's wrapper (an earlier run on this module) is replaced
+        original = module.forward
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -99,7 +120,7 @@ class MixedPrecision(Precision):
             # Losses computed outside the model then run in float32, as users expect.
             return convert_to_fp32(outputs)
 
-        forward._stoker_autocast = True  # type: ignore[attr-defined]
+        forward._stoker_autocast = (device_type, dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
         module.forward = forward
 
@@ -119,12 +140,12 @@ class FP16Precision(MixedPrecision):
     """
 
     name = "fp16"
+    scales_loss = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device, torch.float16)
         self.scaler = torch.amp.GradScaler(device.type)
         self._update_pending = False
-        self._unscaled: set[int] = set()
         # optimizer -> handle of its post-step hook that sets _stepped (weak: a new optimizer may reuse an old id)
         self._step_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._stepped = False
@@ -134,18 +155,15 @@ class FP16Precision(MixedPrecision):
         return self.scaler.scale(loss)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        if id(optimizer) not in self._unscaled:
-            self.scaler.unscale_(optimizer)
-            self._unscaled.add(id(optimizer))
+        self.scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
-        self.unscale_(optimizer)
         self._update_pending = True
         args = () if closure is None else (closure,)
         hookable = hasattr(optimizer, "_optimizer_step_post_hooks")  # set by Optimizer.__init__
         if getattr(optimizer, "_step_supports_amp_scaling", False) or not hookable:
             # Fused optimizers skip on the device, so the scaler never reads found_inf: this read is the one sync.
-            found = self.scaler._found_inf_per_device(optimizer)  # filled by unscale_ above
+            found = self.scaler._found_inf_per_device(optimizer)  # filled when the window unscaled
             self.scaler.step(optimizer, *args)
             return not sum(found.values()).item()
         # The scaler reads found_inf on the host once (its one sync per step) and calls optimizer.step() only when
@@ -163,7 +181,6 @@ class FP16Precision(MixedPrecision):
         if self._update_pending:
             self.scaler.update()
             self._update_pending = False
-        self._unscaled.clear()
 
     def state_dict(self) -> dict[str, Any]:
         self.update()
@@ -175,8 +192,8 @@ class FP16Precision(MixedPrecision):
 
 
 def make_precision(value: Any, device: torch.device) -> Precision:
-    """Builds the precision object for a name or alias (see :func:`canonical_precision`)."""
-    name = canonical_precision(value)
+    """Builds the precision object for a name or alias (see :func:`parse_precision`)."""
+    name = parse_precision(value)
     if name == "fp16":
         return FP16Precision(device)
     if name == "bf16":

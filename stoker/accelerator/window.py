@@ -1,9 +1,19 @@
 """The gradient-accumulation window: which micro-step updates the weights, and how its gradients are normalised.
 
-The Accelerator holds one ``GradientWindow``. It decides ``sync_gradients`` for each micro-step, what ``backward``
-divides a loss by (the window's *true* length, so a short last window is averaged over what it really holds),
-and finishes the gradients exactly once per optimizer per step (fp16 unscale, per-item normalisation of summed
-losses). It counts the optimizer steps that really happened.
+The Accelerator holds one ``GradientWindow``, built with the precision and strategy it works with. It decides
+``sync_gradients`` for each micro-step, what ``backward`` divides a loss by (the window's *true* length, so a short
+last window is averaged over what it really holds), and finishes the gradients exactly once per optimizer per
+step: it is the one place that knows whether a step's gradients were already unscaled (fp16) and normalised
+(summed losses). It counts the optimizer steps that really happened.
+
+Summed losses (``backward(loss, num_items=n)``) under a loss scale (fp16): the scaler multiplies the loss by up
+to 65536 before backward, and a *sum* over many items would overflow fp16 where the same mean loss does not. So
+each summed loss is first divided by a normaliser fixed at the window's first backward: a power of two near the
+items a process sees in a window (that micro-batch's count times the window length; averaged over processes so
+that DDP averages gradients of one scale). Gradients stay near the magnitude of a mean loss; when the window
+finishes they are multiplied once by ``normaliser * num_processes / total_items``. Scaling by a power of two is
+exact in floating point, so the result is the same per-item mean. In full precision and bf16 nothing overflows:
+summed losses are differentiated as they are, as before.
 """
 
 from __future__ import annotations
@@ -16,17 +26,26 @@ from .precision import Precision, iter_params
 
 
 class GradientWindow:
-    """State of the current accumulation window (see the module docstring)."""
+    """State of the current accumulation window (see the module docstring).
 
-    def __init__(self, gradient_accumulation_steps: int) -> None:
+    Args:
+        gradient_accumulation_steps: Micro-steps per optimizer step.
+        precision: The Accelerator's precision (unscales; says whether losses are scaled).
+        strategy: The Accelerator's strategy (process count and the all-reduce of item counts).
+    """
+
+    def __init__(self, gradient_accumulation_steps: int, precision: Precision, strategy: Any) -> None:
         self.steps = gradient_accumulation_steps
+        self.precision = precision
+        self.strategy = strategy
         self.sync_gradients = True
         self.micro_step = 0  # position in the current window (1-based once inside)
         self.in_window = False  # the current gradients belong to an accumulate() window
         self.divisor = 1  # what backward divides the loss by in this window
         self.items: Any = None  # summed item counts of the window (backward(num_items=...))
+        self.normaliser: torch.Tensor | None = None  # fp16: what this window's summed losses were divided by
         self.done = False  # gradients were finished for a step; the next backward starts afresh
-        self.finished: set[int] = set()
+        self.finished: set[int] = set()  # ids of the optimizers whose gradients were finished (unscaled) this step
         self.factor: torch.Tensor | None = None
         self.uncounted_backward = False
         self.optimizer_steps = 0  # applied optimizer steps (skipped fp16 steps excluded)
@@ -60,15 +79,29 @@ class GradientWindow:
         if num_items is not None:
             count = num_items if isinstance(num_items, torch.Tensor) else torch.tensor(float(num_items))
             self.items = count if self.items is None else self.items + count
-            return loss
+            if not self.precision.scales_loss:
+                return loss  # full precision and bf16: differentiated as summed, normalised when finished
+            if self.normaliser is None:
+                self.normaliser = self._normaliser(count)
+            return loss / self.normaliser
         return loss / self.divisor if self.divisor > 1 else loss
+
+    def _normaliser(self, count: torch.Tensor) -> torch.Tensor:
+        """The power of two at or below the items of a window at this micro-batch's rate, equal on every process."""
+        per_window = count.detach().to(torch.float32) * self.divisor
+        if self.strategy.num_processes > 1:  # DDP averages gradients: every process must divide by the same value
+            per_window = self.strategy.all_reduce(per_window.to(self.strategy.device), "mean")
+        per_window = per_window.clamp_min(1.0)
+        mantissa, _ = torch.frexp(per_window)  # per_window = mantissa * 2**e, mantissa in [0.5, 1)
+        return per_window / (2 * mantissa)  # exactly 2**(e-1): a correctly rounded division by an exact value
 
     def new_gradients(self) -> None:
         self.done = False
         self.finished.clear()
         self.items = None
+        self.normaliser = None
 
-    def finish(self, optimizer: torch.optim.Optimizer, precision: Precision, strategy: Any) -> None:
+    def finish(self, optimizer: torch.optim.Optimizer) -> None:
         """Once per optimizer per step: unscale fp16 gradients and apply the window's normalisation."""
         if self.done and id(optimizer) in self.finished:
             return
@@ -76,18 +109,21 @@ class GradientWindow:
             self.done = True
             # Without summed losses or accumulation there is nothing to rescale: skip the call (hot path).
             needs_factor = self.items is not None or self.steps > 1
-            self.factor = self._factor(strategy) if needs_factor else None
+            self.factor = self._factor() if needs_factor else None
         self.finished.add(id(optimizer))
-        precision.unscale_(optimizer)
+        self.precision.unscale_(optimizer)
         if self.factor is not None:
             grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, self.factor.to(grads[0].device))
 
-    def _factor(self, strategy: Any) -> torch.Tensor | None:
+    def _factor(self) -> torch.Tensor | None:
+        strategy = self.strategy
         if self.items is not None:  # summed losses: divide by every process's items of this window
             total = strategy.all_reduce(self.items.to(strategy.device, torch.float32), "sum")
-            return strategy.num_processes / total.clamp_min(1)
+            factor = strategy.num_processes / total.clamp_min(1)
+            # A power of two: multiplying back is exact, so fp16 gives the same per-item mean as full precision.
+            return factor if self.normaliser is None else factor * self.normaliser.to(factor.device)
         if self.in_window and self.divisor != self.micro_step and self.steps > 1:
             # A loader of unknown length ended the window early: rescale from the assumed to the true length.
             return torch.tensor(self.divisor / self.micro_step)
@@ -98,7 +134,9 @@ class GradientWindow:
             self.optimizer_steps += 1
             self.uncounted_backward = False
 
+    # -- checkpoints ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:
+        """The counters every process shares (saved once, as JSON)."""
         return {"step": self.optimizer_steps, "micro_step": 0 if self.sync_gradients else self.micro_step}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
@@ -106,3 +144,21 @@ class GradientWindow:
         self.micro_step = int(state.get("micro_step", 0))
         self.sync_gradients = self.micro_step == 0
         self.in_window = self.micro_step > 0
+        self.new_gradients()
+
+    def open_window_state(self) -> dict[str, torch.Tensor] | None:
+        """This process's part of an open window that summed losses (its item count so far, and the normaliser
+        its gradients were divided by); None when there is nothing to keep. Saved per process beside the open
+        window's gradients."""
+        if self.sync_gradients or self.items is None:
+            return None
+        state = {"items": self.items.detach().reshape(())}
+        if self.normaliser is not None:
+            state["normaliser"] = self.normaliser.detach().reshape(())
+        return state
+
+    def load_open_window_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restores :meth:`open_window_state` (after :meth:`load_state_dict` reopened the window)."""
+        self.items = state["items"].clone()
+        normaliser = state.get("normaliser")
+        self.normaliser = None if normaliser is None else normaliser.clone()

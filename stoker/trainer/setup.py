@@ -106,7 +106,7 @@ class RunSetup:
         t.lr_scheduler_configs = configs
         t._step_schedulers = [c for c in configs if c.interval == "step"]
         t._parameters = [p for p in module.parameters() if p.requires_grad]
-        t._autocast = acc.autocast if acc.mixed_precision != "no" else None
+        t._autocast = acc.autocast  # the precision object decides (full precision: a cached no-op context)
 
     def _limit_train(self, loader: Any) -> None:
         t = self.trainer
@@ -173,12 +173,13 @@ class RunSetup:
         acc = t.accelerator
         if getattr(t, "_model", None) is None or acc.unwrap_model(t._model) is not module:
             acc.free_memory()
-            t._model = acc.prepare_model(module, evaluation_mode=True)
+        # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
+        t._model = acc.prepare_model(module, evaluation_mode=True)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
         name = {"validate": "limit_val_batches", "test": "limit_test_batches"}.get(fn, "limit_predict_batches")
         counts = [self._limit(p, limit, name) for p in prepared]
         setattr(t, {"validate": "num_val_batches", "test": "num_test_batches"}.get(fn, "num_predict_batches"), counts)
-        t._autocast = acc.autocast if acc.mixed_precision != "no" else None
+        t._autocast = acc.autocast
         return prepared
 
     # -- several processes ------------------------------------------------------------------------------------------
@@ -200,11 +201,15 @@ class RunSetup:
         self._routed = (module, inner)
         t._training_step = lambda batch, batch_idx: model(batch, batch_idx, _stoker_step="training_step")
 
-    def teardown(self) -> None:
+    def teardown(self, module: Any = None) -> None:
+        """Gives ``module`` back as it came: without the training-step route and without the autocast wrapper
+        that preparing put on its forward, so the precision of this run does not leak into the next one."""
         if self._routed is not None:
-            module, inner = self._routed
+            routed, inner = self._routed
             self._routed = None
             if inner is None:
-                module.__dict__.pop("forward", None)
+                routed.__dict__.pop("forward", None)
             else:
-                module.forward = inner
+                routed.forward = inner
+        if module is not None:
+            self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)

@@ -89,13 +89,13 @@ class Trainer:
         deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
         enable_model_summary: bool = True,
     ) -> None:
-        from ..accelerator.precision import canonical_precision
+        from ..accelerator import parse_precision
 
         self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
         self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
         self.accumulate = check.positive_int("accumulate", accumulate, " It is the number of micro-batches per "
                                              "optimizer step (1: no accumulation).")
-        self.precision = canonical_precision(precision, argument="Trainer(precision=...)")
+        self.precision = parse_precision(precision, argument="Trainer(precision=...)")
         self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
         self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)
         if self.clip_grad_norm is not None and self.clip_grad_value is not None:
@@ -307,7 +307,7 @@ class Trainer:
                 self._hooks.call("teardown", fn)
             finally:
                 self.state.fn = self.state.stage = None
-                self._setup.teardown()
+                self._setup.teardown(module)
                 if self.is_global_zero:
                     for logger in self.loggers:
                         logger.finalize(status)

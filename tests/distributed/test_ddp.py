@@ -7,6 +7,7 @@ One launch runs every check (``tests/helpers/dist_ddp_worker.py``); the tests be
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.helpers.dist_spawn import read_results, run_workers
 
@@ -105,6 +106,13 @@ def test_save_state_mid_window_resumes_exactly_with_per_process_state(ranks: lis
     for r in ranks:
         assert r["resume_equal"], r["resume_max_diff"]
         assert r["resume_step"] == 6
+
+
+def test_fp16_summed_losses_over_ragged_ranks_give_the_exact_per_item_mean(ranks: list[dict]) -> None:
+    # The fp16 window divides summed losses by one power of two agreed by all ranks, then corrects it exactly.
+    for r in ranks:
+        assert r["summed_fp16"] == r["summed_fp32"]
+        torch.testing.assert_close(torch.tensor(r["summed_fp32"]), torch.tensor(r["summed_reference"]))
 
 
 @pytest.mark.parametrize("split,expected", [

@@ -222,6 +222,45 @@ def check_resume(result: dict, tmp: Path) -> None:
     result["resume_step"] = acc.step
 
 
+class FullPrecisionLinear(torch.nn.Linear):
+    """A linear layer that opts out of autocast: in fp16 only the loss scale touches its gradients."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return super().forward(x)
+
+
+def summed_window_grads(mixed_precision: str) -> list[float]:
+    """One window of two micro-batches of summed losses with other item counts on each rank (5 and 3 items on
+    rank 0, 1 and 6 on rank 1), through a layer that opts out of autocast: in fp16 only the loss scale and the window's
+    normaliser (which each rank alone would choose differently here) touch the gradients."""
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision, gradient_accumulation_steps=2)
+    model = FullPrecisionLinear(8, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.linspace(-1, 1, 16).reshape(2, 8))
+        model.bias.zero_()
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = make_regression_data(n=15).tensors
+    sizes = [(0, 5), (5, 8)] if RANK == 0 else [(8, 9), (9, 15)]
+    for start, end in sizes:
+        with accelerator.accumulate(model):
+            accelerator.backward(F.mse_loss(model(x[start:end]), y[start:end], reduction="sum"), num_items=end - start)
+    accelerator.unscale_gradients()
+    return grad_vector(model).tolist()
+
+
+def check_summed_fp16(result: dict) -> None:
+    result["summed_fp16"] = summed_window_grads("fp16")
+    result["summed_fp32"] = summed_window_grads("no")
+    reference = torch.nn.Linear(8, 2)  # the per-item mean over both ranks' 15 items, in one process
+    with torch.no_grad():
+        reference.weight.copy_(torch.linspace(-1, 1, 16).reshape(2, 8))
+        reference.bias.zero_()
+    x, y = make_regression_data(n=15).tensors
+    F.mse_loss(reference(x), y, reduction="sum").div(15).backward()
+    result["summed_reference"] = grad_vector(reference).tolist()
+
+
 def main() -> None:
     tmp = OUT / "shared"
     tmp.mkdir(exist_ok=True)
@@ -233,6 +272,7 @@ def main() -> None:
     check_collectives(result, tmp)
     check_shuffle_and_scheduler(result)
     check_resume(result, tmp)
+    check_summed_fp16(result)
     check_save_model(result, tmp, creator)
     common.write_result(OUT, result)
 
