@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from .data_loader import _END, PreparedDataLoader, SkipView  # noqa: F401 (_END: importable as before the split)
-from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip
+from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
@@ -48,16 +48,15 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
         return _prepare_iterable(loader, accelerator, device, seed, kwargs, generator)
-    sampler = loader.sampler
-    if config.use_seedable_sampler and type(sampler) is RandomSampler:
-        sampler = SeedableRandomSampler(len(sampler.data_source), seed, sampler._num_samples, sampler.replacement)
+    sampler = seedable(loader.sampler, seed) if config.use_seedable_sampler else loader.sampler
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
     elif loader.batch_sampler is None:  # batch_size=None without a batch_sampler: automatic batching is off
         inner = BatchSampler(sampler, 1, False)  # one index at a time, unwrapped by the collate below
         kwargs["collate_fn"] = _first_only(loader.collate_fn)
     else:
-        inner = loader.batch_sampler  # a user's own batch sampler: kept as it is
+        # a user's own batch sampler: kept, but a RandomSampler inside it shuffles with the loader's seed
+        inner = seedable(loader.batch_sampler, seed) if config.use_seedable_sampler else loader.batch_sampler
     if config.split_batches and n > 1 and loader.batch_size is not None and loader.batch_size % n:
         raise ValueError(
             f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {n} processes; "

@@ -116,7 +116,7 @@ class PreparedDataLoader:
         skip += self.batches_yielded  # a restored position
         self.batches_yielded = 0
         if self._batch_sampler is not None:
-            self._batch_sampler.set_epoch(self.epoch)
+            self._batch_sampler.set_epoch(self.epoch, self.seed)  # the seed too: load_state_dict may have changed it
             self._batch_sampler.skip = skip
         generator = self.base_loader.generator
         if generator is not None:

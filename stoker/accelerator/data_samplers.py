@@ -8,13 +8,16 @@ Does not own: iteration, device placement or the saved position (``data_loader.p
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import itertools
 import math
+import random
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, RandomSampler, Sampler
 
 
 class SeedableRandomSampler(Sampler[int]):
@@ -46,6 +49,33 @@ class SeedableRandomSampler(Sampler[int]):
         return self.num_samples
 
 
+def seedable(sampler: Any, seed: int) -> Any:
+    """``sampler`` with a plain ``RandomSampler`` replaced by a :class:`SeedableRandomSampler` of ``seed``: the
+    sampler itself, or the one inside a ``BatchSampler`` (then a shallow copy; the user's object is not changed).
+    Anything else is returned as it is."""
+    if type(sampler) is RandomSampler:
+        return SeedableRandomSampler(len(sampler.data_source), seed, sampler._num_samples, sampler.replacement)
+    if isinstance(sampler, BatchSampler) and type(sampler.sampler) is RandomSampler:
+        rebuilt = copy.copy(sampler)
+        rebuilt.sampler = seedable(sampler.sampler, seed)
+        return rebuilt
+    return sampler
+
+
+@contextlib.contextmanager
+def seeded_global_rng(seed: int) -> Iterator[None]:
+    """Runs the block with torch's CPU generator and Python's ``random`` seeded from ``seed``, then puts both back:
+    a user's sampler drawing from them gives the same order on every process and leaves the global RNG alone."""
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+
+
 class ShardedBatchSampler(Sampler[list[int]]):
     """Gives this process its share of each epoch's batches and can start an epoch ``skip`` batches in.
 
@@ -53,6 +83,10 @@ class ShardedBatchSampler(Sampler[list[int]]):
     or each batch is cut into n equal slices (``split_batches=True``). With ``even_batches`` the epoch is padded
     with samples from its start so every process gets the same number of full batches; ``padding`` counts the
     repeated samples so ``gather_for_metrics`` can drop them.
+
+    Every epoch starts with :meth:`set_epoch`, which passes the loader's seed to the seedable samplers inside; in
+    several processes a user's own sampler is drawn with the global RNG seeded from (seed, epoch), so every process
+    sees the same order before taking its share.
     """
 
     def __init__(self, inner: Any, num_shards: int = 1, shard: int = 0, even_batches: bool = True,
@@ -64,11 +98,29 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.split_batches = split_batches
         self.skip = 0
         self.padding = 0
+        self.seed = 0
+        self.epoch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        for s in (self.inner, getattr(self.inner, "sampler", None)):
+    def set_epoch(self, epoch: int, seed: int | None = None) -> None:
+        """Chooses the epoch and, when given, the seed of the shuffles inside (the loader's, which a restored
+        position brings back)."""
+        self.epoch = epoch
+        if seed is not None:
+            self.seed = seed
+        for s in self._samplers():
+            if seed is not None and isinstance(s, SeedableRandomSampler):
+                s.seed = seed
             if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
+
+    def _samplers(self) -> Iterator[Any]:
+        """The batch sampler inside and the samplers it wraps (``.sampler`` of ``.sampler``, a few levels deep)."""
+        s = self.inner
+        for _ in range(4):
+            if s is None:
+                return
+            yield s
+            s = getattr(s, "sampler", None)
 
     def _batch_size(self) -> int | None:
         return getattr(self.inner, "batch_size", None)
@@ -77,7 +129,8 @@ class ShardedBatchSampler(Sampler[list[int]]):
         if self.num_shards == 1:
             yield from self.inner
             return
-        batches = [list(b) for b in self.inner]
+        with seeded_global_rng(self.seed + self.epoch):  # a user's sampler may draw from the global RNG
+            batches = [list(b) for b in self.inner]
         n, p = self.num_shards, self.shard
         if self.split_batches:
             for b in batches:
