@@ -42,6 +42,8 @@ _LAZY = {
     "Logger": "stoker.loggers",
     "TensorBoardLogger": "stoker.loggers",
     "CSVLogger": "stoker.loggers",
+    "WandbLogger": "stoker.loggers",
+    "MLFlowLogger": "stoker.loggers",
 }
 
 

@@ -19,6 +19,7 @@ from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .precision import make_precision, unwrap_forward
 from .strategy import make_strategy
+from .trackers import build_trackers, check_log_with, find_tracker
 from .window import GradientWindow
 
 
@@ -78,7 +79,8 @@ class Accelerator:
         self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.device_placement = device_placement
-        self._log_with = log_with
+        self._log_with = check_log_with(log_with)  # a misspelt or missing tracker fails here, not at init
+        self._trackers_initialized = False
         self.trackers: list[Any] = []
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -457,25 +459,28 @@ class Accelerator:
 
     # -- trackers ----------------------------------------------------------------------------------------------
     def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, Any] | None = None) -> None:
-        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only)."""
-        from ..loggers import build_loggers
+                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only).
 
+        ``config`` is logged as their hyperparameters; ``init_kwargs`` holds constructor arguments per tracker name,
+        e.g. ``{"wandb": {"entity": "me", "tags": ["baseline"]}}``. The loggers built here share one version.
+        """
+        self._trackers_initialized = True
         if not self.is_main_process:
             return
         root = self.logging_dir or self.project_dir or "."
-        self.trackers = build_loggers(self._log_with, root, name=project_name)
-        if config is not None:
-            for tracker in self.trackers:
-                tracker.log_hyperparams(config)
+        self.trackers = build_trackers(self._log_with, root, project_name, config, init_kwargs)
 
-    def get_tracker(self, name: str) -> Any:
-        for tracker in self.trackers:
-            if type(tracker).__name__.lower().startswith(name.lower()):
-                return tracker
-        raise ValueError(f"No tracker named {name!r}; trackers: {[type(t).__name__ for t in self.trackers]}.")
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker named ``name`` (``"wandb"``, ``"mlflow"``, ``"tensorboard"``, ``"csv"``); ``unwrap=True``
+        gives its underlying object (W&B run, ``MlflowClient``, ``SummaryWriter``). On other processes a tracker
+        whose methods do nothing."""
+        return find_tracker(self.trackers, name, unwrap, is_main_process=self.is_main_process,
+                            initialized=self._trackers_initialized)
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        """Logs ``values`` at ``step`` to every tracker (main process only). ``log_kwargs`` is accepted for
+        Accelerate compatibility and not used."""
         if self.is_main_process:
             for tracker in self.trackers:
                 tracker.log_metrics(values, step=step)

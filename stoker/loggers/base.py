@@ -105,8 +105,15 @@ class Logger:
         """The run's version; resolved on first access when constructed with ``None``."""
         if self._version is None:
             leader = self._version_leader
-            self._version = leader.version if leader is not None else next_free_version(self.root_dir)
+            self._version = leader.version if leader is not None else self._next_free_version()
         return self._version
+
+    def _next_free_version(self) -> int:
+        """The number a new run would take: one past the largest ``version_{n}`` folder under ``root_dir``.
+
+        Loggers that keep runs elsewhere (MLflow's store) override it; a `VersionGroup` takes the largest answer.
+        """
+        return next_free_version(self.root_dir)
 
     @property
     def log_dir(self) -> str:
@@ -162,7 +169,7 @@ class VersionGroup:
     @property
     def version(self) -> int:
         if self._version is None:
-            self._version = max(next_free_version(lg.root_dir) for lg in self.loggers)
+            self._version = max(lg._next_free_version() for lg in self.loggers)
         return self._version
 
 

@@ -263,7 +263,7 @@ def test_build_loggers_string_loggers_share_one_version_folder(tmp_path):
     assert os.path.exists(c.metrics_file_path)
 
 
-@pytest.mark.parametrize("bad", ["wandb", 3, True, ["csv", "mlflow"], [["csv"]]])
+@pytest.mark.parametrize("bad", ["neptune", 3, True, ["csv", "comet"], [["csv"]]])
 def test_build_loggers_rejects_unknown_spec(tmp_path, bad):
     with pytest.raises(ValueError, match="is not a supported logger. Expected one of: 'tensorboard', 'csv'"):
         build_loggers(bad, tmp_path)
@@ -271,10 +271,10 @@ def test_build_loggers_rejects_unknown_spec(tmp_path, bad):
 
 def test_build_loggers_error_quotes_the_bad_value(tmp_path):
     with pytest.raises(ValueError) as info:
-        build_loggers("wandb", tmp_path)
+        build_loggers("neptune", tmp_path)
     assert str(info.value) == (
-        "log_with='wandb' is not a supported logger. Expected one of: 'tensorboard', 'csv', "
-        "a stoker Logger instance, or a list of these."
+        "log_with='neptune' is not a supported logger. Expected one of: 'tensorboard', 'csv', 'wandb', 'mlflow', "
+        "'all', a stoker Logger instance, or a list of these."
     )
     with pytest.raises(ValueError, match="'csv' twice"):
         build_loggers(["csv", "CSV"], tmp_path)

@@ -1,0 +1,185 @@
+"""`WandbLogger`: metrics, hyperparameters and the run itself on Weights & Biases (extra ``stoker[wandb]``).
+
+This module owns one W&B run per logger. It imports ``wandb`` only when the run starts (the first write), because
+importing it costs about a second; constructing the logger only checks that the package is installed. The run's
+local files go into the logger's ``version_{n}`` folder, so a W&B run built next to TensorBoard or CSV loggers
+shares their version folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import numbers
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stoker.loggers._packages import is_installed, missing_package_error
+from stoker.loggers.base import Logger, flatten_params, params_to_dict
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
+
+__all__ = ["WandbLogger"]
+
+_JOIN = "-"  # prefix separator, as in Lightning
+
+
+class WandbLogger(Logger):
+    """Logs to a Weights & Biases run; Lightning's ``WandbLogger`` arguments.
+
+    The run starts on the first write (or the first access to ``experiment``), with ``wandb.init(project=project,
+    name=name, id=id or version, dir=log_dir, ...)``. Its local files are written under
+    ``{save_dir}/{project}/version_{n}/wandb/`` (``version_{n}`` as for the other stoker loggers; a string
+    ``version`` is also the run id, so passing an earlier run's id resumes it). Offline runs
+    (``offline=True`` or ``WANDB_MODE=offline``) stay there until ``wandb sync``.
+
+    ``log_metrics`` calls ``run.log(metrics, step=step)``: numbers and one-element tensors are converted once,
+    other values (``wandb.Image``, ``wandb.Table``, ...) pass through. Hyperparameters go to ``run.config``
+    (nested mappings flattened with ``"/"``). ``finalize`` finishes the run (exit code 0 on success, 1 otherwise);
+    logging afterwards resumes the same run id. Several loggers in one process each own their run
+    (``reinit="create_new"``), so two Accelerators do not share or finish each other's runs.
+
+    Args:
+        name: The run's display name (W&B picks one when None).
+        save_dir: Root folder for the run's local files. ``dir`` is Lightning's alias for it.
+        version: ``None`` (next free ``version_{n}``), an int, or a string: the folder name and the run id.
+        offline: Run without network; files stay local until ``wandb sync``.
+        dir: Alias of ``save_dir``.
+        id: The run id (resumes that run when it exists). Same as a string ``version``.
+        anonymous: Passed to W&B as ``anonymous="allow"``.
+        project: The W&B project, also the sub-folder of ``save_dir``; ``"stoker_logs"`` when None.
+        log_model: Only ``False`` is supported: stoker does not upload checkpoints to W&B (log them with
+            ``logger.experiment.log_artifact(...)``).
+        experiment: An existing W&B run to log into instead of starting one; it is not finished by ``finalize``.
+        prefix: Prepended to every metric name as ``"{prefix}-{name}"``.
+        checkpoint_name: Accepted for Lightning compatibility (checkpoint uploads are not supported).
+        **kwargs: Passed to ``wandb.init`` (``entity``, ``tags``, ``group``, ``notes``, ``settings``, ...).
+
+    Raises:
+        ModuleNotFoundError: ``wandb`` is not installed (install ``stoker[wandb]``).
+
+    Example:
+        >>> logger = WandbLogger(project="mnist", save_dir="runs", offline=True)  # doctest: +SKIP
+        >>> logger.log_hyperparams({"lr": 1e-3})  # doctest: +SKIP
+        >>> logger.log_metrics({"train/loss": 0.25}, step=10)  # doctest: +SKIP
+        >>> logger.finalize("success")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        save_dir: str | os.PathLike = ".",
+        version: int | str | None = None,
+        offline: bool = False,
+        dir: str | os.PathLike | None = None,
+        id: str | None = None,
+        anonymous: bool | None = None,
+        project: str | None = None,
+        log_model: bool | str = False,
+        experiment: Run | None = None,
+        prefix: str = "",
+        checkpoint_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not is_installed("wandb"):
+            raise missing_package_error("WandbLogger", "wandb", "stoker[wandb]")
+        if log_model:
+            raise ValueError(
+                f"WandbLogger(log_model={log_model!r}) is not supported: stoker does not upload checkpoints to W&B. "
+                "Use log_model=False and log the files you want with logger.experiment.log_artifact(...)."
+            )
+        if id is not None and version is not None and str(version) != str(id):
+            raise ValueError(f"WandbLogger(version={version!r}, id={id!r}) disagree; both name the run id. Pass one.")
+        for key in ("project", "name", "id", "dir", "resume", "reinit"):
+            if key in kwargs:
+                raise TypeError(f"WandbLogger(**kwargs) got {key!r}, which the logger sets itself; pass it "
+                                "as the logger's own argument (resume: pass id=... of the run).")
+        super().__init__(dir if dir is not None else save_dir, project or "stoker_logs", id if id is not None else version)
+        self._display_name = name
+        self._offline = offline
+        self._anonymous = anonymous
+        self._prefix = prefix
+        self._checkpoint_name = checkpoint_name
+        self._init_kwargs = kwargs
+        self._run: Run | None = experiment
+        self._owns_run = experiment is None
+        self._last_run_id: str | None = None  # after a finish, a new start resumes this run
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A live run holds a connection to the W&B service; a pickled copy (sent to spawned workers) starts its own.
+        state = self.__dict__.copy()
+        if self._owns_run:
+            state["_run"] = None
+        return state
+
+    @property
+    def project(self) -> str:
+        """The W&B project (also the sub-folder of ``save_dir``)."""
+        return self._name
+
+    @property
+    def experiment(self) -> Run:
+        """The W&B run, started on first access (``logger.experiment.log({...})`` for what the logger does not wrap)."""
+        if self._run is None:
+            self._run = self._start()
+        return self._run
+
+    tracker = experiment  # Accelerate's name for the underlying object
+
+    @property
+    def run_id(self) -> str:
+        """The W&B run id (starts the run)."""
+        return self.experiment.id
+
+    def _start(self) -> Run:
+        import wandb  # lazy on purpose: see the module docstring
+
+        os.makedirs(self.log_dir, exist_ok=True)  # W&B falls back to a temp dir when `dir` does not exist
+        run_id = self._version if isinstance(self._version, str) else self._last_run_id
+        options: dict[str, Any] = dict(
+            project=self._name, name=self._display_name, dir=self.log_dir, reinit="create_new", **self._init_kwargs
+        )
+        if run_id is not None:
+            options.update(id=run_id, resume="allow")
+        if self._offline:
+            options["mode"] = "offline"
+        if self._anonymous:
+            options["anonymous"] = "allow"
+        run = wandb.init(**options)
+        self._last_run_id = run.id
+        return run
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """``run.log(metrics, step=step)``; one ``.item()`` per tensor, W&B media objects passed through."""
+        values: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()
+            elif isinstance(value, torch.Tensor):
+                raise ValueError(f"Metric {key!r} is a tensor of shape {tuple(value.shape)}; log a scalar (reduce it "
+                                 "first) or wrap it in a W&B type such as wandb.Histogram.")
+            elif isinstance(value, numbers.Number) and hasattr(value, "item"):
+                value = value.item()  # NumPy scalars
+            values[f"{self._prefix}{_JOIN}{key}" if self._prefix else str(key)] = value
+        if values:
+            self.experiment.log(values, step=self._resolve_step(step))
+
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        """Merge ``params`` into ``run.config`` (nested mappings flattened with ``"/"``)."""
+        self.experiment.config.update(flatten_params(params_to_dict(params)), allow_val_change=True)
+
+    def watch(self, model: torch.nn.Module, log: str | None = "gradients", log_freq: int = 100,
+              log_graph: bool = True) -> None:
+        """``run.watch(model, ...)``: gradient/parameter histograms (Lightning's ``WandbLogger.watch``)."""
+        self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
+
+    def finalize(self, status: str) -> None:
+        """Finish the run: exit code 0 for ``"success"``, 1 otherwise. Safe to call repeatedly."""
+        run, self._run = self._run, None
+        if run is None or not self._owns_run:
+            self._run = run
+            return
+        run.finish(exit_code=0 if status == "success" else 1)

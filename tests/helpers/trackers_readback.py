@@ -1,0 +1,85 @@
+"""Reading back what the W&B and MLflow loggers wrote, with those projects' own tools.
+
+W&B: an offline run's ``.wandb`` transaction log, printed as JSON records by ``wandb leet inspect --json`` (the
+reader W&B ships). MLflow: ``MlflowClient`` on the same tracking URI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class WandbRun:
+    """One offline W&B run folder, as its records say."""
+
+    path: Path
+    run_id: str = ""
+    project: str = ""
+    display_name: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    history: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (step, user values)
+    exit_code: int | None = None
+
+
+def wandb_runs(root: str | os.PathLike) -> list[WandbRun]:
+    """Every offline run under ``root`` (searched recursively), oldest first."""
+    dirs = sorted(Path(root).rglob("offline-run-*"), key=lambda p: p.name)
+    return [read_wandb_run(d) for d in dirs if d.is_dir()]
+
+
+def read_wandb_run(run_dir: str | os.PathLike) -> WandbRun:
+    """Parses ``wandb leet inspect --json run_dir``."""
+    exe = Path(sys.executable).with_name("wandb")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "wandb"]
+    out = subprocess.run([*cmd, "leet", "inspect", "--json", str(run_dir)], capture_output=True, text=True,
+                         timeout=120, check=True)
+    run = WandbRun(Path(run_dir))
+    for line in out.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        kind = record.get("type")
+        body = record.get(kind, {})
+        if kind == "run":
+            run.run_id, run.project, run.display_name = body["run_id"], body["project"], body.get("display_name", "")
+            run.config.update(_config_values(body.get("config", {})))
+        elif kind == "config":
+            run.config.update(_config_values(body))
+        elif kind == "history":
+            values = {k: v for k, v in body["item"].items() if not k.startswith("_")}
+            run.history.append((int(body.get("step", {}).get("num", 0)), values))
+        elif kind == "exit":
+            run.exit_code = int(body.get("exit_code", 0))
+    return run
+
+
+def _config_values(config: dict[str, Any]) -> dict[str, Any]:
+    update = config.get("update", config)
+    return {k: v for k, v in update.items() if k != "_wandb"}
+
+
+def mlflow_client(tracking_uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def mlflow_runs(tracking_uri: str, experiment: str) -> list[Any]:
+    """The experiment's runs (``mlflow.entities.Run``), oldest first."""
+    client = mlflow_client(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no MLflow experiment {experiment!r} in {tracking_uri}"
+    return sorted(client.search_runs([found.experiment_id]), key=lambda r: r.info.start_time)
+
+
+def mlflow_history(tracking_uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of one metric, in step order."""
+    history = mlflow_client(tracking_uri).get_metric_history(run_id, key)
+    return sorted((m.step, m.value) for m in history)
