@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, flatten_params, params_to_dict
+from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -98,6 +98,7 @@ class WandbLogger(Logger):
                 raise TypeError(f"WandbLogger(**kwargs) got {key!r}, which the logger sets itself; pass it "
                                 "as the logger's own argument (resume: pass id=... of the run).")
         super().__init__(dir if dir is not None else save_dir, project or "stoker_logs", id if id is not None else version)
+        check_log_folder(self)  # a file in the way fails now, not after an epoch of training
         self._display_name = name
         self._offline = offline
         self._anonymous = anonymous

@@ -88,6 +88,9 @@ def test_unsupported_arguments_are_clear_errors(tmp_path):
         WandbLogger(save_dir=tmp_path, resume="must")
     with pytest.raises(ValueError, match="disagree"):
         WandbLogger(save_dir=tmp_path, version="a", id="b")
+    (tmp_path / "notes.txt").write_text("a file")
+    with pytest.raises(ValueError, match=r"save_dir .*notes.txt' is a file"):
+        WandbLogger(save_dir=tmp_path / "notes.txt")
     logger = WandbLogger(save_dir=tmp_path)
     logger._run = type("Run", (), {"log": lambda self, *a, **k: None})()
     with pytest.raises(ValueError, match=r"tensor of shape \(2,\)"):

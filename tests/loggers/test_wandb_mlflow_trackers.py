@@ -153,3 +153,13 @@ def test_import_and_construction_do_not_import_wandb_or_mlflow(tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_trainer_takes_the_same_names(offline_env, tmp_path):
+    from stoker import Trainer
+
+    trainer = Trainer(logger=["csv", "wandb", "mlflow"], default_root_dir=tmp_path, enable_progress_bar=False)
+    csv_logger, wandb_logger, mlflow_logger = trainer.loggers
+    assert (type(wandb_logger), type(mlflow_logger)) == (WandbLogger, MLFlowLogger)
+    assert wandb_logger.project == mlflow_logger.name == "stoker_logs" and wandb_logger.save_dir == str(tmp_path)
+    assert mlflow_logger.tracking_uri == offline_env
