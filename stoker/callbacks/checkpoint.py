@@ -115,6 +115,8 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
         self.dirpath: str | None = None if dirpath is None else os.path.abspath(dirpath)
+        if self.dirpath is not None:
+            _check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
@@ -168,6 +170,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = os.path.abspath(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints"))
+            _check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({default_root_dir}/checkpoints)")
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)
@@ -386,3 +389,14 @@ class ModelCheckpoint(Callback):
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
                 f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last})")
+
+
+def _check_dirpath(dirpath: str, what: str) -> None:
+    """Fail now, not after the first epoch, when a file stands where the checkpoint folder must be created."""
+    from stoker.loggers.base import blocking_file
+
+    path = blocking_file(dirpath)
+    if path is not None:
+        where = "is a file" if path == dirpath else f"cannot be created: {path!r} is a file"
+        raise ValueError(f"{what}: {dirpath!r} {where}. Checkpoints are folders written inside dirpath; pass a "
+                         "folder path (it is created if missing).")

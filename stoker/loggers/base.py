@@ -200,6 +200,17 @@ def _path_text(save_dir: Any, owner: str) -> str:
         ) from None
 
 
+def blocking_file(folder: str | os.PathLike) -> str | None:
+    """The existing file that stops ``folder`` from being created (itself or a folder above it), else None."""
+    path = os.path.abspath(folder)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None if os.path.isdir(path) else path
+
+
 def check_log_folder(logger: Logger) -> None:
     """Fail at construction when the logger's folder cannot be created because a file is in the way.
 
@@ -208,19 +219,13 @@ def check_log_folder(logger: Logger) -> None:
     ``save_dir``, ``{save_dir}/{name}`` and every folder above them must be folders
     or not exist yet.
     """
-    owner = type(logger).__name__
-    path = os.path.abspath(logger.root_dir)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-    if not os.path.isdir(path):  # the deepest existing component is a file: nothing can be created below it
+    path = blocking_file(logger.root_dir)
+    if path is not None:
         what = "save_dir" if path == os.path.abspath(logger.save_dir) else "the path"
         raise ValueError(
-            f"{owner}(save_dir={logger.save_dir!r}, name={logger.name!r}): {what} {path!r} is a file, so the log "
-            f"folder {{save_dir}}/{{name}}/version_{{n}} cannot be created under it. Pass a folder path for save_dir "
-            "(it is created if missing)."
+            f"{type(logger).__name__}(save_dir={logger.save_dir!r}, name={logger.name!r}): {what} {path!r} is a "
+            "file, so the log folder {save_dir}/{name}/version_{n} cannot be created under it. Pass a folder path "
+            "for save_dir (it is created if missing)."
         )
 
 

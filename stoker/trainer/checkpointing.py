@@ -94,6 +94,10 @@ def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
     """``ckpt_path`` as a folder: None stays None, ``"last"`` is looked up (None when there is none)."""
     if ckpt_path is None:
         return None
+    if not isinstance(ckpt_path, (str, os.PathLike)):
+        raise TypeError(f"ckpt_path={ckpt_path!r} ({type(ckpt_path).__name__}) is not a checkpoint. Expected one of: "
+                        f"None (no checkpoint), {LAST!r} (the newest complete checkpoint under default_root_dir), "
+                        "or the path of a checkpoint folder (a str or os.PathLike).")
     if ckpt_path == LAST:
         return trainer.find_last_checkpoint()
     path = os.fspath(ckpt_path)

@@ -96,6 +96,7 @@ class FitLoop:
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
+        t._nonfinite.check(t)
         results = t._train_results
         results.in_batch = False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
@@ -133,8 +134,8 @@ class FitLoop:
                     hook(outputs, batch, batch_idx)
                 results.in_batch = False
                 self.total_batches += 1
-                if synced and has_loggers:
-                    self._log_step()
+                if synced:
+                    self._log_step(has_loggers)
                 if val_enabled and not last and self._val_due(batch_idx):
                     t._run_validation()
                 if synced and self._stop_now():
@@ -170,6 +171,10 @@ class FitLoop:
             loss, num_items = outputs, None
         else:
             loss, num_items = unpack_loss(outputs)
+        if not loss.requires_grad:
+            raise no_grad_error(loss)
+        if t._nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
+            t._nonfinite.check(t)
         for hook in hooks.get("on_before_backward"):
             hook(loss)
         if num_items is None:
@@ -185,6 +190,10 @@ class FitLoop:
     def _optimizer_step(self) -> None:
         t = self.trainer
         acc, hooks, optimizers = t.accelerator, t._hooks, t.optimizers
+        if t.on_nonfinite_loss == "skip" and t._nonfinite.skip_step(t):
+            for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
+                optimizer.zero_grad(set_to_none=True)
+            return
         if hooks.has("on_before_optimizer_step"):
             for optimizer in optimizers:
                 acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
@@ -201,11 +210,14 @@ class FitLoop:
             hooks.call("on_before_zero_grad", optimizer)
             optimizer.zero_grad(set_to_none=True)
 
-    def _log_step(self) -> None:
+    def _log_step(self, has_loggers: bool) -> None:
         t = self.trainer
         step = t.global_step
         if step != self.last_logged_step and step % t.log_every_n_steps == 0:
             self.last_logged_step = step
+            t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
+            if not has_loggers:
+                return
             values = t._train_results.pop_step_values()
             if values:
                 t._send_to_loggers(values)
@@ -241,6 +253,18 @@ def unpack_loss(outputs: Any) -> tuple[torch.Tensor, Any]:
         raise TypeError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce "
                         "it, e.g. loss.mean() (or loss.sum() with 'num_items' for per-item normalisation).")
     return loss, num_items
+
+
+def no_grad_error(loss: torch.Tensor) -> ValueError:
+    """The error for a ``training_step`` loss that backward cannot differentiate."""
+    reason = "gradients are disabled here (torch.no_grad() or torch.set_grad_enabled(False) around fit)" \
+        if not torch.is_grad_enabled() else "it is not connected to any parameter that requires grad"
+    return ValueError(
+        f"training_step returned a loss that does not require grad (requires_grad=False, grad_fn=None): {reason}, "
+        "so there is nothing to train. Return the loss computed from the model's output: not loss.detach(), "
+        "loss.item() or torch.tensor(value), and not computed under torch.no_grad(); check that some parameters "
+        "have requires_grad=True."
+    )
 
 
 def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[str, float]]:

@@ -100,6 +100,15 @@ class RunSetup:
         t._val_enabled = t._has_validation_step and any(t.num_val_batches)  # limit_val_batches=0 turns it off
         t._val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers())
+        if len(optimizers) > 1 and getattr(module, "automatic_optimization", True):
+            raise ValueError(
+                f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("
+                + ", ".join(type(o).__name__ for o in optimizers) + "), but automatic optimization steps every "
+                "optimizer on the same loss. To step several optimizers (e.g. a GAN's generator and "
+                "discriminator), set `automatic_optimization = False` on the module and step them yourself in "
+                "training_step (manual optimization, as in Lightning 2); for one loss, return one optimizer, with "
+                "several parameter groups if they need different settings."
+            )
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
         for config in configs:
             config.scheduler = acc.prepare_scheduler(config.scheduler)

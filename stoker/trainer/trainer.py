@@ -26,6 +26,8 @@ from .hooks import HookDispatcher
 from .logging import Results
 from .loops import FitLoop, run_evaluation, run_predict
 from .module import TrainingModule
+from .nonfinite import NonFiniteLoss
+from .nonfinite import check_mode as check_nonfinite_mode
 from .optim import LRSchedulerConfig
 from .setup import RunSetup
 
@@ -69,6 +71,10 @@ class Trainer:
         devices: Processes to run: "auto", an int, or a list of GPU indices. More than one from a plain
             ``python script.py`` re-runs the script in that many processes; under torchrun the counts must match.
         strategy: The Accelerator's strategy: "auto" | "ddp" | "fsdp", or a strategy object.
+        on_nonfinite_loss: When ``training_step`` returns a NaN/inf loss: "raise" (stop, naming the step and
+            batch), "skip" (that optimizer step never happens) or "warn" (train on). "raise" and "warn" look at the
+            losses only when values are logged, at epoch ends and before checkpoints (no per-step device->host
+            wait); "skip" reads each window's losses before its optimizer step. See ``nonfinite.py``.
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
@@ -87,7 +93,7 @@ class Trainer:
         limit_val_batches: int | float | None = None, limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
         deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
-        enable_model_summary: bool = True,
+        enable_model_summary: bool = True, on_nonfinite_loss: str = "raise",
     ) -> None:
         from ..accelerator import parse_precision
 
@@ -113,6 +119,8 @@ class Trainer:
         self.log_every_n_steps = check.positive_int("log_every_n_steps", log_every_n_steps)
         self.seed = check.seed_value(seed)
         self.deterministic = bool(deterministic)
+        self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
+        self._nonfinite = NonFiniteLoss(self.on_nonfinite_loss)
         self.default_root_dir = os.fspath(default_root_dir)
         self.devices = devices
         cpu = check.accelerator_choice(accelerator)
@@ -238,6 +246,7 @@ class Trainer:
         vals = self._setup.loaders(val_dataloaders, module, "val_dataloader")
         with self._run("fit", module):
             self._setup.prepare_fit(module, train, vals)
+            self._nonfinite.reset()
             restore(self, ckpt_path)
             self._log_hyperparams()
             self._preemption.install()
@@ -351,6 +360,8 @@ class Trainer:
         """
         if self.module is None:
             raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
+        if self.state.fn == "fit":
+            self._nonfinite.check(self)  # never write a checkpoint after a non-finite loss went unnoticed
         return self.accelerator.save_state(os.fspath(path))
 
     def find_last_checkpoint(self) -> str | None:

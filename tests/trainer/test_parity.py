@@ -121,11 +121,14 @@ def test_mixed_precision_trains_on_cpu(precision: str, dtype: torch.dtype) -> No
 
 
 class Overflowing(Regressor):
-    """The first micro-batch's loss is inf: fp16's scaler must skip that step."""
+    """The first micro-batch's loss is finite but overflows once scaled: fp16's scaler must skip that step.
+
+    (A loss that is itself inf is a non-finite loss: the Trainer raises on it by default, see test_bad_input.py.)
+    """
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = super().training_step(batch, batch_idx)
-        return loss * float("inf") if self.trainer.current_epoch == 0 and batch_idx == 0 else loss
+        return loss * 1e36 if self.trainer.current_epoch == 0 and batch_idx == 0 else loss
 
 
 def test_fp16_skipped_steps_neither_count_nor_step_the_scheduler() -> None:

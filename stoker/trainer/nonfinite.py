@@ -1,0 +1,133 @@
+"""What happens when ``training_step`` returns a NaN or infinite loss: ``Trainer(on_nonfinite_loss=...)``.
+
+Owns: the three policies and when each one looks at the loss. Does not own the optimizer step (``loops.py`` asks
+:meth:`NonFiniteLoss.skip_step` before it) or the checkpoints (``Trainer.save_checkpoint`` calls :meth:`check`).
+
+- ``"raise"`` (default): the run stops with a ``ValueError`` naming the global step, epoch and ``batch_idx`` of the
+  first non-finite loss.
+- ``"warn"``: a warning naming the same, and training goes on (the optimizer steps on those gradients, as a plain
+  PyTorch loop would).
+- ``"skip"``: an optimizer step whose accumulation window saw a non-finite loss never reaches the optimizer: no
+  ``optimizer.step``, no scheduler step, ``global_step`` does not advance, the gradients are dropped; a warning
+  names the step.
+
+Cost. Reading a loss on the host waits for the device to finish the step, which on a GPU stops the host from
+queueing the next step's work. So ``"raise"`` and ``"warn"`` keep a reference to each micro-batch's loss (no device
+work, no copy) and look at them together, with one device->host read, only when the Trainer reads values anyway:
+when step values go to the loggers (every ``log_every_n_steps`` optimizer steps, loggers or not), at each epoch's
+end, before every checkpoint, and at the latest after 1024 micro-batches. The price: the error comes at the next
+such point, not at the bad step itself, and the optimizer has stepped on those gradients in between (an fp16
+GradScaler skips them), so the weights in memory may be NaN; no checkpoint is written after a non-finite loss.
+``"skip"`` must decide before each optimizer step, so it reads the window's losses once per optimizer step: one
+device->host read per step (like fp16's GradScaler), plus one small all-reduce with several processes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+MODES = ("raise", "skip", "warn")
+# Losses held before they are looked at regardless of the logging cadence: bounds memory (a 0-d device tensor
+# each) for runs that log rarely, at the cost of one device->host read per this many micro-batches.
+_MAX_PENDING = 1024
+
+
+def check_mode(value: Any) -> str:
+    """Validates ``Trainer(on_nonfinite_loss=...)``."""
+    if value not in MODES:
+        raise ValueError(f"Trainer(on_nonfinite_loss={value!r}) is not a policy. Expected one of: "
+                         + ", ".join(repr(m) for m in MODES) + " ('raise' stops the run, 'skip' drops the "
+                         "optimizer step, 'warn' warns and trains on).")
+    return value
+
+
+class NonFiniteLoss:
+    """Watches the training losses of one ``fit`` (see the module docstring).
+
+    Example:
+        >>> guard = NonFiniteLoss("raise")
+        >>> guard.watch(loss, step=3, epoch=0, batch_idx=7)   # every micro-batch: keeps a reference
+        >>> guard.check(trainer)                             # at log time: raises if any was NaN/inf
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = check_mode(mode)
+        self._pending: list[tuple[torch.Tensor, int, int, int]] = []
+
+    def reset(self) -> None:
+        self._pending = []
+
+    def watch(self, loss: torch.Tensor, step: int, epoch: int, batch_idx: int) -> bool:
+        """Records a micro-batch's loss; True when enough are held that :meth:`check` should run now."""
+        pending = self._pending
+        pending.append((loss.detach(), step, epoch, batch_idx))
+        # "skip" looks at every window before its optimizer step: the window bounds what it holds.
+        return len(pending) >= _MAX_PENDING and self.mode != "skip"
+
+    def skip_step(self, trainer: Any) -> bool:
+        """``"skip"`` only: True (after warning) when the window that just closed had a non-finite loss."""
+        first = self._first_bad(trainer)
+        if first is None:
+            return False
+        warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(first)} was not finite (NaN or inf); that "
+                      "optimizer step was skipped (no optimizer or scheduler step, gradients dropped).",
+                      RuntimeWarning, stacklevel=2)
+        return True
+
+    def check(self, trainer: Any) -> None:
+        """Raises or warns when a loss held since the last check was not finite (one device->host read).
+
+        Collective with several processes: call it at the same point on every process.
+        """
+        if self.mode == "skip":  # looked at before each optimizer step (what is held is the open window)
+            return
+        first = self._first_bad(trainer)
+        if first is None:
+            return
+        where = _where(first)
+        where = where[0].upper() + where[1:]
+        if self.mode == "warn":
+            warnings.warn(f"{where} was not finite (NaN or inf); training goes on "
+                          "(Trainer(on_nonfinite_loss='warn')).", RuntimeWarning, stacklevel=2)
+            return
+        raise ValueError(
+            f"{where} was not finite (NaN or inf); noticed at global_step {trainer.global_step}. (To keep steps "
+            "free of device->host waits, losses are checked when values are logged, at epoch ends and before "
+            "checkpoints; the optimizer may have stepped on these gradients since, so the weights in memory may "
+            "hold NaN/inf; no checkpoint was written after it.) Fix the cause: a lower learning rate, gradient "
+            "clipping (Trainer(clip_grad_norm=...)), a numerically safe loss (log of 0, division by 0), bad "
+            "input data; or pass Trainer(on_nonfinite_loss='skip') to drop such steps, or 'warn' to train on."
+        )
+
+    def _first_bad(self, trainer: Any) -> tuple[int, int, int] | None:
+        """(step, epoch, batch_idx) of the first non-finite loss held, agreed by every process; clears them."""
+        pending, self._pending = self._pending, []
+        acc = trainer.accelerator
+        if not pending and acc.num_processes == 1:
+            return None
+        index = len(pending)
+        if pending:
+            losses = torch.stack([p[0].reshape(()).float() for p in pending])
+            finite = torch.isfinite(losses)
+            if acc.num_processes == 1:
+                if bool(finite.all()):  # the one device->host read of a check
+                    return None
+                index = int((~finite).nonzero()[0])
+                return pending[index][1:]
+            # The first non-finite position, or len(pending) when all are finite, computed on the device.
+            positions = torch.arange(len(pending), device=finite.device)
+            index_t = torch.where(finite, len(pending), positions).min()
+        else:  # nothing held here: a position past any other process's
+            index_t = torch.tensor(2**62, device=acc.device)
+        agreed = int(acc.gather(index_t.reshape(1).to(acc.device)).min())  # every rank holds the same positions
+        if agreed >= len(pending):
+            return None
+        return pending[agreed][1:]
+
+
+def _where(first: tuple[int, int, int]) -> str:
+    step, epoch, batch_idx = first
+    return f"the loss returned by training_step at global_step {step} (epoch {epoch}, batch_idx {batch_idx})"
