@@ -55,6 +55,19 @@ def _parts(accelerator: Accelerator, rank: int) -> tuple[list, list]:
     return shared, own
 
 
+def _main_process_folder(accelerator: Accelerator, path: str, call: str) -> str:
+    """The main process's folder (one small broadcast): a checkpoint is one folder that every process writes into
+    and reads from, also when each process was given its own (e.g. its own ``tempfile.TemporaryDirectory()``)."""
+    if accelerator.num_processes == 1:
+        return path
+    main = accelerator.strategy.broadcast_object(path)
+    if main != path:
+        warnings.warn(f"{call}: process {accelerator.process_index} was given {path!r} and the main process "
+                      f"{main!r}; a checkpoint is one folder shared by all processes, so {main!r} is used.",
+                      stacklevel=4)
+    return main
+
+
 def _target(accelerator: Accelerator, output_dir: str | None) -> str:
     if output_dir is not None:
         return os.path.abspath(output_dir)
@@ -95,7 +108,7 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     io = checkpoint_io(accelerator)
     io.wait_for_save()  # one save at a time, in order
     config, auto = accelerator.project_configuration, output_dir is None
-    target = _target(accelerator, output_dir)
+    target = _main_process_folder(accelerator, _target(accelerator, output_dir), "save_state")
     tmp = _aside(target, "tmp")
     sharded = accelerator.strategy.shards_parameters
     asynchronous = async_save and accelerator.num_processes == 1 and not sharded  # no collectives off-thread
@@ -231,7 +244,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
     """
     checkpoint_io(accelerator).wait_for_save()  # an asynchronous save in flight is committed first
-    path = _source(accelerator, input_dir)
+    path = _source(accelerator, _main_process_folder(accelerator, input_dir, "load_state") if input_dir else None)
     accelerator.wait_for_everyone()
     files = verify_checkpoint(path, files=[STATE_NAME])["files"]
     with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:

@@ -76,6 +76,12 @@ def seeded_global_rng(seed: int) -> Iterator[None]:
         random.setstate(python_state)
 
 
+def _samples(indices: list[Any]) -> int:
+    """Samples behind ``indices``: one per index, or a whole list's worth where an index is itself a batch
+    (``sampler=BatchSampler(...), batch_size=None``: the dataset reads a list of indices at once)."""
+    return sum(len(i) if isinstance(i, (list, tuple)) else 1 for i in indices)
+
+
 class ShardedBatchSampler(Sampler[list[int]]):
     """Gives this process its share of each epoch's batches and can start an epoch ``skip`` batches in.
 
@@ -136,8 +142,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
             for b in batches:
                 size = math.ceil(len(b) / n)
                 if self.even_batches and len(b) < size * n:
-                    self.padding += size * n - len(b)
-                    b = b + (b * n)[: size * n - len(b)]
+                    added = (b * n)[: size * n - len(b)]
+                    self.padding += _samples(added)
+                    b = b + added
                 yield b[p * size:(p + 1) * size]
             return
         if self.even_batches and batches:
@@ -145,13 +152,14 @@ class ShardedBatchSampler(Sampler[list[int]]):
             flat = [i for b in batches for i in b]
             if len(batches[-1]) < full:  # complete a short last batch with samples from the epoch's start
                 need = full - len(batches[-1])
-                batches[-1] = batches[-1] + (flat * (need // len(flat) + 1))[:need]
-                self.padding += need
+                added = (flat * (need // len(flat) + 1))[:need]
+                batches[-1] = batches[-1] + added
+                self.padding += _samples(added)
             extra = (-len(batches)) % n
             for k in range(extra):
                 start = (k * full) % len(flat)
                 batches.append((flat * (full // len(flat) + 2))[start:start + full])
-                self.padding += full
+                self.padding += _samples(batches[-1])
         yield from batches[p::n]
 
     def __iter__(self) -> Iterator[Any]:
