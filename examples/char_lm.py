@@ -1,25 +1,33 @@
 """A character-level transformer trained on the source code of Python's own standard library.
 
-    python examples/char_lm.py            # about two minutes on 2 CPU cores; prints a generated sample
+    python examples/char_lm.py            # under a minute on 2 CPU cores; prints a generated sample and its time
+    python examples/char_lm.py --full     # the longer run: more text, more steps, validation every 100 batches
     python examples/char_lm.py --tiny     # a few seconds (what the test runs)
     python examples/char_lm.py --resume   # continue from the newest checkpoint in --root
 
-Shows: accumulate=2, precision="bf16", a per-step warm-up/cosine schedule, validation perplexity through a
-torchmetrics Metric, checkpoints ({root}/checkpoints) and TensorBoard logs ({root}/stoker_logs).
+Shows: accumulate=2, bf16 where the hardware computes it natively (a GPU; on a CPU without bf16 instructions
+autocast to bf16 is several times slower than fp32, so `--precision auto` picks fp32 there), a per-step
+warm-up/cosine schedule, validation perplexity through a torchmetrics Metric, checkpoints ({root}/checkpoints) and
+TensorBoard logs ({root}/stoker_logs).
 """
 
 from __future__ import annotations
 
-import argparse
-import inspect
-import math
+import time
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+_START = time.perf_counter()  # before torch is imported: the printed time includes start-up
 
-from stoker import Trainer, TrainingModule, set_seed
+import argparse  # noqa: E402
+import inspect  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from stoker import Trainer, TrainingModule, set_seed  # noqa: E402
 
 MODULES = ["textwrap", "string", "heapq", "bisect", "fractions", "functools", "json.decoder", "json.encoder",
            "argparse", "dataclasses", "collections", "inspect", "pathlib", "shutil", "tokenize", "difflib"]
@@ -103,40 +111,60 @@ class CharLM(TrainingModule):
         return "".join(vocab[i] for i in ids[0].tolist())
 
 
+# (max_steps, chars, batch_size, width, batches between validations, validation batches) per run length
+SIZES = {"quick": (200, 150_000, 16, 128, 200, 8), "full": (500, 400_000, 16, 128, 100, 20),
+         "tiny": (6, 20_000, 8, 32, 100, 20)}
+
+
+def pick_precision(choice: str) -> str:
+    """``auto``: bf16 on a GPU with bf16, else fp32 (a CPU without native bf16 runs bf16 autocast ~8x slower)."""
+    if choice != "auto":
+        return choice
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default="runs/char_lm", help="checkpoints and TensorBoard logs go here")
-    parser.add_argument("--max-steps", type=int, default=500, help="optimizer steps (2 micro-batches each)")
-    parser.add_argument("--chars", type=int, default=400_000, help="characters of standard-library source")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--full", action="store_true", help="the longer run (a few minutes on 2 CPU cores)")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long run: small model, few steps")
+    parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps (2 micro-batches each)")
+    parser.add_argument("--chars", type=int, default=None, help="characters of standard-library source")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --root")
     args = parser.parse_args(argv)
-    if args.tiny:
-        args.max_steps, args.chars, args.batch_size, args.width = 6, 20_000, 8, 32
+    max_steps, chars, batch_size, width, val_every, val_batches = SIZES[
+        "tiny" if args.tiny else "full" if args.full else "quick"]
+    max_steps, chars = args.max_steps or max_steps, args.chars or chars
+    batch_size, width = args.batch_size or batch_size, args.width or width
+    precision = "bf16" if args.tiny and args.precision == "auto" else pick_precision(args.precision)
 
     set_seed(0)  # the model's initial weights too (Trainer(seed=...) seeds at fit, after the model exists)
-    text = stdlib_text(args.chars)
+    text = stdlib_text(chars)
     vocab = "".join(sorted(set(text)))
     ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
     block, split = 64, int(0.9 * len(ids))
-    train = DataLoader(Chars(ids[:split], block, stride=block // 2), batch_size=args.batch_size, shuffle=True)
+    train = DataLoader(Chars(ids[:split], block, stride=block // 2), batch_size=batch_size, shuffle=True)
     val = DataLoader(Chars(ids[split:], block, stride=block), batch_size=64)
 
-    module = CharLM(vocab, block=block, width=args.width, layers=2, heads=4)
-    trainer = Trainer(max_steps=args.max_steps, accumulate=2, precision="bf16", default_root_dir=args.root,
-                      # every ~100 batches, as a fraction of the epoch: right also when torchrun splits the epoch
-                      val_check_interval=min(1.0, 100 / len(train)), limit_val_batches=20, log_every_n_steps=10,
-                      clip_grad_norm=1.0, seed=0)
+    module = CharLM(vocab, block=block, width=width, layers=2, heads=4)
+    trainer = Trainer(max_steps=max_steps, accumulate=2, precision=precision, default_root_dir=args.root,
+                      # every `val_every` batches, as a fraction of the epoch: right also when torchrun splits it
+                      val_check_interval=min(1.0, val_every / len(train)), limit_val_batches=val_batches,
+                      log_every_n_steps=10, clip_grad_norm=1.0, seed=0)
     trainer.fit(module, train, val, ckpt_path="last" if args.resume else None)
 
     ppl = trainer.validate(module, val)[0]["val/ppl"]
-    print(f"\n{len(text):,} characters, vocabulary {len(vocab)}; {trainer.global_step} optimizer steps; "
-          f"validation perplexity {ppl:.2f} (uniform guessing: {len(vocab)})")
+    print(f"\n{len(text):,} characters, vocabulary {len(vocab)}; {trainer.global_step} optimizer steps "
+          f"({precision}); validation perplexity {ppl:.2f} (uniform guessing: {len(vocab)})")
     print(f"checkpoint: {trainer.checkpoint_callback.last_model_path}\nTensorBoard: tensorboard --logdir "
           f"{trainer.log_dir}\n--- sample ---")
     print(module.generate("def ", 300 if not args.tiny else 40))
+    cpu = sum(os.times()[:4])  # user + system, this process and its children: less sensitive to a loaded machine
+    print(f"--- finished in {time.perf_counter() - _START:.1f} s ({cpu:.1f} s CPU time, {torch.get_num_threads()} "
+          "threads) ---")
 
 
 if __name__ == "__main__":
