@@ -67,11 +67,35 @@ class DataLoaderConfiguration:
             every process, and restorable).
         use_stateful_dataloader: ``save_state``/``load_state`` record and restore each prepared loader's position,
             so a resumed run continues with the next batch of the same epoch.
-        non_blocking: Copy batches to the device with ``non_blocking=True`` (worth it with ``pin_memory=True``).
+        non_blocking: Copy batches to the device with ``non_blocking=True``. ``None`` (the default) means "where
+            it is safe": on a CUDA device, where prepared loaders then also pin their batches (``pin_memory``) so
+            the copy overlaps with compute; elsewhere off. ``False`` turns it off on CUDA too.
+        dispatch_batches: Accepted for Accelerate compatibility, and ``True`` behaves as ``False``: stoker never
+            dispatches batches from the main process; every process reads the data itself and keeps its own
+            share (Accelerate's non-dispatching behaviour, what one machine needs).
+        data_seed: Seed of the prepared loaders' own shuffle generator. ``None``: drawn once from the global RNG
+            at ``prepare`` (so ``set_seed`` before ``prepare`` fixes it) and broadcast from the main process.
     """
 
     split_batches: bool = False
     even_batches: bool = True
     use_seedable_sampler: bool = True
     use_stateful_dataloader: bool = False
-    non_blocking: bool = False
+    non_blocking: bool | None = None
+    dispatch_batches: bool | None = None
+    data_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("split_batches", "even_batches", "use_seedable_sampler", "use_stateful_dataloader"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"DataLoaderConfiguration({name}={value!r}) must be True or False.")
+        for name in ("non_blocking", "dispatch_batches"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"DataLoaderConfiguration({name}={value!r}) must be True, False or None (the "
+                                "default).")
+        seed = self.data_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+            raise ValueError(f"DataLoaderConfiguration(data_seed={seed!r}) must be an int in [0, 2**63) or None "
+                             "(drawn from the global RNG at prepare).")

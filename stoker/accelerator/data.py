@@ -39,15 +39,18 @@ def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
 def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: torch.device | None) -> PreparedDataLoader:
     """Rebuilds ``loader`` for this process (see the module docstring)."""
     config = accelerator.dataloader_config
-    # The shuffle seed comes from the global RNG once, here, so set_seed() before prepare fixes every epoch's order.
-    seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
     n, rank = accelerator.num_processes, accelerator.process_index
-    if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, or seed + rank)
-        seed = int(accelerator.strategy.broadcast_object(seed))
+    seed = config.data_seed
+    if seed is None:
+        # The shuffle seed comes from the global RNG once, here, so set_seed() before prepare fixes every order.
+        seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
+        if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, seed + rank)
+            seed = int(accelerator.strategy.broadcast_object(seed))
     kwargs = _loader_kwargs(loader)
+    kwargs["pin_memory"], non_blocking = transfer_settings(device, config.non_blocking, loader.pin_memory)
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
-        return _prepare_iterable(loader, accelerator, device, seed, kwargs, generator)
+        return _prepare_iterable(loader, accelerator, device, seed, kwargs, generator, non_blocking)
     sampler = seedable(loader.sampler, seed) if config.use_seedable_sampler else loader.sampler
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
@@ -64,7 +67,27 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
         )
     batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
-    return PreparedDataLoader(rebuilt, accelerator, batch_sampler, seed, device, config.non_blocking)
+    return PreparedDataLoader(rebuilt, accelerator, batch_sampler, seed, device, non_blocking)
+
+
+def transfer_settings(device: torch.device | None, non_blocking: bool | None,
+                      pin_memory: bool) -> tuple[bool, bool]:
+    """``(pin_memory, non_blocking)`` of a prepared loader that places its batches on ``device``.
+
+    On CUDA an asynchronous copy is safe (later kernels on the stream wait for it) and, from pinned memory, lets
+    the copy overlap with compute; so ``non_blocking=None`` means on there, with pinned batches. Elsewhere nothing
+    changes unless asked: the loader's own ``pin_memory``, and ``non_blocking`` only when it is True.
+
+    Example:
+        >>> transfer_settings(torch.device("cuda", 0), None, pin_memory=False)
+        (True, True)
+    """
+    if device is None:  # no placement: batches stay where the loader made them
+        return pin_memory, False
+    if device.type == "cuda":
+        copy_async = True if non_blocking is None else non_blocking
+        return pin_memory or copy_async, copy_async
+    return pin_memory, bool(non_blocking)
 
 
 class _FirstOnly:
@@ -80,7 +103,7 @@ def _first_only(collate: Any) -> _FirstOnly:
 
 
 def _prepare_iterable(loader: DataLoader, accelerator: Accelerator, device: torch.device | None, seed: int,
-                      kwargs: dict[str, Any], generator: torch.Generator) -> PreparedDataLoader:
+                      kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool) -> PreparedDataLoader:
     dataset, batch_size = loader.dataset, loader.batch_size
     if accelerator.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
@@ -93,7 +116,7 @@ def _prepare_iterable(loader: DataLoader, accelerator: Accelerator, device: torc
         rebuilt: DataLoader = StatefulDataLoader(dataset, **kwargs)
     else:
         rebuilt = DataLoader(dataset, **kwargs)
-    return PreparedDataLoader(rebuilt, accelerator, None, seed, device, accelerator.dataloader_config.non_blocking)
+    return PreparedDataLoader(rebuilt, accelerator, None, seed, device, non_blocking)
 
 
 def skip_first_batches(loader: Any, num_batches: int) -> Any:
@@ -118,5 +141,5 @@ def skip_first_batches(loader: Any, num_batches: int) -> Any:
 
 __all__ = [
     "PreparedDataLoader", "SeedableRandomSampler", "ShardedBatchSampler", "SkipView", "prepare_data_loader",
-    "skip_first_batches",
+    "skip_first_batches", "transfer_settings",
 ]
