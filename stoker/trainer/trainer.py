@@ -212,6 +212,11 @@ class Trainer:
         return self.module
 
     @property
+    def train_dataloader(self) -> Any:
+        """The prepared train loader of the current (or last) ``fit``, or None (Lightning's attribute)."""
+        return self._train_loader
+
+    @property
     def training(self) -> bool:
         return self.state.stage == "train"
 

@@ -1,0 +1,269 @@
+"""`ThroughputMonitor`: samples, batches (and FLOPs and MFU) per second, sent to the Trainer's loggers.
+
+Owns: counting batches, samples, items and FLOPs as they pass, the clock (validation time is not training time),
+the metric names, and when values are computed. It does not synchronize the device per batch: counts are host-side
+integers (``batch_size_fn`` reads shapes), and the device is synchronized (CUDA) only when a value is computed,
+every ``log_every_n_steps`` optimizer steps in training and once at the end of an evaluation run.
+
+Names (``stage`` is ``train``, ``validate``, ``test`` or ``predict``): ``{stage}/device/batches_per_sec``,
+``{stage}/device/samples_per_sec``, ``{stage}/device/items_per_sec`` (with ``length_fn``),
+``{stage}/device/flops_per_sec`` and ``{stage}/device/mfu`` (with a FLOP count, and ``peak_flops`` for MFU), and
+with several processes the job's totals without ``device/`` (this process's rate times the number of processes,
+which assumes processes of equal speed, as Lightning's does). Running totals: ``{stage}/time``,
+``{stage}/batches``, ``{stage}/samples`` (and ``{stage}/items``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from stoker.callbacks.base import Callback
+
+__all__ = ["ThroughputMonitor"]
+
+_STAGES = ("train", "validate", "test", "predict")
+
+
+class _Meter:
+    """Counts of one stage and the reading (time, counts) taken at the previous computation."""
+
+    def __init__(self) -> None:
+        self.time = 0.0  # seconds counted in earlier runs of the stage (and before a resume, for training)
+        self.batches = self.samples = self.items = 0
+        self.flops = 0.0
+        self.started: float | None = None  # perf_counter when the current stretch of timing began
+        self.last: tuple[float, int, int, int, float] | None = None
+
+    def elapsed(self) -> float:
+        return self.time + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+    def pause(self) -> None:
+        if self.started is not None:
+            self.time += time.perf_counter() - self.started
+            self.started = None
+
+    def resume(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+
+
+class ThroughputMonitor(Callback):
+    """Measures training (and evaluation) throughput and logs it through the Trainer's loggers.
+
+    Training rates cover the optimizer steps since the previous value (every ``trainer.log_every_n_steps`` steps,
+    at the same ``step`` as the loss); evaluation rates cover a whole validation/test/predict run and are logged when
+    it ends. Time spent in validation inside ``fit`` is not counted as training time. The latest values are also
+    kept in :attr:`metrics`. The main process logs; every process counts its own batches.
+
+    The FLOPs of one batch (forward and backward, on this process) come from ``flops_per_batch``, or from the
+    module's ``flops_per_batch`` attribute when that is None (Lightning's convention, e.g. measured with
+    ``torch.utils.flop_counter.FlopCounterMode``); evaluation batches count a third of it (forward only) unless the
+    module defines ``eval_flops_per_batch``. MFU is FLOPs per second over ``peak_flops`` (the device's peak for the
+    precision used, e.g. 989e12 for an H100's dense bf16).
+
+    Args:
+        batch_size_fn: Samples in a batch; default: the length of the first tensor found in the batch.
+        length_fn: Items (e.g. tokens) in a batch, for ``items_per_sec``; None: not measured.
+        flops_per_batch: FLOPs of one training batch on one process, or None (see above).
+        peak_flops: The device's peak FLOP/s, for ``mfu``; None: no MFU.
+        log_every_n_steps: Compute the training rates every n optimizer steps; default: the Trainer's
+            ``log_every_n_steps``.
+
+    Attributes:
+        metrics: The latest values, by name.
+
+    Example:
+        >>> monitor = ThroughputMonitor(length_fn=lambda batch: batch["input_ids"].numel(),
+        ...                             flops_per_batch=6 * n_params * tokens_per_batch, peak_flops=989e12)
+        >>> trainer = Trainer(callbacks=[monitor], log_every_n_steps=10)   # doctest: +SKIP
+        >>> trainer.fit(module, loader)                                    # doctest: +SKIP
+        >>> monitor.metrics["train/device/mfu"]                            # doctest: +SKIP
+        0.41
+    """
+
+    def __init__(self, batch_size_fn: Callable[[Any], int] | None = None,
+                 length_fn: Callable[[Any], int] | None = None, flops_per_batch: float | None = None,
+                 peak_flops: float | None = None, log_every_n_steps: int | None = None) -> None:
+        for name, fn in (("batch_size_fn", batch_size_fn), ("length_fn", length_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"ThroughputMonitor({name}={fn!r}) must be a function of a batch, or None.")
+        for name, value in (("flops_per_batch", flops_per_batch), ("peak_flops", peak_flops)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"ThroughputMonitor({name}={value!r}) must be a number > 0, or None.")
+        if log_every_n_steps is not None and (isinstance(log_every_n_steps, bool)
+                                              or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1):
+            raise ValueError(f"ThroughputMonitor(log_every_n_steps={log_every_n_steps!r}) must be an int >= 1, or "
+                             "None (the Trainer's log_every_n_steps).")
+        self.batch_size_fn = batch_size_fn or _infer_batch_size
+        self.length_fn = length_fn
+        self.flops_per_batch = flops_per_batch
+        self.peak_flops = peak_flops
+        self.log_every_n_steps = log_every_n_steps
+        self.metrics: dict[str, float] = {}
+        self._meters = {stage: _Meter() for stage in _STAGES}
+        self._last_step = -1
+        self._flops_source: Any = None
+
+    # -- counting -------------------------------------------------------------------------------------------------
+    def _count(self, stage: str, module: Any, batch: Any) -> None:
+        meter = self._meters[stage]
+        meter.batches += 1
+        meter.samples += int(self.batch_size_fn(batch))
+        if self.length_fn is not None:
+            meter.items += int(self.length_fn(batch))
+        flops = self._flops(module, stage)
+        if flops:
+            meter.flops += flops
+
+    def _flops(self, module: Any, stage: str) -> float | None:
+        if self.flops_per_batch is not None:
+            return self.flops_per_batch if stage == "train" else self.flops_per_batch / 3
+        if stage != "train" and getattr(module, "eval_flops_per_batch", None) is not None:
+            return float(module.eval_flops_per_batch)
+        value = getattr(module, "flops_per_batch", None)
+        if value is None:
+            return None
+        return float(value) if stage == "train" else float(value) / 3
+
+    def _compute(self, trainer: Any, stage: str) -> dict[str, float]:
+        """Rates since the previous computation of ``stage`` (the device synchronized first) and the totals."""
+        accelerator = trainer.accelerator
+        device = accelerator.device
+        if device.type == "cuda":  # the clock must see the work queued so far finish
+            torch.cuda.synchronize(device)
+        meter = self._meters[stage]
+        now = meter.elapsed()
+        reading = (now, meter.batches, meter.samples, meter.items, meter.flops)
+        previous, meter.last = meter.last, reading
+        values: dict[str, float] = {f"{stage}/time": now, f"{stage}/batches": float(meter.batches),
+                                    f"{stage}/samples": float(meter.samples)}
+        if self.length_fn is not None:
+            values[f"{stage}/items"] = float(meter.items)
+        if previous is None or now <= previous[0]:
+            return values
+        seconds = now - previous[0]
+        processes = accelerator.num_processes
+        rates = {"batches_per_sec": (meter.batches - previous[1]) / seconds,
+                 "samples_per_sec": (meter.samples - previous[2]) / seconds}
+        if self.length_fn is not None:
+            rates["items_per_sec"] = (meter.items - previous[3]) / seconds
+        if meter.flops > previous[4]:
+            rates["flops_per_sec"] = (meter.flops - previous[4]) / seconds
+        for name, rate in rates.items():
+            values[f"{stage}/device/{name}"] = rate
+            if processes > 1:
+                values[f"{stage}/{name}"] = rate * processes
+        if "flops_per_sec" in rates and self.peak_flops:
+            values[f"{stage}/device/mfu"] = rates["flops_per_sec"] / self.peak_flops
+        return values
+
+    def _log(self, trainer: Any, values: dict[str, float]) -> None:
+        self.metrics.update(values)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=trainer.global_step)
+
+    # -- training -------------------------------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        meter = self._meters["train"]
+        meter.started = None
+        meter.resume()
+        meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
+        self._last_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._count("train", module, batch)
+        step = trainer.global_step
+        if step == self._last_step:  # inside an accumulation window: no optimizer step to report yet
+            return
+        self._last_step = step
+        every = self.log_every_n_steps or max(int(getattr(trainer, "log_every_n_steps", 1) or 1), 1)
+        if step % every == 0:
+            self._log(trainer, self._compute(trainer, "train"))
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self._meters["train"].pause()
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        for meter in self._meters.values():
+            meter.pause()
+
+    # -- evaluation -----------------------------------------------------------------------------------------------
+    def _eval_start(self, trainer: Any, stage: str) -> None:
+        self._meters["train"].pause()  # validation inside fit is not training time
+        meter = self._meters[stage]
+        meter.resume()
+        meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
+
+    def _eval_end(self, trainer: Any, stage: str) -> None:
+        self._log(trainer, self._compute(trainer, stage))
+        self._meters[stage].pause()
+        if trainer.training or getattr(trainer.state, "fn", None) == "fit":
+            self._meters["train"].resume()
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "validate")
+
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self._count("validate", module, batch)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self._eval_end(trainer, "validate")
+
+    def on_test_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "test")
+
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._count("test", module, batch)
+
+    def on_test_end(self, trainer: Any, module: Any) -> None:
+        self._eval_end(trainer, "test")
+
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
+        self._eval_start(trainer, "predict")
+
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self._count("predict", module, batch)
+
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
+        self._eval_end(trainer, "predict")
+
+    # -- state ----------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The training totals, so that ``train/time``, ``train/samples``... continue across a resume."""
+        meter = self._meters["train"]
+        return {"time": meter.elapsed(), "batches": meter.batches, "samples": meter.samples, "items": meter.items,
+                "flops": float(meter.flops)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        meter = self._meters["train"] = _Meter()
+        meter.time = float(state_dict.get("time", 0.0))
+        meter.batches, meter.samples = int(state_dict.get("batches", 0)), int(state_dict.get("samples", 0))
+        meter.items, meter.flops = int(state_dict.get("items", 0)), float(state_dict.get("flops", 0.0))
+
+
+def _infer_batch_size(batch: Any) -> int:
+    """The length of the first tensor in ``batch`` (depth-first through dicts, lists and tuples)."""
+    found = _first_tensor(batch)
+    if found is None or found.ndim == 0:
+        raise ValueError(f"ThroughputMonitor cannot tell the batch size of a {type(batch).__name__}: it holds no "
+                         "tensor with a batch dimension. Pass ThroughputMonitor(batch_size_fn=lambda batch: ...).")
+    return int(found.shape[0])
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        found = _first_tensor(item)
+        if found is not None:
+            return found
+    return None
