@@ -32,17 +32,30 @@ import torch
 from stoker.accelerator.background import checkpoint_io, sweep_trash
 from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
-from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, copy_folder,
-                                               format_checkpoint_name, ordering, remove_folder, replace_folder)
+from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, check_dirpath,
+                                               copy_folder, format_checkpoint_name, ordering, remove_folder,
+                                               replace_folder)
 
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
+
+
+class _Default(int):
+    """An int default that the constructor can tell from the same number passed explicitly."""
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+
+_EVERY_EPOCH = _Default(1)  # every_n_epochs when not given: 1, or 0 with every_n_train_steps
 
 
 class ModelCheckpoint(Callback):
     """Saves full resumable checkpoints, keeps the best ``save_top_k`` and a ``last`` that is always newest.
 
     A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
-    is one) and every ``every_n_train_steps`` optimizer steps. When a fit stops in the middle of an
+    is one) or every ``every_n_train_steps`` optimizer steps: as in Lightning the triggers are exclusive by
+    default (a step trigger alone does not also save at every epoch's end), but unlike Lightning, asking for
+    both explicitly gives both. When a fit stops in the middle of an
     epoch (``should_stop``, ``max_steps``, `Timer`) and whenever it ends with the newest state unsaved,
     only ``last`` is written: a partial epoch's metrics do not compete for the top k. Likewise a
     monitored value is ranked once: a later save that sees the same value (no validation since, e.g.
@@ -60,7 +73,8 @@ class ModelCheckpoint(Callback):
         save_top_k: How many ranked checkpoints to keep (-1 all, 0 none).
         save_last: Keep ``{dirpath}/last`` refreshed at every save.
         every_n_train_steps: Save every n optimizer steps (``None`` or 0: never by steps).
-        every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends).
+        every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends). Default: 1, or 0 when
+            ``every_n_train_steps`` is given.
         export_weights: Also write ``save_model`` safetensors of the unwrapped model to
             ``{dirpath}/weights/{name}`` (and ``weights/last``) for inference.
         async_save: Write each checkpoint in the background (``save_state(async_save=True)``): training goes on
@@ -95,7 +109,7 @@ class ModelCheckpoint(Callback):
         save_top_k: int = 1,
         save_last: bool = True,
         every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = 1,
+        every_n_epochs: int | None = _EVERY_EPOCH,
         export_weights: bool = False,
         async_save: bool = False,
     ) -> None:
@@ -116,9 +130,11 @@ class ModelCheckpoint(Callback):
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
         self.dirpath: str | None = None if dirpath is None else os.path.abspath(dirpath)
         if self.dirpath is not None:
-            _check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
+            check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
         self.every_n_train_steps = every_n_train_steps or 0
+        if every_n_epochs is _EVERY_EPOCH:  # not given: the epoch trigger is the default only without another
+            every_n_epochs = 0 if self.every_n_train_steps else 1
         self.every_n_epochs = every_n_epochs or 0
         self.export_weights = export_weights
         self.async_save = bool(async_save)
@@ -170,7 +186,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = os.path.abspath(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints"))
-            _check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({default_root_dir}/checkpoints)")
+            check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({default_root_dir}/checkpoints)")
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)
@@ -390,13 +406,3 @@ class ModelCheckpoint(Callback):
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
                 f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last})")
 
-
-def _check_dirpath(dirpath: str, what: str) -> None:
-    """Fail now, not after the first epoch, when a file stands where the checkpoint folder must be created."""
-    from stoker.loggers.base import blocking_file
-
-    path = blocking_file(dirpath)
-    if path is not None:
-        where = "is a file" if path == dirpath else f"cannot be created: {path!r} is a file"
-        raise ValueError(f"{what}: {dirpath!r} {where}. Checkpoints are folders written inside dirpath; pass a "
-                         "folder path (it is created if missing).")

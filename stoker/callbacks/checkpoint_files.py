@@ -143,3 +143,14 @@ def remove_folder(path: str, io: CheckpointIO | None = None) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def check_dirpath(dirpath: str, what: str) -> None:
+    """Fail now, not after the first epoch, when a file stands where the checkpoint folder must be created."""
+    from stoker.loggers.base import blocking_file
+
+    path = blocking_file(dirpath)
+    if path is not None:
+        where = "is a file" if path == dirpath else f"cannot be created: {path!r} is a file"
+        raise ValueError(f"{what}: {dirpath!r} {where}. Checkpoints are folders written inside dirpath; pass a "
+                         "folder path (it is created if missing).")

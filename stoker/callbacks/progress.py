@@ -47,13 +47,46 @@ def _total(value: Any) -> int | None:
     return int(value)
 
 
+def _epoch_total(trainer: Any, done: int) -> int | float | None:
+    """Batches this epoch will run: its length, or fewer when ``max_steps`` ends the run inside it."""
+    total = _total(getattr(trainer, "num_training_batches", None))
+    max_steps = getattr(trainer, "max_steps", None)
+    if max_steps is None:
+        return total
+    # Windows start at the epoch's first batch, so from a step boundary each remaining step takes `accumulate`
+    # batches (an fp16 step skipped for overflow takes more: the bar is then made full when the run ends).
+    by_steps = done + max(0, max_steps - int(trainer.global_step)) * int(getattr(trainer, "accumulate", 1))
+    return by_steps if total is None else min(total, by_steps)
+
+
+def _run_ends_mid_epoch(trainer: Any, bar: _Bar) -> bool:
+    """Whether the run stops with this epoch unfinished (``max_steps``, ``should_stop``, a `Timer`)."""
+    max_steps = getattr(trainer, "max_steps", None)
+    stopping = bool(getattr(trainer, "should_stop", False)) or (
+        max_steps is not None and trainer.global_step >= max_steps)
+    return stopping and (bar.total is None or bar.n != bar.total)
+
+
+def _logged(loss: Any, values: Any) -> bool:
+    """Whether ``loss`` is already among the bar's logged values (``self.log("train/loss", loss, prog_bar=True)``):
+    the same tensor data (``self.log`` keeps a detached view), or the same number."""
+    for value in values:
+        if isinstance(loss, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.data_ptr() == loss.data_ptr() and value.numel() == 1 \
+                    and value.dtype == loss.dtype and value.device == loss.device:
+                return True
+        elif not isinstance(value, torch.Tensor) and value == loss:
+            return True
+    return False
+
+
 class _Bar:
     """One bar: a tqdm bar on a terminal, plain lines otherwise."""
 
     def __init__(self, desc: str, total: int | None, file: IO[str], tty: bool, leave: bool,
-                 line_interval: float) -> None:
+                 line_interval: float, initial: int = 0) -> None:
         self.desc, self.total, self.file, self.line_interval = desc, total, file, line_interval
-        self.n = 0
+        self.n = self.initial = initial  # a resumed epoch starts at the batches it had done
         self.start = self.last_line = time.monotonic()
         self.tqdm: Any = None
         if tty:
@@ -61,7 +94,13 @@ class _Bar:
 
             # mininterval=0: the callback already limits redraws, every update() we make should draw.
             self.tqdm = tqdm(total=total, desc=desc, file=file, leave=leave, dynamic_ncols=True,
-                             mininterval=0, miniters=1, unit="it")
+                             mininterval=0, miniters=1, unit="it", initial=initial)
+
+    def end_here(self) -> None:
+        """The run ends with this bar: its total becomes what was done, so it shows 100% and no time left."""
+        self.total = self.n
+        if self.tqdm is not None:
+            self.tqdm.total = self.n
 
     def show(self, postfix: Mapping[str, str], now: float) -> None:
         if self.tqdm is not None:
@@ -81,7 +120,7 @@ class _Bar:
     def _line(self, postfix: Mapping[str, str], now: float) -> None:
         self.last_line = now
         elapsed = now - self.start
-        rate = f"{self.n / elapsed:.2f}it/s" if elapsed > 0 else "?it/s"
+        rate = f"{(self.n - self.initial) / elapsed:.2f}it/s" if elapsed > 0 else "?it/s"
         count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
         extras = ", ".join(f"{k}={v}" for k, v in postfix.items())
         print(f"{self.desc}: {count} [{_format_seconds(elapsed)}, {rate}]" + (f" {extras}" if extras else ""),
@@ -155,18 +194,19 @@ class ProgressBar(Callback):
         except ValueError:  # a closed file
             return False
 
-    def _new_bar(self, desc: str, total: Any, leave: bool) -> _Bar:
+    def _new_bar(self, desc: str, total: Any, leave: bool, initial: int = 0) -> _Bar:
         self._next_draw = time.monotonic() + self.refresh_rate
-        return _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval)
+        return _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval, initial)
 
     def _postfix(self, trainer: Any, with_loss: bool) -> dict[str, str]:
         postfix: dict[str, str] = {}
         outputs = self._outputs
+        metrics = getattr(trainer, "progress_bar_metrics", None) or {}
         if with_loss:
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if isinstance(loss, (torch.Tensor, float, int)):
+            if isinstance(loss, (torch.Tensor, float, int)) and not _logged(loss, metrics.values()):
                 postfix["loss"] = _format_value(loss)
-        for name, value in (getattr(trainer, "progress_bar_metrics", None) or {}).items():
+        for name, value in metrics.items():
             postfix[name] = _format_value(value)
         return postfix
 
@@ -175,7 +215,9 @@ class ProgressBar(Callback):
         if self.is_enabled:
             self._close_train(trainer)
             self._outputs = None
-            self._train = self._new_bar(f"Epoch {trainer.current_epoch}", trainer.num_training_batches, self.leave)
+            done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch
+            self._train = self._new_bar(f"Epoch {trainer.current_epoch}", _epoch_total(trainer, done), self.leave,
+                                        initial=done)
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train
@@ -189,6 +231,8 @@ class ProgressBar(Callback):
             bar.show(self._postfix(trainer, with_loss=True), now)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self._train is not None and _run_ends_mid_epoch(trainer, self._train):
+            self._train.end_here()
         self._close_train(trainer)
 
     def _close_train(self, trainer: Any) -> None:

@@ -111,6 +111,9 @@ def restore(trainer: Any, ckpt_path: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start)."""
     path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
+        if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
+            print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
+                  "starting from the beginning.", file=sys.stderr, flush=True)
         trainer._setup.continue_position()
         return
     trainer._loaded_payload = None
@@ -124,6 +127,12 @@ def restore(trainer: Any, ckpt_path: Any) -> None:
         raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
     apply_payload(trainer, payload)
+    if trainer.is_global_zero:
+        loop = trainer.fit_loop
+        where = f"the end of epoch {loop.epoch}" if loop.phase == "end" or loop.epoch_batches_finished else \
+            f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
+        print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "
+              f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
 def load_weights(trainer: Any, ckpt_path: Any) -> None:

@@ -1,5 +1,6 @@
 """ModelCheckpoint inside real fits: default layout, last always newest, top-k across resumes, weights export."""
 
+import inspect
 import os
 
 import pytest
@@ -162,3 +163,22 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
     resumed.fit(Regressor(val_scores=scores + [0.1]), *loaders(), ckpt_path="last")
     assert resumed.global_step == 20 and checkpoint_step(str(ckpts / "last")) == 20
     assert sorted(os.listdir(ckpts)) == ["epoch=3-val_score=0.5", "epoch=4-val_score=0.1", "last"]
+
+
+def test_a_step_trigger_alone_does_not_also_save_at_every_epoch_end(tmp_path):
+    ckpt = ModelCheckpoint(every_n_train_steps=3, save_top_k=-1)  # every_n_epochs not given
+    assert ckpt.every_n_epochs == 0
+    train, _ = loaders()  # 4 optimizer steps per epoch
+    trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), train)
+    assert _folders(tmp_path / "checkpoints") == ["epoch=0-step=3", "epoch=1-step=6", "last"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 8  # `last` still ends fresh
+
+
+def test_step_and_epoch_triggers_both_save_when_both_are_asked_for(tmp_path):
+    ckpt = ModelCheckpoint(every_n_train_steps=3, every_n_epochs=1, save_top_k=-1, save_last=False)
+    train, _ = loaders()
+    trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), train)
+    assert _folders(tmp_path / "checkpoints") == ["epoch=0-step=3", "epoch=0-step=4", "epoch=1-step=6",
+                                                  "epoch=1-step=8"]
+    assert ModelCheckpoint().every_n_epochs == 1
+    assert repr(inspect.signature(ModelCheckpoint).parameters["every_n_epochs"].default) == "1"
