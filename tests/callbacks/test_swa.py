@@ -121,6 +121,8 @@ def test_custom_average_function_and_no_batch_norm(tmp_path):
 
 def test_configuration_errors(tmp_path):
     class TwoOptimizers(Regressor):
+        automatic_optimization = False  # several optimizers need manual optimization
+
         def configure_optimizers(self):
             return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[2].parameters(), lr=0.1)]
 
