@@ -25,10 +25,13 @@ class EarlyStopping(Callback):
     """Stops training when ``monitor`` has not improved for ``patience`` checks in a row.
 
     The metric is checked after each validation run inside ``fit`` or, when the run has no
-    validation data, at the end of each training epoch. An improvement is a value below
-    ``best - min_delta`` (``mode="min"``) or above ``best + min_delta`` (``mode="max"``). The
-    counters (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience
-    carries across a resume.
+    validation data, at the end of each training epoch (``check_on_train_epoch_end`` chooses
+    otherwise). An improvement is a value below ``best - min_delta`` (``mode="min"``) or above
+    ``best + min_delta`` (``mode="max"``). A check stops the run at once, before patience, when the
+    value is not finite (``check_finite``), better than ``stopping_threshold`` (good enough) or worse
+    than ``divergence_threshold`` (hopeless); ``stopping_reason`` says which. The counters
+    (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
+    across a resume.
 
     Args:
         monitor: Name of a metric in ``trainer.callback_metrics``, e.g. ``"val/loss"``.
@@ -37,6 +40,14 @@ class EarlyStopping(Callback):
         min_delta: Smallest change that counts as an improvement (>= 0).
         strict: Raise when ``monitor`` is missing (``True``), or warn and skip the check.
         check_finite: Stop at once when the metric becomes NaN or infinite.
+        stopping_threshold: Stop at once when the metric is better than this (strictly below it for
+            ``"min"``, above it for ``"max"``); None: no threshold.
+        divergence_threshold: Stop at once when the metric is worse than this (strictly above it for
+            ``"min"``, below it for ``"max"``); None: no threshold.
+        check_on_train_epoch_end: True: check at the end of every training epoch (after that epoch's
+            validation, if any); False: check only after validation runs; None (default): after
+            validation runs, or at epoch ends when the fit has no validation.
+        verbose: Also print each improvement (main process).
 
     Example:
         >>> from stoker import Trainer
@@ -55,6 +66,10 @@ class EarlyStopping(Callback):
         min_delta: float = 0.0,
         strict: bool = True,
         check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise TypeError(f"EarlyStopping(monitor={monitor!r}) must be a metric name such as 'val/loss'.")
@@ -66,12 +81,23 @@ class EarlyStopping(Callback):
             raise ValueError(
                 f"EarlyStopping(min_delta={min_delta!r}) must be a number >= 0; the direction comes from `mode`."
             )
+        for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or math.isnan(value)):
+                raise ValueError(f"EarlyStopping({name}={value!r}) must be a number or None.")
+        if check_on_train_epoch_end not in (None, True, False):
+            raise ValueError(f"EarlyStopping(check_on_train_epoch_end={check_on_train_epoch_end!r}) must be True, "
+                             "False or None.")
         self.monitor = monitor
         self.mode = mode
         self.patience = patience
         self.min_delta = float(min_delta)
         self.strict = strict
         self.check_finite = check_finite
+        self.stopping_threshold = None if stopping_threshold is None else float(stopping_threshold)
+        self.divergence_threshold = None if divergence_threshold is None else float(divergence_threshold)
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.verbose = bool(verbose)
         self.wait_count = 0
         self.stopped_epoch = -1
         self.best_score = math.inf if mode == "min" else -math.inf
@@ -93,7 +119,7 @@ class EarlyStopping(Callback):
         self._fitting = False
 
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        if self._fitting:
+        if self._fitting and self.check_on_train_epoch_end is not True:
             self._run_check(trainer)
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
@@ -103,8 +129,9 @@ class EarlyStopping(Callback):
         self._epoch.batch(batch_idx)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        # Without validation, each finished epoch is a check; an epoch cut short by a stop is not.
-        if not fit_validates(trainer) and self._epoch.finished(trainer):
+        # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
+        when = self.check_on_train_epoch_end
+        if (when is True or (when is None and not fit_validates(trainer))) and self._epoch.finished(trainer):
             self._run_check(trainer)
 
     def _run_check(self, trainer: Any) -> None:
@@ -121,7 +148,10 @@ class EarlyStopping(Callback):
             return
         # The mean over processes: each decides the same, even for a metric logged without sync_dist.
         current = agreed_mean(trainer, _to_float(metrics[self.monitor]))
+        previous_best = self.best_score
         should_stop, reason = self._evaluate(current)
+        if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
+            print(f"EarlyStopping: {self.monitor} improved to {self.best_score:.6g} (epoch {trainer.current_epoch}).")
         if should_stop:
             trainer.should_stop = True
             self.stopped_epoch = int(trainer.current_epoch)
@@ -133,11 +163,20 @@ class EarlyStopping(Callback):
         """Updates the counters with ``current``; returns (stop?, why)."""
         if self.check_finite and not math.isfinite(current):
             return True, f"{self.monitor} = {current} is not finite."
-        improved = (current < self.best_score - self.min_delta if self.mode == "min"
-                    else current > self.best_score + self.min_delta)
+        better, sign = (float.__lt__, "<") if self.mode == "min" else (float.__gt__, ">")
+        improved = better(current, self.best_score - self.min_delta if self.mode == "min"
+                          else self.best_score + self.min_delta)
         if improved:
             self.best_score = current
             self.wait_count = 0
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            return True, (f"stopping threshold reached: {self.monitor} = {current:.6g} {sign} "
+                          f"{self.stopping_threshold}.")
+        if self.divergence_threshold is not None and better(self.divergence_threshold, current):
+            opposite = ">" if sign == "<" else "<"
+            return True, (f"divergence threshold reached: {self.monitor} = {current:.6g} {opposite} "
+                          f"{self.divergence_threshold}.")
+        if improved:
             return False, ""
         self.wait_count += 1
         if self.wait_count >= self.patience:

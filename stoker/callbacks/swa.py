@@ -113,7 +113,9 @@ class StochasticWeightAveraging(Callback):
         self._swa_scheduler = None  # configure_optimizers ran again: the new scheduler config needs the switch
 
     def _first_epoch(self, trainer: Any) -> int:
-        max_epochs = trainer.max_epochs if trainer.max_epochs is not None else (1 if trainer.max_steps is None else None)
+        max_epochs = trainer.max_epochs
+        if max_epochs is None and trainer.max_steps is None:  # neither limit: the Trainer runs one epoch
+            max_epochs = 1
         if isinstance(self.swa_epoch_start, float):
             if max_epochs is None:
                 raise ValueError(f"StochasticWeightAveraging(swa_epoch_start={self.swa_epoch_start}) is a fraction of "

@@ -165,7 +165,8 @@ class DataModule:
         extra = {k: v for k, v in (("batch_size", batch_size), ("num_workers", num_workers))
                  if (k in accepted or takes_all) and k not in datamodule_kwargs}
         datamodule = cls(**datamodule_kwargs, **extra)
-        for hook, datasets, shuffle in (("train_dataloader", train_dataset, True), ("val_dataloader", val_dataset, False),
+        for hook, datasets, shuffle in (("train_dataloader", train_dataset, True),
+                                        ("val_dataloader", val_dataset, False),
                                         ("test_dataloader", test_dataset, False),
                                         ("predict_dataloader", predict_dataset, False)):
             if datasets is not None:

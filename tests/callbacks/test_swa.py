@@ -107,7 +107,8 @@ def test_custom_average_function_and_no_batch_norm(tmp_path):
             self.trained = {n: p.detach().clone() for n, p in module.named_parameters()}
 
     def run(avg_fn):
-        swa, snapshot, module = StochasticWeightAveraging(0.05, swa_epoch_start=1, avg_fn=avg_fn), Snapshot(), Regressor()
+        swa = StochasticWeightAveraging(0.05, swa_epoch_start=1, avg_fn=avg_fn)
+        snapshot, module = Snapshot(), Regressor()
         trainer(tmp_path, max_epochs=3, callbacks=[swa, snapshot], enable_checkpointing=False).fit(module, loaders()[0])
         assert swa.n_averaged == 3
         return {n: p.detach() for n, p in module.named_parameters()}, snapshot.trained
@@ -124,7 +125,8 @@ def test_configuration_errors(tmp_path):
         automatic_optimization = False  # several optimizers need manual optimization
 
         def configure_optimizers(self):
-            return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[2].parameters(), lr=0.1)]
+            return [torch.optim.SGD(self.net[0].parameters(), lr=0.1),
+                    torch.optim.SGD(self.net[2].parameters(), lr=0.1)]
 
     t = trainer(tmp_path, max_epochs=2, callbacks=[StochasticWeightAveraging(0.1)])
     with pytest.raises(ValueError, match="works with one optimizer"):
