@@ -44,6 +44,45 @@ def _crc_file(path: str) -> int:
             return zlib.crc32(m)  # straight from the page cache, no copy
 
 
+def _read_json(file: str, what: str) -> Any:
+    """The JSON in ``file``; a file that is not JSON (or nests absurdly deep) is a :class:`CheckpointError`."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; RecursionError: deep nesting
+        detail = "it nests too deeply" if isinstance(e, RecursionError) else str(e)
+        raise CheckpointError(f"{file} is not a valid {what} (not JSON: {detail}); the checkpoint was altered or "
+                              "written by another tool.") from e
+
+
+def is_plain_name(name: Any) -> bool:
+    """True for a file name that stays in its folder: no separators, not ``.``/``..``, not absolute."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and os.sep not in name
+            and not os.path.isabs(name) and not (os.altsep and os.altsep in name))
+
+
+def contained(folder: str, name: Any, what: str) -> str:
+    """``folder/name``, refusing a name that is absolute or climbs out (``..``), and a file that is a symbolic
+    link leading out of ``folder``: loading never reads outside the checkpoint folder.
+
+    Raises:
+        CheckpointError: naming ``what`` (where the name came from) and the offending name or link.
+    """
+    if not isinstance(name, str) or not name or os.path.isabs(name):
+        raise CheckpointError(f"{what} names {name!r}: an absolute path or not a file name. A checkpoint only "
+                              f"refers to files inside its folder {folder}; stoker reads nothing else.")
+    norm = os.path.normpath(name)
+    if norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        raise CheckpointError(f"{what} names {name!r}, which leads out of the folder {folder}; stoker reads only "
+                              "files inside the checkpoint folder.")
+    path = os.path.join(folder, name)
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise CheckpointError(f"{path} is a link to {real}, outside the checkpoint folder {folder}; stoker reads "
+                              "only files inside it. Copy the file into the folder if you trust it.")
+    return path
+
+
 def _read_manifest(path: str) -> dict[str, Any]:
     manifest_path = os.path.join(path, MANIFEST_NAME)
     if not os.path.isfile(manifest_path):
@@ -51,14 +90,28 @@ def _read_manifest(path: str) -> dict[str, Any]:
             f"{path} has no {MANIFEST_NAME}: it is not a complete stoker checkpoint (an interrupted save, or a "
             "folder written by another tool). Pass a folder written by save_state()."
         )
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        if manifest.get("format") != _FORMAT or not isinstance(manifest.get("files"), dict):
-            raise ValueError(f"format {manifest.get('format')!r}")
-    except (ValueError, AttributeError) as e:
-        raise CheckpointError(f"{manifest_path} is not a stoker manifest ({e}); the checkpoint was altered or "
-                              "written by another tool.") from e
+    contained(path, MANIFEST_NAME, "the checkpoint")
+    manifest = _read_json(manifest_path, "stoker manifest")
+    problem = None
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        problem = f"format {manifest.get('format') if isinstance(manifest, dict) else manifest!r:.80}"
+    elif not isinstance(manifest.get("files"), dict):
+        problem = "key 'files' is not an object"
+    else:
+        for name, entry in manifest["files"].items():
+            size = entry.get("size") if isinstance(entry, dict) else None
+            crc = entry.get("crc32") if isinstance(entry, dict) else None
+            if not is_plain_name(name):
+                problem = f"file name {name!r} is not a plain file name"
+            elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                problem = f"key 'files.{name}.size' is {size!r}, expected a byte count"
+            elif not (isinstance(crc, str) and re.fullmatch(r"[0-9a-f]{8}", crc)):
+                problem = f"key 'files.{name}.crc32' is {crc!r}, expected 8 hex digits"
+            if problem:
+                break
+    if problem:
+        raise CheckpointError(f"{manifest_path} is not a stoker manifest ({problem}); the checkpoint was altered or "
+                              "written by another tool.")
     return manifest
 
 
@@ -66,8 +119,9 @@ def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -
     """Checks a checkpoint folder against its manifest; returns the manifest.
 
     Raises :class:`CheckpointError` naming the file when a file is missing, truncated or altered (size and
-    CRC-32), when the manifest is missing or foreign, or when the folder holds files the manifest does not list
-    (nothing unlisted is ever read). ``files`` limits the checksum to those names.
+    CRC-32), is a link leading out of the folder, when the manifest is missing, foreign or malformed, or when the
+    folder holds files the manifest does not list (nothing unlisted is ever read). ``files`` limits the checksum
+    to those names.
 
     Example:
         >>> verify_checkpoint("runs/exp/checkpoints/checkpoint_3")["files"].keys()
@@ -83,7 +137,7 @@ def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -
         raise CheckpointError(f"{path} holds files its manifest does not list: {extra}. stoker refuses folders with "
                               "unknown files (nothing of them was read); move them out if you trust them.")
     for name in listed if files is None else files:
-        file = os.path.join(path, name)
+        file = contained(path, name, f"{os.path.join(path, MANIFEST_NAME)}")
         if name not in listed or not os.path.isfile(file):
             where = "is missing" if name in listed else "is not listed in the manifest"
             raise CheckpointError(f"{file} {where}: the checkpoint is incomplete or was altered.")

@@ -20,7 +20,7 @@ import torch
 
 # Re-exported: these names were defined here first and are imported from here.
 from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _aside, _crc_file, _is_complete,  # noqa: F401
-                     _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints, newest_checkpoint,
+                     _read_json, _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints, newest_checkpoint,
                      rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, checkpoint_io, sweep_trash
 from .rng import capture_rng_state, restore_rng_state
@@ -137,9 +137,11 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
             accelerator.wait_for_everyone()
             if accelerator.is_main_process:
                 _commit(tmp, target, records, io, rotate)
-    except BaseException:
+    except BaseException as error:
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):  # disk full, quota, permissions: say where, and what is still safe
+            raise _write_failed(error, target) from error
         raise
     accelerator.wait_for_everyone()
     if auto:
@@ -207,12 +209,71 @@ def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rota
     """The background half of an asynchronous save."""
     try:
         _commit(tmp, target, _write_files(tmp, files), io, rotate)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise _write_failed(error, target) from error
         raise
 
 
+def _write_failed(error: OSError, target: str) -> OSError:
+    """``error`` (same errno, so same OSError subclass) restated: which checkpoint failed, and which one is intact.
+
+    A failed save never touches the folders already committed (it writes beside them and renames last).
+    """
+    parent = os.path.dirname(target)
+    automatic = _CHECKPOINT_RE.fullmatch(os.path.basename(target)) and os.path.basename(parent) == "checkpoints"
+    newest = newest_checkpoint(os.path.dirname(parent)) if automatic else None
+    if _is_complete(target):
+        intact = f"the previous checkpoint in {target} is intact"
+    elif newest is not None:
+        intact = f"the newest complete checkpoint, {newest}, is intact"
+    else:
+        intact = "no earlier checkpoint was there, and no partial one was left"
+    detail = error.strerror or str(error)
+    where = f" (writing {error.filename})" if error.filename else ""
+    return OSError(error.errno, f"save_state could not write the checkpoint {target}: {detail}{where}. Nothing was "
+                                f"replaced: {intact}. Free disk space (or fix the cause) and save again.")
+
+
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The checked contents of ``{path}/stoker_state.json`` (counters, process count, object counts).
+
+    Raises:
+        CheckpointError: the file is not JSON, nests absurdly deep, or a key is missing or has the wrong type or
+            a negative value; the message names the file and the key.
+    """
+    file = os.path.join(path, STATE_NAME)
+    state = _read_json(file, "stoker state")
+
+    def bad(key: str, value: Any, expected: str) -> CheckpointError:
+        found = "missing" if value is _MISSING else f"{value!r:.80}"
+        return CheckpointError(f"{file}: key {key!r} is {found}, expected {expected}. The checkpoint was altered or "
+                               "written by another tool; load another checkpoint or re-save this one.")
+
+    def count(key: str, value: Any, least: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(key, value, "a non-negative integer" if least == 0 else f"an integer >= {least}")
+        return value
+
+    if not isinstance(state, dict):
+        raise bad("(top level)", state, "an object")
+    for key in ("counters", "counts"):
+        if not isinstance(state.get(key, _MISSING), dict):
+            raise bad(key, state.get(key, _MISSING), "an object")
+    for key in ("step", "micro_step", "iteration"):
+        if key in state["counters"] or key == "step":
+            count(f"counters.{key}", state["counters"].get(key, _MISSING))
+    count("num_processes", state.get("num_processes", _MISSING), least=1)
+    for kind in _KINDS:
+        count(f"counts.{kind}", state["counts"].get(kind, _MISSING))
+    return state
+
+
+_MISSING = object()
 
 
 def _source(accelerator: Accelerator, input_dir: str | None) -> str:
@@ -247,8 +308,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     path = _source(accelerator, _main_process_folder(accelerator, input_dir, "load_state") if input_dir else None)
     accelerator.wait_for_everyone()
     files = verify_checkpoint(path, files=[STATE_NAME])["files"]
-    with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:
-        state = json.load(f)
+    state = read_state(path)
     stateful = accelerator.dataloader_config.use_stateful_dataloader
     for kind in _KINDS:
         saved, have = state["counts"][kind], len(getattr(accelerator, f"_{kind}"))

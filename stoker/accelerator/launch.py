@@ -12,8 +12,11 @@ It owns process counts and re-execution; it does not own process groups (``strat
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import uuid
 from typing import Any, NoReturn
 
@@ -107,12 +110,88 @@ def _script_command() -> list[str]:
     return [os.path.abspath(script), *sys.argv[1:]]
 
 
+# Signals the launching process passes on to its workers (torch's launcher would only kill them on SIGTERM/SIGINT and
+# dies at once on SIGUSR1, leaving them to train on unsupervised). Its own handlers keep SIGHUP/SIGQUIT.
+FORWARDED = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGINT", "SIGUSR1")) if s is not None)
+
+
+def _worker_pids() -> list[int]:
+    """The live worker processes of this launcher: its children that lead their own session (torch's launcher
+    starts each worker with ``start_new_session=True``; helpers such as multiprocessing's resource tracker do not)."""
+    me, children = os.getpid(), []
+    if os.path.isdir("/proc"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:  # the process is gone (or not ours to read)
+                continue
+            if int(fields[1]) == me:
+                children.append(int(entry))
+    else:  # no /proc (macOS): ask ps
+        import subprocess
+
+        listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+        children = [int(pid) for pid, ppid in (line.split() for line in listing.splitlines()) if int(ppid) == me]
+    leaders = []
+    for pid in children:
+        try:
+            if os.getsid(pid) == pid:
+                leaders.append(pid)
+        except OSError:
+            pass
+    return leaders
+
+
+class _SignalForwarder:
+    """Passes SIGTERM/SIGINT/SIGUSR1 that reach the launching process on to every worker, and remembers them.
+
+    The workers decide what a signal means (a Trainer finishes its optimizer step, saves once and exits with
+    128 + signal); the launcher keeps supervising them and then exits with their status. A signal that arrives
+    before any worker exists ends the launcher at once (there is nothing to save yet).
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalForwarder:
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED:
+                self._previous[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        self.received = signum
+        workers = _worker_pids()
+        if not workers:
+            raise SystemExit(128 + signum)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+
+def _status(code: Any) -> int:
+    """A worker's exit code as a process status: ``-N`` (killed by signal N) becomes 128 + N, as shells report."""
+    if not isinstance(code, int) or code == 0:
+        return 1
+    return 128 - code if code < 0 else code
+
+
 def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
     """Re-runs the current program in ``num_processes`` local worker processes and exits with their status.
 
     The workers get the ``torchrun`` environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-    ``MASTER_PORT``, ...). A worker that fails makes the launcher stop the others; SIGTERM/SIGINT to the
-    launching process is forwarded to every worker (so a preempted job still checkpoints).
+    ``MASTER_PORT``, ...). A worker that fails makes the launcher stop the others. SIGTERM, SIGINT and SIGUSR1
+    sent to the launching process are forwarded to every worker (a Trainer there saves a checkpoint once and
+    exits); the launcher waits for them and exits with their status (128 + signal after a preemption).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -122,20 +201,27 @@ def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
     if "OMP_NUM_THREADS" not in os.environ:
         # N processes on one machine: share the cores instead of each spawning a thread per core (torchrun sets 1).
         os.environ["OMP_NUM_THREADS"] = str(max((os.cpu_count() or 1) // num_processes, 1))
+    handled_by_torch = ",".join(n for n in ("SIGHUP", "SIGQUIT") if hasattr(signal, n))
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=num_processes, run_id=f"stoker-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts, monitor_interval=0.1,
-        start_method="spawn",
+        start_method="spawn", signals_to_handle=handled_by_torch,
     )
-    try:
-        elastic_launch(config, sys.executable)(*command)
-    except ChildFailedError as error:
-        ranks = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(error.failures.items()))
-        print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
-        code = error.get_first_failure()[1].exitcode if error.failures else 1  # the root cause's status
-        raise SystemExit(code if isinstance(code, int) and code > 0 else 1) from None
-    except SignalException as signal_:  # the workers got the signal too (and a Trainer saved a checkpoint)
-        print(f"stoker: stopped by signal {int(signal_.sigval)}; the workers were asked to stop.", file=sys.stderr,
-              flush=True)
-        raise SystemExit(128 + int(signal_.sigval)) from None
+    with _SignalForwarder() as forwarder:
+        try:
+            elastic_launch(config, sys.executable)(*command)
+        except ChildFailedError as error:
+            code = _status(error.get_first_failure()[1].exitcode) if error.failures else 1  # the root cause's
+            if forwarder.received is not None:
+                name = signal.Signals(forwarder.received).name
+                print(f"stoker: {name} was forwarded to the {num_processes} workers; they stopped with exit code "
+                      f"{code}.", file=sys.stderr, flush=True)
+            else:
+                ranks = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(error.failures.items()))
+                print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
+            raise SystemExit(code) from None
+        except SignalException as signal_:  # SIGHUP/SIGQUIT: torch's launcher stopped the workers
+            print(f"stoker: stopped by signal {int(signal_.sigval)}; the workers were asked to stop.",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(128 + int(signal_.sigval)) from None
     raise SystemExit(0)

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .atomic import contained
+
 # Re-exported: these were first defined here and are imported from here.
 from .safetensors_io import (_DTYPES, FileRecord, fsync_dir, fsync_file, read_safetensors,  # noqa: F401
                              write_buffers, write_safetensors)
@@ -228,8 +230,13 @@ def _checkpoint_files(checkpoint: str) -> tuple[list[str], dict[str, str]]:
             weight_map, meta = index["weight_map"], index.get("metadata") or {}
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{checkpoint} is not a Hugging Face index (a JSON object with 'weight_map'): {e}") from e
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{checkpoint}: 'weight_map' is a {type(weight_map).__name__}, expected an object mapping "
+                         "tensor names to shard files.")
     folder = os.path.dirname(checkpoint)
-    return [os.path.join(folder, n) for n in dict.fromkeys(weight_map.values())], dict(meta.get(TIED_KEY) or {})
+    # Shards must lie inside the index's folder: an absolute name, ``../`` or a link out of it is refused.
+    files = {n: contained(folder, n, f"{checkpoint} (weight_map entry for {key!r})") for key, n in weight_map.items()}
+    return list(dict.fromkeys(files.values())), dict(meta.get(TIED_KEY) or {})
 
 
 def _read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -16,7 +16,6 @@ Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -154,13 +153,12 @@ def load_weights(trainer: Any, ckpt_path: Any) -> None:
 # -- finding checkpoints ----------------------------------------------------------------------------------------------
 def checkpoint_step(path: str) -> int | None:
     """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""
-    from ..accelerator.checkpoint import STATE_NAME, CheckpointError, verify_checkpoint
+    from ..accelerator.checkpoint import STATE_NAME, CheckpointError, read_state, verify_checkpoint
 
     try:
         verify_checkpoint(path, files=[STATE_NAME])
-        with open(os.path.join(path, STATE_NAME), encoding="utf-8") as f:
-            return int(json.load(f)["counters"]["step"])
-    except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+        return int(read_state(path)["counters"]["step"])
+    except (CheckpointError, OSError):
         return None
 
 
@@ -184,16 +182,29 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
 
 
 # -- preemption -------------------------------------------------------------------------------------------------------
+def agree_on_signal(accelerator: Any, received: int | None) -> int | None:
+    """The preemption signal every process acts on: the highest signal number any process received (None: none).
+
+    One small all-reduce (MAX, not SUM: two processes with SIGTERM must agree on SIGTERM, not on signal 30).
+    Kept in one function so that how the processes agree (blocking now) can change in one place.
+    """
+    if accelerator.num_processes <= 1:
+        return received
+    code = torch.tensor(float(received or 0), device=accelerator.device)
+    return int(accelerator.strategy.all_reduce(code, "max").item()) or None
+
+
 class Preemption:
-    """Turns SIGTERM/SIGUSR1 during ``fit`` into: finish the optimizer step, save, exit non-zero.
+    """Turns SIGTERM/SIGUSR1/SIGINT during ``fit`` into: finish the optimizer step, save, exit non-zero.
 
     The handler only records the signal; :meth:`check`, called by the loop right after an optimizer step (and
     after each epoch), saves ``{default_root_dir}/checkpoints/last`` and raises ``SystemExit(128 + signal)``
-    (143 for SIGTERM, the code of a process killed by it). With several processes the flag is agreed on with
-    one small all-reduce per step, so every process stops at the same step.
+    (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). With several processes the flag is agreed on with one
+    small all-reduce per step (:func:`agree_on_signal`), so every process stops at the same step. A second SIGINT
+    (Ctrl-C pressed again) does not wait: it raises ``KeyboardInterrupt`` at once.
     """
 
-    SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s)
+    SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGUSR1", "SIGINT")) if s)
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -212,23 +223,20 @@ class Preemption:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.received = signum
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt  # pressed twice: stop now, without the checkpoint
+        self.received = signum if self.received is None else max(self.received, signum)
 
     def check(self, trainer: Any) -> None:
-        acc = trainer.accelerator
-        flag = self.received
-        if acc.num_processes > 1:
-            code = torch.tensor(float(flag or 0), device=acc.device)
-            flag = int(acc.reduce(code, "sum").item()) or None
-            if flag is not None and self.received is None:
-                self.received = flag
+        flag = agree_on_signal(trainer.accelerator, self.received)
         if flag is None:
             return
+        self.received = flag
         path = os.path.join(os.path.abspath(os.fspath(trainer.default_root_dir)), "checkpoints", LAST)
         trainer.save_checkpoint(path)
-        name = signal.Signals(self.received).name if self.received in signal.Signals._value2member_map_ else flag
+        name = signal.Signals(flag).name if flag in signal.Signals._value2member_map_ else flag
         if trainer.is_global_zero:
             print(f"stoker: preempted by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); saved "
                   f"a resumable checkpoint to {path}. Resume with trainer.fit(..., ckpt_path='last').",
                   file=sys.stderr, flush=True)
-        raise SystemExit(128 + int(self.received))
+        raise SystemExit(128 + int(flag))
