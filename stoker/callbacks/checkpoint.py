@@ -24,13 +24,15 @@ Names are stored relative to ``dirpath`` in the callback state, so a run folder 
 from __future__ import annotations
 
 import os
+import time
 import warnings
+from datetime import timedelta
 from typing import Any
 
 import torch
 
 from stoker.accelerator.background import checkpoint_io, sweep_trash
-from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
+from stoker.callbacks._fit_progress import EpochProgress, agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, check_dirpath,
                                                copy_folder, format_checkpoint_name, ordering, remove_folder,
@@ -77,6 +79,20 @@ class ModelCheckpoint(Callback):
             ``every_n_train_steps`` is given.
         export_weights: Also write ``save_model`` safetensors of the unwrapped model to
             ``{dirpath}/weights/{name}`` (and ``weights/last``) for inference.
+        save_on_train_epoch_end: When the epoch trigger saves: None (default) or True at the end of the training
+            epoch (after its validation); False after every validation run inside ``fit`` in the epochs
+            ``every_n_epochs`` selects (several per epoch with ``val_check_interval`` < 1). Lightning's None picks
+            False when validation runs mid-epoch or not every epoch; stoker's keeps the epoch end: pass False.
+        auto_insert_metric_name: Write ``{name}`` fields as ``name=value`` (default) or as the bare value, for
+            templates such as ``"epoch{epoch:02d}-loss{val/loss:.2f}"``.
+        save_weights_only: Each checkpoint folder (``last`` too) holds only the weights: ``save_model`` of the
+            unwrapped model (``model.safetensors``), readable by ``load_checkpoint_in_model`` and by
+            ``validate/test/predict(ckpt_path=...)``. Not resumable: ``fit(ckpt_path=...)`` needs full checkpoints
+            (``ckpt_path="last"`` does not pick these). ``export_weights`` and ``async_save`` have no effect with it.
+        train_time_interval: Save when this much wall-clock time has passed since the previous time-triggered save
+            (checked after each optimizer step; with several processes every 10 steps, as the processes agree with
+            a collective). Like ``every_n_train_steps`` it turns the default epoch trigger off.
+        verbose: Print a line for each checkpoint written (main process).
         async_save: Write each checkpoint in the background (``save_state(async_save=True)``): training goes on
             once the state is copied to CPU memory. ``last`` and the removal of evicted checkpoints follow when
             the new checkpoint is complete; the next save and the end of ``fit`` wait for it. Until then the
@@ -112,6 +128,11 @@ class ModelCheckpoint(Callback):
         every_n_epochs: int | None = _EVERY_EPOCH,
         export_weights: bool = False,
         async_save: bool = False,
+        save_on_train_epoch_end: bool | None = None,
+        auto_insert_metric_name: bool = True,
+        save_weights_only: bool = False,
+        train_time_interval: timedelta | None = None,
+        verbose: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"ModelCheckpoint(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
@@ -122,9 +143,17 @@ class ModelCheckpoint(Callback):
                 raise ValueError(f"ModelCheckpoint({name}={value!r}) must be None or an int >= 0 (0 or None: off).")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
+        if not (save_on_train_epoch_end is None or isinstance(save_on_train_epoch_end, bool)):
+            raise ValueError(f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, "
+                             "False or None.")
+        if train_time_interval is not None and (not isinstance(train_time_interval, timedelta)
+                                                or train_time_interval.total_seconds() <= 0):
+            raise ValueError(f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a positive "
+                             "datetime.timedelta, e.g. timedelta(minutes=30), or None.")
+        self.auto_insert_metric_name = bool(auto_insert_metric_name)
         self.filename = filename or "{epoch}-{step}"
         try:  # fail now, not after the first epoch, on a template that cannot be filled
-            format_checkpoint_name(self.filename, Zeros())
+            format_checkpoint_name(self.filename, Zeros(), self.auto_insert_metric_name)
         except (ValueError, IndexError, KeyError) as error:
             raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
@@ -134,10 +163,15 @@ class ModelCheckpoint(Callback):
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
         self.every_n_train_steps = every_n_train_steps or 0
         if every_n_epochs is _EVERY_EPOCH:  # not given: the epoch trigger is the default only without another
-            every_n_epochs = 0 if self.every_n_train_steps else 1
+            every_n_epochs = 0 if self.every_n_train_steps or train_time_interval is not None else 1
         self.every_n_epochs = every_n_epochs or 0
-        self.export_weights = export_weights
+        self.export_weights = export_weights and not save_weights_only  # weights-only folders are the export
         self.async_save = bool(async_save)
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.save_weights_only = bool(save_weights_only)
+        self.train_time_interval = train_time_interval
+        self.verbose = bool(verbose)
+        self._last_time_save = 0.0
         self.best_k_models: dict[str, float] = {}
         self.last_model_path = ""
         self._last_topk_step = -1
@@ -154,8 +188,10 @@ class ModelCheckpoint(Callback):
     # -- public attributes --------------------------------------------------------------------------------------
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode,
-                                        every_n_train_steps=self.every_n_train_steps, every_n_epochs=self.every_n_epochs)
+        # train_time_interval only when set: the keys of checkpoints written before it existed stay valid.
+        extra = {} if self.train_time_interval is None else {"train_time_interval": str(self.train_time_interval)}
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode, every_n_train_steps=self.every_n_train_steps,
+                                        every_n_epochs=self.every_n_epochs, **extra)
 
     @property
     def best_model_path(self) -> str:
@@ -194,6 +230,7 @@ class ModelCheckpoint(Callback):
     def on_fit_start(self, trainer: Any, module: Any) -> None:
         self._fitting, self._validated = True, False
         self._last_step_seen = trainer.global_step
+        self._last_time_save = time.monotonic()
 
     def on_fit_end(self, trainer: Any, module: Any) -> None:
         self._fitting = False
@@ -204,6 +241,8 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: Any, module: Any) -> None:
         if self._fitting:
             self._validated = self._changed_since_save = True
+            if self.save_on_train_epoch_end is False and self._epoch_due(trainer):
+                self._save(trainer)
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
         self._epoch.start()
@@ -216,12 +255,29 @@ class ModelCheckpoint(Callback):
         self._last_step_seen = step
         if self.every_n_train_steps and step % self.every_n_train_steps == 0:
             self._save(trainer)
+            self._last_time_save = time.monotonic()
+        elif self.train_time_interval is not None and self._time_due(trainer, step):
+            self._save(trainer)
+
+    def _time_due(self, trainer: Any, step: int) -> bool:
+        from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
+
+        if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
+            return False  # the check is a collective there: not every step
+        now = time.monotonic()
+        if not agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
+            return False
+        self._last_time_save = now
+        return True
+
+    def _epoch_due(self, trainer: Any) -> bool:
+        return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         if not self._epoch.finished(trainer):
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
-        elif self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+        elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
             self._save(trainer)
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
@@ -258,6 +314,9 @@ class ModelCheckpoint(Callback):
         if self.save_last:
             self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
         self._write(trainer, topk_path, evicted)
+        if self.verbose and trainer.is_global_zero:
+            print(f"ModelCheckpoint: saved {topk_path or self.last_model_path} (epoch {trainer.current_epoch}, "
+                  f"step {step}){' and last' if topk_path and self.save_last else ''}.", flush=True)
 
     def _score(self, trainer: Any, metrics: dict[str, Any], step: int) -> float | None:
         if self.monitor is None:
@@ -296,7 +355,8 @@ class ModelCheckpoint(Callback):
             if not better(score, self.best_k_models[worst], self._minimize):
                 return None, []
             evicted.append(worst)
-        path = self._unique_path(format_checkpoint_name(self.filename, metrics), evicted)
+        name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)
+        path = self._unique_path(name, evicted)
         for old in evicted:
             del self.best_k_models[old]
         self.best_k_models[path] = score
@@ -323,9 +383,12 @@ class ModelCheckpoint(Callback):
             accelerator.save_state(first, async_save=True)
             io.after_save(lambda: self._after_save(topk_path, evicted, last, io))
             return
-        trainer.save_checkpoint(first)
-        if self.export_weights:
-            self._export(trainer, first)
+        if self.save_weights_only:
+            self._write_weights(trainer, first)
+        else:
+            trainer.save_checkpoint(first)
+            if self.export_weights:
+                self._export(trainer, first)
         if topk_path is not None and self.save_last:
             if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
                 copy_folder(topk_path, last, io)
@@ -339,7 +402,8 @@ class ModelCheckpoint(Callback):
         accelerator.wait_for_everyone()
 
     def _asynchronous(self, accelerator: Any) -> bool:
-        return (self.async_save and not self.export_weights and accelerator.num_processes == 1
+        return (self.async_save and not self.export_weights and not self.save_weights_only
+                and accelerator.num_processes == 1
                 and not accelerator.strategy.shards_parameters)
 
     def _after_save(self, topk_path: str | None, evicted: list[str], last: str, io: Any) -> None:
@@ -355,10 +419,15 @@ class ModelCheckpoint(Callback):
 
     def _export(self, trainer: Any, checkpoint_path: str) -> None:
         target = self._weights_path(checkpoint_path)
+        if trainer.is_global_zero:
+            sweep_trash(os.path.dirname(target), checkpoint_io(trainer.accelerator))  # a crash's leftovers
+        self._write_weights(trainer, target)
+
+    def _write_weights(self, trainer: Any, target: str) -> None:
+        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all."""
         tmp = aside(target, "tmp")
         io = checkpoint_io(trainer.accelerator)
         if trainer.is_global_zero:
-            sweep_trash(os.path.dirname(target), io)  # what a crash left of earlier replacements
             if os.path.lexists(tmp):
                 io.discard(tmp)
             os.makedirs(tmp)

@@ -85,7 +85,7 @@ class EarlyStopping(Callback):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or math.isnan(value)):
                 raise ValueError(f"EarlyStopping({name}={value!r}) must be a number or None.")
-        if check_on_train_epoch_end not in (None, True, False):
+        if not (check_on_train_epoch_end is None or isinstance(check_on_train_epoch_end, bool)):
             raise ValueError(f"EarlyStopping(check_on_train_epoch_end={check_on_train_epoch_end!r}) must be True, "
                              "False or None.")
         self.monitor = monitor

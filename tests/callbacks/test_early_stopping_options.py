@@ -71,6 +71,7 @@ def test_verbose_prints_improvements(tmp_path, capsys):
     ({"stopping_threshold": "0.1"}, "stopping_threshold='0.1'"),
     ({"divergence_threshold": float("nan")}, "divergence_threshold=nan"),
     ({"check_on_train_epoch_end": "yes"}, "check_on_train_epoch_end='yes'"),
+    ({"check_on_train_epoch_end": 1}, "check_on_train_epoch_end=1"),
 ])
 def test_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
