@@ -434,6 +434,9 @@ class ModelCheckpoint(Callback):
         trainer.accelerator.wait_for_everyone()
         trainer.accelerator.save_model(trainer.module, tmp)
         if trainer.is_global_zero:
+            from ..trainer.loading import write_hparams  # load_from_checkpoint rebuilds the module from it
+
+            write_hparams(trainer.module, tmp)
             replace_folder(tmp, target, io)
         trainer.accelerator.wait_for_everyone()
 

@@ -47,6 +47,8 @@ class TrainerCheckpointState:
 
 def build_payload(trainer: Any) -> dict[str, Any]:
     """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
+    from .loading import not_checkpointable
+
     module = trainer.module
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
@@ -54,6 +56,7 @@ def build_payload(trainer: Any) -> dict[str, Any]:
         "loops": {"fit_loop": trainer.fit_loop.state_dict()},
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
+        "hyper_parameters_not_stored": not_checkpointable(dict(getattr(module, "hparams", {}) or {})),
         "results": trainer._train_results.state_dict(),
         # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v

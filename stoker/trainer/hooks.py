@@ -131,3 +131,30 @@ class HookDispatcher:
         """Calls hook ``name`` with ``args`` (callbacks also get ``trainer, module`` first)."""
         for fn in self._table[name]:
             fn(*args)
+
+
+def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
+    """The Trainer's callbacks with ``module.configure_callbacks()`` merged in (Lightning's rule).
+
+    A module callback replaces every Trainer callback of its class or a parent class (a module's
+    ``ModelCheckpoint`` replaces the default one); the others are appended. Checkpoint callbacks go last, so that
+    they save what the other callbacks did at the same point.
+    """
+    from ..callbacks.base import Callback
+    from ..callbacks.checkpoint import ModelCheckpoint
+
+    extra = module.configure_callbacks() if module is not None else None
+    if not extra:
+        return callbacks
+    extra = check_callbacks([extra] if isinstance(extra, Callback) else extra)
+    kinds = {type(c) for c in extra}
+    replaced = {type(c) for c in callbacks if type(c) is not Callback and any(issubclass(k, type(c)) for k in kinds)}
+    merged = [c for c in callbacks if type(c) not in replaced] + extra
+    merged = [c for c in merged if not isinstance(c, ModelCheckpoint)] + \
+        [c for c in merged if isinstance(c, ModelCheckpoint)]
+    keys = [c.state_key for c in merged]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise ValueError(f"{type(module).__name__}.configure_callbacks() adds callbacks whose state_key {duplicates} "
+                         "is already used by the Trainer's callbacks; give each a distinct state_key.")
+    return merged

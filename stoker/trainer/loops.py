@@ -15,12 +15,14 @@ epoch schedulers (if not yet stepped), then the next epoch.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from .logging import Results
+from .manual import manual_training_step
 from .optim import step_schedulers
 
 
@@ -88,7 +90,8 @@ class FitLoop:
                 t._run_validation()
             self._epoch_end_hooks()
         if not self.schedulers_done:
-            step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
+            if t._automatic:  # manual optimization steps its schedulers itself
+                step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
@@ -111,6 +114,8 @@ class FitLoop:
         t = self.trainer
         acc, loader, model = t.accelerator, t._train_loader, t._model
         results, step = t._train_results, self._training_step
+        if not t._automatic:  # manual optimization: training_step does backward and steps (manual.py)
+            step = functools.partial(manual_training_step, self)
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
         start_hooks, end_hooks = t._hooks.get("on_train_batch_start"), t._hooks.get("on_train_batch_end")
         val_enabled, has_loggers = t._val_enabled, bool(t.loggers)

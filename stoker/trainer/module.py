@@ -7,9 +7,11 @@ Owns: the step methods users override, ``log``/``log_dict`` (forwarded to the Tr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,13 +51,22 @@ class TrainingModule(torch.nn.Module):
         ...     def configure_optimizers(self):
         ...         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
         >>> Trainer(max_epochs=2).fit(Regressor(), loader)  # doctest: +SKIP
+
+    Set ``automatic_optimization = False`` (class or instance attribute) to step the optimizers yourself in
+    ``training_step`` with ``self.optimizers()``, ``self.manual_backward(loss)`` and ``opt.step()`` (see
+    ``stoker/trainer/manual.py`` for the rules).
     """
+
+    #: False: ``training_step`` does its own backward and optimizer steps (manual optimization).
+    automatic_optimization: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Plain attributes (not submodules): the Trainer is not part of the model's state.
         object.__setattr__(self, "_trainer", None)
         object.__setattr__(self, "hparams", AttributeDict())
+        object.__setattr__(self, "_example_input_array", None)
+        object.__setattr__(self, "_requires_grad_state", {})
 
     def __getstate__(self) -> dict[str, Any]:
         # copy.deepcopy / pickle of a module must not drag its Trainer (loggers, loaders, open files) along.
@@ -182,6 +193,123 @@ class TrainingModule(torch.nn.Module):
     def current_epoch(self) -> int:
         """The current epoch (0 without a Trainer)."""
         return self._trainer.current_epoch if self._trainer is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger (None without a Trainer or loggers)."""
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The Trainer's loggers (empty without a Trainer)."""
+        return list(self._trainer.loggers) if self._trainer is not None else []
+
+    @property
+    def example_input_array(self) -> Any:
+        """An example input of ``forward`` (a tensor, tuple or dict); ``ModelSummary`` shows in/out sizes with it."""
+        return self._example_input_array
+
+    @example_input_array.setter
+    def example_input_array(self, value: Any) -> None:
+        object.__setattr__(self, "_example_input_array", value)
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and eval mode (for inference or a frozen sub-model)."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Gradients for every parameter again, and train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module brings (a Callback or a list); merged into the Trainer's at each run, where one of
+        the same type replaces the Trainer's. Default: none."""
+        return []
+
+    # -- manual optimization (automatic_optimization = False; see manual.py) -------------------------------------
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The prepared optimizer (one) or list of them; wrapped so ``step()`` counts as a ``global_step``."""
+        trainer = self.trainer
+        opts = getattr(trainer, "_manual_optimizers", None) if use_pl_optimizer else None
+        if opts is None or len(opts) != len(trainer.optimizers):
+            opts = list(trainer.optimizers)
+        return opts[0] if len(opts) == 1 else opts
+
+    def lr_schedulers(self) -> Any:
+        """The scheduler (one), a list of them, or None; under manual optimization step them yourself."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backward of ``loss`` through the Accelerator (fp16 scaling), with the backward hooks around it."""
+        from .manual import manual_backward
+
+        manual_backward(self, loss, **kwargs)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (GAN generator/critic)."""
+        state: dict[torch.Tensor, bool] = {}
+        for opt in self.trainer.optimizers:
+            for group in opt.param_groups:
+                for param in group["params"]:
+                    if param not in state:
+                        state[param] = param.requires_grad
+                        param.requires_grad = False
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.requires_grad = state[param]
+        object.__setattr__(self, "_requires_grad_state", state)
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restores the ``requires_grad`` flags :meth:`toggle_optimizer` changed."""
+        state = self._requires_grad_state
+        for param, flag in state.items():
+            param.requires_grad = flag
+        object.__setattr__(self, "_requires_grad_state", {})
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the ``with`` block, then :meth:`untoggle_optimizer`."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clips ``optimizer``'s gradients (``"norm"``: total norm, default; ``"value"``: each element); fp16
+        gradients are unscaled first. Call it between ``manual_backward`` and ``optimizer.step()``."""
+        from .manual import clip_gradients
+
+        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    # -- loading --------------------------------------------------------------------------------------------------
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool = True,
+                             **hparam_overrides: Any) -> Any:
+        """Builds the module from its saved hyperparameters (``hparam_overrides`` win) and loads its weights.
+
+        Args:
+            checkpoint_path: A Trainer/ModelCheckpoint checkpoint folder, a ``save_model`` weights folder (e.g.
+                ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a ``.safetensors`` file beside
+                ``hparams.json``.
+            map_location: Device for the weights (``"cpu"``, ``"cuda:0"``, a ``torch.device``); default: CPU.
+            strict: Fail on missing or unexpected keys.
+            **hparam_overrides: Constructor arguments that replace the saved ones.
+
+        Example:
+            >>> model = Regressor.load_from_checkpoint("checkpoints/last", lr=1e-3)  # doctest: +SKIP
+        """
+        from .loading import load_module
+
+        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the local main process only."""

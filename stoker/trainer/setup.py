@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from . import args as check
+from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
 
@@ -35,6 +36,8 @@ class RunSetup:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        trainer._automatic = True  # the module's automatic_optimization, read at each fit
+        trainer._manual_optimizers = []  # what module.optimizers() hands out (manual.py)
         self._routed: tuple[Any, Any] | None = None
 
     # -- checks -----------------------------------------------------------------------------------------------------
@@ -84,6 +87,9 @@ class RunSetup:
     def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader]) -> None:
         t = self.trainer
         acc = t.accelerator
+        t._automatic = bool(getattr(module, "automatic_optimization", True))
+        if not t._automatic:
+            check_manual(t, module)
         t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
         acc.free_memory()
         t._model = acc.prepare_model(module)
@@ -110,6 +116,7 @@ class RunSetup:
                 "several parameter groups if they need different settings."
             )
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
+        t._manual_optimizers = wrap_optimizers(t)
         for config in configs:
             config.scheduler = acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs

@@ -22,7 +22,7 @@ from ..accelerator.background import wait_for_checkpoints
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
 from .components import agree_on_log_dirs, build_callbacks, build_loggers
-from .hooks import HookDispatcher
+from .hooks import HookDispatcher, merge_module_callbacks
 from .logging import Results
 from .loops import FitLoop, run_evaluation, run_predict
 from .module import TrainingModule
@@ -307,6 +307,7 @@ class Trainer:
         self.module = module
         object.__setattr__(module, "_trainer", self)
         self.should_stop = False if fn == "fit" else self.should_stop
+        self.callbacks = merge_module_callbacks(self.callbacks, module)  # module.configure_callbacks()
         self._hooks = HookDispatcher(self, module, self.callbacks)
         status = "success"
         try:

@@ -1,0 +1,197 @@
+"""``TrainingModule.load_from_checkpoint``: rebuilding a module from saved hyperparameters and loading its weights.
+
+Owns: where the hyperparameters and weights of each saved form are, the ``hparams.json`` written beside exported
+weights, and the errors when something is missing. Reads:
+
+* a Trainer checkpoint folder (``Trainer.save_checkpoint`` / ``ModelCheckpoint``): ``model.safetensors`` and the
+  Trainer state's ``hyper_parameters``;
+* a weights folder (``Accelerator.save_model``, ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a
+  ``.safetensors`` file, with ``hparams.json`` beside them (written by ``export_weights`` and
+  :func:`write_hparams`).
+
+Hyperparameters a checkpoint cannot hold (a sub-model, an arbitrary object: stored as their ``repr``) are listed
+as such; loading needs them passed again as overrides.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any
+
+import torch
+
+HPARAMS_NAME = "hparams.json"
+_FORMAT = "stoker-hparams"
+_TRAINER_FORMAT = "stoker-trainer"
+
+
+def _jsonable(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_jsonable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
+    return False
+
+
+def _checkpointable(value: Any) -> bool:
+    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_checkpointable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_checkpointable(v) for v in value.values())
+    return False
+
+
+def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
+    """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
+    return sorted(k for k, v in hparams.items() if not _checkpointable(v))
+
+
+def write_hparams(module: Any, folder: str | os.PathLike) -> str | None:
+    """Writes ``module.hparams`` to ``folder/hparams.json`` (values JSON cannot hold are listed by name).
+
+    Returns the file's path, or None when the module has no hyperparameters.
+    """
+    hparams = dict(getattr(module, "hparams", {}) or {})
+    if not hparams:
+        return None
+    kept = {k: v for k, v in hparams.items() if _jsonable(v)}
+    record = {"format": _FORMAT, "version": 1, "class": f"{type(module).__module__}.{type(module).__qualname__}",
+              "hyper_parameters": kept, "not_stored": sorted(set(hparams) - set(kept))}
+    path = os.path.join(os.fspath(folder), HPARAMS_NAME)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    return path
+
+
+def _read_hparams_file(path: str) -> tuple[dict[str, Any], list[str]]:
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    if not isinstance(record, dict) or record.get("format") != _FORMAT:
+        raise ValueError(f"{path} is not a stoker hparams file (format {_FORMAT!r}).")
+    return dict(record["hyper_parameters"]), list(record.get("not_stored", []))
+
+
+def _trainer_checkpoint(folder: str) -> dict[str, Any] | None:
+    """The Trainer's ``checkpoint`` dict stored in a ``save_state`` folder (None when it holds none)."""
+    from ..accelerator.atomic import verify_checkpoint
+    from ..accelerator.tree import load_tree
+
+    names = sorted(n for n in verify_checkpoint(folder)["files"]
+                   if n.startswith("custom_checkpoint") and "_process" not in n)
+    for name in names:
+        tree = load_tree(os.path.join(folder, name))
+        if isinstance(tree, dict) and tree.get("format") == _TRAINER_FORMAT:
+            return dict(tree["checkpoint"])
+    return None
+
+
+def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None]:
+    """``(weights, hparams or None, names not stored, trainer checkpoint or None)`` of a saved module."""
+    from ..accelerator.checkpoint import STATE_NAME
+
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, STATE_NAME)):  # a save_state folder
+            if any(n.endswith(".distcp") for n in os.listdir(path)):
+                raise ValueError(f"{path} is a sharded (FSDP) checkpoint; load_from_checkpoint reads whole weights. "
+                                 "Export them with ModelCheckpoint(export_weights=True) or Accelerator.save_model "
+                                 "and load that folder.")
+            checkpoint = _trainer_checkpoint(path)
+            hparams = None if checkpoint is None else dict(checkpoint.get("hyper_parameters") or {})
+            not_stored = [] if checkpoint is None else list(checkpoint.get("hyper_parameters_not_stored") or [])
+            return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
+        weights = path
+        beside = os.path.join(path, HPARAMS_NAME)
+        from ..accelerator.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME
+
+        if not any(os.path.isfile(os.path.join(path, n)) for n in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME,
+                                                                    WEIGHTS_NAME)):
+            raise FileNotFoundError(
+                f"load_from_checkpoint: {path} is neither a checkpoint folder (Trainer.save_checkpoint / "
+                "ModelCheckpoint: it would hold stoker_state.json) nor a weights folder (save_model / "
+                "ModelCheckpoint(export_weights=True): model.safetensors). Pass one of those, or a .safetensors file."
+            )
+    elif os.path.isfile(path):
+        if not path.endswith(".safetensors"):
+            raise ValueError(f"load_from_checkpoint: {path} is not a .safetensors file. Pass a checkpoint folder, a "
+                             "weights folder or a .safetensors file.")
+        weights, beside = path, os.path.join(os.path.dirname(path), HPARAMS_NAME)
+    else:
+        raise FileNotFoundError(f"load_from_checkpoint: nothing at {path!r}. Pass a checkpoint folder "
+                                "(e.g. checkpoints/last), a weights folder or a .safetensors file.")
+    if os.path.isfile(beside):
+        hparams, not_stored = _read_hparams_file(beside)
+        return weights, hparams, not_stored, None
+    return weights, None, [], None
+
+
+def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None, not_stored: list[str],
+                           overrides: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments for ``cls(...)``: saved hyperparameters, then the overrides."""
+    signature = inspect.signature(cls.__init__)
+    params = [p for name, p in signature.parameters.items() if name != "self"]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    named = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   inspect.Parameter.KEYWORD_ONLY)}
+    missing_stored = [n for n in not_stored if n not in overrides and (takes_any or n in named)]
+    if missing_stored:
+        raise ValueError(
+            f"{cls.__name__}.load_from_checkpoint({path!r}): the hyperparameter(s) {missing_stored} could not be "
+            "saved (not plain data: e.g. a module or an object; the checkpoint holds only their repr). Pass them "
+            "again: " + f"{cls.__name__}.load_from_checkpoint(path, " + ", ".join(f"{n}=..." for n in missing_stored)
+            + ")."
+        )
+    kwargs = {k: v for k, v in (hparams or {}).items() if k not in not_stored}
+    kwargs.update(overrides)
+    if not takes_any:
+        kwargs = {k: v for k, v in kwargs.items() if k in named}
+    required = [p.name for p in params if p.default is inspect.Parameter.empty
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+                and p.name not in kwargs]
+    if required:
+        where = "it holds no hyperparameters" if not hparams else f"its hyperparameters are {sorted(hparams)}"
+        raise ValueError(
+            f"{cls.__name__}.load_from_checkpoint({path!r}) cannot build {cls.__name__}: __init__ needs {required} "
+            f"and {where}. Call self.save_hyperparameters() in __init__ (then checkpoints hold them), or pass them: "
+            f"{cls.__name__}.load_from_checkpoint(path, " + ", ".join(f"{n}=..." for n in required) + ")."
+        )
+    return kwargs
+
+
+def _device(map_location: Any) -> torch.device | None:
+    if map_location is None:
+        return None
+    if isinstance(map_location, (str, torch.device)):
+        return torch.device(map_location)
+    raise TypeError(f"load_from_checkpoint(map_location={map_location!r}): expected a device ('cpu', 'cuda:0', a "
+                    "torch.device) or None (the weights stay where the new module's parameters are: the CPU).")
+
+
+def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool,
+                overrides: dict[str, Any]) -> Any:
+    """See ``TrainingModule.load_from_checkpoint``."""
+    if not isinstance(checkpoint_path, (str, os.PathLike)):
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
+                        f"got {type(checkpoint_path).__name__}.")
+    if not isinstance(cls, type):
+        raise TypeError("load_from_checkpoint is a classmethod: call it on the class, e.g. "
+                        "MyModule.load_from_checkpoint(path).")
+    path = os.path.abspath(os.fspath(checkpoint_path))
+    device = _device(map_location)
+    weights, hparams, not_stored, checkpoint = locate(path)
+    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides)
+    module = cls(**kwargs)
+    if checkpoint is not None:
+        module.on_load_checkpoint(checkpoint)
+    from ..accelerator.weights import load_checkpoint_in_model
+
+    load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device}, strict=strict)
+    if device is not None:
+        module.to(device)
+    return module

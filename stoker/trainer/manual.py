@@ -1,0 +1,150 @@
+"""Manual optimization (``automatic_optimization = False``): the user steps the optimizers in ``training_step``.
+
+Owns: the optimizer wrapper handed out by ``TrainingModule.optimizers()``, the manual training step the fit loop
+runs instead of its own backward/step, ``manual_backward``, per-optimizer clipping, and the checks of Trainer
+settings that only automatic optimization applies.
+
+Rules (as in Lightning 2):
+
+* Every applied ``optimizer.step()`` is one ``global_step``: a GAN stepping a discriminator and a generator on
+  each of 320 batches ends at ``global_step == 640``; ``max_steps`` and ``ModelCheckpoint(every_n_train_steps)``
+  count the same steps. An fp16 step skipped for overflow does not count (stoker's rule everywhere).
+* The Trainer accumulates nothing, clips nothing and steps no scheduler: ``accumulate``/``clip_grad_norm``/
+  ``clip_grad_value`` raise at ``fit`` (accumulate yourself: call ``step()`` every N batches; clip with
+  ``self.clip_gradients``; step ``self.lr_schedulers()`` yourself).
+* ``step()`` runs the ``on_before_optimizer_step`` hooks (gradients already unscaled in fp16), then the prepared
+  optimizer's step (fp16 scaling, skipped steps). ``on_before_zero_grad`` is not called (as in Lightning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+
+class ManualOptimizer:
+    """The optimizer ``self.optimizers()`` returns: ``step``/``zero_grad`` through the Accelerator, counted.
+
+    Attributes other than ``step``/``zero_grad`` (``param_groups``, ``state``, ``state_dict``...) are the wrapped
+    optimizer's; ``.optimizer`` is the prepared optimizer itself.
+    """
+
+    def __init__(self, optimizer: Any, trainer: Any) -> None:
+        self.optimizer = optimizer
+        self._trainer = trainer
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, as in Lightning."""
+        t = self._trainer
+        acc = t.accelerator
+        result = None
+        if closure is not None:
+            if not callable(closure):
+                raise TypeError(f"optimizer.step(closure) needs a callable closure, got {type(closure).__name__}.")
+            result = closure()
+        if t._hooks.has("on_before_optimizer_step"):
+            acc.unscale_gradients(self.optimizer)  # the hooks see true (unscaled) gradients
+            t._hooks.call("on_before_optimizer_step", self.optimizer)
+        # Every applied step counts, also a second optimizer stepping on the same backward (Lightning's rule).
+        acc._window.uncounted_backward = True
+        if kwargs:
+            raise TypeError(f"optimizer.step() got extra arguments {sorted(kwargs)}; stoker passes none on.")
+        self.optimizer.step()
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears the gradients of this optimizer's parameters."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("optimizer", "_trainer"):  # not yet set (copying, unpickling)
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"ManualOptimizer({self.optimizer!r})"
+
+
+def check_manual(trainer: Any, module: Any) -> None:
+    """Fails ``fit`` early on Trainer settings that manual optimization does not apply."""
+    name = type(module).__name__
+    fix = f" or switch {name} to automatic optimization."
+    if trainer.accumulate != 1:
+        raise ValueError(f"{name} uses manual optimization (automatic_optimization = False), so the Trainer does "
+                         f"not accumulate gradients: remove Trainer(accumulate={trainer.accumulate}) and call "
+                         "optimizer.step() every N batches yourself," + fix)
+    for argument in ("clip_grad_norm", "clip_grad_value"):
+        if getattr(trainer, argument) is not None:
+            raise ValueError(f"{name} uses manual optimization (automatic_optimization = False), so the Trainer "
+                             f"does not clip gradients: remove Trainer({argument}=...) and call "
+                             "self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm) before "
+                             "optimizer.step()," + fix)
+    if trainer.on_nonfinite_loss == "skip":
+        raise ValueError(f"Trainer(on_nonfinite_loss='skip') drops automatic optimizer steps; {name} steps its "
+                         "optimizers itself (automatic_optimization = False). Use 'raise' or 'warn' and skip the "
+                         "step in training_step yourself.")
+
+
+def wrap_optimizers(trainer: Any) -> list[ManualOptimizer]:
+    """The prepared optimizers wrapped for manual optimization (built once per fit)."""
+    return [ManualOptimizer(opt, trainer) for opt in trainer.optimizers]
+
+
+def manual_training_step(loop: Any, batch: Any, batch_idx: int) -> Any:
+    """Runs ``training_step`` under manual optimization: the step does its own backward and optimizer steps."""
+    t = loop.trainer
+    autocast = t._autocast
+    if autocast is None:
+        outputs = t._training_step(batch, batch_idx)
+    else:
+        with autocast():
+            outputs = t._training_step(batch, batch_idx)
+    if outputs is not None and not isinstance(outputs, (torch.Tensor, Mapping)):
+        raise TypeError(f"Under manual optimization training_step returns a tensor, a dict or None; got "
+                        f"{type(outputs).__name__}.")
+    return outputs
+
+
+def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
+    """``on_before_backward`` hooks, backward through the Accelerator (fp16 scaling), ``on_after_backward``."""
+    t = module.trainer
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"manual_backward(loss) needs a tensor, got {type(loss).__name__}.")
+    if not loss.requires_grad:
+        from .loops import no_grad_error
+
+        raise no_grad_error(loss)
+    loop = t.fit_loop
+    if t._nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
+        t._nonfinite.check(t)
+    hooks = t._hooks
+    hooks.call("on_before_backward", loss)
+    t.accelerator.backward(loss, **kwargs)
+    hooks.call("on_after_backward")
+
+
+def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
+                   gradient_clip_algorithm: str | None) -> None:
+    """Clips the gradients of ``optimizer``'s parameters (unscaled first in fp16) by norm or by value."""
+    t = module.trainer
+    if gradient_clip_val is None or gradient_clip_val == 0:
+        return  # Lightning: no value means no clipping
+    if isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float)) \
+            or not gradient_clip_val > 0:
+        raise ValueError(f"clip_gradients(gradient_clip_val={gradient_clip_val!r}): expected a number > 0.")
+    algorithm = (gradient_clip_algorithm or "norm").lower()
+    if algorithm not in ("norm", "value"):
+        raise ValueError(f"clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r}): expected 'norm' "
+                         "(clip the total norm) or 'value' (clamp each element).")
+    inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
+    acc = t.accelerator
+    if not acc.sync_gradients:
+        return
+    acc.unscale_gradients(inner)
+    params = [p for group in inner.param_groups for p in group["params"] if p.grad is not None]
+    if algorithm == "norm":
+        acc.strategy.clip_grad_norm_(params, float(gradient_clip_val))
+    else:
+        torch.nn.utils.clip_grad_value_(params, float(gradient_clip_val))
