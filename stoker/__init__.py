@@ -44,6 +44,16 @@ _LAZY = {
     "CSVLogger": "stoker.loggers",
     "WandbLogger": "stoker.loggers",
     "MLFlowLogger": "stoker.loggers",
+    # Accelerate's top-level names (the rest of accelerate.utils is in stoker.utils)
+    "PartialState": "stoker.accelerator.state",
+    "AcceleratorState": "stoker.accelerator.state",
+    "GradientState": "stoker.accelerator.state",
+    "DistributedType": "stoker.accelerator.state",
+    "skip_first_batches": "stoker.accelerator.data",
+    **{name: "stoker.utils" for name in (
+        "AutocastKwargs", "DDPCommunicationHookType", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
+        "FullyShardedDataParallelPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+        "GradientAccumulationPlugin", "find_executable_batch_size", "synchronize_rng_states")},
 }
 
 

@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 
-from . import collectives
+from . import collectives, tools
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .options import AcceleratorOptions
 from .precision import make_precision, unwrap_forward
-from .strategy import make_strategy
+from .state import AcceleratorState, DistributedType, GradientState, forward_to_state as _via_state
 from .trackers import build_trackers, check_log_with, find_tracker
 from .window import GradientWindow
 
@@ -48,7 +49,23 @@ class Accelerator:
         step_scheduler_with_optimizer: bool = True,
         device_placement: bool = True,
         strategy: str = "auto",
+        *,
+        split_batches: bool | None = None,
+        rng_types: list[str] | None = None,
+        kwargs_handlers: list[Any] | None = None,
+        fsdp_plugin: Any = None,
+        deepspeed_plugin: Any = None,
+        gradient_accumulation_plugin: Any = None,
+        dynamo_backend: str | None = None,
+        dynamo_plugin: Any = None,
     ) -> None:
+        # Accelerate's further options (kwargs handlers, plugins, ...): validated first, applied below (options.py).
+        self._options = AcceleratorOptions(
+            kwargs_handlers=kwargs_handlers, fsdp_plugin=fsdp_plugin, deepspeed_plugin=deepspeed_plugin,
+            gradient_accumulation_plugin=gradient_accumulation_plugin, dynamo_backend=dynamo_backend,
+            dynamo_plugin=dynamo_plugin, rng_types=rng_types, split_batches=split_batches)
+        gradient_accumulation_steps = self._options.gradient_accumulation_steps(gradient_accumulation_steps)
+        dataloader_config = self._options.dataloader_config(dataloader_config)
         if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int):
             raise TypeError(
                 f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int, got "
@@ -74,9 +91,14 @@ class Accelerator:
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
-        self.strategy = make_strategy(strategy, cpu=cpu)
+        self.strategy = self._options.make_strategy(strategy, cpu=cpu)
         self.precision = make_precision(mixed_precision, self.device)
         self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
+        self._options.setup_precision(self.precision)  # GradScalerKwargs, AutocastKwargs
+        # Accelerate's state objects, as views of this instance (state.py): no process-wide singleton.
+        self.state = AcceleratorState(self.precision.name, strategy=self.strategy,
+                                      fsdp_plugin=self._options.fsdp_plugin, dynamo_plugin=self._options.dynamo)
+        self.gradient_state = GradientState(accelerator=self)
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.device_placement = device_placement
         self._log_with = check_log_with(log_with)  # a misspelt or missing tracker fails here, not at init
@@ -116,8 +138,34 @@ class Accelerator:
         return self.local_process_index == 0
 
     @property
-    def distributed_type(self) -> str:
-        return type(self.strategy).__name__
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``NO``, ``MULTI_CPU``/``MULTI_GPU``/... (DDP) or ``FSDP``; also equal to the old strategy class names."""
+        return self.state.distributed_type
+
+    @property
+    def native_amp(self) -> bool:
+        return self.mixed_precision in ("fp16", "bf16")
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """Accepted for Accelerate compatibility; stoker's loaders never dispatch (each process loads its share)."""
+        return getattr(self.dataloader_config, "dispatch_batches", None)
 
     @property
     def mixed_precision(self) -> str:
@@ -218,6 +266,7 @@ class Accelerator:
             prepared = self.strategy.setup_module(model)
         else:
             prepared = model
+        prepared = self._options.compile(prepared)  # dynamo_backend: torch.compile around the wrapped model
         self._models.append(prepared)
         return prepared
 
@@ -323,9 +372,10 @@ class Accelerator:
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The configured precision's autocast (a no-op for full precision)."""
-        return self.precision.autocast()
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
+        """The configured precision's autocast (a no-op for full precision); ``autocast_handler``: an
+        ``AutocastKwargs`` for this block only."""
+        return self.precision.autocast(**(autocast_handler.to_kwargs() if autocast_handler is not None else {}))
 
     # -- models and state ---------------------------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
@@ -501,22 +551,61 @@ class Accelerator:
             self.wait_for_everyone()
             self.strategy.teardown()
 
-    def free_memory(self, *objects: Any) -> tuple:
-        """Forgets every prepared object (and empties the CUDA cache); returns ``objects`` as None."""
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forgets every prepared object and the accumulation window (step counts restart at 0), collects
+        garbage and empties the device cache; returns ``[None] * len(objects)`` (assign it to drop your names)."""
+        from ..utils.memory import release_memory
+
         self._models.clear()
         self._optimizers.clear()
         self._schedulers.clear()
         self._dataloaders.clear()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        return tuple(None for _ in objects)
+        self._window = GradientWindow(self._window.steps)
+        return release_memory(*objects)
 
     clear = free_memory
+
+    # -- Accelerate's wider surface (tools.py, state.py) ---------------------------------------------------------
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """Saves ``obj`` to ``f`` from the main process (``torch.save``; safetensors with ``safe_serialization``);
+        a path is written atomically (temporary file, then rename)."""
+        tools.save(obj, f, write=self.is_main_process, safe_serialization=safe_serialization)
+
+    on_main_process = _via_state(AcceleratorState.on_main_process)
+    on_local_main_process = _via_state(AcceleratorState.on_local_main_process)
+    on_last_process = _via_state(AcceleratorState.on_last_process)
+    on_process = _via_state(AcceleratorState.on_process)
+    on_local_process = _via_state(AcceleratorState.on_local_process)
+    set_trigger = _via_state(AcceleratorState.set_trigger)
+    check_trigger = _via_state(AcceleratorState.check_trigger)
+    trigger_sync_in_backward = staticmethod(tools.trigger_sync_in_backward)
+    verify_device_map = staticmethod(tools.verify_device_map)
+
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Any:
+        """Context manager: DDP's ``Join`` over ``joinables`` so processes may run out of batches at different
+        times (with ``even_batches=False``); ``even_batches`` overrides the loaders' setting inside."""
+        return tools.join_uneven_inputs(self, joinables, even_batches)
+
+    def register_save_state_pre_hook(self, hook: Any) -> Any:
+        """``hook(models, weights, output_dir)`` runs in ``save_state`` before writing; returns a removable handle."""
+        return self._options.hooks.register(self._options.hooks.save, hook, "register_save_state_pre_hook")
+
+    def register_load_state_pre_hook(self, hook: Any) -> Any:
+        """``hook(models, input_dir)`` runs in ``load_state`` before loading models; returns a removable handle."""
+        return self._options.hooks.register(self._options.hooks.load, hook, "register_load_state_pre_hook")
+
+    def profile(self, profile_handler: Any = None) -> contextlib.AbstractContextManager:
+        """Context manager: ``torch.profiler`` with ``profile_handler`` (a ``ProfileKwargs``; default: the one from
+        ``kwargs_handlers``); yields the profiler."""
+        return tools.profile(self, profile_handler)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return tools.accelerator_getstate(self)
 
     def __repr__(self) -> str:
         return (f"Accelerator(device={self.device}, mixed_precision={self.mixed_precision!r}, "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
-                f"num_processes={self.num_processes}, strategy={self.distributed_type})")
+                f"num_processes={self.num_processes}, strategy={type(self.strategy).__name__})")
 
 
 class _MicroStep:
@@ -538,7 +627,8 @@ class _MicroStep:
         stack = accelerator._loader_stack
         window = accelerator._window
         window.begin_micro_step(stack[-1] if stack else None)
-        if window.sync_gradients or not accelerator.strategy.is_distributed or not self._models:
+        if (window.sync_gradients or not accelerator.strategy.is_distributed or not self._models
+                or accelerator._options.sync_each_batch):
             return
         stack = contextlib.ExitStack()
         try:

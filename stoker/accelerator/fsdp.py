@@ -42,6 +42,7 @@ class FSDPStrategy(DDPStrategy):
             ``Accelerator(mixed_precision=...)`` (bf16/fp16 parameters in compute, fp32 gradient reduction).
         reshard_after_forward: Passed to ``fully_shard`` (None: torch's default).
         timeout: Seconds a collective may wait for the other processes (None: torch's default).
+        backend: The process group's backend (None: NCCL on CUDA, gloo on CPU).
         **fsdp_kwargs: More ``fully_shard`` arguments (``offload_policy``, ``shard_placement_fn``, ...).
 
     Example:
@@ -54,8 +55,8 @@ class FSDPStrategy(DDPStrategy):
 
     def __init__(self, auto_wrap_policy: Policy = None, mixed_precision: Any = None,
                  reshard_after_forward: bool | int | None = None, timeout: float | None = None,
-                 **fsdp_kwargs: Any) -> None:
-        super().__init__(timeout=timeout)
+                 backend: str | None = None, **fsdp_kwargs: Any) -> None:
+        super().__init__(timeout=timeout, backend=backend)
         self.policy = _make_policy(auto_wrap_policy)
         self.mixed_precision = mixed_precision
         self.reshard_after_forward = reshard_after_forward

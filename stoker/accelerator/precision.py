@@ -65,8 +65,9 @@ class Precision:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The context under which forward passes run (a cached no-op here)."""
+    def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
+        """The context under which forward passes run (a cached no-op here; ``overrides``: ``torch.autocast``
+        arguments, for mixed precisions)."""
         return _NO_AUTOCAST
 
     def wrap_forward(self, module: torch.nn.Module) -> None:
@@ -101,12 +102,13 @@ class MixedPrecision(Precision):
         super().__init__(device)
         self.dtype = dtype
         self._device_type = device.type
+        self.autocast_kwargs: dict[str, Any] = {}  # more torch.autocast arguments (AutocastKwargs)
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return torch.autocast(device_type=self._device_type, dtype=self.dtype)
+    def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
+        return torch.autocast(device_type=self._device_type, dtype=self.dtype, **{**self.autocast_kwargs, **overrides})
 
     def wrap_forward(self, module: torch.nn.Module) -> None:
-        device_type, dtype = self._device_type, self.dtype
+        device_type, dtype, extra = self._device_type, self.dtype, self.autocast_kwargs
         current = module.__dict__.get("forward")
         if getattr(current, "_stoker_autocast", None) == (device_type, dtype):
             return  # prepared twice: one wrapper is enough
@@ -115,7 +117,7 @@ class MixedPrecision(Precision):
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device_type=device_type, dtype=dtype):
+            with torch.autocast(device_type=device_type, dtype=dtype, **extra):
                 outputs = original(*args, **kwargs)
             # Losses computed outside the model then run in float32, as users expect.
             return convert_to_fp32(outputs)

@@ -123,6 +123,8 @@ class DDPStrategy(SingleDevice):
         timeout: Seconds (or a ``timedelta``) a collective may wait for the other processes before failing;
             None: torch's default (10 minutes with NCCL, 30 with gloo). A dead process makes gloo fail at once;
             with NCCL the others fail after this timeout.
+        backend: The process group's backend; None: NCCL on CUDA, gloo on CPU.
+        comm_hook: Called with each ``DistributedDataParallel`` wrapper, e.g. to register a communication hook.
         **ddp_kwargs: Passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
             ``bucket_cap_mb``, ``gradient_as_bucket_view``, ...).
 
@@ -132,7 +134,8 @@ class DDPStrategy(SingleDevice):
 
     is_distributed = True
 
-    def __init__(self, timeout: float | timedelta | None = None, **ddp_kwargs: Any) -> None:
+    def __init__(self, timeout: float | timedelta | None = None, backend: str | None = None,
+                 comm_hook: Any = None, **ddp_kwargs: Any) -> None:
         super().__init__(None)
         if timeout is not None and not isinstance(timeout, timedelta):
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -140,6 +143,8 @@ class DDPStrategy(SingleDevice):
                                  "timedelta, or None (torch's default).")
             timeout = timedelta(seconds=float(timeout))
         self.timeout = timeout
+        self.backend = backend  # None: NCCL on CUDA, gloo on CPU
+        self.comm_hook = comm_hook  # called with each DistributedDataParallel wrapper (registers a comm hook)
         self.ddp_kwargs = ddp_kwargs
         self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
         self._wrapped: weakref.WeakSet = weakref.WeakSet()  # DDP wrappers made here (released at exit)
@@ -158,7 +163,7 @@ class DDPStrategy(SingleDevice):
                     f"WORLD_SIZE={launched_world_size()} is set but MASTER_ADDR is not: start the script with "
                     "`torchrun --nproc_per_node=N script.py`, or with Trainer(devices=N)."
                 )
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            backend = self.backend or ("nccl" if self.device.type == "cuda" else "gloo")
             if launched_world_size() > 1 or "MASTER_ADDR" in os.environ:
                 dist.init_process_group(backend=backend, timeout=self.timeout)
             else:  # one process (e.g. FSDP on one GPU): an in-memory store, no port to collide on
@@ -180,6 +185,8 @@ class DDPStrategy(SingleDevice):
             return module  # nothing to synchronise (a frozen model used for inference)
         ids = [self.device.index] if self.device.type == "cuda" else None
         wrapped = DistributedDataParallel(module, device_ids=ids, **self.ddp_kwargs)
+        if self.comm_hook is not None:
+            self.comm_hook(wrapped)
         self._wrapped.add(wrapped)
         return wrapped
 
@@ -243,6 +250,13 @@ class DDPStrategy(SingleDevice):
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
         return bool(out.item())
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (pickled Accelerator) uses the live group but does not own it, and wraps nothing yet.
+        return {**self.__dict__, "_group": None, "_wrapped": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _wrapped=weakref.WeakSet())
+
     def teardown(self) -> None:
         # Only the group we created is ours to destroy; the user may already have destroyed it (or made another).
         group, self._group = self._group, None
@@ -268,11 +282,14 @@ def _destroy_at_exit(group: Any, wrapped: weakref.WeakSet) -> None:
         _release(group, wrapped)
 
 
-def make_strategy(name: str | SingleDevice, *, cpu: bool = False) -> SingleDevice:
+def make_strategy(name: str | SingleDevice, *, cpu: bool = False, group_options: dict[str, Any] | None = None,
+                  ddp_options: dict[str, Any] | None = None) -> SingleDevice:
     """Builds the strategy for ``Accelerator(strategy=name)``: a name, or a configured strategy object.
 
     ``"auto"`` is DDP when a launcher started more than one process (or a group with several processes already
     exists), else one device. ``"ddp"`` in a single process is one device too (there is nothing to wrap).
+    ``group_options`` (``timeout``, ``backend``) go to any distributed strategy built here, ``ddp_options``
+    (``DistributedDataParallel`` arguments, ``comm_hook``) to a DDP one.
     """
     if isinstance(name, SingleDevice):
         name.setup_environment(cpu)
@@ -289,11 +306,11 @@ def make_strategy(name: str | SingleDevice, *, cpu: bool = False) -> SingleDevic
     if name == "fsdp":
         from .fsdp import FSDPStrategy
 
-        strategy = FSDPStrategy()
+        strategy = FSDPStrategy(**(group_options or {}))
     elif name == "ddp" and not many and not dist.is_initialized():
         strategy = SingleDevice()  # "ddp" in one process: nothing to wrap
     elif name == "ddp" or (name == "auto" and many):
-        strategy = DDPStrategy()
+        strategy = DDPStrategy(**(group_options or {}), **(ddp_options or {}))
     else:
         strategy = SingleDevice()
     strategy.setup_environment(cpu)

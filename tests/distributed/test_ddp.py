@@ -23,7 +23,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 def test_launch_uses_ddp_with_two_processes(ranks: list[dict]) -> None:
     assert [r["num_processes"] for r in ranks] == [2, 2]
-    assert [r["distributed_type"] for r in ranks] == ["DDPStrategy", "DDPStrategy"]
+    assert [r["distributed_type"] for r in ranks] == ["MULTI_CPU", "MULTI_CPU"]
     assert [r["wrapped_type"] for r in ranks] == ["DistributedDataParallel"] * 2
     assert all(r["unwrap_is_user_model"] for r in ranks)
 

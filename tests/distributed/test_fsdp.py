@@ -19,7 +19,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 def test_fully_shard_per_layer_with_the_default_policy(ranks: list[dict]) -> None:
     for r in ranks:
-        assert r["fsdp_type"] == "FSDPStrategy"
+        assert r["fsdp_type"] == "FSDP"
         assert r["sharded_modules"] == ["<root>", "blocks.0", "blocks.1"]  # the ModuleList's blocks, then the root
         assert r["param_types"] == ["DTensor"]
         assert r["local_shard_rows"] == 8  # stem.weight is 16 x 8: half the rows on each process

@@ -44,7 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str,
 def test_devices_2_from_a_plain_python_process_runs_ddp(runs: tuple) -> None:
     _, _, results, _ = runs
     full = results["full"]
-    assert [(r["rank"], r["world"], r["strategy"]) for r in full] == [(0, 2, "DDPStrategy"), (1, 2, "DDPStrategy")]
+    assert [(r["rank"], r["world"], r["strategy"]) for r in full] == [(0, 2, "MULTI_CPU"), (1, 2, "MULTI_CPU")]
     assert full[0]["pid"] != full[1]["pid"]
     assert [r["global_step"] for r in full] == [6, 6]  # 48 samples, batch 4, 2 processes, accumulate 2, 2 epochs
     assert full[0]["weights"] == full[1]["weights"]
@@ -106,7 +106,7 @@ def test_fsdp_through_the_trainer_matches_ddp(runs: tuple) -> None:
     out = runs[0]
     run_workers(WORKER, [out, "fsdp"], timeout=120)
     fsdp, full = _read(out, "fsdp"), runs[2]["full"]
-    assert [r["strategy"] for r in fsdp] == ["FSDPStrategy"] * 2
+    assert [r["strategy"] for r in fsdp] == ["FSDP"] * 2
     assert max(abs(a - b) for a, b in zip(fsdp[0]["weights"], full[0]["weights"])) < 1e-5
     assert fsdp[0]["val/mse"] == pytest.approx(full[0]["val/mse"], rel=1e-5)
     for r in fsdp:  # validate(ckpt_path="last") reads the weights from the DCP shards
