@@ -124,6 +124,8 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     accelerator.wait_for_everyone()
     rotate = (config.project_dir, config.total_limit) if auto and config.total_limit is not None else None
     try:
+        # register_save_state_pre_hook: may save models its own way into the folder, removing their weights here.
+        accelerator._options.hooks.run_save(accelerator._models, model_states, tmp)
         if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
             accelerator.strategy.save_sharded_state(tmp, accelerator._models, accelerator._optimizers)
         files = _encode_state(accelerator, model_states, auto)
@@ -321,7 +323,10 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
         own = _parts(accelerator, 0)[1]
     parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
     sharded = accelerator.strategy.shards_parameters
-    models = [(_name("model", i), _name("gradients", i, rank)) for i in range(len(accelerator._models))]
+    kept = list(accelerator._models)
+    accelerator._options.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
+    position = {id(m): i for i, m in enumerate(accelerator._models)}  # gradients are saved by this position
+    models = [(_name("model", i), _name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)]
     models = [] if sharded else models
     names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
     names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
@@ -332,7 +337,7 @@ def load_state(accelerator: Accelerator, input_dir: str | None = None, strict: b
     if sharded:
         check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
         accelerator.strategy.load_sharded_state(path, accelerator._models, accelerator._optimizers)
-    for model, (weights, grads) in zip(accelerator._models, models):
+    for model, (weights, grads) in zip(kept, models):
         module = accelerator.unwrap_model(model)
         load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
         saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}

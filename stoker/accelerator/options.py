@@ -102,10 +102,7 @@ class AcceleratorOptions:
         """The strategy for ``Accelerator(strategy=...)``, with the process-group, DDP and FSDP options."""
         from .strategy import DDPStrategy, make_strategy
 
-        group = self._group_options()
-        ddp = dict(self.ddp.to_kwargs()) if self.ddp is not None else {}
-        if self.ddp is not None and self.ddp.comm_hook.value != "no":
-            ddp["comm_hook"] = self.ddp.register_comm_hook
+        group, ddp = self.strategy_options()
         if self.fsdp_plugin is not None:
             if not (isinstance(strategy, str) and strategy.lower() in ("auto", "fsdp")):
                 raise ValueError(f"Accelerator(fsdp_plugin=..., strategy={strategy!r}): the plugin asks for FSDP; "
@@ -115,14 +112,19 @@ class AcceleratorOptions:
             _configure_object(strategy, group, ddp)
         return make_strategy(strategy, cpu=cpu, group_options=group, ddp_options=ddp)
 
-    def _group_options(self) -> dict[str, Any]:
-        if self.init is None:
-            return {}
-        changed = self.init.to_kwargs()
-        options = {k: changed[k] for k in ("backend", "timeout") if k in changed}
-        if "timeout" not in options and "backend" in options:
-            options["timeout"] = self.init.timeout  # follows the backend's default, as InitProcessGroupKwargs says
-        return options
+    def strategy_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(process-group options, DDP options)`` from ``InitProcessGroupKwargs`` and
+        ``DistributedDataParallelKwargs``: only what differs from their defaults, plus the comm hook."""
+        group: dict[str, Any] = {}
+        if self.init is not None:
+            changed = self.init.to_kwargs()
+            group = {k: changed[k] for k in ("backend", "timeout") if k in changed}
+            if "timeout" not in group and "backend" in group:
+                group["timeout"] = self.init.timeout  # the new backend's default, as InitProcessGroupKwargs sets it
+        ddp = dict(self.ddp.to_kwargs()) if self.ddp is not None else {}
+        if self.ddp is not None and self.ddp.comm_hook.value != "no":
+            ddp["comm_hook"] = self.ddp.register_comm_hook
+        return group, ddp
 
     def setup_precision(self, precision: Any) -> None:
         """Applies ``GradScalerKwargs`` (fp16 only, as in Accelerate) and ``AutocastKwargs``."""

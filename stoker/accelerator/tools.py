@@ -42,8 +42,16 @@ class StateHooks:
         return handle
 
     def run_save(self, models: list[torch.nn.Module], weights: list[dict], output_dir: str) -> None:
+        """Runs the save hooks; ``output_dir`` is the checkpoint's temporary folder (renamed when complete)."""
         for hook in list(self.save.values()):
             hook(models, weights, output_dir)
+        folders = [n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))] if self.save else []
+        if folders:
+            raise ValueError(
+                f"A save_state pre-hook created the folder(s) {folders} in the checkpoint; stoker checkpoints hold "
+                "files only (each is listed and checksummed in the manifest). Write files into output_dir, e.g. "
+                "model.save_pretrained(output_dir) or torch.save(..., os.path.join(output_dir, 'extra.pt'))."
+            )
 
     def run_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         for hook in list(self.load.values()):
