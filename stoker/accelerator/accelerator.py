@@ -560,17 +560,13 @@ class Accelerator:
         self._optimizers.clear()
         self._schedulers.clear()
         self._dataloaders.clear()
-        self._window = GradientWindow(self._window.steps)
+        self._window = GradientWindow(self._window.steps, self.precision, self.strategy)
         return release_memory(*objects)
 
     clear = free_memory
 
-    # -- Accelerate's wider surface (tools.py, state.py) ---------------------------------------------------------
-    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """Saves ``obj`` to ``f`` from the main process (``torch.save``; safetensors with ``safe_serialization``);
-        a path is written atomically (temporary file, then rename)."""
-        tools.save(obj, f, write=self.is_main_process, safe_serialization=safe_serialization)
-
+    # -- Accelerate's wider surface: methods written in tools.py and state.py ------------------------------------
+    save = tools.accelerator_save
     on_main_process = _via_state(AcceleratorState.on_main_process)
     on_local_main_process = _via_state(AcceleratorState.on_local_main_process)
     on_last_process = _via_state(AcceleratorState.on_last_process)
@@ -580,27 +576,11 @@ class Accelerator:
     check_trigger = _via_state(AcceleratorState.check_trigger)
     trigger_sync_in_backward = staticmethod(tools.trigger_sync_in_backward)
     verify_device_map = staticmethod(tools.verify_device_map)
-
-    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Any:
-        """Context manager: DDP's ``Join`` over ``joinables`` so processes may run out of batches at different
-        times (with ``even_batches=False``); ``even_batches`` overrides the loaders' setting inside."""
-        return tools.join_uneven_inputs(self, joinables, even_batches)
-
-    def register_save_state_pre_hook(self, hook: Any) -> Any:
-        """``hook(models, weights, output_dir)`` runs in ``save_state`` before writing; returns a removable handle."""
-        return self._options.hooks.register(self._options.hooks.save, hook, "register_save_state_pre_hook")
-
-    def register_load_state_pre_hook(self, hook: Any) -> Any:
-        """``hook(models, input_dir)`` runs in ``load_state`` before loading models; returns a removable handle."""
-        return self._options.hooks.register(self._options.hooks.load, hook, "register_load_state_pre_hook")
-
-    def profile(self, profile_handler: Any = None) -> contextlib.AbstractContextManager:
-        """Context manager: ``torch.profiler`` with ``profile_handler`` (a ``ProfileKwargs``; default: the one from
-        ``kwargs_handlers``); yields the profiler."""
-        return tools.profile(self, profile_handler)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return tools.accelerator_getstate(self)
+    join_uneven_inputs = tools.join_uneven_inputs
+    register_save_state_pre_hook = tools.register_save_state_pre_hook
+    register_load_state_pre_hook = tools.register_load_state_pre_hook
+    profile = tools.profile
+    __getstate__ = tools.accelerator_getstate
 
     def __repr__(self) -> str:
         return (f"Accelerator(device={self.device}, mixed_precision={self.mixed_precision!r}, "

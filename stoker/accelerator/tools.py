@@ -61,6 +61,27 @@ class StateHooks:
         return {"save": OrderedDict(), "load": OrderedDict()}  # hooks are often closures: not carried by pickle
 
 
+def accelerator_save(accelerator: Accelerator, obj: Any, f: str | os.PathLike | Any,
+                     safe_serialization: bool = False) -> None:
+    """``Accelerator.save``: writes ``obj`` to ``f`` from the main process (``torch.save``, or safetensors with
+    ``safe_serialization``); a path is written atomically (a temporary file, then a rename)."""
+    save(obj, f, write=accelerator.is_main_process, safe_serialization=safe_serialization)
+
+
+def register_save_state_pre_hook(accelerator: Accelerator, hook: Callable) -> Any:
+    """``Accelerator.register_save_state_pre_hook``: ``hook(models, weights, output_dir)`` runs in ``save_state``
+    before anything is written (see :class:`StateHooks`); returns a handle whose ``remove()`` unregisters it."""
+    hooks = accelerator._options.hooks
+    return hooks.register(hooks.save, hook, "register_save_state_pre_hook")
+
+
+def register_load_state_pre_hook(accelerator: Accelerator, hook: Callable) -> Any:
+    """``Accelerator.register_load_state_pre_hook``: ``hook(models, input_dir)`` runs in ``load_state`` before the
+    models are loaded (see :class:`StateHooks`); returns a handle whose ``remove()`` unregisters it."""
+    hooks = accelerator._options.hooks
+    return hooks.register(hooks.load, hook, "register_load_state_pre_hook")
+
+
 def save(obj: Any, f: str | os.PathLike | Any, *, write: bool, safe_serialization: bool = False) -> None:
     """Writes ``obj`` to ``f`` (a path or a file object) when ``write`` is True.
 
@@ -94,12 +115,13 @@ def save(obj: Any, f: str | os.PathLike | Any, *, write: bool, safe_serializatio
 
 
 @contextlib.contextmanager
-def profile(accelerator: Accelerator, handler: ProfileKwargs | None) -> Iterator[Any]:
-    """``torch.profiler`` around the block; with ``output_trace_dir`` each process writes
-    ``profile_{process_index}.json`` there afterwards (then all processes meet)."""
+def profile(accelerator: Accelerator, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+    """``Accelerator.profile``: ``torch.profiler`` around the block (yields the profiler), configured by
+    ``profile_handler`` or else the ``ProfileKwargs`` of ``kwargs_handlers``. With ``output_trace_dir`` each process
+    writes ``profile_{process_index}.json`` there afterwards (then all processes meet)."""
     from .kwargs import ProfileKwargs
 
-    handler = handler or accelerator._options.profile or ProfileKwargs()
+    handler = profile_handler or accelerator._options.profile or ProfileKwargs()
     with handler.build() as profiler:
         yield profiler
     if handler.output_trace_dir is None:
@@ -110,9 +132,11 @@ def profile(accelerator: Accelerator, handler: ProfileKwargs | None) -> Iterator
 
 
 @contextlib.contextmanager
-def join_uneven_inputs(accelerator: Accelerator, joinables: list[Any], even_batches: bool | None) -> Iterator[Any]:
-    """``torch.distributed.algorithms.Join`` over ``joinables`` (DDP models), for processes with unequal numbers
-    of batches. ``even_batches`` overrides the prepared map-style loaders' setting inside the block.
+def join_uneven_inputs(accelerator: Accelerator, joinables: list[Any],
+                       even_batches: bool | None = None) -> Iterator[Any]:
+    """``Accelerator.join_uneven_inputs``: ``torch.distributed.algorithms.Join`` over ``joinables`` (DDP models),
+    so that processes may run out of batches at different times. ``even_batches`` overrides the prepared map-style
+    loaders' setting inside the block (Join is only enabled when batches are not evened out).
 
     Uses ``accelerator._dataloaders`` (the prepared loaders) to apply the override.
     """
@@ -180,7 +204,7 @@ def verify_device_map(model: torch.nn.Module) -> bool:
 
 
 def accelerator_getstate(accelerator: Accelerator) -> dict[str, Any]:
-    """What pickling an Accelerator keeps: everything but the background checkpoint worker (made again on use)
+    """``Accelerator.__getstate__``: what pickling an Accelerator keeps: everything but the background checkpoint worker (made again on use)
     and the loaders being iterated right now (an iteration does not survive a copy)."""
     state = dict(accelerator.__dict__)
     state.pop("_checkpoint_io", None)
