@@ -1,0 +1,106 @@
+"""TrainingModule.load_from_checkpoint: checkpoint folders, exported weights, overrides and the errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stoker import Accelerator, Trainer, TrainingModule
+from stoker.callbacks import ModelCheckpoint
+from tests.helpers.models import make_loader, make_mlp, make_regression_data
+from tests.trainer.modules import Regressor
+
+
+def train(tmp_path: Any, module: TrainingModule, **checkpoint: Any) -> Trainer:
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path, callbacks=[ModelCheckpoint(**checkpoint)])
+    trainer.fit(module, make_loader(make_regression_data(n=32)))
+    return trainer
+
+
+def assert_same(a: nn.Module, b: nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_checkpoint_folder_rebuilds_hparams_and_weights(tmp_path: Any) -> None:
+    trained = Regressor(lr=0.1, momentum=0.5, seed=3)
+    train(tmp_path, trained)
+    path = os.path.join(tmp_path, "checkpoints", "last")
+    loaded = Regressor.load_from_checkpoint(path)
+    assert type(loaded) is Regressor and loaded.hparams.lr == 0.1 and loaded.hparams.seed == 3
+    assert_same(loaded, trained)
+    assert not torch.equal(loaded.net[0].weight, make_mlp(seed=3)[0].weight)  # trained weights, not a fresh init
+    again = Regressor.load_from_checkpoint(path, lr=0.5, map_location="cpu")  # overrides win
+    assert again.hparams.lr == 0.5 and again.hparams.momentum == 0.5
+    assert_same(again, trained)
+
+
+def test_on_load_checkpoint_sees_the_trainer_checkpoint(tmp_path: Any) -> None:
+    class Noting(Regressor):
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            self.noted = (checkpoint["global_step"], checkpoint["hyper_parameters"]["lr"])
+
+    train(tmp_path, Noting(lr=0.2))
+    loaded = Noting.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last"))
+    assert loaded.noted == (4, 0.2)
+
+
+@pytest.mark.parametrize("option", ["export_weights", "save_weights_only"])
+def test_exported_weights_carry_hparams(tmp_path: Any, option: str) -> None:
+    trained = Regressor(lr=0.2, seed=4)
+    train(tmp_path, trained, **{option: True})
+    folder = os.path.join(tmp_path, "checkpoints", "weights", "last") if option == "export_weights" \
+        else os.path.join(tmp_path, "checkpoints", "last")
+    with open(os.path.join(folder, "hparams.json"), encoding="utf-8") as f:
+        assert json.load(f)["hyper_parameters"]["lr"] == 0.2
+    for path in (folder, os.path.join(folder, "model.safetensors")):
+        loaded = Regressor.load_from_checkpoint(path)
+        assert loaded.hparams.lr == 0.2 and loaded.hparams.seed == 4
+        assert_same(loaded, trained)
+
+
+class NeedsWidth(TrainingModule):
+    def __init__(self, width: int, backbone: nn.Module | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = backbone if backbone is not None else nn.Linear(width, 1)
+
+
+def test_weights_without_hparams_need_the_constructor_arguments(tmp_path: Any) -> None:
+    module = NeedsWidth(3)
+    Accelerator(cpu=True).save_model(module, tmp_path / "plain")  # save_model alone writes no hparams.json
+    with pytest.raises(ValueError, match=r"needs \['width'\].*no hyperparameters.*width=\.\.\."):
+        NeedsWidth.load_from_checkpoint(tmp_path / "plain")
+    assert_same(NeedsWidth.load_from_checkpoint(tmp_path / "plain", width=3), module)
+
+
+def test_hparams_a_checkpoint_cannot_hold_must_be_passed_again(tmp_path: Any) -> None:
+    from stoker.trainer.loading import write_hparams
+
+    module = NeedsWidth(2, backbone=nn.Linear(2, 1))
+    Accelerator(cpu=True).save_model(module, tmp_path / "w")
+    write_hparams(module, tmp_path / "w")
+    with pytest.raises(ValueError, match=r"\['backbone'\] could not be saved.*backbone=\.\.\."):
+        NeedsWidth.load_from_checkpoint(tmp_path / "w")
+    loaded = NeedsWidth.load_from_checkpoint(tmp_path / "w", backbone=nn.Linear(2, 1))
+    assert_same(loaded, module)
+
+
+def test_unusable_paths_and_mismatched_weights(tmp_path: Any) -> None:
+    with pytest.raises(FileNotFoundError, match="nothing at"):
+        Regressor.load_from_checkpoint(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint folder"):
+        Regressor.load_from_checkpoint(tmp_path / "empty")
+    with pytest.raises(TypeError, match="map_location"):
+        Regressor.load_from_checkpoint(tmp_path / "empty", map_location=3.5)
+    Accelerator(cpu=True).save_model(NeedsWidth(3), tmp_path / "other")
+    with pytest.raises(Exception, match="missing keys"):
+        Regressor.load_from_checkpoint(tmp_path / "other")

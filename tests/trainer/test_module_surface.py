@@ -1,0 +1,144 @@
+"""The Lightning-shaped module surface: configure_callbacks, example_input_array, on_before_zero_grad, freeze,
+logger/loggers, and validation/test steps over several loaders."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from stoker import Callback, Trainer, TrainingModule
+from stoker.callbacks import ModelCheckpoint, ModelSummary
+from stoker.trainer.hooks import HOOKS
+from tests.helpers.models import make_loader, make_regression_data
+from tests.trainer.modules import Regressor
+
+
+def quiet(tmp_path: Any, **kwargs: Any) -> Trainer:
+    kwargs.setdefault("logger", False)
+    return Trainer(max_epochs=1, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                   **kwargs)
+
+
+def loader(n: int = 16) -> Any:
+    return make_loader(make_regression_data(n=n), batch_size=8)
+
+
+class Marker(Callback):
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+
+def test_configure_callbacks_merges_and_replaces_by_type(tmp_path: Any) -> None:
+    own = ModelCheckpoint(dirpath=tmp_path / "own", save_last=True)
+
+    class WithCallbacks(Regressor):
+        def configure_callbacks(self) -> Any:
+            return [own, Marker("module")]
+
+    trainer = quiet(tmp_path, callbacks=[Marker("trainer"), ModelCheckpoint()])
+    trainer.fit(WithCallbacks(), loader())
+    checkpoints = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
+    assert checkpoints == [own] and trainer.callbacks[-1] is own  # replaced the Trainer's; checkpoints go last
+    assert [c.tag for c in trainer.callbacks if isinstance(c, Marker)] == ["module"]
+    assert (tmp_path / "own" / "last").is_dir() and not (tmp_path / "checkpoints").exists()
+
+
+def test_configure_callbacks_may_return_one_callback(tmp_path: Any) -> None:
+    seen: list[int] = []
+
+    class Counting(Callback):
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            seen.append(batch_idx)
+
+    class WithOne(Regressor):
+        def configure_callbacks(self) -> Any:
+            return Counting()
+
+    quiet(tmp_path, enable_checkpointing=False).fit(WithOne(), loader())
+    assert seen == [0, 1]
+
+
+def test_example_input_array_gives_the_summary_sizes(tmp_path: Any, capsys: Any) -> None:
+    module = Regressor()
+    assert module.example_input_array is None
+    module.example_input_array = torch.zeros(4, 8)
+    Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            default_root_dir=tmp_path, callbacks=[ModelSummary()]).fit(module, loader())
+    out = capsys.readouterr().out
+    assert "In sizes" in out and "[4, 8]" in out and "[4, 2]" in out
+
+
+def test_hook_names_agree_everywhere() -> None:
+    def hooks_of(cls: type) -> set[str]:
+        return {n for n, _ in inspect.getmembers(cls, inspect.isfunction) if n.startswith("on_")}
+
+    named = {h for h in HOOKS if h.startswith("on_")}
+    assert "on_before_zero_grad" in named
+    assert hooks_of(Callback) == named and hooks_of(TrainingModule) == named
+
+
+def test_on_before_zero_grad_gets_each_optimizer(tmp_path: Any) -> None:
+    class Zeroing(Regressor):
+        def on_before_zero_grad(self, optimizer: Any) -> None:
+            self.zeroed.append((optimizer, self.global_step))
+
+    module = Zeroing()
+    module.zeroed = []
+    trainer = quiet(tmp_path, enable_checkpointing=False)
+    trainer.fit(module, loader())
+    assert [s for _, s in module.zeroed] == [1, 2]  # after each step, before its zero_grad
+    assert all(opt is trainer.optimizers[0] for opt, _ in module.zeroed)
+
+
+def test_freeze_and_unfreeze() -> None:
+    module = Regressor()
+    module.freeze()
+    assert not any(p.requires_grad for p in module.parameters()) and not module.training
+    module.unfreeze()
+    assert all(p.requires_grad for p in module.parameters()) and module.training
+
+
+def test_logger_and_loggers(tmp_path: Any) -> None:
+    class Looking(Regressor):
+        def on_train_start(self) -> None:
+            self.found = (self.logger, self.loggers)
+
+    module = Looking()
+    assert module.logger is None and module.loggers == []
+    trainer = quiet(tmp_path, logger=["csv", "tensorboard"], enable_checkpointing=False)
+    trainer.fit(module, loader())
+    assert module.found[0] is trainer.logger and module.found[1] == trainer.loggers and len(trainer.loggers) == 2
+
+
+class SeveralLoaders(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = -1) -> None:
+        self.calls.append(("val", batch_idx, dataloader_idx))
+        x, y = batch
+        self.log("val/loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int, *rest: int) -> None:
+        self.calls.append(("test", batch_idx, *rest))
+        x, y = batch
+        self.log("test/loss", F.mse_loss(self(x), y) * (1 + len(rest)))
+
+
+def test_validation_and_test_steps_over_several_loaders(tmp_path: Any) -> None:
+    module = SeveralLoaders()
+    trainer = quiet(tmp_path, enable_checkpointing=False)
+    results = trainer.validate(module, [loader(16), loader(8)])
+    assert module.calls == [("val", 0, 0), ("val", 1, 0), ("val", 0, 1)]
+    assert [sorted(r) for r in results] == [["val/loss/dataloader_idx_0"], ["val/loss/dataloader_idx_1"]]
+    module.calls.clear()
+    single = trainer.test(module, loader(8))  # one loader: no dataloader_idx argument, no suffix
+    assert module.calls == [("test", 0)] and list(single[0]) == ["test/loss"]
+    module.calls.clear()
+    trainer.test(module, [loader(8), loader(8)])
+    assert module.calls == [("test", 0, 0), ("test", 0, 1)]
+    assert "test/loss/dataloader_idx_1" in trainer.callback_metrics
