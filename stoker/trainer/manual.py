@@ -12,6 +12,10 @@ Rules (as in Lightning 2):
 * The Trainer accumulates nothing, clips nothing and steps no scheduler: ``accumulate``/``clip_grad_norm``/
   ``clip_grad_value`` raise at ``fit`` (accumulate yourself: call ``step()`` every N batches; clip with
   ``self.clip_gradients``; step ``self.lr_schedulers()`` yourself).
+* Several processes (DDP): ``training_step`` runs outside DDP's forward (whose reducer expects exactly one
+  backward per forward, while a GAN makes several, each reaching only some parameters), so DDP's reducer stays
+  idle; instead ``step()`` and ``clip_gradients`` average that optimizer's gradients across processes with one
+  flattened all-reduce, once per optimizer per backward. Buffers (BatchNorm statistics) are not synchronised.
 * ``step()`` runs the ``on_before_optimizer_step`` hooks (gradients already unscaled in fp16), then the prepared
   optimizer's step (fp16 scaling, skipped steps). ``on_before_zero_grad`` is not called (as in Lightning).
 """
@@ -22,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
 class ManualOptimizer:
@@ -31,9 +36,23 @@ class ManualOptimizer:
     optimizer's; ``.optimizer`` is the prepared optimizer itself.
     """
 
-    def __init__(self, optimizer: Any, trainer: Any) -> None:
+    def __init__(self, optimizer: Any, trainer: Any, ddp: bool = False) -> None:
         self.optimizer = optimizer
         self._trainer = trainer
+        self._ddp = ddp
+        self._synced = False  # gradients averaged across processes since the last manual_backward
+
+    def sync(self) -> None:
+        """Under DDP, averages this optimizer's gradients across processes (once per backward)."""
+        if not self._ddp or self._synced:
+            return
+        self._synced = True
+        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        flat = self._trainer.accelerator.strategy.all_reduce(_flatten_dense_tensors(grads), "mean")
+        for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            grad.copy_(averaged)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, as in Lightning."""
@@ -44,6 +63,7 @@ class ManualOptimizer:
             if not callable(closure):
                 raise TypeError(f"optimizer.step(closure) needs a callable closure, got {type(closure).__name__}.")
             result = closure()
+        self.sync()
         if t._hooks.has("on_before_optimizer_step"):
             acc.unscale_gradients(self.optimizer)  # the hooks see true (unscaled) gradients
             t._hooks.call("on_before_optimizer_step", self.optimizer)
@@ -59,7 +79,7 @@ class ManualOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("optimizer", "_trainer"):  # not yet set (copying, unpickling)
+        if name in ("optimizer", "_trainer", "_ddp", "_synced"):  # not yet set (copying, unpickling)
             raise AttributeError(name)
         return getattr(self.optimizer, name)
 
@@ -89,7 +109,8 @@ def check_manual(trainer: Any, module: Any) -> None:
 
 def wrap_optimizers(trainer: Any) -> list[ManualOptimizer]:
     """The prepared optimizers wrapped for manual optimization (built once per fit)."""
-    return [ManualOptimizer(opt, trainer) for opt in trainer.optimizers]
+    ddp = isinstance(trainer._model, torch.nn.parallel.DistributedDataParallel)
+    return [ManualOptimizer(opt, trainer, ddp) for opt in trainer.optimizers]
 
 
 def manual_training_step(loop: Any, batch: Any, batch_idx: int) -> Any:
@@ -119,6 +140,8 @@ def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
     loop = t.fit_loop
     if t._nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
         t._nonfinite.check(t)
+    for wrapper in t._manual_optimizers:
+        wrapper._synced = False  # new gradients: to be averaged again before the next step
     hooks = t._hooks
     hooks.call("on_before_backward", loss)
     t.accelerator.backward(loss, **kwargs)
@@ -138,10 +161,13 @@ def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
     if algorithm not in ("norm", "value"):
         raise ValueError(f"clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r}): expected 'norm' "
                          "(clip the total norm) or 'value' (clamp each element).")
+    wrapper = next((w for w in t._manual_optimizers if optimizer is w or optimizer is w.optimizer), None)
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     acc = t.accelerator
     if not acc.sync_gradients:
         return
+    if wrapper is not None:
+        wrapper.sync()  # clip the averaged gradients
     acc.unscale_gradients(inner)
     params = [p for group in inner.param_groups for p in group["params"] if p.grad is not None]
     if algorithm == "norm":

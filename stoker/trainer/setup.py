@@ -204,7 +204,7 @@ class RunSetup:
         module's forward learns to dispatch ``model(batch, idx, _stoker_step="training_step")`` to it."""
         t = self.trainer
         t._training_step = module.training_step
-        if model is module:
+        if model is module or not t._automatic:  # manual optimization syncs gradients itself (manual.py)
             return
         inner = module.__dict__.get("forward")
 
