@@ -1,14 +1,11 @@
 """A character-level transformer trained on the source code of Python's own standard library.
 
-    python examples/char_lm.py            # under a minute on 2 CPU cores; prints a generated sample and its time
-    python examples/char_lm.py --full     # the longer run: more text, more steps, validation every 100 batches
-    python examples/char_lm.py --tiny     # a few seconds (what the test runs)
-    python examples/char_lm.py --resume   # continue from the newest checkpoint in --root
+    python examples/char_lm.py           # under a minute on 2 CPU cores; prints a sample and the time taken
+    python examples/char_lm.py --full    # longer: more text, a wider model, more steps (--tiny: seconds; --resume)
 
-Shows: accumulate=2, bf16 where the hardware computes it natively (a GPU; on a CPU without bf16 instructions
-autocast to bf16 is several times slower than fp32, so `--precision auto` picks fp32 there), a per-step
-warm-up/cosine schedule, validation perplexity through a torchmetrics Metric, checkpoints ({root}/checkpoints) and
-TensorBoard logs ({root}/stoker_logs).
+Shows: accumulate=2, bf16 where the hardware has it (`--precision auto`: fp32 on a CPU, where bf16 autocast without
+bf16 instructions is several times slower), a per-step warm-up/cosine schedule, validation perplexity through a
+torchmetrics Metric, checkpoints ({root}/checkpoints) and TensorBoard logs ({root}/stoker_logs).
 """
 
 from __future__ import annotations
@@ -17,17 +14,18 @@ import time
 
 _START = time.perf_counter()  # before torch is imported: the printed time includes start-up
 
-import argparse  # noqa: E402
-import inspect  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
+import argparse
+import importlib
+import inspect
+import math
+import os
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
-from stoker import Trainer, TrainingModule, set_seed  # noqa: E402
+from stoker import Trainer, TrainingModule, set_seed
 
 MODULES = ["textwrap", "string", "heapq", "bisect", "fractions", "functools", "json.decoder", "json.encoder",
            "argparse", "dataclasses", "collections", "inspect", "pathlib", "shutil", "tokenize", "difflib"]
@@ -35,8 +33,6 @@ MODULES = ["textwrap", "string", "heapq", "bisect", "fractions", "functools", "j
 
 def stdlib_text(max_chars: int) -> str:
     """Source code of a few standard-library modules (found through ``inspect``, so nothing is downloaded)."""
-    import importlib
-
     parts = [inspect.getsource(importlib.import_module(name)) for name in MODULES]
     return "\n".join(parts)[:max_chars]
 
@@ -60,8 +56,7 @@ class CharLM(TrainingModule):
                  lr: float = 3e-3, dropout: float = 0.1) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.tokens = nn.Embedding(len(vocab), width)
-        self.positions = nn.Embedding(block, width)
+        self.tokens, self.positions = nn.Embedding(len(vocab), width), nn.Embedding(block, width)
         layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout, batch_first=True, norm_first=True)
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm, self.head = nn.LayerNorm(width), nn.Linear(width, len(vocab))
@@ -94,9 +89,8 @@ class CharLM(TrainingModule):
         warmup = max(1, min(20, total // 10))
 
         def schedule(step: int) -> float:  # linear warm-up, then cosine to 10%
-            if step < warmup:
-                return (step + 1) / warmup
-            return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(total - warmup, 1))))
+            cosine = 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(total - warmup, 1))))
+            return (step + 1) / warmup if step < warmup else cosine
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -111,17 +105,9 @@ class CharLM(TrainingModule):
         return "".join(vocab[i] for i in ids[0].tolist())
 
 
-# Per run length: (max_steps, chars, batch_size, width, lr, dropout, batches between validations, val batches).
-# The quick run learns fast (a higher rate, no dropout); the full one trains longer on more text.
-SIZES = {"quick": (250, 150_000, 16, 128, 5e-3, 0.0, 250, 8), "full": (500, 400_000, 16, 128, 3e-3, 0.1, 100, 20),
+# (max_steps, chars, batch_size, width, lr, dropout, batches between validations, val batches); quick: ~45 s CPU.
+SIZES = {"quick": (400, 150_000, 16, 96, 5e-3, 0.0, 400, 8), "full": (500, 400_000, 16, 128, 3e-3, 0.1, 100, 20),
          "tiny": (6, 20_000, 8, 32, 3e-3, 0.1, 100, 20)}
-
-
-def pick_precision(choice: str) -> str:
-    """``auto``: bf16 on a GPU with bf16, else fp32 (a CPU without native bf16 runs bf16 autocast ~8x slower)."""
-    if choice != "auto":
-        return choice
-    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,23 +116,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the longer run (a few minutes on 2 CPU cores)")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long run: small model, few steps")
     parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps (2 micro-batches each)")
-    parser.add_argument("--chars", type=int, default=None, help="characters of standard-library source")
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --root")
     args = parser.parse_args(argv)
     max_steps, chars, batch_size, width, lr, dropout, val_every, val_batches = SIZES[
         "tiny" if args.tiny else "full" if args.full else "quick"]
-    max_steps, chars = args.max_steps or max_steps, args.chars or chars
-    batch_size, width = args.batch_size or batch_size, args.width or width
-    precision = "bf16" if args.tiny and args.precision == "auto" else pick_precision(args.precision)
+    max_steps = args.max_steps or max_steps
+    bf16 = args.tiny or (torch.cuda.is_available() and torch.cuda.is_bf16_supported())  # tiny: to exercise bf16
+    precision = args.precision if args.precision != "auto" else "bf16" if bf16 else "fp32"
 
     set_seed(0)  # the model's initial weights too (Trainer(seed=...) seeds at fit, after the model exists)
     text = stdlib_text(chars)
     vocab = "".join(sorted(set(text)))
-    index = {c: i for i, c in enumerate(vocab)}
-    ids = torch.tensor([index[c] for c in text], dtype=torch.long)
+    ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
     block, split = 64, int(0.9 * len(ids))
     train = DataLoader(Chars(ids[:split], block, stride=block // 2), batch_size=batch_size, shuffle=True)
     val = DataLoader(Chars(ids[split:], block, stride=block), batch_size=64)
@@ -164,9 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"checkpoint: {trainer.checkpoint_callback.last_model_path}\nTensorBoard: tensorboard --logdir "
           f"{trainer.log_dir}\n--- sample ---")
     print(module.generate("def ", 300 if not args.tiny else 40))
-    cpu = sum(os.times()[:4])  # user + system, this process and its children: less sensitive to a loaded machine
-    print(f"--- finished in {time.perf_counter() - _START:.1f} s ({cpu:.1f} s CPU time, {torch.get_num_threads()} "
-          "threads) ---")
+    cpu = sum(os.times()[:4])  # user + system time: less sensitive than wall time to a loaded machine
+    print(f"--- finished in {time.perf_counter() - _START:.1f} s ({cpu:.1f} s CPU, {torch.get_num_threads()} threads)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +25,7 @@ def test_char_lm_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     char_lm.main(["--tiny", "--root", str(tmp_path)])
     out = capsys.readouterr().out
     assert "6 optimizer steps" in out and "--- sample ---\ndef " in out, out
+    assert re.search(r"--- finished in \d+\.\d s \(\d+\.\d s CPU, \d+ threads\)", out), out  # prints its time
     ppl, vocab = (float(out.split("validation perplexity ")[1].split()[0]),
                   int(out.split("uniform guessing: ")[1].split(")")[0]))
     assert 1.0 < ppl < vocab  # better than guessing after six bf16 steps
