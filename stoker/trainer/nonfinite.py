@@ -72,9 +72,10 @@ class NonFiniteLoss:
         first = self._first_bad(trainer)
         if first is None:
             return False
-        warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(first)} was not finite (NaN or inf); that "
-                      "optimizer step was skipped (no optimizer or scheduler step, gradients dropped).",
-                      RuntimeWarning, stacklevel=2)
+        if trainer.is_global_zero:  # every process skips; one says so
+            warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(first)} was not finite (NaN or inf); that "
+                          "optimizer step was skipped (no optimizer or scheduler step, gradients dropped).",
+                          RuntimeWarning, stacklevel=2)
         return True
 
     def check(self, trainer: Any) -> None:
@@ -90,8 +91,9 @@ class NonFiniteLoss:
         where = _where(first)
         where = where[0].upper() + where[1:]
         if self.mode == "warn":
-            warnings.warn(f"{where} was not finite (NaN or inf); training goes on "
-                          "(Trainer(on_nonfinite_loss='warn')).", RuntimeWarning, stacklevel=2)
+            if trainer.is_global_zero:
+                warnings.warn(f"{where} was not finite (NaN or inf); training goes on "
+                              "(Trainer(on_nonfinite_loss='warn')).", RuntimeWarning, stacklevel=2)
             return
         raise ValueError(
             f"{where} was not finite (NaN or inf); noticed at global_step {trainer.global_step}. (To keep steps "
