@@ -124,6 +124,7 @@ class PreparedDataLoader:
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
+        self._accelerator._options.epoch_started(self._accelerator)  # Accelerator(rng_types=["torch", ...])
         stack = self._accelerator._loader_stack
         stack.append(self)
         self.end_of_dataloader = False

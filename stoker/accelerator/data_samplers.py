@@ -107,6 +107,12 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.seed = 0
         self.epoch = 0
 
+    @property
+    def batch_sampler(self) -> Any:
+        """The batch sampler being sharded (the user's own, or one built on the loader's sampler); Accelerate's
+        name for it."""
+        return self.inner
+
     def set_epoch(self, epoch: int, seed: int | None = None) -> None:
         """Chooses the epoch and, when given, the seed of the shuffles inside (the loader's, which a restored
         position brings back)."""

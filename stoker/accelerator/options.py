@@ -44,8 +44,18 @@ class AcceleratorOptions:
                                  "gradient_accumulation_plugin")
         self.dynamo = self._dynamo(dynamo_backend, dynamo_plugin)
         self.rng_types = self._rng_types(rng_types)
+        self._global_rng_types = [t for t in self.rng_types if t != "generator"]
         self.split_batches = split_batches
         self.hooks = StateHooks()
+
+    def epoch_started(self, accelerator: Any) -> None:
+        """A prepared loader starts an iteration: with ``rng_types`` naming global generators (``"torch"``, the
+        device's), every process takes process 0's states, as Accelerate does. (``"generator"``, the default, needs
+        nothing: a prepared loader's own generator is seeded alike on every process.)"""
+        if self._global_rng_types and accelerator.num_processes > 1:
+            from ..utils.operations import synchronize_rng_states
+
+            synchronize_rng_states(self._global_rng_types)
 
     @property
     def sync_each_batch(self) -> bool:

@@ -86,3 +86,8 @@ def test_stoker_utils_collectives(ranks: list[dict]) -> None:
         assert u["pad"] == [1.0, 0.0] if rank == 0 else u["pad"] == [1.0, 1.0]
         assert u["seed_differs"] and u["rng_synced"]
         assert u["tqdm_disabled"] is (rank == 1)
+
+
+def test_rng_types_torch_syncs_the_global_rng_when_a_loader_starts(ranks: list[dict]) -> None:
+    for r in ranks:
+        assert r["rng_types_synced"] == {"generator": False, "torch": True}

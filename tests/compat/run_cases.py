@@ -31,6 +31,7 @@ import torch.distributed as dist  # noqa: E402
 
 from tests.compat import swap  # noqa: E402
 from tests.compat.cases import CASES, call  # noqa: E402
+from tests.compat.example_cases import EXAMPLES  # noqa: E402
 
 STEP_TIMEOUT = 60.0
 
@@ -59,35 +60,40 @@ def main() -> None:
         store = dist.distributed_c10d._get_default_store()
     warnings.simplefilter("ignore")
     results: dict[str, str | None] = {}
-    cases = [c for c in CASES if world in c.processes and (not args.only or c.id in args.only)]
+    observed: dict[str, object] = {}
+    cases = [(c.id, c) for c in CASES if world in c.processes]
+    if args.impl == "stoker":  # the examples import stoker: there is no Accelerate run of them
+        cases += [(f"example::{name}", name) for name in EXAMPLES]
+    cases = [(case_id, c) for case_id, c in cases if not args.only or case_id in args.only]
     home = os.getcwd()
     out = Path(args.out)
     in_step = True
-    for i, case in enumerate(cases):
+    for i, (case_id, case) in enumerate(cases):
         cwd = out / "cwd" / str(i)  # shared by the processes: some functions coordinate through files there
         cwd.mkdir(parents=True, exist_ok=True)
         os.chdir(cwd)
-        module = swap.load(case.script)
         try:
-            if args.impl == "stoker":
-                with swap.swapped(module):
+            if isinstance(case, str):
+                observed[case_id] = EXAMPLES[case](cwd)
+            elif args.impl == "stoker":
+                with swap.swapped(swap.load(case.script)) as module:
                     call(module, case)
             else:
-                call(module, case)
-            results[case.id] = None
+                call(swap.load(case.script), case)
+            results[case_id] = None
         except BaseException as error:  # noqa: BLE001 - recorded for the test to report
-            results[case.id] = "".join(traceback.format_exception(error))[-3000:]
+            results[case_id] = "".join(traceback.format_exception(error))[-3000:]
         os.chdir(home)
         if os.environ.get("COMPAT_TRACE"):
-            print(f"[rank{rank}] {time.monotonic():.1f} {case.id}: {'ok' if results[case.id] is None else 'FAILED'}",
+            print(f"[rank{rank}] {time.monotonic():.1f} {case_id}: {'ok' if results[case_id] is None else 'FAILED'}",
                   file=sys.stderr, flush=True)
         if store is not None and not _meet(store, f"case{i}", world):
-            for rest in cases[i + 1:]:
-                results[rest.id] = "not run: the processes fell out of step after " + case.id
+            for rest, _ in cases[i + 1:]:
+                results[rest] = "not run: the processes fell out of step after " + case_id
             in_step = False
             break
         torch.manual_seed(0)
-    (out / f"rank{rank}.json").write_text(json.dumps(results, indent=1))
+    (out / f"rank{rank}.json").write_text(json.dumps({"results": results, "observed": observed}, indent=1))
     if not in_step:  # another process is stuck in a collective: leave without meeting it
         sys.stdout.flush()
         os._exit(3)

@@ -177,6 +177,18 @@ def check_utils(acc: Accelerator) -> None:
     }
 
 
+def check_rng_types() -> None:
+    draws = {}
+    for types in (["generator"], ["torch", "generator"]):
+        acc = Accelerator(rng_types=types)
+        loader = acc.prepare(DataLoader(torch.arange(4.0), batch_size=1))
+        torch.manual_seed(acc.process_index)  # the processes' global RNGs differ ...
+        for _ in loader:  # ... until an iteration of a prepared loader starts (with rng_types=["torch"])
+            break
+        draws[types[0]] = same_everywhere(torch.rand(3).tolist())
+    R["rng_types_synced"] = draws
+
+
 def main() -> None:
     # The first Accelerator joins the group: InitProcessGroupKwargs reaches init_process_group.
     acc = Accelerator(kwargs_handlers=[su.InitProcessGroupKwargs(backend="gloo", timeout=timedelta(seconds=77))])
@@ -189,6 +201,7 @@ def main() -> None:
     check_sync_each_batch()
     check_fsdp_plugin()
     check_utils(acc)
+    check_rng_types()
     write_result(OUT, R)
     acc.end_training()
 

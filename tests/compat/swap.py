@@ -19,6 +19,7 @@ import torch
 
 import stoker
 import stoker.utils as su
+from stoker.accelerator.data_samplers import SeedableRandomSampler
 from stoker.accelerator.state import AcceleratorState, GradientState, PartialState
 
 SCRIPTS = "accelerate.test_utils.scripts"
@@ -42,6 +43,23 @@ def _prepare_data_loader(dataloader: Any, device: Any = None, num_processes: Any
     return accelerator.prepare_data_loader(dataloader, device_placement=put_on_device)
 
 
+class _SeedableMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        from accelerate.data_loader import SeedableRandomSampler as Accelerates
+
+        return isinstance(obj, (SeedableRandomSampler, Accelerates))
+
+
+class _Seedable(metaclass=_SeedableMeta):
+    """``SeedableRandomSampler`` for the scripts: built, it is Accelerate's own (the scripts' reference loops use it
+    on plain DataLoaders); in ``isinstance`` checks on a prepared loader, stoker's seedable sampler counts too."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from accelerate.data_loader import SeedableRandomSampler as Accelerates
+
+        return Accelerates(*args, **kwargs)
+
+
 REPLACEMENTS: dict[str, Any] = {
     "Accelerator": stoker.Accelerator,
     "AcceleratorState": AcceleratorState,
@@ -59,6 +77,7 @@ REPLACEMENTS: dict[str, Any] = {
     "synchronize_rng_states": su.synchronize_rng_states,
     "are_the_same_tensors": _are_the_same_tensors,
     "prepare_data_loader": _prepare_data_loader,
+    "SeedableRandomSampler": _Seedable,
 }
 
 

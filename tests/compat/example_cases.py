@@ -1,0 +1,88 @@
+"""Accelerate's examples (adapted copies in ``examples/``) as cases: each runs its ``main()`` with command-line
+flags, in the shared working directory, and returns what the test checks (``_fakes`` records it).
+
+Each function takes the working directory and returns a JSON-able dict; an exception fails the case.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.compat.examples import _fakes
+
+
+def _run(name: str, *flags: str) -> dict[str, Any]:
+    """Runs ``examples/{name}.py``'s ``main()`` with ``flags``; returns the metric counts and model batch sizes."""
+    module = importlib.import_module(f"tests.compat.examples.{name}")
+    _fakes.METRIC_COUNTS.clear()
+    _fakes.MODEL_BATCHES.clear()
+    saved = sys.argv
+    sys.argv = [f"{name}.py", "--cpu", *flags]
+    try:
+        module.main()
+    finally:
+        sys.argv = saved
+    return {"metric_counts": list(_fakes.METRIC_COUNTS), "batches": list(_fakes.MODEL_BATCHES)}
+
+
+def nlp_example(cwd: Path) -> dict[str, Any]:
+    return _run("nlp_example")
+
+
+def gradient_accumulation(cwd: Path) -> dict[str, Any]:
+    return _run("gradient_accumulation", "--gradient_accumulation_steps", "2")
+
+
+def multi_process_metrics(cwd: Path) -> dict[str, Any]:
+    return _run("multi_process_metrics")
+
+
+def early_stopping(cwd: Path) -> dict[str, Any]:
+    return _run("early_stopping")
+
+
+def ddp_comm_hook(cwd: Path) -> dict[str, Any]:
+    return _run("ddp_comm_hook", "--ddp_comm_hook", "fp16")
+
+
+def memory(cwd: Path) -> dict[str, Any]:
+    _fakes.OOM_ABOVE = 8  # batches of 16 "run out of memory": find_executable_batch_size retries with 8
+    try:
+        return _run("memory")
+    finally:
+        _fakes.OOM_ABOVE = None
+
+
+def profiler(cwd: Path) -> dict[str, Any]:
+    observed = _run("profiler", "--output_trace_dir", "traces")
+    return {**observed, "traces": sorted(os.listdir(cwd / "traces"))}
+
+
+def complete_nlp_example(cwd: Path) -> dict[str, Any]:
+    """A run saving every step, then a run resumed from its third checkpoint (stateful loaders): the last
+    checkpoints of both hold the same weights."""
+    from safetensors.torch import load_file
+
+    flags = ("--checkpointing_steps", "1", "--use_stateful_dataloader")
+    first = _run("complete_nlp_example", *flags, "--output_dir", "full")
+    resumed = _run("complete_nlp_example", *flags, "--output_dir", "resumed", "--resume_from_checkpoint", "full/step_3")
+
+    def last(folder: str) -> dict:
+        steps = sorted((int(p.name.split("_")[1]), p) for p in (cwd / folder).glob("step_*"))
+        return load_file(steps[-1][1] / "model.safetensors")
+
+    a, b = last("full"), last("resumed")
+    return {"first": first, "resumed": resumed, "same_final_weights": a.keys() == b.keys()
+            and all(bool((a[k] == b[k]).all()) for k in a),
+            "checkpoints": sorted(p.name for p in (cwd / "full").glob("step_*"))}
+
+
+EXAMPLES: dict[str, Callable[[Path], dict[str, Any]]] = {
+    f.__name__: f for f in (nlp_example, complete_nlp_example, early_stopping, memory, ddp_comm_hook,
+                            gradient_accumulation, multi_process_metrics, profiler)
+}
