@@ -18,14 +18,15 @@ def main(out_dir: str, mode: str) -> None:
         for precision in ("no", "bf16", "fp16"):
             counter, accelerator = accelerator_loop(precision, warmup_steps=2, counted_steps=6)
             result[precision] = {"count": counter.count, "report": counter.report(), "steps": accelerator.step,
-                                 "processes": accelerator.num_processes, "strategy": accelerator.distributed_type}
+                                 "processes": accelerator.num_processes,
+                                 "strategy": type(accelerator.strategy).__name__}
         accelerator.end_training()
     else:
         with tempfile.TemporaryDirectory() as root:
             counter, trainer = trainer_fit("fp32", root=root, counted_steps=6)
         result["fp32"] = {"count": counter.count, "report": counter.report(), "steps": trainer.global_step,
                           "processes": trainer.accelerator.num_processes,
-                          "strategy": trainer.accelerator.distributed_type}
+                          "strategy": type(trainer.accelerator.strategy).__name__}
     write_result(out_dir, result)
 
 

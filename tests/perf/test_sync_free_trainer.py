@@ -18,6 +18,11 @@ from tests.helpers.sync_loops import trainer_fit
 COUNTED = 6
 
 
+class StepSyncs(Exception):
+    """Raised (instead of an AssertionError) for the one failure the xfail below expects, so that any other
+    failure of that test (the workers crashing, a wrong step count) still fails the run."""
+
+
 @pytest.mark.parametrize("precision, expected", [("fp32", 0), ("bf16", 0), ("fp16", COUNTED)])
 def test_trainer_with_logging_bar_and_logger_is_sync_free_between_log_steps(tmp_path: Path, precision: str,
                                                                              expected: int) -> None:
@@ -41,10 +46,11 @@ def test_values_reach_the_host_only_when_a_logger_is_due(tmp_path: Path, monkeyp
 @pytest.mark.xfail(strict=True, reason=(
     "in 2 processes the Trainer's preemption agreement (stoker/trainer/checkpointing.py: acc.reduce(...) then "
     ".item(), a blocking all_reduce plus a device->host read after every optimizer step) syncs each step; "
-    "issue 15 asks for a non-blocking agreement"))
+    "issue 15 asks for a non-blocking agreement"), raises=StepSyncs)
 def test_trainer_in_two_processes_is_sync_free_between_log_steps(tmp_path: Path) -> None:
     run_workers("sync_worker.py", [tmp_path, "trainer"], nprocs=2, timeout=150)
     for rank, result in enumerate(read_results(tmp_path)):
         got = result["fp32"]
         assert got["processes"] == 2 and got["steps"] == 2 + COUNTED + 1
-        assert got["count"] == 0, f"rank {rank}: {got['report']}"
+        if got["count"] != 0:
+            raise StepSyncs(f"rank {rank}: {got['report']}")
