@@ -9,6 +9,7 @@ Run:
     python examples/accelerator_loop.py                          # full precision
     python examples/accelerator_loop.py --mixed-precision fp16   # float16 autocast + loss scaling (CPU or GPU)
     python examples/accelerator_loop.py --samples 256 --epochs 1 # a tiny, fast run
+    stoker launch --num_processes 2 --cpu examples/accelerator_loop.py   # two processes (gloo on the CPU)
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def smooth_l1_loss(prediction: torch.Tensor, target: torch.Tensor, beta: float =
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mixed-precision", default="no", choices=["no", "fp16", "bf16"])
+    # None: the Accelerator takes the launcher's choice (`stoker launch --mixed_precision bf16`), else "no".
+    parser.add_argument("--mixed-precision", default=None, choices=["no", "fp16", "bf16"])
     parser.add_argument("--gradient-accumulation-steps", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2048)

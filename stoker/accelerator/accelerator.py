@@ -16,6 +16,7 @@ import torch
 from . import collectives, tools
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
+from .environment import settings_from_environment
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .options import AcceleratorOptions
 from .precision import make_precision, unwrap_forward
@@ -39,8 +40,8 @@ class Accelerator:
 
     def __init__(
         self,
-        mixed_precision: str = "no",
-        gradient_accumulation_steps: int = 1,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
         project_dir: str | os.PathLike | None = None,
         project_config: ProjectConfiguration | None = None,
         dataloader_config: DataLoaderConfiguration | None = None,
@@ -65,6 +66,9 @@ class Accelerator:
             gradient_accumulation_plugin=gradient_accumulation_plugin, dynamo_backend=dynamo_backend,
             dynamo_plugin=dynamo_plugin, rng_types=rng_types, split_batches=split_batches)
         gradient_accumulation_steps = self._options.gradient_accumulation_steps(gradient_accumulation_steps)
+        # None: the launcher's setting (`stoker launch --mixed_precision ...`), else "no" and 1.
+        mixed_precision, gradient_accumulation_steps, cpu = settings_from_environment(
+            mixed_precision, gradient_accumulation_steps, cpu)
         dataloader_config = self._options.dataloader_config(dataloader_config)
         if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int):
             raise TypeError(

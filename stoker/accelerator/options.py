@@ -84,11 +84,11 @@ class AcceleratorOptions:
                              f"of: {', '.join(repr(r) for r in RNG_TYPES)}.")
         return values
 
-    def gradient_accumulation_steps(self, steps: int) -> int:
-        """The window length: ``gradient_accumulation_steps``, or the plugin's ``num_steps``."""
+    def gradient_accumulation_steps(self, steps: int | None) -> int | None:
+        """The window length: ``gradient_accumulation_steps``, or the plugin's ``num_steps`` (None: not given)."""
         if self.accumulation is None:
             return steps
-        if steps != 1:
+        if steps not in (None, 1):
             raise ValueError("Accelerator got both gradient_accumulation_steps and gradient_accumulation_plugin: "
                              "pass one (the plugin's num_steps is the window length).")
         return self.accumulation.num_steps  # type: ignore[return-value]
