@@ -46,6 +46,7 @@ class SummaryTable:
         module: The module to describe (the root itself is not a row).
         max_depth: 1 lists the direct children, n lists sub-modules down to n levels, -1 all of them, 0 none.
         autocast: A context manager factory for the example forward pass (the Trainer's precision), or None.
+        example_forward: Run ``module.example_input_array`` through the module for the shapes (False: no shapes).
 
     Example:
         >>> table = summarize(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()))
@@ -53,7 +54,8 @@ class SummaryTable:
         (15, 15)
     """
 
-    def __init__(self, module: nn.Module, max_depth: int = 1, autocast: Any = None) -> None:
+    def __init__(self, module: nn.Module, max_depth: int = 1, autocast: Any = None,
+                 example_forward: bool = True) -> None:
         _check_depth("summarize", max_depth)
         self.module, self.max_depth = module, max_depth
         params = _unique_params(module)
@@ -64,7 +66,7 @@ class SummaryTable:
         self.modules_in_train_mode, self.modules_in_eval_mode = modes.count(True), modes.count(False)
         self.layers = [_row(name, m) for name, m in self._named_layers()]
         example = getattr(module, "example_input_array", None)
-        self.has_shapes = example is not None and bool(self.layers)
+        self.has_shapes = example_forward and example is not None and bool(self.layers)
         if self.has_shapes:
             self._record_shapes(example, autocast)
         self.other_parameters = self.total_parameters - self._params_under_children()
@@ -148,9 +150,10 @@ class SummaryTable:
         return "\n".join(lines)
 
 
-def summarize(module: nn.Module, max_depth: int = 1, autocast: Any = None) -> SummaryTable:
+def summarize(module: nn.Module, max_depth: int = 1, autocast: Any = None,
+              example_forward: bool = True) -> SummaryTable:
     """The :class:`SummaryTable` of ``module`` (``print(summarize(model))`` shows it)."""
-    return SummaryTable(module, max_depth, autocast)
+    return SummaryTable(module, max_depth, autocast, example_forward)
 
 
 class ModelSummary(Callback):
@@ -158,8 +161,8 @@ class ModelSummary(Callback):
 
     The table lists each layer down to ``max_depth`` with its type, parameter count, trainable parameters, size
     in memory and train/eval mode (plus input and output shapes when the module defines
-    ``example_input_array``); then the totals, and a line with the device, processes, precision and gradient
-    accumulation of the run. Sizes come from the parameters' real dtypes. The Trainer adds a
+    ``example_input_array``, except with FSDP); then the totals, and a line with the device, processes,
+    precision and gradient accumulation of the run. Sizes come from the parameters' real dtypes. The Trainer adds a
     ``ModelSummary()`` unless one is given or ``Trainer(enable_model_summary=False)``.
 
     Args:
@@ -186,7 +189,10 @@ class ModelSummary(Callback):
             return
         accelerator = trainer.accelerator
         autocast = accelerator.autocast if accelerator.mixed_precision != "no" else None
-        self.table = summarize(module, self.max_depth, autocast)
+        # A sharded module's forward is collective (FSDP gathers weights): only the main process runs this, so no
+        # example forward there, and no shapes.
+        self.table = summarize(module, self.max_depth, autocast,
+                               example_forward=not accelerator.strategy.shards_parameters)
         steps = accelerator.gradient_accumulation_steps
         accumulation = f"{steps} micro-batch{'es' if steps > 1 else ''} per optimizer step"
         precision = str(getattr(trainer, "precision", accelerator.mixed_precision))

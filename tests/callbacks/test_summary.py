@@ -74,6 +74,15 @@ def test_example_input_array_gives_shapes_without_gradients_or_mode_changes():
     assert not model.enc[1].num_batches_tracked  # ran in eval mode: BatchNorm statistics untouched
 
 
+def test_no_example_forward_when_asked_not_to():
+    model = Tied()
+    model.example_input_array = torch.zeros(5, 6)
+    calls = []
+    model.enc.register_forward_hook(lambda *args: calls.append(1))
+    table = summarize(model, example_forward=False)  # what ModelSummary asks for under FSDP (a collective forward)
+    assert calls == [] and not table.has_shapes and "In sizes" not in str(table)
+
+
 def test_readable_numbers():
     assert [readable_count(n) for n in (0, 5, 999, 1234, 132608, 2_000_000, 3 * 10**9)] == [
         "0", "5", "999", "1.2 K", "132 K", "2.0 M", "3.0 B"]
