@@ -65,6 +65,10 @@ class FSDPStrategy(DDPStrategy):
         self._mesh: Any = None
         self._replaced: dict[int, tuple[weakref.ref, nn.Parameter]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled copy starts without this process's mesh and the weak references to replaced parameters.
+        return {**super().__getstate__(), "_mesh": None, "_replaced": {}}
+
     # -- setup ------------------------------------------------------------------------------------------------
     def setup_precision(self, precision: Any) -> None:
         """Adopts the Accelerator's precision: FSDP's mixed-precision policy and, for fp16, a sharded scaler."""
@@ -221,16 +225,40 @@ def _owner(optimizer: torch.optim.Optimizer, models: list[nn.Module]) -> nn.Modu
     )
 
 
+class _InModuleList:
+    """The default policy: every module held in an ``nn.ModuleList`` (a transformer's blocks)."""
+
+    def __call__(self, module: nn.Module, name: str, root: nn.Module) -> bool:
+        parent = root.get_submodule(name.rpartition(".")[0]) if "." in name else root
+        return isinstance(parent, nn.ModuleList)
+
+
+class _Predicate:
+    """A user's ``module -> bool``. (Classes rather than closures, so that a strategy pickles.)"""
+
+    def __init__(self, predicate: Callable[[nn.Module], bool]) -> None:
+        self.predicate = predicate
+
+    def __call__(self, module: nn.Module, name: str, root: nn.Module) -> bool:
+        return bool(self.predicate(module))
+
+
+class _ByType:
+    """Modules of the given classes or class names."""
+
+    def __init__(self, classes: tuple[type, ...], names: set[str]) -> None:
+        self.classes, self.names = classes, names
+
+    def __call__(self, module: nn.Module, name: str, root: nn.Module) -> bool:
+        return isinstance(module, self.classes) or type(module).__name__ in self.names
+
+
 def _make_policy(policy: Policy) -> Callable[[nn.Module, str, nn.Module], bool]:
     """Turns ``FSDPStrategy(auto_wrap_policy=...)`` into ``(module, name, root) -> shard it?``."""
     if policy is None:
-        def in_module_list(module: nn.Module, name: str, root: nn.Module) -> bool:
-            parent = root.get_submodule(name.rpartition(".")[0]) if "." in name else root
-            return isinstance(parent, nn.ModuleList)
-
-        return in_module_list
+        return _InModuleList()
     if callable(policy) and not isinstance(policy, type):
-        return lambda module, name, root: bool(policy(module))
+        return _Predicate(policy)
     if isinstance(policy, (str, type)):
         policy = [policy]
     try:
@@ -243,6 +271,4 @@ def _make_policy(policy: Policy) -> Callable[[nn.Module, str, nn.Module], bool]:
             "nn.ModuleList), a set of module classes or class names such as {'Block'}, or a callable "
             "module -> bool."
         )
-    classes = tuple(w for w in wanted if isinstance(w, type))
-    names = {w for w in wanted if isinstance(w, str)}
-    return lambda module, name, root: isinstance(module, classes) or type(module).__name__ in names
+    return _ByType(tuple(w for w in wanted if isinstance(w, type)), {w for w in wanted if isinstance(w, str)})

@@ -135,10 +135,9 @@ class FullyShardedDataParallelPlugin:
                                  "transformer_cls_names_to_wrap=[...]: the block class names, e.g. ['Block'].")
             return set(self.transformer_cls_names_to_wrap)
         if key == "size_based_wrap":
-            threshold = int(self.min_num_params or 100_000_000)
-            return lambda module: sum(p.numel() for p in module.parameters()) >= threshold
+            return _AtLeast(int(self.min_num_params or 100_000_000))
         if key == "no_wrap":
-            return lambda module: False
+            return _never
         raise ValueError(f"FullyShardedDataParallelPlugin(auto_wrap_policy={policy!r}) is not a policy. Expected "
                          "'transformer_based_wrap', 'size_based_wrap', 'no_wrap' or a callable module -> bool.")
 
@@ -174,6 +173,21 @@ class FullyShardedDataParallelPlugin:
                                             else CPUOffloadPolicy())
         return FSDPStrategy(auto_wrap_policy=self._policy(), mixed_precision=self._mixed_precision(),
                             reshard_after_forward=self._reshard(), **kwargs)
+
+
+class _AtLeast:
+    """``size_based_wrap``: modules with at least ``threshold`` parameters (counting their submodules')."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+
+    def __call__(self, module: torch.nn.Module) -> bool:
+        return sum(p.numel() for p in module.parameters()) >= self.threshold
+
+
+def _never(module: torch.nn.Module) -> bool:
+    """``no_wrap``: only the root is sharded."""
+    return False
 
 
 def _name_of(value: Any) -> Any:

@@ -89,6 +89,7 @@ class PartialState:
     Args:
         cpu: Use the CPU even when an accelerator is present (when this state joins the process group itself).
         strategy: The strategy to describe; by default one is made as ``Accelerator(strategy="auto")`` would.
+        **kwargs: ``backend`` and ``timeout`` (a ``timedelta``) for the process group it joins, as in Accelerate.
 
     Example:
         >>> state = PartialState()
@@ -99,10 +100,14 @@ class PartialState:
     __slots__ = ("__dict__", "_strategy", "_trigger")
 
     def __init__(self, cpu: bool = False, *, strategy: Any = None, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - {"backend", "timeout"})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got {unknown}; it takes cpu, and backend/timeout for the process "
+                            "group it joins.")
         if strategy is None:
             from .strategy import make_strategy
 
-            strategy = make_strategy("auto", cpu=cpu)
+            strategy = make_strategy("auto", cpu=cpu, group_options=kwargs)
         self._strategy = strategy
         self._trigger = False
         self.device: torch.device = strategy.device
@@ -284,7 +289,7 @@ class AcceleratorState(PartialState):
                  fsdp_plugin: Any = None, dynamo_plugin: Any = None, **kwargs: Any) -> None:
         from .precision import canonical_precision
 
-        super().__init__(cpu, strategy=strategy)
+        super().__init__(cpu, strategy=strategy, **kwargs)
         self.mixed_precision: str = canonical_precision(mixed_precision)
         self.fsdp_plugin = fsdp_plugin
         self.dynamo_plugin = dynamo_plugin

@@ -87,6 +87,8 @@ def test_partial_and_accelerator_state_on_their_own() -> None:
         assert share == [1, 2, 3]
     assert AcceleratorState(mixed_precision="fp16", cpu=True).mixed_precision == "fp16"
     AcceleratorState._reset_state()
+    with pytest.raises(TypeError, match="backend/timeout"):
+        PartialState(cpu=True, init_method="tcp://")
     with pytest.raises(ValueError, match="not a precision"):
         AcceleratorState(mixed_precision="fp17")
 

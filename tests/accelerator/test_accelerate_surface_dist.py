@@ -74,7 +74,8 @@ def test_sync_each_batch_syncs_gradients_on_every_micro_step(ranks: list[dict]) 
 
 def test_fsdp_plugin_shards_the_named_classes(ranks: list[dict]) -> None:
     for r in ranks:
-        assert r["fsdp"] == {"type": "FSDP", "sharded": [True, False, True], "weights_same": True, "is_fsdp2": True}
+        assert r["fsdp"] == {"type": "FSDP", "sharded": [True, False, True], "weights_same": True, "is_fsdp2": True,
+                             "pickled": True}
 
 
 def test_stoker_utils_collectives(ranks: list[dict]) -> None:

@@ -144,6 +144,9 @@ def check_fsdp_plugin() -> None:
     plugin = su.FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap",
                                                transformer_cls_names_to_wrap=["Linear"], reshard_after_forward=False)
     acc = Accelerator(fsdp_plugin=plugin)
+    # Pickled before prepare: torch cannot pickle FSDP2's sharded modules themselves (their classes are made on
+    # the fly), but the Accelerator and its strategy pickle.
+    pickled = pickle.loads(pickle.dumps(acc)).state.__dict__ == acc.state.__dict__
     torch.manual_seed(0)
     model = acc.prepare(make_mlp(seed=0))
     opt = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
@@ -153,7 +156,8 @@ def check_fsdp_plugin() -> None:
     from torch.distributed.fsdp import FSDPModule
 
     R["fsdp"] = {"type": acc.distributed_type, "sharded": [isinstance(m, FSDPModule) for m in model],
-                 "weights_same": same_everywhere(flat(model)), "is_fsdp2": acc.state.is_fsdp2}
+                 "weights_same": same_everywhere(flat(model)), "is_fsdp2": acc.state.is_fsdp2,
+                 "pickled": pickled}
 
 
 def check_utils(acc: Accelerator) -> None:
