@@ -230,16 +230,16 @@ class CounterProbe:
         from tests.helpers.sync_counter import SyncCounter
 
         self._counter = SyncCounter()
-        self.active = False
+
+    @property
+    def active(self) -> bool:
+        return self._counter.active
 
     def start(self) -> None:
-        self._counter.__enter__()
-        self.active = True
+        self._counter.start()
 
     def stop(self) -> None:
-        if self.active:
-            self._counter.__exit__(None, None, None)
-            self.active = False
+        self._counter.stop()
 
     @property
     def count(self) -> int:

@@ -31,6 +31,9 @@ Example:
     ...     for _ in range(10):
     ...         train_step()
     >>> assert sync.count == 0, sync.report()
+    >>> counter = SyncCounter(); counter.start(); ...; counter.stop()  # a span a callback opens and closes
+
+``tests/helpers/sync_loops.py`` runs the tutorial loop and ``Trainer.fit`` with a counted span of optimizer steps.
 """
 
 from __future__ import annotations
@@ -118,6 +121,20 @@ class SyncCounter:
         return "\n".join(lines)
 
     # -- patching --------------------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """True between :meth:`start` (or ``__enter__``) and :meth:`stop`."""
+        return bool(self._patches)
+
+    def start(self) -> SyncCounter:
+        """Starts counting (for spans that a ``with`` block cannot delimit, e.g. from a callback)."""
+        return self.__enter__()
+
+    def stop(self) -> None:
+        """Stops counting and restores torch; does nothing when not counting."""
+        if self._patches:
+            self.__exit__(None, None, None)
+
     def __enter__(self) -> SyncCounter:
         if self._patches:
             raise RuntimeError("SyncCounter is already active: use one `with` block at a time.")

@@ -36,8 +36,8 @@ def accelerator_loop(precision: str, warmup_steps: int = 2, counted_steps: int =
     end = warmup_steps + counted_steps
     while accelerator.step < end:
         for inputs, targets in loader:
-            if accelerator.step == warmup_steps and not counter._patches and not counter.events:
-                counter.__enter__()
+            if accelerator.step == warmup_steps and not counter.active and not counter.events:
+                counter.start()
             with accelerator.accumulate(model):
                 loss = nn.functional.mse_loss(model(inputs), targets)
                 accelerator.backward(loss)
@@ -49,7 +49,7 @@ def accelerator_loop(precision: str, warmup_steps: int = 2, counted_steps: int =
             total += loss.detach()
             if accelerator.step >= end:
                 break
-    counter.__exit__(None, None, None)
+    counter.stop()
     return counter, accelerator
 
 
@@ -90,12 +90,12 @@ def trainer_fit(precision: str = "fp32", *, log_every_step: bool = True, progres
 
     class Switch(Callback):
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-            if trainer.global_step == warmup_steps and not counter._patches and not counter.events:
-                counter.__enter__()
+            if trainer.global_step == warmup_steps and not counter.active and not counter.events:
+                counter.start()
 
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            if trainer.global_step >= end and counter._patches:
-                counter.__exit__(None, None, None)
+            if trainer.global_step >= end:
+                counter.stop()
 
     set_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -110,6 +110,5 @@ def trainer_fit(precision: str = "fp32", *, log_every_step: bool = True, progres
     try:
         trainer.fit(Module(), loader)
     finally:
-        if counter._patches:
-            counter.__exit__(None, None, None)
+        counter.stop()
     return counter, trainer

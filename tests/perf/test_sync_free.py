@@ -37,6 +37,7 @@ def test_counter_counts_every_kind_of_sync_and_restores_torch() -> None:
                      "torch.equal": 1}, sync.report()
     assert all(e.site.endswith("in test_counter_counts_every_kind_of_sync_and_restores_torch") for e in sync.events)
     assert (torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.to, torch.equal) == originals
+    assert not sync.active
     t.sum().item()
     assert sync.count == 11  # nothing counted after the block
 
