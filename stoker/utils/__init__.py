@@ -50,6 +50,13 @@ _LAZY = {
     "extract_model_from_parallel": "stoker.utils.other",
     "is_compiled_module": "stoker.utils.other",
     "load_checkpoint_in_model": _ENGINE,
+    "get_logger": "stoker.utils.logging",
+    "LocalSGD": f"{_ENGINE}.local_sgd",
+    # availability checks that scripts branch on
+    **{name: "stoker.utils.available" for name in (
+        "is_cuda_available", "is_mps_available", "is_xpu_available", "is_npu_available", "is_bf16_available",
+        "is_fp16_available", "is_datasets_available", "is_transformers_available", "is_wandb_available",
+        "is_mlflow_available", "is_tensorboard_available", "is_schedulefree_available", "is_torch_version")},
 }
 
 

@@ -92,3 +92,13 @@ def test_stoker_utils_collectives(ranks: list[dict]) -> None:
 def test_rng_types_torch_syncs_the_global_rng_when_a_loader_starts(ranks: list[dict]) -> None:
     for r in ranks:
         assert r["rng_types_synced"] == {"generator": False, "torch": True}
+
+
+def test_local_sgd_averages_the_processes_parameters_every_k_steps(ranks: list[dict]) -> None:
+    for r in ranks:  # 3 steps with local_sgd_steps=2, then the end of the block
+        assert r["local_sgd_same"] == [False, True, False, True]
+
+
+def test_get_logger_logs_on_the_main_process_unless_asked(ranks: list[dict]) -> None:
+    assert ranks[0]["logged"] == ["main only", "all 0", "ordered 0"]
+    assert ranks[1]["logged"] == ["all 1", "ordered 1"]

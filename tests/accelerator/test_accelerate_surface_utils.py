@@ -161,3 +161,41 @@ def test_module_level_save_writes_on_the_main_process_only(tmp_path, monkeypatch
     assert not (tmp_path / "other.pt").exists()
     su.save({"a": torch.ones(2)}, tmp_path / "node.pt", save_on_each_node=True)  # LOCAL_RANK 0: writes
     assert (tmp_path / "node.pt").exists()
+
+
+def test_availability_checks_and_accelerates_module_paths() -> None:
+    import stoker.local_sgd
+    import stoker.logging
+
+    assert su.is_torch_version(">=", "2.4") and not su.is_torch_version("<", "2.0")
+    assert su.is_fp16_available() and su.is_bf16_available() and su.is_cuda_available() == torch.cuda.is_available()
+    assert su.is_schedulefree_available() is False and su.is_npu_available() is False  # not installed here
+    with pytest.raises(ValueError, match="expected one of"):
+        su.is_torch_version("~=", "2.4")
+    assert stoker.logging.get_logger is su.get_logger and stoker.local_sgd.LocalSGD is su.LocalSGD
+
+
+def test_local_sgd_in_one_process_does_nothing_and_checks_its_steps() -> None:
+    from stoker import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(make_mlp())
+    with su.LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=2) as local_sgd:
+        local_sgd.step()
+    assert local_sgd.enabled is False and local_sgd.num_steps == 1
+    with pytest.raises(ValueError, match="local_sgd_steps"):
+        su.LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=0)
+
+
+def test_get_logger_in_one_process(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    monkeypatch.setattr(logging.root, "level", logging.root.level)  # get_logger sets the root level too: restored
+    logger = su.get_logger("stoker-test", log_level="INFO")
+    assert logging.getLogger("stoker-test").level == logging.INFO
+    with caplog.at_level("INFO", logger="stoker-test"):
+        logger.info("shown")
+        logger.info("also shown", main_process_only=False, in_order=True)
+        logger.warning_once("once")
+        logger.warning_once("once")
+    assert [r.getMessage() for r in caplog.records] == ["shown", "also shown", "once"]

@@ -21,6 +21,7 @@ def _run(name: str, *flags: str) -> dict[str, Any]:
     module = importlib.import_module(f"tests.compat.examples.{name}")
     _fakes.METRIC_COUNTS.clear()
     _fakes.MODEL_BATCHES.clear()
+    _fakes.MODELS.clear()
     saved = sys.argv
     sys.argv = [f"{name}.py", "--cpu", *flags]
     try:
@@ -63,6 +64,13 @@ def profiler(cwd: Path) -> dict[str, Any]:
     return {**observed, "traces": sorted(os.listdir(cwd / "traces"))}
 
 
+def local_sgd(cwd: Path) -> dict[str, Any]:
+    """Gradients are not synchronised inside LocalSGD; parameters are averaged every 2 steps and at the end."""
+    observed = _run("local_sgd", "--local_sgd_steps", "2")
+    model = _fakes.MODELS[-1]
+    return {**observed, "final_parameters": [v for p in model.parameters() for v in p.detach().reshape(-1).tolist()]}
+
+
 def complete_nlp_example(cwd: Path) -> dict[str, Any]:
     """A run saving every step, then a run resumed from its third checkpoint (stateful loaders): the last
     checkpoints of both hold the same weights."""
@@ -84,5 +92,5 @@ def complete_nlp_example(cwd: Path) -> dict[str, Any]:
 
 EXAMPLES: dict[str, Callable[[Path], dict[str, Any]]] = {
     f.__name__: f for f in (nlp_example, complete_nlp_example, early_stopping, memory, ddp_comm_hook,
-                            gradient_accumulation, multi_process_metrics, profiler)
+                            gradient_accumulation, multi_process_metrics, profiler, local_sgd)
 }

@@ -193,6 +193,35 @@ def check_rng_types() -> None:
     R["rng_types_synced"] = draws
 
 
+def check_local_sgd_and_logger(acc: Accelerator) -> None:
+    from stoker.local_sgd import LocalSGD
+
+    model = acc.prepare(make_mlp(seed=0))
+    opt = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen = []
+    with LocalSGD(accelerator=acc, model=model, local_sgd_steps=2) as local_sgd:
+        for step in range(3):
+            x = torch.full((4, 8), float(acc.process_index + step))
+            acc.backward(model(x).pow(2).mean())
+            opt.step()
+            opt.zero_grad()
+            local_sgd.step()
+            seen.append(same_everywhere(flat(model)))  # averaged every 2 steps only
+    seen.append(same_everywhere(flat(model)))  # and when the block ends
+    R["local_sgd_same"] = seen
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("surface").addHandler(handler)
+    logger = su.get_logger("surface", log_level="INFO")
+    logger.info("main only")
+    logger.info(f"all {acc.process_index}", main_process_only=False)
+    logger.info(f"ordered {acc.process_index}", main_process_only=False, in_order=True)
+    R["logged"] = records
+
+
 def main() -> None:
     # The first Accelerator joins the group: InitProcessGroupKwargs reaches init_process_group.
     acc = Accelerator(kwargs_handlers=[su.InitProcessGroupKwargs(backend="gloo", timeout=timedelta(seconds=77))])
@@ -206,6 +235,7 @@ def main() -> None:
     check_fsdp_plugin()
     check_utils(acc)
     check_rng_types()
+    check_local_sgd_and_logger(acc)
     write_result(OUT, R)
     acc.end_training()
 

@@ -98,6 +98,9 @@ def _check_example(run: dict[str, Any], name: str, processes: int) -> None:
             assert seen["batches"][0] == 16 and set(seen["batches"][1:]) == {8}
         if name == "profiler":
             assert seen["traces"] == [f"profile_{r}.json" for r in range(processes)]
+    if name == "local_sgd":  # averaged at the end of each epoch: the same parameters on every process
+        finals = [observed["example::local_sgd"]["final_parameters"] for observed in run["observed"]]
+        assert all(f == finals[0] for f in finals)
     batches = [len(observed[f"example::{name}"].get("batches", [])) for observed in run["observed"]]
     assert len(set(batches)) == 1, f"the processes ran different numbers of batches: {batches}"
 

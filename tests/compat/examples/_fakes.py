@@ -6,7 +6,7 @@ The data are sentence pairs whose label says whether both sentences start with t
 embedding bag and a linear layer. Everything is deterministic and runs in milliseconds.
 
 Besides, they record what the runner checks: the batch sizes a model saw (``MODEL_BATCHES``), the number of
-samples each metric computation received (``METRIC_COUNTS``), and ``OOM_ABOVE``, a batch size above which the model
+samples each metric computation received (``METRIC_COUNTS``), the models made (``MODELS``), and ``OOM_ABOVE``, a batch size above which the model
 raises a CUDA-style out-of-memory error (to exercise ``find_executable_batch_size``).
 """
 
@@ -27,6 +27,7 @@ SIZES = {"train": 64, "validation": 40}
 OOM_ABOVE: int | None = None
 MODEL_BATCHES: list[int] = []
 METRIC_COUNTS: list[int] = []
+MODELS: list[nn.Module] = []
 
 
 def _ids(sentence: str) -> list[int]:
@@ -135,7 +136,8 @@ class TinyClassifier(nn.Module):
 class AutoModelForSequenceClassification:
     @staticmethod
     def from_pretrained(name: str, **kwargs: Any) -> TinyClassifier:
-        return TinyClassifier()
+        MODELS.append(TinyClassifier())
+        return MODELS[-1]
 
 
 class _Metric:
