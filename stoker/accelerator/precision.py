@@ -23,12 +23,15 @@ _ALIASES = {
     "no": "no", "fp32": "no", "32": "no", "32-true": "no", "float32": "no",
     "fp16": "fp16", "16": "fp16", "16-mixed": "fp16", "float16": "fp16",
     "bf16": "bf16", "bf16-mixed": "bf16", "bfloat16": "bf16",
+    # True half precision (Lightning's names): the weights themselves are in that dtype, no autocast, no scaler.
+    "bf16-true": "bf16-true", "16-true": "fp16-true", "fp16-true": "fp16-true",
 }
-PRECISION_CHOICES = ("no", "fp16", "bf16")
+PRECISION_CHOICES = ("no", "fp16", "bf16", "bf16-true", "fp16-true")
 
 
 def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:
-    """Returns "no", "fp16" or "bf16" for a precision name or alias; raises ``ValueError`` for anything else.
+    """Returns "no", "fp16", "bf16" (mixed: autocast) or "bf16-true", "fp16-true" (the weights in that dtype) for a
+    precision name or alias; raises ``ValueError`` for anything else.
 
     ``argument`` names where the value came from in the error message, e.g. ``"Trainer(precision=...)"``.
 
@@ -42,7 +45,7 @@ def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=
     if key is None or key not in _ALIASES:
         raise ValueError(
             f"{argument.replace('...', repr(value))} is not a precision. Expected one of: 'no' (or 'fp32', '32'), "
-            "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed')."
+            "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed'), 'bf16-true', 'fp16-true' (or '16-true')."
         )
     return _ALIASES[key]
 
@@ -200,7 +203,42 @@ def make_precision(value: Any, device: torch.device) -> Precision:
         return FP16Precision(device)
     if name == "bf16":
         return BF16Precision(device)
+    if name in ("bf16-true", "fp16-true"):
+        return TruePrecision(device, name)
     return Precision(device)
+
+
+class TruePrecision(Precision):
+    """True half precision: a prepared module's parameters and buffers are converted to bf16/fp16, and the
+    floating-point tensors passed to its forward too (no autocast, no loss scaling: fp16-true can overflow)."""
+
+    def __init__(self, device: torch.device, name: str) -> None:
+        super().__init__(device)
+        self.name = name
+        self.dtype = torch.bfloat16 if name == "bf16-true" else torch.float16
+
+    def wrap_forward(self, module: torch.nn.Module) -> None:
+        dtype = self.dtype
+        unwrap_forward(module)
+        module.to(dtype)
+        original = module.forward
+
+        def cast(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value.to(dtype)
+            if isinstance(value, (list, tuple)):
+                return type(value)(cast(v) for v in value)
+            if isinstance(value, dict):
+                return {k: cast(v) for k, v in value.items()}
+            return value
+
+        @functools.wraps(original)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return original(*cast(args), **cast(kwargs))
+
+        forward._stoker_autocast = ("true", dtype)  # type: ignore[attr-defined]
+        forward._stoker_original_forward = original  # type: ignore[attr-defined]
+        module.forward = forward
 
 
 def unwrap_forward(module: torch.nn.Module) -> None:

@@ -102,7 +102,7 @@ class ModelCheckpoint(Callback):
 
     Attributes:
         best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
-        best_model_score: Its score as a 0-d tensor (``None`` before the first).
+        best_model_score: Its monitored value as a float (``None`` before the first, or without ``monitor``).
         last_model_path: Absolute path of ``last`` once written (``""`` before).
         best_k_models: Absolute path -> score of every kept ranked checkpoint.
 
@@ -198,9 +198,10 @@ class ModelCheckpoint(Callback):
         return self._best(best=True) or ""
 
     @property
-    def best_model_score(self) -> torch.Tensor | None:
+    def best_model_score(self) -> float | None:
+        """The monitored value of ``best_model_path`` as a float; None before the first or without ``monitor``."""
         path = self._best(best=True)
-        return None if path is None else torch.tensor(self.best_k_models[path], dtype=torch.float64)
+        return None if path is None or self.monitor is None else float(self.best_k_models[path])
 
     @property
     def kth_best_model_path(self) -> str:
@@ -281,6 +282,8 @@ class ModelCheckpoint(Callback):
             self._save(trainer)
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
+        if getattr(trainer, "fast_dev_run", 0):
+            return
         if self.save_last and self._last_save_step != trainer.global_step:
             self.save_last_now(trainer)
 
@@ -297,6 +300,8 @@ class ModelCheckpoint(Callback):
 
     # -- saving -------------------------------------------------------------------------------------------------
     def _save(self, trainer: Any, rank: bool = True) -> None:
+        if getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing (Lightning's rule)
+            return
         self._require_dirpath()
         if self.async_save:  # decide names and the top k against finished folders (the save would wait anyway)
             checkpoint_io(trainer.accelerator).wait_for_save()

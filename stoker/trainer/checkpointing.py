@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 LAST = "last"
+BEST = "best"
 _FORMAT = "stoker-trainer"
 
 
@@ -62,6 +63,10 @@ def build_payload(trainer: Any) -> dict[str, Any]:
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
     }
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None:  # its state and hyperparameters travel with the run
+        checkpoint["datamodule"] = datamodule.state_dict()
+        checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
     if trainer._hooks is not None:
         trainer._hooks.call("on_save_checkpoint", checkpoint)
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
@@ -77,6 +82,9 @@ def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
             callback.load_state_dict(states[callback.state_key])
     trainer._train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and "datamodule" in checkpoint:
+        datamodule.load_state_dict(checkpoint["datamodule"])
     trainer._hooks.call("on_load_checkpoint", checkpoint)
 
 
@@ -99,13 +107,33 @@ def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
     if not isinstance(ckpt_path, (str, os.PathLike)):
         raise TypeError(f"ckpt_path={ckpt_path!r} ({type(ckpt_path).__name__}) is not a checkpoint. Expected one of: "
                         f"None (no checkpoint), {LAST!r} (the newest complete checkpoint under default_root_dir), "
+                        f"{BEST!r} (the ModelCheckpoint's best_model_path), "
                         "or the path of a checkpoint folder (a str or os.PathLike).")
     if ckpt_path == LAST:
         return trainer.find_last_checkpoint()
+    if ckpt_path == BEST:
+        return best_checkpoint(trainer)
     path = os.fspath(ckpt_path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
-                                "Trainer.save_checkpoint / ModelCheckpoint, 'last', or None.")
+                                "Trainer.save_checkpoint / ModelCheckpoint, 'last', 'best', or None.")
+    return path
+
+
+def best_checkpoint(trainer: Any) -> str:
+    """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        raise ValueError("ckpt_path='best' needs a ModelCheckpoint callback to know the best checkpoint, and this "
+                         "Trainer has none (enable_checkpointing=False or fast_dev_run). Pass a checkpoint folder, "
+                         "'last', or add ModelCheckpoint(monitor=...).")
+    path = callback.best_model_path
+    if not path:
+        raise ValueError("ckpt_path='best': the ModelCheckpoint has no best checkpoint yet (no checkpoint was saved "
+                         "by this Trainer: run fit first, or resume a fit whose checkpoints it tracked). Pass a "
+                         "checkpoint folder or 'last' instead.")
+    if not os.path.isdir(path) and not os.path.isfile(path):
+        raise FileNotFoundError(f"ckpt_path='best' is {path}, which no longer exists.")
     return path
 
 

@@ -24,6 +24,7 @@ import torch
 from .logging import Results
 from .manual import manual_training_step
 from .optim import step_schedulers
+from .run_options import hold_stop
 
 
 class FitLoop:
@@ -64,6 +65,8 @@ class FitLoop:
     def done(self) -> bool:
         t = self.trainer
         if t.should_stop:
+            hold_stop(t)  # min_epochs / min_steps not reached: training goes on
+        if t.should_stop:
             return True
         if t.max_steps is not None and t.global_step >= t.max_steps:
             return True
@@ -76,6 +79,8 @@ class FitLoop:
     def _run_epoch(self) -> None:
         t = self.trainer
         if self.phase == "batches":
+            if self.batches_done == 0 and t.reload_dataloaders_every_n_epochs:
+                t._setup.reload_loaders(self.epoch)
             results = t._train_results
             results.in_batch = False
             t._hooks.call("on_train_epoch_start")
@@ -161,6 +166,8 @@ class FitLoop:
     def _stop_now(self) -> bool:
         t = self.trainer
         t._preemption.check(t)  # saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived
+        if t.should_stop:
+            hold_stop(t)
         return t.should_stop or (t.max_steps is not None and t.global_step >= t.max_steps)
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader
 
 from . import args as check
+from .datamodule import DataModule, defines, prepare_data_once
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -29,6 +31,12 @@ def _length(loader: Any) -> int | None:
 
 def _overrides(module: Any, name: str) -> bool:
     return getattr(type(module), name, None) is not getattr(TrainingModule, name)
+
+
+def _overrides_any(module: Any, name: str) -> bool:
+    """The module's class defines ``name`` itself (a hook ``TrainingModule`` may not have at all)."""
+    return callable(getattr(type(module), name, None)) and getattr(type(module), name) is not getattr(
+        TrainingModule, name, None)
 
 
 class RunSetup:
@@ -63,12 +71,20 @@ class RunSetup:
         return module
 
     def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[DataLoader]:
-        if value is None and callable(getattr(module, hook, None)):
+        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's."""
+        datamodule = self.trainer.datamodule
+        if value is None and datamodule is not None and defines(datamodule, hook):
+            value = getattr(datamodule, hook)()
+        elif value is None and callable(getattr(module, hook, None)):
             value = getattr(module, hook)()
         if value is None:
             if required:
-                raise ValueError(f"No dataloaders: pass dataloaders=... or define {type(module).__name__}.{hook}().")
+                where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
+                raise ValueError(f"No dataloaders: pass dataloaders=... or define {where}"
+                                 f"{type(module).__name__}.{hook}().")
             return []
+        if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
+            value = list(value.values())
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         for i, item in enumerate(items):
             if not isinstance(item, DataLoader):
@@ -82,6 +98,63 @@ class RunSetup:
             raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
                              f"{type(module).__name__}.{hook}()); got {len(items)}.")
         return items[0]
+
+    # -- data modules -----------------------------------------------------------------------------------------------
+    def datamodule(self, fn: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:
+        """``(datamodule, dataloaders)`` for an entry point: a ``DataModule`` passed in the loaders' place is taken
+        as the data module (as Lightning does); both at once is an error."""
+        if isinstance(dataloaders, DataModule) and datamodule is None:
+            dataloaders, datamodule = None, dataloaders
+        if datamodule is None:
+            return None, dataloaders
+        if not isinstance(datamodule, DataModule):
+            raise TypeError(f"Trainer.{fn}(datamodule=...) got a {type(datamodule).__name__}; expected a "
+                            "stoker.DataModule (Lightning's LightningDataModule contract).")
+        if dataloaders is not None:
+            raise ValueError(f"Trainer.{fn}() got both dataloaders and datamodule=; pass one of them: the data "
+                             "module's loader methods, or the loaders themselves.")
+        return datamodule, None
+
+    def start_datamodule(self, datamodule: Any, module: Any, fn: str) -> None:
+        """``prepare_data`` once per node (data module, then module), then the data module's ``setup(fn)``."""
+        t = self.trainer
+        t.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = t
+            prepare_data_once(datamodule, t.accelerator)
+        if _overrides_any(module, "prepare_data"):
+            prepare_data_once(module, t.accelerator)
+        if datamodule is not None:
+            datamodule.setup(stage=fn)
+
+    def reload_loaders(self, epoch: int) -> None:
+        """``reload_dataloaders_every_n_epochs``: at the start of every n-th epoch, the train and val loaders are
+        asked for again from the data module / module hooks (loaders passed to ``fit`` are kept as they are)."""
+        t = self.trainer
+        n = t.reload_dataloaders_every_n_epochs
+        if not n or epoch == 0 or epoch % n:
+            return
+        module = t.module
+        if not t._loaders_passed[0]:
+            t._train_loader = self._replace(t._train_loader, self.loader_or_hook(None, module, "train_dataloader",
+                                                                                 "train_dataloaders"))
+            self._limit_train(t._train_loader)
+            t._val_check_batch = self._val_check_batch()
+        if not t._loaders_passed[1] and t._val_loaders:
+            t._val_loaders = [self._replace(old, new) for old, new in
+                              zip(t._val_loaders, self.loaders(None, module, "val_dataloader"))]
+            t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in t._val_loaders]
+
+    def _replace(self, old: Any, loader: DataLoader) -> Any:
+        """Prepares ``loader`` in ``old``'s place (same slot in the Accelerator's checkpointed loaders)."""
+        acc = self.trainer.accelerator
+        new = acc.prepare_data_loader(loader)
+        registered = acc._dataloaders
+        registered.pop()  # prepare_data_loader appended it: it takes the old loader's slot instead
+        for i, item in enumerate(registered):
+            if item is old:
+                registered[i] = new
+        return new
 
     # -- fit --------------------------------------------------------------------------------------------------------
     def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader]) -> None:

@@ -11,6 +11,7 @@ neither does an fp16 step skipped because the gradients overflowed (schedulers d
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .optim import LRSchedulerConfig
 from .setup import RunSetup
+from . import run_options
 
 
 @dataclass
@@ -94,9 +96,21 @@ class Trainer:
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
         deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
         enable_model_summary: bool = True, on_nonfinite_loss: str = "raise",
+        # Lightning's names (README, "Coming from Lightning"): aliases first, then the ones stoker adds.
+        accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
+        min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
+        num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
+        reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
+        float32_matmul_precision: str | None = None, **unknown: Any,
     ) -> None:
         from ..accelerator import parse_precision
 
+        if unknown:
+            raise check.unknown_arguments(unknown, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
+        accumulate, clip_grad_norm, clip_grad_value = check.resolve_aliases(
+            accumulate, clip_grad_norm, clip_grad_value, accumulate_grad_batches, gradient_clip_val,
+            gradient_clip_algorithm)
         self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
         self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
         self.accumulate = check.positive_int("accumulate", accumulate, " It is the number of micro-batches per "
@@ -123,8 +137,16 @@ class Trainer:
         self._nonfinite = NonFiniteLoss(self.on_nonfinite_loss)
         self.default_root_dir = os.fspath(default_root_dir)
         self.devices = devices
+        lightning = run_options.apply(
+            self, min_epochs=min_epochs, min_steps=min_steps, max_time=max_time, fast_dev_run=fast_dev_run,
+            num_sanity_val_steps=num_sanity_val_steps, detect_anomaly=detect_anomaly, benchmark=benchmark,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            use_distributed_sampler=use_distributed_sampler, float32_matmul_precision=float32_matmul_precision)
+        enable_checkpointing = lightning.get("enable_checkpointing", enable_checkpointing)
+        logger = lightning.get("logger", logger)
         cpu = check.accelerator_choice(accelerator)
         self._launch(accelerator)  # devices > 1 from a plain process: this re-runs the script in N processes
+        self.num_nodes = check.num_nodes(num_nodes, self._processes_per_node(accelerator))
 
         self.accelerator = Accelerator(
             mixed_precision=self.precision, gradient_accumulation_steps=self.accumulate,
@@ -134,7 +156,12 @@ class Trainer:
             step_scheduler_with_optimizer=False,
         )
         self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
-        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary)
+        self.callbacks = run_options.add_timer(
+            build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary), self.max_time)
+        if not self.use_distributed_sampler and self.accelerator.num_processes > 1:
+            raise ValueError("Trainer(use_distributed_sampler=False) with several processes: stoker always gives "
+                             "each process its own share of every loader (its samplers are resumable and seeded). "
+                             "Drop the argument, and any DistributedSampler of your own.")
         self.loggers = build_loggers(logger, self.default_root_dir)
         agree_on_log_dirs(self.accelerator, self.loggers)
 
@@ -157,6 +184,9 @@ class Trainer:
         self._preemption = Preemption()
         self._loaded_payload: dict[str, Any] | None = None
         self._setup = RunSetup(self)
+        self._sanity_checking = False
+        self._loaders_passed = (False, False)
+        self.datamodule: Any = None
         # Filled by RunSetup for each run (see setup.py); the loops read them.
         self._model: Any = None
         self._train_loader: Any = None
@@ -176,6 +206,11 @@ class Trainer:
         from ..accelerator.launch import ensure_processes, resolve_num_processes
 
         ensure_processes(resolve_num_processes(self.devices, accelerator.lower()))
+
+    def _processes_per_node(self, accelerator: str) -> int:
+        from ..accelerator.launch import resolve_num_processes
+
+        return resolve_num_processes(self.devices, accelerator.lower())
 
     # -- public attributes ----------------------------------------------------------------------------------------
     @property
@@ -234,8 +269,8 @@ class Trainer:
 
     @property
     def sanity_checking(self) -> bool:
-        """Always False: stoker runs no sanity-check validation before training."""
-        return False
+        """True during the ``num_sanity_val_steps`` validation before training (none by default)."""
+        return self._sanity_checking
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -244,12 +279,24 @@ class Trainer:
 
     # -- entry points ---------------------------------------------------------------------------------------------
     def fit(self, module: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            ckpt_path: str | os.PathLike | None = None) -> None:
-        """Trains ``module``; ``ckpt_path="last"`` resumes from the newest checkpoint (fresh start when none)."""
+            ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> None:
+        """Trains ``module`` on the loaders given, or those of ``datamodule`` (a ``DataModule``, which may also be
+        passed in ``train_dataloaders``' place); ``ckpt_path="last"`` resumes from the newest checkpoint (fresh
+        start when none), ``"best"`` from the ModelCheckpoint's best one, or a checkpoint folder."""
         self._setup.check_module(module, fit=True)
-        train = self._setup.loader_or_hook(train_dataloaders, module, "train_dataloader", "train_dataloaders")
-        vals = self._setup.loaders(val_dataloaders, module, "val_dataloader")
-        with self._run("fit", module):
+        datamodule, train_dataloaders = self._setup.datamodule("fit", datamodule, train_dataloaders)
+        if datamodule is not None and val_dataloaders is not None:
+            raise ValueError("Trainer.fit() got both val_dataloaders and datamodule=; pass one of them.")
+
+        def loaders() -> tuple[Any, list[Any]]:
+            train = self._setup.loader_or_hook(train_dataloaders, module, "train_dataloader", "train_dataloaders")
+            return train, self._setup.loaders(val_dataloaders, module, "val_dataloader")
+
+        self.datamodule = datamodule
+        self._loaders_passed = (train_dataloaders is not None, val_dataloaders is not None)
+        early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
+        with self._run("fit", module, datamodule), run_options.anomaly_context(self):
+            train, vals = early or loaders()
             self._setup.prepare_fit(module, train, vals)
             self._nonfinite.reset()
             restore(self, ckpt_path)
@@ -258,6 +305,7 @@ class Trainer:
             try:
                 self.state.stage = "train"
                 self._hooks.call("on_fit_start")
+                run_options.run_sanity_check(self)
                 self._hooks.call("on_train_start")
                 self.fit_loop.run()
                 self.state.stage = "train"
@@ -267,39 +315,39 @@ class Trainer:
                 self._preemption.uninstall()
 
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                 ckpt_path: str | os.PathLike | None = None) -> list[dict[str, float]]:
-        """Runs ``validation_step`` over ``dataloaders``; one dict of epoch metrics per loader."""
-        return self._evaluate("validate", module, dataloaders, ckpt_path)
+                 ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[dict[str, float]]:
+        """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
+        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights)."""
+        return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
-             ckpt_path: str | os.PathLike | None = None) -> list[dict[str, float]]:
-        """Runs ``test_step`` over ``dataloaders``; one dict of epoch metrics per loader."""
-        return self._evaluate("test", module, dataloaders, ckpt_path)
+             ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[dict[str, float]]:
+        """Runs ``test_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per loader."""
+        return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)
 
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                ckpt_path: str | os.PathLike | None = None) -> list[Any]:
+                ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[Any]:
         """``predict_step`` outputs for every batch (a list per loader when there are several)."""
-        module = self._setup.eval_module(module, "predict")
-        loaders = self._setup.loaders(dataloaders, module, "predict_dataloader", required=True)
-        with self._run("predict", module):
-            prepared = self._setup.prepare_eval(module, loaders, "predict", self.limit_predict_batches)
-            load_weights(self, ckpt_path)
-            self.state.stage = "predict"
-            return run_predict(self, prepared)
+        return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
 
-    def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any) -> list[dict]:
+    def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any,
+                  datamodule: Any) -> list[Any]:
         module = self._setup.eval_module(module, fn)
-        hook = "val_dataloader" if fn == "validate" else "test_dataloader"
-        loaders = self._setup.loaders(dataloaders, module, hook, required=True)
-        with self._run(fn, module):
-            limit = self.limit_val_batches if fn == "validate" else self.limit_test_batches
+        datamodule, dataloaders = self._setup.datamodule(fn, datamodule, dataloaders)
+        hook = {"validate": "val_dataloader", "test": "test_dataloader"}.get(fn, "predict_dataloader")
+        self.datamodule = datamodule
+        early = self._setup.loaders(dataloaders, module, hook, required=True) if datamodule is None else None
+        with self._run(fn, module, datamodule):
+            loaders = early or self._setup.loaders(dataloaders, module, hook, required=True)
+            limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
+                fn, self.limit_predict_batches)
             prepared = self._setup.prepare_eval(module, loaders, fn, limit)
             load_weights(self, ckpt_path)
             self.state.stage = fn
-            return run_evaluation(self, fn, prepared)
+            return run_predict(self, prepared) if fn == "predict" else run_evaluation(self, fn, prepared)
 
     @contextlib.contextmanager
-    def _run(self, fn: str, module: TrainingModule):  # noqa: ANN202 - context manager
+    def _run(self, fn: str, module: TrainingModule, datamodule: Any = None):  # noqa: ANN202 - context manager
         if self.state.fn is not None:
             raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{self.state.fn}() is running; a Trainer "
                                "runs one thing at a time.")
@@ -311,6 +359,7 @@ class Trainer:
         self._hooks = HookDispatcher(self, module, self.callbacks)
         status = "success"
         try:
+            self._setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
             self._hooks.call("setup", fn)
             yield
         except BaseException as exception:
@@ -319,6 +368,8 @@ class Trainer:
             raise
         finally:
             try:
+                if datamodule is not None:
+                    datamodule.teardown(stage=fn)
                 self._hooks.call("teardown", fn)
             finally:
                 self.state.fn = self.state.stage = None
@@ -386,7 +437,7 @@ class Trainer:
     @property
     def _max_epochs_effective(self) -> int | None:
         if self.max_epochs is None and self.max_steps is None:
-            return 1
+            return max(1, self.min_epochs or 0)
         return self.max_epochs
 
     def _seed(self) -> None:
