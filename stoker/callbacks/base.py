@@ -63,6 +63,12 @@ class Callback:
     def on_fit_end(self, trainer: Any, module: Any) -> None:
         """End of ``fit``."""
 
+    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+        """Before the ``num_sanity_val_steps`` validation that precedes training (none by default)."""
+
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+        """After that validation."""
+
     def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
         """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
 

@@ -37,7 +37,8 @@ from typing import Any
 
 #: Hooks that both a TrainingModule and a Callback may define (callbacks get ``(trainer, module, ...)`` first).
 HOOKS: tuple[str, ...] = (
-    "setup", "teardown", "on_fit_start", "on_fit_end", "on_exception",
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_exception", "on_sanity_check_start",
+    "on_sanity_check_end",
     "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
     "on_train_batch_start", "on_train_batch_end",
     "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",

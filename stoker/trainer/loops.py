@@ -24,7 +24,7 @@ import torch
 from .logging import Results
 from .manual import manual_training_step
 from .optim import step_schedulers
-from .run_options import hold_stop
+from .run_options import stop_requested
 
 
 class FitLoop:
@@ -64,9 +64,7 @@ class FitLoop:
     # -- epochs ---------------------------------------------------------------------------------------------------
     def done(self) -> bool:
         t = self.trainer
-        if t.should_stop:
-            hold_stop(t)  # min_epochs / min_steps not reached: training goes on
-        if t.should_stop:
+        if stop_requested(t):  # should_stop, once min_epochs / min_steps allow it
             return True
         if t.max_steps is not None and t.global_step >= t.max_steps:
             return True
@@ -166,9 +164,7 @@ class FitLoop:
     def _stop_now(self) -> bool:
         t = self.trainer
         t._preemption.check(t)  # saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived
-        if t.should_stop:
-            hold_stop(t)
-        return t.should_stop or (t.max_steps is not None and t.global_step >= t.max_steps)
+        return stop_requested(t) or (t.max_steps is not None and t.global_step >= t.max_steps)
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer

@@ -71,15 +71,19 @@ def min_reached(trainer: Any) -> bool:
     return t.min_epochs is None or t.fit_loop.epoch >= t.min_epochs
 
 
-def hold_stop(trainer: Any) -> None:
-    """A stop requested (``should_stop``) before ``min_epochs``/``min_steps``: cleared, as in Lightning."""
-    if trainer.should_stop and not min_reached(trainer):
-        trainer.should_stop = False
-        if not getattr(trainer, "_min_warned", False):
-            trainer._min_warned = True
-            warnings.warn(f"Trainer was asked to stop at global_step {trainer.global_step} (epoch "
-                          f"{trainer.current_epoch}), but min_epochs={trainer.min_epochs} / "
-                          f"min_steps={trainer.min_steps} are not reached yet; training goes on.", stacklevel=2)
+def stop_requested(trainer: Any) -> bool:
+    """``should_stop``, once ``min_epochs``/``min_steps`` allow it (until then the request waits, as in
+    Lightning: the flag stays set and the run stops at the first point where the minimums are met)."""
+    if not trainer.should_stop:
+        return False
+    if min_reached(trainer):
+        return True
+    if not getattr(trainer, "_min_warned", False):
+        trainer._min_warned = True
+        warnings.warn(f"Trainer was asked to stop at global_step {trainer.global_step} (epoch "
+                      f"{trainer.current_epoch}), but min_epochs={trainer.min_epochs} / min_steps={trainer.min_steps} "
+                      "are not reached yet; training goes on until they are.", stacklevel=2)
+    return False
 
 
 def anomaly_context(trainer: Any) -> contextlib.AbstractContextManager:

@@ -1,0 +1,207 @@
+"""Trainer arguments under Lightning's names (issue 14 item 2): aliases, the options stoker adds, unknown names."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch
+
+from stoker import Callback, Trainer
+from stoker.accelerator import parse_precision
+from stoker.callbacks import Timer
+from tests.helpers.models import batches, clone_model, make_loader, make_regression_data, params_of
+from tests.trainer.modules import Regressor, raw_loop
+
+
+def bare(**kwargs: Any) -> Trainer:
+    kwargs.setdefault("enable_checkpointing", False)
+    kwargs.setdefault("enable_model_summary", False)
+    return Trainer(logger=False, enable_progress_bar=False, **kwargs)
+
+
+class Count(Callback):
+    def __init__(self) -> None:
+        self.val_runs = self.sanity = self.train_batches = 0
+        self.sanity_flags: list[bool] = []
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        self.val_runs += 1
+        self.sanity_flags.append(trainer.sanity_checking)
+
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+        self.sanity += 1
+
+    def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+        self.train_batches += 1
+
+
+def test_aliases_give_the_same_run_as_stokers_names() -> None:
+    data = make_regression_data(n=64)
+    a, b = Regressor(momentum=0.0), Regressor(momentum=0.0)
+    bare(max_epochs=1, accumulate=2, clip_grad_norm=0.5).fit(a, make_loader(data, batch_size=8))
+    t = bare(max_epochs=1, accumulate_grad_batches=2, gradient_clip_val=0.5)
+    assert (t.accumulate, t.clip_grad_norm, t.clip_grad_value) == (2, 0.5, None)
+    t.fit(b, make_loader(data, batch_size=8))
+    for got, want in zip(params_of(a.net), params_of(b.net)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    t = bare(gradient_clip_val=0.3, gradient_clip_algorithm="value")
+    assert (t.clip_grad_norm, t.clip_grad_value) == (None, 0.3)
+    assert bare(gradient_clip_val=0).clip_grad_norm is None  # Lightning's 0: no clipping
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"accumulate": 2, "accumulate_grad_batches": 4}, "one setting under two names"),
+    ({"clip_grad_norm": 1.0, "gradient_clip_val": 1.0}, "Pass only one"),
+    ({"gradient_clip_val": 1.0, "gradient_clip_algorithm": "max"}, "'norm'"),
+    ({"gradient_clip_algorithm": "value"}, "without gradient_clip_val"),
+    ({"fast_dev_run": -1}, "fast_dev_run"),
+    ({"num_sanity_val_steps": -2}, "num_sanity_val_steps"),
+    ({"max_time": "1 hour"}, "DD:HH:MM:SS"),
+    ({"float32_matmul_precision": "low"}, "'highest'"),
+    ({"num_nodes": 2}, "torchrun --nnodes=2"),
+    ({"min_epochs": -1}, "min_epochs"),
+])
+def test_bad_lightning_arguments_say_how_to_fix(kwargs: dict, match: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=match):
+        bare(**kwargs)
+
+
+def test_unknown_argument_names_a_close_match_from_both_name_sets() -> None:
+    with pytest.raises(TypeError, match=r"unknown argument 'max_epoch'.*Did you mean 'max_epochs'"):
+        bare(max_epoch=3)
+    with pytest.raises(TypeError, match=r"Did you mean 'accumulate_grad_batches'"):
+        bare(accumulate_grad_batch=2)
+    with pytest.raises(TypeError, match=r"Did you mean 'clip_grad_norm'"):
+        bare(clip_grad_nrm=1.0)
+    with pytest.raises(TypeError, match="Lightning argument stoker does not take: use torch.profiler"):
+        bare(profiler="simple")
+
+
+def test_precision_names_of_lightning() -> None:
+    assert [parse_precision(p) for p in ("32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true")] == [
+        "no", "fp16", "bf16", "bf16-true", "fp16-true"]
+    module = Regressor()
+    trainer = bare(max_epochs=1, precision="bf16-true")
+    trainer.fit(module, make_loader(make_regression_data(n=32), batch_size=8))
+    assert trainer.global_step == 4
+    assert {p.dtype for p in module.parameters()} == {torch.bfloat16}  # true half: the weights themselves
+
+
+def test_fast_dev_run_runs_n_batches_writes_nothing(tmp_path: Any) -> None:
+    count = Count()
+    trainer = Trainer(fast_dev_run=3, max_epochs=5, default_root_dir=tmp_path, callbacks=[count],
+                      enable_progress_bar=False, enable_model_summary=False)
+    data = make_loader(make_regression_data(n=80), batch_size=8)
+    trainer.fit(Regressor(), data, make_loader(make_regression_data(n=80), batch_size=8))
+    assert (trainer.global_step, count.train_batches, count.val_runs, trainer.num_val_batches) == (3, 3, 1, [3])
+    assert trainer.loggers == [] and trainer.checkpoint_callback is None
+    assert list(tmp_path.iterdir()) == []  # no checkpoints, no logs
+    assert bare(fast_dev_run=True).fast_dev_run == 1
+
+
+def test_min_epochs_and_min_steps_hold_a_stop_request() -> None:
+    class StopAtOnce(Callback):
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            trainer.should_stop = True
+
+    data = make_regression_data(n=32)  # 4 batches per epoch
+    with pytest.warns(UserWarning, match="min_epochs=2"):
+        t = bare(max_epochs=5, min_epochs=2, callbacks=[StopAtOnce()])
+        t.fit(Regressor(), make_loader(data, batch_size=8))
+    assert (t.current_epoch, t.global_step) == (2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = bare(max_epochs=5, min_steps=6, callbacks=[StopAtOnce()])
+        t.fit(Regressor(), make_loader(data, batch_size=8))
+    assert t.global_step == 6
+    assert bare(min_epochs=3)._max_epochs_effective == 3  # stoker's default of one epoch grows to min_epochs
+
+
+def test_max_time_adds_a_timer() -> None:
+    t = bare(max_time={"minutes": 5})
+    timers = [c for c in t.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0].duration == timedelta(minutes=5)
+    assert bare(max_time="00:00:00:00").max_time == timedelta(0)
+    with pytest.warns(UserWarning, match="Timer callback's duration is used"):
+        t = bare(max_time="00:01:00:00", callbacks=[Timer(duration="00:02:00:00")])
+    assert [c.duration for c in t.callbacks if isinstance(c, Timer)] == [timedelta(hours=2)]
+
+
+def test_max_time_zero_stops_after_the_first_step() -> None:
+    t = bare(max_time=timedelta(0), max_epochs=3)
+    t.fit(Regressor(), make_loader(make_regression_data(n=32), batch_size=8))
+    assert t.global_step == 1
+
+
+def test_num_sanity_val_steps_runs_a_short_validation_before_training_without_side_effects() -> None:
+    data, val = make_regression_data(n=32), make_regression_data(n=40)
+    reference = Regressor()
+    bare(max_epochs=1).fit(reference, make_loader(data, batch_size=8))
+    count = Count()
+    module = Regressor()
+    trainer = bare(max_epochs=1, num_sanity_val_steps=2, callbacks=[count])
+    trainer.fit(module, make_loader(data, batch_size=8), make_loader(val, batch_size=8))
+    assert count.sanity == 1 and count.val_runs == 2 and count.sanity_flags == [True, False]
+    assert trainer.num_val_batches == [5]  # the full validation after the sanity check
+    for got, want in zip(params_of(module.net), params_of(reference.net)):  # RNG untouched: same training
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    count = Count()
+    bare(max_epochs=1, callbacks=[count]).fit(Regressor(), make_loader(data, batch_size=8),
+                                              make_loader(val, batch_size=8))
+    assert count.sanity == 0 and count.val_runs == 1  # stoker's default: no sanity check
+
+
+def test_reload_dataloaders_every_n_epochs_asks_the_hook_again() -> None:
+    class Reloading(Regressor):
+        calls = 0
+
+        def train_dataloader(self) -> Any:
+            Reloading.calls += 1
+            return make_loader(make_regression_data(n=16 * Reloading.calls), batch_size=8)
+
+    t = bare(max_epochs=4, reload_dataloaders_every_n_epochs=2)
+    t.fit(Reloading())
+    assert Reloading.calls == 2 and t.global_step == 2 + 2 + 4 + 4
+    Reloading.calls = 0
+    bare(max_epochs=4).fit(Reloading())
+    assert Reloading.calls == 1
+
+
+def test_detect_anomaly_benchmark_and_matmul_precision() -> None:
+    before = torch.get_float32_matmul_precision()
+    try:
+        bare(float32_matmul_precision="medium", benchmark=True)
+        assert torch.get_float32_matmul_precision() == "medium" and torch.backends.cudnn.benchmark
+        bare(benchmark=False)
+        assert not torch.backends.cudnn.benchmark
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+    class NaNGrad(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return (self(batch[0]).sum() * 0.0).sqrt() * torch.tensor(-1.0).sqrt()
+
+    with pytest.raises(RuntimeError, match="returned nan"):
+        bare(max_steps=1, detect_anomaly=True).fit(NaNGrad(), make_loader(make_regression_data(n=16), batch_size=8))
+
+
+def test_use_distributed_sampler_is_checked() -> None:
+    assert bare(use_distributed_sampler=False).use_distributed_sampler is False  # one process: nothing to shard
+    with pytest.raises(TypeError, match="use_distributed_sampler"):
+        bare(use_distributed_sampler="no")
+
+
+def test_num_nodes_one_is_accepted() -> None:
+    assert bare(num_nodes=1).num_nodes == 1
+
+
+def test_parity_kept_with_lightning_names_reference_loop() -> None:
+    data = make_regression_data(n=56)
+    module = Regressor(momentum=0.0)
+    reference = raw_loop(clone_model(module.net), batches(data, 8), epochs=1, accumulate=2, momentum=0.0)
+    bare(max_epochs=1, accumulate_grad_batches=2).fit(module, make_loader(data, batch_size=8))
+    for got, want in zip(params_of(module.net), params_of(reference)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
