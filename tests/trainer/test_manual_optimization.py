@@ -246,3 +246,16 @@ def test_two_steps_after_one_backward_count_twice(tmp_path: Any) -> None:
 
     trainer = fit(Joint(), make_regression_data(n=32), max_epochs=1, default_root_dir=tmp_path)
     assert trainer.global_step == 8  # every optimizer.step() is a step, as in Lightning
+
+
+def test_resume_continues_the_manual_step_count_and_weights(tmp_path: Any) -> None:
+    data = make_regression_data(n=32)
+    whole = TwoPlayer()
+    fit(whole, data, default_root_dir=tmp_path / "whole")
+    first = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, default_root_dir=tmp_path / "split")
+    first.fit(TwoPlayer(), make_loader(data, batch_size=BATCH))
+    resumed = TwoPlayer()
+    second = Trainer(max_epochs=2, logger=False, enable_progress_bar=False, default_root_dir=tmp_path / "split")
+    second.fit(resumed, make_loader(data, batch_size=BATCH), ckpt_path="last")
+    assert first.global_step == 8 and second.global_step == 16
+    assert_same_weights(resumed, whole)
