@@ -22,6 +22,7 @@ from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
 from ..accelerator.background import wait_for_checkpoints
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
+from .attributes import TrainerAttributes
 from .components import agree_on_log_dirs, build_callbacks, build_loggers
 from .hooks import HookDispatcher, merge_module_callbacks
 from .logging import Results
@@ -43,14 +44,14 @@ class RunState:
     stage: str | None = None
 
 
-class Trainer:
+class Trainer(TrainerAttributes):
     """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
 
     Args:
         max_epochs: Epochs to train (-1 or None: no limit). Neither this nor ``max_steps``: one epoch.
         max_steps: Applied optimizer steps to train (see ``global_step``); whichever limit comes first stops.
         accumulate: Micro-batches per optimizer step; a last, shorter window is averaged over its true length.
-        precision: "fp32" | "fp16" | "bf16" (or "32", "16-mixed", "bf16-mixed"); steps run under autocast.
+        precision: "fp32" | "fp16" | "bf16"; the mixed ones run the steps under autocast.
         clip_grad_norm: Clip the gradients' total norm to this (after fp16 unscaling), or None.
         clip_grad_value: Clip every gradient element to ``[-v, v]`` instead, or None.
         callbacks: ``Callback`` instances; a ``ModelCheckpoint`` and a ``ProgressBar`` are added when enabled and
@@ -77,6 +78,18 @@ class Trainer:
             batch), "skip" (that optimizer step never happens) or "warn" (train on). "raise" and "warn" look at the
             losses only when values are logged, at epoch ends and before checkpoints (no per-step device->host
             wait); "skip" reads each window's losses before its optimizer step. See ``nonfinite.py``.
+        precision also takes "32-true", "16-mixed", "bf16-mixed", and "bf16-true" / "16-true" (true half
+            precision: the weights themselves in that dtype, inputs cast at the module's forward, no scaler).
+
+    Lightning's names (README, "Coming from Lightning"): ``accumulate_grad_batches`` (alias of ``accumulate``),
+    ``gradient_clip_val`` + ``gradient_clip_algorithm`` ("norm" | "value": ``clip_grad_norm`` / ``clip_grad_value``),
+    ``num_nodes`` (checked against the launcher), ``min_epochs`` / ``min_steps`` (a stop request waits for them),
+    ``max_time`` ("DD:HH:MM:SS", timedelta or dict: a ``Timer``), ``fast_dev_run`` (True or n: n batches of
+    training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (stoker's default 0:
+    no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
+    ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
+    shards), ``float32_matmul_precision`` ("highest" | "high" | "medium": ``torch.set_float32_matmul_precision``).
+    An alias together with its stoker name is an error; an unknown name gets a did-you-mean over both sets.
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
@@ -211,71 +224,6 @@ class Trainer:
         from ..accelerator.launch import resolve_num_processes
 
         return resolve_num_processes(self.devices, accelerator.lower())
-
-    # -- public attributes ----------------------------------------------------------------------------------------
-    @property
-    def global_step(self) -> int:
-        """Applied optimizer steps (accumulation micro-steps and skipped fp16 steps do not count)."""
-        return self.accelerator.step
-
-    @property
-    def current_epoch(self) -> int:
-        return self.fit_loop.epoch
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.accelerator.is_main_process
-
-    @property
-    def logger(self) -> Any:
-        return self.loggers[0] if self.loggers else None
-
-    @property
-    def log_dir(self) -> str:
-        """The first logger's folder, else ``default_root_dir``."""
-        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
-
-    @property
-    def checkpoint_callback(self) -> Any:
-        """The first ``ModelCheckpoint`` among the callbacks, or None."""
-        from ..callbacks import ModelCheckpoint
-
-        return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
-
-    @property
-    def lightning_module(self) -> TrainingModule | None:
-        return self.module
-
-    @property
-    def train_dataloader(self) -> Any:
-        """The prepared train loader of the current (or last) ``fit``, or None (Lightning's attribute)."""
-        return self._train_loader
-
-    @property
-    def training(self) -> bool:
-        return self.state.stage == "train"
-
-    @property
-    def validating(self) -> bool:
-        return self.state.stage == "validate"
-
-    @property
-    def testing(self) -> bool:
-        return self.state.stage == "test"
-
-    @property
-    def predicting(self) -> bool:
-        return self.state.stage == "predict"
-
-    @property
-    def sanity_checking(self) -> bool:
-        """True during the ``num_sanity_val_steps`` validation before training (none by default)."""
-        return self._sanity_checking
-
-    @property
-    def estimated_stepping_batches(self) -> int | float:
-        """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``)."""
-        return self._setup.estimated_steps()
 
     # -- entry points ---------------------------------------------------------------------------------------------
     def fit(self, module: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
