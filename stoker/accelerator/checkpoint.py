@@ -20,8 +20,8 @@ import torch
 
 # Re-exported: these names were defined here first and are imported from here.
 from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _aside, _crc_file, _is_complete,  # noqa: F401
-                     _read_json, _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints, newest_checkpoint,
-                     rotate_checkpoints, verify_checkpoint)
+                     _read_json, _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints,
+                     newest_checkpoint, rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, checkpoint_io, sweep_trash
 from .rng import capture_rng_state, restore_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
