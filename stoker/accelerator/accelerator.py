@@ -555,16 +555,19 @@ class Accelerator:
             self.wait_for_everyone()
             self.strategy.teardown()
 
-    def free_memory(self, *objects: Any) -> list[None]:
-        """Forgets every prepared object and the accumulation window (step counts restart at 0), collects
-        garbage and empties the device cache; returns ``[None] * len(objects)`` (assign it to drop your names)."""
+    def free_memory(self, *objects: Any, reset_step: bool = True) -> list[None]:
+        """Forgets every prepared object and the accumulation window (step counts restart at 0, as in Accelerate;
+        ``reset_step=False`` keeps the counters, so a run that prepares new objects continues its step count),
+        collects garbage and empties the device cache; returns ``[None] * len(objects)`` (assign it to drop your
+        names)."""
         from ..utils.memory import release_memory
 
         self._models.clear()
         self._optimizers.clear()
         self._schedulers.clear()
         self._dataloaders.clear()
-        self._window = GradientWindow(self._window.steps, self.precision, self.strategy)
+        if reset_step:
+            self._window = GradientWindow(self._window.steps, self.precision, self.strategy)
         return release_memory(*objects)
 
     clear = free_memory

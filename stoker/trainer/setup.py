@@ -164,7 +164,7 @@ class RunSetup:
         if not t._automatic:
             check_manual(t, module)
         t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
-        acc.free_memory()
+        acc.free_memory(reset_step=False)  # a second fit continues its step count
         t._model = acc.prepare_model(module)
         self._route(module, t._model)
         loader = acc.prepare_data_loader(train)
@@ -261,7 +261,7 @@ class RunSetup:
         t = self.trainer
         acc = t.accelerator
         if getattr(t, "_model", None) is None or acc.unwrap_model(t._model) is not module:
-            acc.free_memory()
+            acc.free_memory(reset_step=False)  # a second fit continues its step count
         # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
         t._model = acc.prepare_model(module, evaluation_mode=True)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
