@@ -5,11 +5,15 @@ Owns nothing but the views: each property reads the state that ``trainer.py``, t
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from .checkpointing import find_last_checkpoint
 
 
 class TrainerAttributes:
-    """``global_step``, ``current_epoch``, ``logger``, ``checkpoint_callback``, the stage flags and the like."""
+    """``global_step``, ``current_epoch``, ``logger``, ``checkpoint_callback``, the stage flags and the like, and
+    :meth:`find_last_checkpoint` (what ``ckpt_path="last"`` picks)."""
 
     @property
     def global_step(self) -> int:
@@ -74,3 +78,15 @@ class TrainerAttributes:
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``)."""
         return self._setup.estimated_steps()
+
+    def find_last_checkpoint(self) -> str | None:
+        """The newest complete checkpoint for ``ckpt_path="last"``, or None.
+
+        Looks in ``{default_root_dir}/checkpoints`` and the ModelCheckpoint's ``dirpath``; picks the most
+        optimizer steps, preferring the ``last`` folder on ties, then the most recently written.
+        """
+        folders = [os.path.join(self.default_root_dir, "checkpoints")]
+        callback = self.checkpoint_callback
+        if callback is not None and getattr(callback, "dirpath", None):
+            folders.append(callback.dirpath)
+        return find_last_checkpoint(folders)

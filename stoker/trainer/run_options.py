@@ -123,3 +123,17 @@ def run_sanity_check(trainer: Any) -> None:
         t.callback_metrics.clear()
         t.logged_metrics.clear()
         t.progress_bar_metrics.clear()
+
+
+def report(trainer: Any, fn: str, verbose: Any, results: list[dict[str, float]]) -> list[dict[str, float]]:
+    """``verbose=True`` on ``validate``/``test``: prints each loader's metrics on the main process."""
+    if not isinstance(verbose, bool):
+        raise TypeError(f"Trainer.{fn}(verbose={verbose!r}) must be True or False.")
+    if verbose and trainer.is_global_zero:
+        for i, values in enumerate(results):
+            title = f"{fn} metrics" + (f" (dataloader {i})" if len(results) > 1 else "")
+            width = max([len(title), *(len(k) for k in values)])
+            print(title)
+            for name, value in sorted(values.items()):
+                print(f"  {name:<{width}}  {value:.6g}")
+    return results

@@ -60,6 +60,16 @@ class RunSetup:
                     raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
                                     f"{what}.")
 
+    def model_alias(self, fn: str, module: Any, model: Any, required: bool = True) -> Any:
+        """``module``, or Lightning's ``model=`` keyword for it (not both)."""
+        if model is not None and module is not None:
+            raise TypeError(f"Trainer.{fn}() got both module and model=; model is Lightning's name for the same "
+                            "argument. Pass one of them.")
+        module = module if model is None else model
+        if module is None and required:
+            raise TypeError(f"Trainer.{fn}() needs the TrainingModule to train: Trainer.{fn}(module, ...).")
+        return module
+
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
         module = module if module is not None else self.trainer.module
         if module is None:

@@ -21,7 +21,7 @@ import torch
 from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
 from ..accelerator.background import wait_for_checkpoints
 from . import args as check
-from .checkpointing import Preemption, TrainerCheckpointState, find_last_checkpoint, load_weights, restore
+from .checkpointing import Preemption, TrainerCheckpointState, load_weights, restore
 from .attributes import TrainerAttributes
 from .components import agree_on_log_dirs, build_callbacks, build_loggers
 from .hooks import HookDispatcher, merge_module_callbacks
@@ -226,11 +226,13 @@ class Trainer(TrainerAttributes):
         return resolve_num_processes(self.devices, accelerator.lower())
 
     # -- entry points ---------------------------------------------------------------------------------------------
-    def fit(self, module: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> None:
+    def fit(self, module: TrainingModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, model: Any = None) -> None:
         """Trains ``module`` on the loaders given, or those of ``datamodule`` (a ``DataModule``, which may also be
         passed in ``train_dataloaders``' place); ``ckpt_path="last"`` resumes from the newest checkpoint (fresh
-        start when none), ``"best"`` from the ModelCheckpoint's best one, or a checkpoint folder."""
+        start when none), ``"best"`` from the ModelCheckpoint's best one, or a checkpoint folder. ``model=`` is
+        Lightning's name for ``module``."""
+        module = self._setup.model_alias("fit", module, model)
         self._setup.check_module(module, fit=True)
         datamodule, train_dataloaders = self._setup.datamodule("fit", datamodule, train_dataloaders)
         if datamodule is not None and val_dataloaders is not None:
@@ -263,20 +265,31 @@ class Trainer(TrainerAttributes):
                 self._preemption.uninstall()
 
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                 ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[dict[str, float]]:
+                 ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, verbose: bool = False,
+                 model: Any = None) -> list[dict[str, float]]:
         """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
-        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights)."""
-        return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
+        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights).
+        ``verbose=True`` prints the metrics (Lightning's default; stoker's is quiet)."""
+        module = self._setup.model_alias("validate", module, model, required=False)
+        return run_options.report(self, "validate", verbose,
+                                  self._evaluate("validate", module, dataloaders, ckpt_path, datamodule))
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
-             ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[dict[str, float]]:
+             ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, verbose: bool = False,
+             model: Any = None) -> list[dict[str, float]]:
         """Runs ``test_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per loader."""
-        return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)
+        module = self._setup.model_alias("test", module, model, required=False)
+        return run_options.report(self, "test", verbose,
+                                  self._evaluate("test", module, dataloaders, ckpt_path, datamodule))
 
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None) -> list[Any]:
-        """``predict_step`` outputs for every batch (a list per loader when there are several)."""
-        return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
+                ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None,
+                return_predictions: bool | None = None, model: Any = None) -> list[Any] | None:
+        """``predict_step`` outputs for every batch (a list per loader when there are several); None with
+        ``return_predictions=False`` (e.g. when a ``BasePredictionWriter`` writes them)."""
+        module = self._setup.model_alias("predict", module, model, required=False)
+        outputs = self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
+        return None if return_predictions is False else outputs
 
     def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any,
                   datamodule: Any) -> list[Any]:
@@ -368,18 +381,6 @@ class Trainer(TrainerAttributes):
         if self.state.fn == "fit":
             self._nonfinite.check(self)  # never write a checkpoint after a non-finite loss went unnoticed
         return self.accelerator.save_state(os.fspath(path))
-
-    def find_last_checkpoint(self) -> str | None:
-        """The newest complete checkpoint for ``ckpt_path="last"``, or None.
-
-        Looks in ``{default_root_dir}/checkpoints`` and the ModelCheckpoint's ``dirpath``; picks the most
-        optimizer steps, preferring the ``last`` folder on ties, then the most recently written.
-        """
-        folders = [os.path.join(self.default_root_dir, "checkpoints")]
-        callback = self.checkpoint_callback
-        if callback is not None and getattr(callback, "dirpath", None):
-            folders.append(callback.dirpath)
-        return find_last_checkpoint(folders)
 
     # -- run setup shortcuts used by the loops --------------------------------------------------------------------
     @property

@@ -205,3 +205,15 @@ def test_parity_kept_with_lightning_names_reference_loop() -> None:
     bare(max_epochs=1, accumulate_grad_batches=2).fit(module, make_loader(data, batch_size=8))
     for got, want in zip(params_of(module.net), params_of(reference)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_num_nodes_is_checked_against_the_launcher(monkeypatch: Any) -> None:
+    from stoker.trainer import args as check
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert check.num_nodes(2, 2) == 2
+    with pytest.raises(ValueError, match="WORLD_SIZE=4. Pass num_nodes=2"):
+        check.num_nodes(3, 2)
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(ValueError, match="torchrun --nnodes=3"):
+        check.num_nodes(3, 1)

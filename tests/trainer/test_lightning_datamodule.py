@@ -126,3 +126,36 @@ def test_ckpt_path_best_and_best_model_score(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match="needs a ModelCheckpoint"):
         quiet(tmp_path, enable_checkpointing=False).predict(Predicting(), datamodule=Data(), ckpt_path="best")
     assert ModelCheckpoint().best_model_score is None
+
+
+def test_lightning_keywords_of_the_entry_points(tmp_path: Any, capsys: Any) -> None:
+    dm, module = Data(), Predicting()
+    trainer = quiet(tmp_path, max_epochs=1)
+    trainer.fit(model=module, datamodule=dm)  # Lightning's keyword for the module
+    assert trainer.global_step == 4
+    capsys.readouterr()
+    results = trainer.test(model=module, datamodule=dm, verbose=True)
+    out = capsys.readouterr().out
+    assert "test metrics" in out and "test/loss" in out and f"{results[0]['test/loss']:.6g}" in out
+    trainer.validate(module, datamodule=dm, verbose=False)
+    assert capsys.readouterr().out == ""  # stoker's default is quiet
+    assert trainer.predict(module, datamodule=dm, return_predictions=False) is None
+    with pytest.raises(TypeError, match="both module and model="):
+        trainer.fit(module, model=module, datamodule=dm)
+    with pytest.raises(TypeError, match="needs the TrainingModule"):
+        trainer.fit(datamodule=dm)
+
+
+def test_fit_resumes_from_the_best_checkpoint(tmp_path: Any) -> None:
+    from stoker.callbacks import ModelCheckpoint
+
+    class Scored(Regressor):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("score", torch.tensor([3.0, 1.0, 2.0, 5.0])[self.current_epoch])
+
+    ckpt = ModelCheckpoint(monitor="score", save_top_k=1)
+    trainer = quiet(tmp_path, max_epochs=3, callbacks=[ckpt])
+    trainer.fit(Scored(), datamodule=Data())
+    trainer.max_epochs = 4
+    trainer.fit(Scored(), datamodule=Data(), ckpt_path="best")  # back to the end of epoch 1, then epochs 2 and 3
+    assert trainer.global_step == 16 and trainer.current_epoch == 4
