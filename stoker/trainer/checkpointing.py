@@ -216,8 +216,8 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
 def agree_on_signal(accelerator: Any, received: int | None) -> int | None:
     """The preemption signal every process acts on: the highest signal number any process received (None: none).
 
-    One small all-reduce (MAX, not SUM: two processes with SIGTERM must agree on SIGTERM, not on signal 30).
-    Kept in one function so that how the processes agree (blocking now) can change in one place.
+    One small blocking all-reduce (MAX, not SUM: two processes with SIGTERM must agree on SIGTERM, not on signal
+    30). The Trainer uses it at epoch ends only; between steps :class:`SignalAgreement` agrees without waiting.
     """
     if accelerator.num_processes <= 1:
         return received
@@ -225,14 +225,95 @@ def agree_on_signal(accelerator: Any, received: int | None) -> int | None:
     return int(accelerator.strategy.all_reduce(code, "max").item()) or None
 
 
+def _read_host_flag(buffer: torch.Tensor) -> int:
+    """The agreed signal held in a host (CPU) buffer: a read of host memory, no device wait on any machine."""
+    return int(buffer.item())
+
+
+def _read_device_flag(buffer: torch.Tensor) -> int:
+    """The agreed signal held on the device (no gloo to agree on the host): this read waits for the device."""
+    return int(buffer.item())
+
+
+class SignalAgreement:
+    """Agrees on the preemption signal across processes without a per-step wait (one step late).
+
+    After each optimizer step every process posts its signal (0: none) as a non-blocking MAX all-reduce of a
+    one-number *host* tensor, on the default group when it is gloo and otherwise on a gloo group made once for
+    this purpose, and reads the result of the all-reduce it posted one optimizer step earlier. Every process posts
+    and reads at the same optimizer steps, so all of them see the same agreed value at the same step: a signal that
+    arrives before step ``n``'s check is acted on after step ``n + 1`` on every process. The wait for that result
+    is a host-to-host wait (the other processes posted it a step ago), never a wait for the GPU. Without gloo the
+    flag goes through the device group and the read waits for the device (one sync per step, the old cost).
+    :meth:`flush` (epoch ends) is blocking: it reads the pending result and agrees on the current signal at once.
+    """
+
+    def __init__(self) -> None:
+        self._pending: tuple[Any, torch.Tensor] | None = None  # (work, buffer) posted one step ago
+        self._group: Any = None
+        self._world: Any = None
+        self._on_host = True
+
+    def reset(self) -> None:
+        """Forgets a result posted by a previous fit (every process posted it, so it completes by itself)."""
+        self._pending = None
+
+    def _setup(self, accelerator: Any) -> None:
+        import torch.distributed as dist
+
+        world = dist.group.WORLD
+        if self._world is world:
+            return
+        self._world, self._group, self._on_host = world, None, True
+        if dist.get_backend() == "gloo":
+            return  # the default group already works on host tensors
+        if dist.is_gloo_available():
+            self._group = dist.new_group(backend="gloo")  # collective: every process is at this same step
+        else:
+            self._on_host = False
+
+    def _post(self, accelerator: Any, received: int | None) -> None:
+        import torch.distributed as dist
+
+        device = "cpu" if self._on_host else accelerator.device
+        buffer = torch.full((), float(received or 0), device=device)
+        work = dist.all_reduce(buffer, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._pending = (work, buffer)
+
+    def _take(self) -> int | None:
+        if self._pending is None:
+            return None
+        (work, buffer), self._pending = self._pending, None
+        work.wait()
+        return (_read_host_flag(buffer) if self._on_host else _read_device_flag(buffer)) or None
+
+    def step(self, accelerator: Any, received: int | None) -> int | None:
+        """After an optimizer step: the signal agreed one step ago (None: none); posts ``received`` for the next."""
+        self._setup(accelerator)
+        agreed = self._take()
+        if agreed is None:
+            self._post(accelerator, received)
+        return agreed
+
+    def flush(self, accelerator: Any, received: int | None) -> int | None:
+        """Blocking: the pending result and the current signals together (the highest)."""
+        self._setup(accelerator)
+        pending = self._take()
+        self._post(accelerator, received)
+        now = self._take()
+        return max(pending or 0, now or 0) or None
+
+
 class Preemption:
     """Turns SIGTERM/SIGUSR1/SIGINT during ``fit`` into: finish the optimizer step, save, exit non-zero.
 
     The handler only records the signal; :meth:`check`, called by the loop right after an optimizer step (and
     after each epoch), saves ``{default_root_dir}/checkpoints/last`` and raises ``SystemExit(128 + signal)``
-    (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). With several processes the flag is agreed on with one
-    small all-reduce per step (:func:`agree_on_signal`), so every process stops at the same step. A second SIGINT
-    (Ctrl-C pressed again) does not wait: it raises ``KeyboardInterrupt`` at once.
+    (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). In one process that is the step during which the signal
+    arrived. With several processes the processes agree on the signal without blocking each step
+    (:class:`SignalAgreement`): every process stops after the same optimizer step, the one after the step during
+    which the first signal arrived (or at the epoch's end or the run's last step, if one comes first). A second SIGINT (Ctrl-C pressed
+    again) does not wait: it raises ``KeyboardInterrupt`` at once.
     """
 
     SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGUSR1", "SIGINT")) if s)
@@ -240,15 +321,18 @@ class Preemption:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        self._agreement = SignalAgreement()
 
     def install(self) -> None:
         self.received = None
+        self._agreement.reset()
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach only the main thread; a Trainer run elsewhere cannot be preempted cleanly
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def uninstall(self) -> None:
+        self._agreement.reset()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -258,8 +342,19 @@ class Preemption:
             raise KeyboardInterrupt  # pressed twice: stop now, without the checkpoint
         self.received = signum if self.received is None else max(self.received, signum)
 
-    def check(self, trainer: Any) -> None:
-        flag = agree_on_signal(trainer.accelerator, self.received)
+    def check(self, trainer: Any, blocking: bool = False) -> None:
+        """After an optimizer step: saves and exits once the processes agreed on a signal. ``blocking`` (epoch
+        ends, the run's last step): agree now on the pending and the current signals.
+
+        Collective with several processes: every process calls it at the same optimizer steps and epoch ends.
+        """
+        acc = trainer.accelerator
+        if acc.num_processes <= 1:
+            flag = self.received
+        elif blocking:
+            flag = self._agreement.flush(acc, self.received)
+        else:
+            flag = self._agreement.step(acc, self.received)
         if flag is None:
             return
         self.received = flag

@@ -98,7 +98,7 @@ class FitLoop:
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
-        t._preemption.check(t)
+        t._preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
@@ -163,8 +163,11 @@ class FitLoop:
 
     def _stop_now(self) -> bool:
         t = self.trainer
-        t._preemption.check(t)  # saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived
-        return stop_requested(t) or (t.max_steps is not None and t.global_step >= t.max_steps)
+        stop = stop_requested(t) or (t.max_steps is not None and t.global_step >= t.max_steps)
+        # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
+        # without waiting; on the run's last step at once, so that no signal is left unread).
+        t._preemption.check(t, blocking=stop)
+        return stop
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer

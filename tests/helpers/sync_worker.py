@@ -1,5 +1,5 @@
 """Worker for tests/perf/test_sync_free.py: syncs counted on this rank, for the tutorial loop in each precision
-(``accelerator``) or for ``Trainer.fit`` with ``self.log`` every step, the progress bar and a CSV logger
+(``accelerator``) or for ``Trainer.fit`` (fp32, bf16, fp16) with ``self.log`` every step, the progress bar and a CSV logger
 (``trainer``)."""
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ def main(out_dir: str, mode: str) -> None:
                                  "strategy": type(accelerator.strategy).__name__}
         accelerator.end_training()
     else:
-        with tempfile.TemporaryDirectory() as root:
-            counter, trainer = trainer_fit("fp32", root=root, counted_steps=6)
-        result["fp32"] = {"count": counter.count, "report": counter.report(), "steps": trainer.global_step,
-                          "processes": trainer.accelerator.num_processes,
-                          "strategy": type(trainer.accelerator.strategy).__name__}
+        for precision in ("fp32", "bf16", "fp16"):
+            with tempfile.TemporaryDirectory() as root:
+                counter, trainer = trainer_fit(precision, root=root, counted_steps=6)
+            result[precision] = {"count": counter.count, "report": counter.report(), "steps": trainer.global_step,
+                                 "processes": trainer.accelerator.num_processes,
+                                 "strategy": type(trainer.accelerator.strategy).__name__}
     write_result(out_dir, result)
 
 
