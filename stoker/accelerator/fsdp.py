@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .strategy import DDPStrategy
+from .ddp import DDPStrategy
 
 Policy = Callable[[nn.Module], bool] | Iterable[type | str] | None
 
