@@ -1,23 +1,36 @@
-"""The engine: :class:`Accelerator` and its configuration objects."""
+"""The engine: :class:`Accelerator`, its configuration objects, and everything the layers above use of it.
+
+The Trainer, callbacks and loggers import engine names from here only (``tests/test_layers.py`` checks it), so the
+modules behind these names can move without touching them.
+"""
 
 from .accelerator import Accelerator
+from .atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints, newest_checkpoint,
+                     put_in_place, remove_checkpoint, verify_checkpoint)
+from .background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
+from .checkpoint import STATE_NAME, checkpoint_step, read_state
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .operations import send_to_device, set_seed
 from .fsdp import FSDPStrategy
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .launch import ensure_processes, resolve_num_processes
 from .precision import parse_precision
+from .rng import capture_rng_state, restore_rng_state
 from .strategy import DDPStrategy, SingleDevice
-
-
-def load_checkpoint_in_model(*args, **kwargs):  # noqa: ANN001, ANN201 - thin lazy re-export, see weights.py
-    """Loads a ``.safetensors``/``.bin`` file or a ``save_model`` folder into a model (see ``weights.py``)."""
-    from .weights import load_checkpoint_in_model as load
-
-    return load(*args, **kwargs)
+from .tree import load_tree
+from .weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 
 
 __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
     "FSDPStrategy", "SingleDevice",
     "ProjectConfiguration", "load_checkpoint_in_model", "parse_precision", "send_to_device", "set_seed",
+    # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
+    # checkpoint folders (find, verify, read, copy, replace, remove; background writes and deletions) ...
+    "CheckpointError", "CheckpointIO", "MANIFEST_NAME", "STATE_NAME", "aside_path", "checkpoint_io", "checkpoint_step",
+    "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place", "read_state",
+    "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
+    # ... exported weights' file names, random-number states, and launching processes.
+    "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "ensure_processes",
+    "resolve_num_processes", "restore_rng_state",
 ]

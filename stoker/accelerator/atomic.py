@@ -181,7 +181,9 @@ def check_dcp_metadata(path: str) -> None:
                               "load it. Re-save the checkpoint with save_state().") from e
 
 
-def _aside(target: str, kind: str) -> str:
+def aside_path(target: str, kind: str) -> str:
+    """The hidden sibling ``.{name}.stoker-{kind}`` of ``target`` (``kind``: ``tmp``, ``old`` or ``del``): where a
+    folder is written, moved aside or deleted, so that an interrupted save's leftovers are recognised and cleaned."""
     parent, name = os.path.split(os.path.abspath(target))
     return os.path.join(parent, f".{name}.stoker-{kind}")
 
@@ -206,11 +208,11 @@ def _discard(path: str, io: CheckpointIO | None) -> None:
 def _recover(target: str, io: CheckpointIO | None = None) -> None:
     """Cleans what an interrupted save left beside ``target``: temporary and half-deleted folders go; an old
     checkpoint moved aside (rename fallback) goes back when the new one never arrived."""
-    old = _aside(target, "old")
+    old = aside_path(target, "old")
     if os.path.isdir(old) and not os.path.exists(target) and _is_complete(old):
         os.rename(old, target)
     for kind in ("tmp", "old", "del"):
-        _discard(_aside(target, kind), io)
+        _discard(aside_path(target, kind), io)
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -223,12 +225,17 @@ def _exchange(a: str, b: str) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
-def _remove_checkpoint(path: str, io: CheckpointIO | None = None) -> None:
-    """Deletes a checkpoint so that no half-deleted folder is ever left under its name."""
+def remove_checkpoint(path: str, io: CheckpointIO | None = None) -> None:
+    """Deletes the folder ``path`` so that no half-deleted folder is ever left under its name: with ``io`` (the
+    Accelerator's checkpoint I/O) it is renamed aside at once and deleted in the background; without, it is renamed
+    to ``.{name}.stoker-del`` and deleted here. A missing ``path`` is nothing to do."""
+    if not os.path.lexists(path):
+        return
     if io is not None:
         io.discard(path)
         return
-    doomed = _aside(path, "del")
+    doomed = aside_path(path, "del")
+    shutil.rmtree(doomed, ignore_errors=True)
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
 
@@ -272,11 +279,33 @@ def put_in_place(tmp: str, target: str, io: CheckpointIO | None = None) -> None:
     elif _exchange(tmp, target):
         _discard(tmp, io)  # ``tmp`` now holds the replaced folder
     else:
-        old = _aside(target, "old")
+        old = aside_path(target, "old")
         _discard(old, io)
         os.rename(target, old)
         os.rename(tmp, target)
         _discard(old, io)
+
+
+def copy_checkpoint(src: str, dst: str, io: CheckpointIO | None = None) -> None:
+    """Makes ``dst`` a copy of the folder ``src`` in one step (written beside it, then put in place), hard-linking
+    files where possible: files of a finished checkpoint are never modified in place, so sharing them is safe. A
+    missing ``src`` is nothing to do; an old ``dst`` is replaced as :func:`put_in_place` does."""
+    if not os.path.isdir(src):
+        return
+    tmp = aside_path(dst, "tmp")
+    if os.path.lexists(tmp):  # left by a crash
+        _discard(tmp, io)
+    os.makedirs(tmp)
+    for entry in os.scandir(src):
+        target = os.path.join(tmp, entry.name)
+        if entry.is_dir():
+            shutil.copytree(entry.path, target)
+            continue
+        try:
+            os.link(entry.path, target)
+        except OSError:
+            shutil.copy2(entry.path, target)
+    put_in_place(tmp, dst, io)
 
 
 # -- automatic naming ----------------------------------------------------------------------------------------------
@@ -313,7 +342,7 @@ def rotate_checkpoints(project_dir: str | os.PathLike, total_limit: int, io: Che
     """
     doomed = list_checkpoints(project_dir)[:-total_limit]
     for path in doomed:
-        _remove_checkpoint(path, io)
+        remove_checkpoint(path, io)
     return doomed
 
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 # Re-exported: these names were defined here first and are imported from here.
-from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _aside, _crc_file, _is_complete,  # noqa: F401
-                     _read_json, _recover, _sweep, check_dcp_metadata, commit_checkpoint, list_checkpoints,
+from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _crc_file, _is_complete,  # noqa: F401
+                     _read_json, _recover, _sweep, aside_path, check_dcp_metadata, commit_checkpoint, list_checkpoints,
                      newest_checkpoint, rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, checkpoint_io, sweep_trash
 from .rng import capture_rng_state, restore_rng_state
@@ -109,7 +109,7 @@ def save_state(accelerator: Accelerator, output_dir: str | None = None, safe_ser
     io.wait_for_save()  # one save at a time, in order
     config, auto = accelerator.project_configuration, output_dir is None
     target = _main_process_folder(accelerator, _target(accelerator, output_dir), "save_state")
-    tmp = _aside(target, "tmp")
+    tmp = aside_path(target, "tmp")
     sharded = accelerator.strategy.shards_parameters
     asynchronous = async_save and accelerator.num_processes == 1 and not sharded  # no collectives off-thread
     # Collective under FSDP, and mere references elsewhere: every process asks for them.
@@ -276,6 +276,17 @@ def read_state(path: str) -> dict[str, Any]:
 
 
 _MISSING = object()
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """Optimizer steps recorded in the complete ``save_state`` folder ``path``; None when it is not one (missing,
+    incomplete, altered, or not a checkpoint at all)."""
+    path = os.fspath(path)
+    try:
+        verify_checkpoint(path, files=[STATE_NAME])
+        return int(read_state(path)["counters"]["step"])
+    except (CheckpointError, OSError):
+        return None
 
 
 def _source(accelerator: Accelerator, input_dir: str | None) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from stoker.accelerator.background import checkpoint_io, sweep_trash
+from stoker.accelerator import checkpoint_io, sweep_trash
 from stoker.callbacks._fit_progress import EpochProgress, agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, check_dirpath,

@@ -5,20 +5,19 @@ file system, score ordering (NaN is never best), and whole-folder copy/replace/r
 half-written or half-deleted folder under a checkpoint's name. Temporary folders follow the
 ``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too;
 replaced and removed folders go through the Accelerator's background deleter (``.{name}.stoker-del-{token}``).
+The folder operations themselves are the engine's (``stoker.accelerator``: ``copy_checkpoint``, ``put_in_place``,
+``remove_checkpoint``, ``aside_path``); this module only names them for the callback.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
 from typing import Any
 
 import torch
 
-from stoker.accelerator.atomic import put_in_place
-from stoker.accelerator.background import CheckpointIO
+from stoker.accelerator import aside_path, copy_checkpoint, put_in_place, remove_checkpoint
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -92,57 +91,12 @@ def better(new: float, old: float, minimize: bool) -> bool:
     return new < old if minimize else new > old
 
 
-# -- folders: the same ".{name}.stoker-{tmp,old,del}" convention as save_state, so its recovery applies -----------
-def aside(target: str, kind: str) -> str:
-    parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}.stoker-{kind}")
-
-
-def _clear(path: str, io: CheckpointIO | None) -> None:
-    if io is not None:
-        io.discard(path)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def replace_folder(tmp: str, target: str, io: CheckpointIO | None = None) -> None:
-    """Puts the complete folder ``tmp`` at ``target``; an old ``target`` is swapped out in one step, then deleted
-    (in the background with ``io``: the Accelerator's checkpoint I/O)."""
-    put_in_place(tmp, target, io)
-
-
-def copy_folder(src: str, dst: str, io: CheckpointIO | None = None) -> None:
-    """Atomically makes ``dst`` a copy of the flat folder ``src``, hard-linking files where possible."""
-    if not os.path.isdir(src):
-        return
-    tmp = aside(dst, "tmp")
-    if os.path.lexists(tmp):  # left by a crash
-        _clear(tmp, io)
-    os.makedirs(tmp)
-    for entry in os.scandir(src):
-        target = os.path.join(tmp, entry.name)
-        if entry.is_dir():
-            shutil.copytree(entry.path, target)
-            continue
-        try:  # files of a finished checkpoint are never modified in place, so sharing them is safe
-            os.link(entry.path, target)
-        except OSError:
-            shutil.copy2(entry.path, target)
-    replace_folder(tmp, dst, io)
-
-
-def remove_folder(path: str, io: CheckpointIO | None = None) -> None:
-    """Deletes ``path`` so that no half-deleted folder is ever left under its name (with ``io``: renamed aside at
-    once, deleted in the background)."""
-    if not os.path.exists(path):
-        return
-    if io is not None:
-        io.discard(path)
-        return
-    doomed = aside(path, "del")
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.rename(path, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+# -- folders: the engine's checkpoint-folder operations (the ".{name}.stoker-{tmp,old,del}" convention of save_state,
+# so its crash recovery applies to ModelCheckpoint's folders too), under the names this callback uses.
+aside = aside_path
+replace_folder = put_in_place  # puts the complete folder tmp at target; an old target is swapped out, then deleted
+copy_folder = copy_checkpoint  # atomically makes dst a copy of the flat folder src, hard-linking files where possible
+remove_folder = remove_checkpoint  # deletes path; no half-deleted folder is ever left under its name
 
 
 def check_dirpath(dirpath: str, what: str) -> None:

@@ -184,13 +184,9 @@ def load_weights(trainer: Any, ckpt_path: Any) -> None:
 # -- finding checkpoints ----------------------------------------------------------------------------------------------
 def checkpoint_step(path: str) -> int | None:
     """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""
-    from ..accelerator.checkpoint import STATE_NAME, CheckpointError, read_state, verify_checkpoint
+    from ..accelerator import checkpoint_step as step
 
-    try:
-        verify_checkpoint(path, files=[STATE_NAME])
-        return int(read_state(path)["counters"]["step"])
-    except (CheckpointError, OSError):
-        return None
+    return step(path)
 
 
 def find_last_checkpoint(folders: Iterable[str]) -> str | None:

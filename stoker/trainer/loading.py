@@ -80,8 +80,7 @@ def _read_hparams_file(path: str) -> tuple[dict[str, Any], list[str]]:
 
 def _trainer_checkpoint(folder: str) -> dict[str, Any] | None:
     """The Trainer's ``checkpoint`` dict stored in a ``save_state`` folder (None when it holds none)."""
-    from ..accelerator.atomic import verify_checkpoint
-    from ..accelerator.tree import load_tree
+    from ..accelerator import load_tree, verify_checkpoint
 
     names = sorted(n for n in verify_checkpoint(folder)["files"]
                    if n.startswith("custom_checkpoint") and "_process" not in n)
@@ -94,7 +93,7 @@ def _trainer_checkpoint(folder: str) -> dict[str, Any] | None:
 
 def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None]:
     """``(weights, hparams or None, names not stored, trainer checkpoint or None)`` of a saved module."""
-    from ..accelerator.checkpoint import STATE_NAME
+    from ..accelerator import STATE_NAME
 
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, STATE_NAME)):  # a save_state folder
@@ -108,7 +107,7 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
             return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
         weights = path
         beside = os.path.join(path, HPARAMS_NAME)
-        from ..accelerator.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME
+        from ..accelerator import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME
 
         if not any(os.path.isfile(os.path.join(path, n)) for n in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME,
                                                                     WEIGHTS_NAME)):
@@ -189,7 +188,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     module = cls(**kwargs)
     if checkpoint is not None:
         module.on_load_checkpoint(checkpoint)
-    from ..accelerator.weights import load_checkpoint_in_model
+    from ..accelerator import load_checkpoint_in_model
 
     load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device}, strict=strict)
     if device is not None:

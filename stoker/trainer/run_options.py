@@ -100,7 +100,7 @@ def run_sanity_check(trainer: Any) -> None:
     steps = t.num_sanity_val_steps
     if not t._val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
-    from ..accelerator.rng import capture_rng_state, restore_rng_state
+    from ..accelerator import capture_rng_state, restore_rng_state
     from .loops import run_evaluation
 
     states = capture_rng_state()

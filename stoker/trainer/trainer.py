@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
-from ..accelerator.background import wait_for_checkpoints
+from ..accelerator import wait_for_checkpoints
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, load_weights, restore
 from .attributes import TrainerAttributes
@@ -216,12 +216,12 @@ class Trainer(TrainerAttributes):
     def _launch(self, accelerator: str) -> None:
         """Makes this job ``devices`` processes: under torchrun, checks the count; from a plain ``python
         script.py`` with devices > 1, re-runs the script in that many processes (``accelerator/launch.py``)."""
-        from ..accelerator.launch import ensure_processes, resolve_num_processes
+        from ..accelerator import ensure_processes, resolve_num_processes
 
         ensure_processes(resolve_num_processes(self.devices, accelerator.lower()))
 
     def _processes_per_node(self, accelerator: str) -> int:
-        from ..accelerator.launch import resolve_num_processes
+        from ..accelerator import resolve_num_processes
 
         return resolve_num_processes(self.devices, accelerator.lower())
 
