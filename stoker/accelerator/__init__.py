@@ -5,21 +5,20 @@ modules behind these names can move without touching them.
 """
 
 from .accelerator import Accelerator
-from .atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints, newest_checkpoint,
-                     put_in_place, remove_checkpoint, verify_checkpoint)
-from .background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
-from .checkpoint import STATE_NAME, checkpoint_step, read_state
+from .checkpointing.atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints,
+                                   newest_checkpoint, put_in_place, remove_checkpoint, verify_checkpoint)
+from .checkpointing.background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
+from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, read_state
+from .checkpointing.rng import capture_rng_state, restore_rng_state
+from .checkpointing.tree import load_tree
+from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
-from .operations import send_to_device, set_seed
 from .fsdp import FSDPStrategy
-from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .launch import ensure_processes, resolve_num_processes
+from .operations import send_to_device, set_seed
+from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .precision import parse_precision
-from .rng import capture_rng_state, restore_rng_state
 from .strategy import DDPStrategy, SingleDevice
-from .tree import load_tree
-from .weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
-
 
 __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",

@@ -1,7 +1,9 @@
 """The Accelerator facade: orchestration only.
 
 It holds a precision object (``precision.py``) and a strategy object (``strategy.py``), prepares the user's
-objects, and keeps the accumulation window. Formats live in ``checkpoint.py``/``weights.py``, data in ``data.py``.
+objects (``prepare.py``), and keeps the accumulation window (``window.py``). Checkpoints are written and read by
+``checkpointing/`` from a description this facade builds (``_checkpoint_contents``); data in ``data.py``; process
+and tracker methods in ``processes.py``; Accelerate's wider surface in ``tools.py`` and ``state.py``.
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ from typing import Any
 
 import torch
 
-from . import collectives, tools
+from . import collectives, prepare as _prepare, processes, tools
+from .checkpointing import checkpoint
+from .checkpointing.background import checkpoint_io
+from .checkpointing.contents import CheckpointContents, checkpointable
 from .config import DataLoaderConfiguration, ProjectConfiguration
-from .data import PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
+from .data import LoaderContext, PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
 from .environment import settings_from_environment
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
-from .options import AcceleratorOptions
+from .options import AcceleratorOptions, check_arguments
 from .precision import make_precision, unwrap_forward
 from .state import AcceleratorState, DistributedType, GradientState, forward_to_state as _via_state
-from .trackers import build_trackers, check_log_with, find_tracker
-from .window import GradientWindow
+from .trackers import check_log_with
+from .window import GradientWindow, MicroStep
 
 
 class Accelerator:
@@ -70,27 +75,7 @@ class Accelerator:
         mixed_precision, gradient_accumulation_steps, cpu = settings_from_environment(
             mixed_precision, gradient_accumulation_steps, cpu)
         dataloader_config = self._options.dataloader_config(dataloader_config)
-        if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int):
-            raise TypeError(
-                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int, got "
-                f"{type(gradient_accumulation_steps).__name__}: pass e.g. gradient_accumulation_steps=4 to update "
-                "the weights every 4 micro-batches (1 means no accumulation)."
-            )
-        if gradient_accumulation_steps < 1:
-            raise ValueError(
-                f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps}) must be >= 1: it is the "
-                "number of micro-batches per optimizer step (1 means no accumulation)."
-            )
-        if project_config is not None and not isinstance(project_config, ProjectConfiguration):
-            raise TypeError(
-                f"Accelerator(project_config=...) must be a ProjectConfiguration, got {type(project_config).__name__}:"
-                " pass ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=...)."
-            )
-        if dataloader_config is not None and not isinstance(dataloader_config, DataLoaderConfiguration):
-            raise TypeError(
-                f"Accelerator(dataloader_config=...) must be a DataLoaderConfiguration, got "
-                f"{type(dataloader_config).__name__}: pass DataLoaderConfiguration(use_stateful_dataloader=..., ...)."
-            )
+        check_arguments(gradient_accumulation_steps, project_config, dataloader_config)
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
@@ -113,8 +98,13 @@ class Accelerator:
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
-        self._loader_stack: list[PreparedDataLoader] = []
+        self._loaders = LoaderContext(self.strategy, self.dataloader_config, self._options.epoch_started)
         self._window = GradientWindow(gradient_accumulation_steps, self.precision, self.strategy)
+
+    @property
+    def _loader_stack(self) -> list[PreparedDataLoader]:
+        """The prepared loaders being iterated right now, innermost last."""
+        return self._loaders.stack
 
     # -- properties --------------------------------------------------------------------------------------------
     @property
@@ -217,106 +207,17 @@ class Accelerator:
         return self.num_processes > 1
 
     # -- prepare -----------------------------------------------------------------------------------------------
-    def prepare(self, *args: Any, device_placement: list[bool] | bool | None = None) -> Any:
-        """Prepares models, optimizers, schedulers and data loaders; returns them in the same order.
-
-        Anything else is returned unchanged. Models are prepared first, then optimizers, then schedulers (which
-        find their optimizer among those prepared), then loaders.
-        """
-        if isinstance(device_placement, (list, tuple)):
-            if len(device_placement) != len(args):
-                raise ValueError(
-                    f"prepare got {len(args)} objects but device_placement has {len(device_placement)} entries: "
-                    "pass one bool per object, or a single bool for all."
-                )
-            placements = list(device_placement)
-        else:
-            placements = [self.device_placement if device_placement is None else device_placement] * len(args)
-        result = list(args)
-        order = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
-        for kind in order + (torch.utils.data.DataLoader,):
-            for i, obj in enumerate(args):
-                if kind is torch.optim.lr_scheduler.LRScheduler:
-                    if _is_scheduler(obj):
-                        result[i] = self.prepare_scheduler(obj)
-                elif isinstance(obj, kind) and not isinstance(obj, (AcceleratedOptimizer,)):
-                    if kind is torch.nn.Module:
-                        result[i] = self.prepare_model(obj, device_placement=placements[i])
-                    elif kind is torch.optim.Optimizer:
-                        result[i] = self.prepare_optimizer(obj)
-                    else:
-                        result[i] = self.prepare_data_loader(obj, device_placement=placements[i])
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
-                      evaluation_mode: bool = False) -> torch.nn.Module:
-        """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes.
-
-        Preparing a model this Accelerator already prepared (the user's module or what ``prepare`` returned)
-        returns the same prepared object without registering it again; it only re-arms the precision's autocast
-        (which a finished ``Trainer.fit`` removes). The first preparation's placement and wrapping stay.
-        """
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"prepare_model expects a torch.nn.Module, got {type(model).__name__}.")
-        for prepared in self._models:
-            if prepared is model or self.unwrap_model(prepared) is model:
-                self.precision.wrap_forward(self.unwrap_model(prepared))
-                return prepared
-        self.precision.wrap_forward(model)  # replaces the autocast of another precision prepared earlier
-        place = self.device_placement if device_placement is None else device_placement
-        if evaluation_mode:
-            prepared = model.to(self.device) if place else model
-        elif place or self.strategy.is_distributed:
-            prepared = self.strategy.setup_module(model)
-        else:
-            prepared = model
-        prepared = self._options.compile(prepared)  # dynamo_backend: torch.compile around the wrapped model
-        self._models.append(prepared)
-        return prepared
-
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
-        """Wraps ``optimizer`` (see :class:`AcceleratedOptimizer`); one prepared twice comes back as it was."""
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        for wrapped in self._optimizers:
-            if wrapped.optimizer is optimizer:
-                return wrapped
-        # FSDP replaces parameters while sharding: an optimizer built before prepare(model) is remapped here.
-        wrapped = AcceleratedOptimizer(self.strategy.setup_optimizer(optimizer), self)
-        self._optimizers.append(wrapped)
-        return wrapped
-
-    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        """Wraps ``scheduler`` (see :class:`AcceleratedScheduler`); one prepared twice comes back as it was."""
-        if isinstance(scheduler, AcceleratedScheduler):
-            return scheduler
-        for wrapped in self._schedulers:
-            if wrapped.scheduler is scheduler:
-                return wrapped
-        target = getattr(scheduler, "optimizer", None)
-        owners = [o for o in self._optimizers if o.optimizer is target or o is target]
-        wrapped = AcceleratedScheduler(scheduler, owners or list(self._optimizers), self,
-                                       self.step_scheduler_with_optimizer, self.dataloader_config.split_batches)
-        self._schedulers.append(wrapped)
-        return wrapped
-
-    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
-                            device_placement: bool | None = None) -> PreparedDataLoader:
-        place = self.device_placement if device_placement is None else device_placement
-        prepared = prepare_data_loader(data_loader, self, self.device if place else None)
-        self._dataloaders.append(prepared)
-        return prepared
-
-    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A loader that starts ``num_batches`` in, without loading the skipped samples."""
-        if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
-            raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
-        return skip_first_batches(dataloader, num_batches)
+    prepare = _prepare.prepare
+    prepare_model = _prepare.prepare_model
+    prepare_optimizer = _prepare.prepare_optimizer
+    prepare_scheduler = _prepare.prepare_scheduler
+    prepare_data_loader = _prepare.prepare_data_loader
+    skip_first_batches = _prepare.skip_first_batches
 
     # -- the step ----------------------------------------------------------------------------------------------
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """One micro-step of an accumulation window; gradient sync across processes only on its last one."""
-        return _MicroStep(self, models)
+        return MicroStep(self, models)
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
@@ -401,7 +302,7 @@ class Accelerator:
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                    safe_serialization: bool = True) -> None:
         """Writes the unwrapped weights (safetensors, sharded past ``max_shard_size``); the main process writes."""
-        from .weights import save_model_weights
+        from .checkpointing.weights import save_model_weights
 
         state = self.get_state_dict(model)
         if self.is_main_process:
@@ -410,16 +311,7 @@ class Accelerator:
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Adds objects with ``state_dict()``/``load_state_dict()`` to what ``save_state``/``load_state`` keep."""
-        bad = [i for i, o in enumerate(objects) if not (callable(getattr(o, "state_dict", None))
-                                                         and callable(getattr(o, "load_state_dict", None)))]
-        if bad:
-            names = ", ".join(f"#{i} ({type(objects[i]).__name__})" for i in bad)
-            raise TypeError(
-                f"register_for_checkpointing: object(s) {names} lack state_dict()/load_state_dict(); only objects "
-                "with both methods can be saved and restored. Give the object both methods (state_dict() returning "
-                "a dict, load_state_dict(dict) restoring it) or leave it out."
-            )
-        self._custom_objects.extend(objects)
+        self._custom_objects.extend(checkpointable(objects))
 
     def save_state(self, output_dir: str | os.PathLike | None = None, *, async_save: bool = False,
                    **kwargs: Any) -> str:
@@ -428,22 +320,24 @@ class Accelerator:
         ``async_save=True`` (one process, no FSDP) copies the state to CPU memory now and writes and commits it on
         a background thread; the next save, ``load_state`` and ``end_training`` wait for it.
         """
-        from . import checkpoint
-
         target = None if output_dir is None else os.fspath(output_dir)
-        return checkpoint.save_state(self, target, async_save=async_save, **kwargs)
+        return checkpoint.save_state(self._checkpoint_contents(), target, async_save=async_save, **kwargs)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Restores what ``save_state`` wrote (the newest complete automatic checkpoint when no folder is given)."""
-        from . import checkpoint
+        checkpoint.load_state(self._checkpoint_contents(), None if input_dir is None else os.fspath(input_dir), **kwargs)
 
-        checkpoint.load_state(self, None if input_dir is None else os.fspath(input_dir), **kwargs)
+    def _checkpoint_contents(self) -> CheckpointContents:
+        """What ``save_state``/``load_state`` work on, described for checkpoint I/O (which never sees ``self``)."""
+        return CheckpointContents(
+            models=self._models, optimizers=self._optimizers, schedulers=self._schedulers,
+            dataloaders=self._dataloaders, custom_objects=self._custom_objects, precision=self.precision,
+            window=self._window, strategy=self.strategy, project=self.project_configuration,
+            hooks=self._options.hooks, io=checkpoint_io(self),
+            stateful_loaders=self.dataloader_config.use_stateful_dataloader, unwrap=self.unwrap_model)
 
     def _counters_state_dict(self) -> dict[str, int]:
-        return {**self._window.state_dict(), "iteration": self.project_configuration.iteration}
-
-    def _load_counters_state_dict(self, state: dict[str, int]) -> None:
-        self._window.load_state_dict(state)
+        return self._checkpoint_contents().counters()
 
     # -- processes --------------------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
@@ -453,122 +347,30 @@ class Accelerator:
         """``obj`` as process ``from_process`` has it, on every process (picklable objects; collective)."""
         return self.strategy.broadcast_object(obj, src=from_process)
 
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """The main process runs the block first (e.g. to download or cache), then the others."""
-        with self._first(self.is_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def local_main_process_first(self) -> Iterator[None]:
-        with self._first(self.is_local_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def _first(self, is_first: bool) -> Iterator[None]:
-        if not is_first:
-            self.wait_for_everyone()
-        yield
-        if is_first:
-            self.wait_for_everyone()
+    main_process_first = processes.main_process_first
+    local_main_process_first = processes.local_main_process_first
 
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
         return collectives.split_between_processes(self.strategy, inputs, apply_padding)
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
+    print = processes.print_on_main
 
     def gather(self, tensor: Any) -> Any:
         return collectives.gather(self.strategy, tensor)
 
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
-        if use_gather_object or not _has_tensor(input_data):
-            parts = self.strategy.all_gather_object(input_data)
-            data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
-        else:
-            data = self.gather(input_data)
-        loader = self._loader_stack[-1] if self._loader_stack else None
-        if loader is not None and loader.end_of_dataloader and loader.padding_samples:
-            drop = loader.padding_samples
-            from .operations import apply_to_tensors
-
-            if isinstance(data, list):
-                return data[:len(data) - drop]
-            return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
-        return data
-
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        out = collectives.reduce(self.strategy, tensor, reduction)
-        if scale != 1.0:
-            from .operations import apply_to_tensors
-
-            out = apply_to_tensors(lambda t: t * scale, out)
-        return out
+    gather_for_metrics = processes.gather_for_metrics
+    reduce = processes.reduce
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
         return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
 
     # -- trackers ----------------------------------------------------------------------------------------------
-    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only).
+    init_trackers = processes.init_trackers
+    get_tracker = processes.get_tracker
+    log = processes.log
 
-        ``config`` is logged as their hyperparameters; ``init_kwargs`` holds constructor arguments per tracker name,
-        e.g. ``{"wandb": {"entity": "me", "tags": ["baseline"]}}``. The loggers built here share one version.
-        """
-        self._trackers_initialized = True
-        if not self.is_main_process:
-            return
-        root = self.logging_dir or self.project_dir or "."
-        self.trackers = build_trackers(self._log_with, root, project_name, config, init_kwargs)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker named ``name`` (``"wandb"``, ``"mlflow"``, ``"tensorboard"``, ``"csv"``); ``unwrap=True``
-        gives its underlying object (W&B run, ``MlflowClient``, ``SummaryWriter``). On other processes a tracker
-        whose methods do nothing."""
-        return find_tracker(self.trackers, name, unwrap, is_main_process=self.is_main_process,
-                            initialized=self._trackers_initialized)
-
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
-        """Logs ``values`` at ``step`` to every tracker (main process only). ``log_kwargs`` is accepted for
-        Accelerate compatibility and not used."""
-        if self.is_main_process:
-            for tracker in self.trackers:
-                tracker.log_metrics(values, step=step)
-
-    def end_training(self) -> None:
-        """Finishes the trackers and, when the Accelerator created the process group, tears it down.
-
-        First waits for checkpoint work still running in the background: an asynchronous ``save_state`` (its
-        error, if it failed, is raised here) and the deletion of folders that saves replaced or rotated out.
-        """
-        from .background import wait_for_checkpoints
-
-        try:
-            wait_for_checkpoints(self)
-        finally:
-            for tracker in self.trackers:
-                tracker.finalize("success")
-            self.wait_for_everyone()
-            self.strategy.teardown()
-
-    def free_memory(self, *objects: Any, reset_step: bool = True) -> list[None]:
-        """Forgets every prepared object and the accumulation window (step counts restart at 0, as in Accelerate;
-        ``reset_step=False`` keeps the counters, so a run that prepares new objects continues its step count),
-        collects garbage and empties the device cache; returns ``[None] * len(objects)`` (assign it to drop your
-        names)."""
-        from ..utils.memory import release_memory
-
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
-        if reset_step:
-            self._window = GradientWindow(self._window.steps, self.precision, self.strategy)
-        return release_memory(*objects)
+    end_training = processes.end_training
+    free_memory = processes.free_memory
 
     clear = free_memory
 
@@ -594,52 +396,3 @@ class Accelerator:
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
                 f"num_processes={self.num_processes}, strategy={type(self.strategy).__name__})")
 
-
-class _MicroStep:
-    """The context manager ``accumulate()`` returns.
-
-    A plain class rather than ``@contextlib.contextmanager``: a generator-based context costs about a microsecond
-    more per micro-step, which shows on small models (see ``benchmarks/overhead.py``).
-    """
-
-    __slots__ = ("_accelerator", "_models", "_stack")
-
-    def __init__(self, accelerator: Accelerator, models: tuple[torch.nn.Module, ...]) -> None:
-        self._accelerator = accelerator
-        self._models = models
-        self._stack: contextlib.ExitStack | None = None
-
-    def __enter__(self) -> None:
-        accelerator = self._accelerator
-        stack = accelerator._loader_stack
-        window = accelerator._window
-        window.begin_micro_step(stack[-1] if stack else None)
-        if (window.sync_gradients or not accelerator.strategy.is_distributed or not self._models
-                or accelerator._options.sync_each_batch):
-            return
-        stack = contextlib.ExitStack()
-        try:
-            for model in self._models:
-                stack.enter_context(accelerator.strategy.no_sync(model))
-        except BaseException:
-            stack.close()
-            raise
-        self._stack = stack
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        stack, self._stack = self._stack, None
-        return bool(stack.__exit__(*exc_info)) if stack is not None else False
-
-
-def _is_scheduler(obj: Any) -> bool:
-    from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
-
-    return isinstance(obj, (LRScheduler, ReduceLROnPlateau))
-
-
-def _has_tensor(data: Any) -> bool:
-    found = []
-    from .operations import apply_to_tensors
-
-    apply_to_tensors(lambda t: found.append(1) or t, data)
-    return bool(found)

@@ -12,16 +12,13 @@ name is importable from here, as before the split.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from .data_loader import _END, PreparedDataLoader, SkipView  # noqa: F401 (_END: importable as before the split)
+from .data_loader import _END, LoaderContext, PreparedDataLoader, SkipView  # noqa: F401 (_END: importable as before)
 from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
-
-if TYPE_CHECKING:
-    from .accelerator import Accelerator
 
 
 def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
@@ -36,21 +33,24 @@ def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
     return kwargs
 
 
-def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: torch.device | None) -> PreparedDataLoader:
-    """Rebuilds ``loader`` for this process (see the module docstring)."""
-    config = accelerator.dataloader_config
-    n, rank = accelerator.num_processes, accelerator.process_index
+def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
+                        device: torch.device | None) -> PreparedDataLoader:
+    """Rebuilds ``loader`` for this process (see the module docstring). ``context``: the Accelerator's
+    :class:`LoaderContext` (an Accelerator is accepted too, for its own)."""
+    context = context if isinstance(context, LoaderContext) else context._loaders
+    config = context.dataloader_config
+    n, rank = context.num_processes, context.process_index
     seed = config.data_seed
     if seed is None:
         # The shuffle seed comes from the global RNG once, here, so set_seed() before prepare fixes every order.
         seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
         if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, seed + rank)
-            seed = int(accelerator.strategy.broadcast_object(seed))
+            seed = int(context.strategy.broadcast_object(seed))
     kwargs = _loader_kwargs(loader)
     kwargs["pin_memory"], non_blocking = transfer_settings(device, config.non_blocking, loader.pin_memory)
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
-        return _prepare_iterable(loader, accelerator, device, seed, kwargs, generator, non_blocking)
+        return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking)
     sampler = seedable(loader.sampler, seed) if config.use_seedable_sampler else loader.sampler
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
@@ -67,7 +67,7 @@ def prepare_data_loader(loader: DataLoader, accelerator: Accelerator, device: to
         )
     batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
-    return PreparedDataLoader(rebuilt, accelerator, batch_sampler, seed, device, non_blocking)
+    return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking)
 
 
 def transfer_settings(device: torch.device | None, non_blocking: bool | None,
@@ -102,21 +102,21 @@ def _first_only(collate: Any) -> _FirstOnly:
     return _FirstOnly(collate)
 
 
-def _prepare_iterable(loader: DataLoader, accelerator: Accelerator, device: torch.device | None, seed: int,
+def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.device | None, seed: int,
                       kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool) -> PreparedDataLoader:
     dataset, batch_size = loader.dataset, loader.batch_size
-    if accelerator.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
+    if context.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
 
-        dataset, batch_size = shard_iterable(dataset, batch_size, accelerator)
+        dataset, batch_size = shard_iterable(dataset, batch_size, context)
     kwargs.update(batch_size=batch_size, drop_last=loader.drop_last, generator=generator)
-    if accelerator.dataloader_config.use_stateful_dataloader:
+    if context.dataloader_config.use_stateful_dataloader:
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         rebuilt: DataLoader = StatefulDataLoader(dataset, **kwargs)
     else:
         rebuilt = DataLoader(dataset, **kwargs)
-    return PreparedDataLoader(rebuilt, accelerator, None, seed, device, non_blocking)
+    return PreparedDataLoader(rebuilt, context, None, seed, device, non_blocking)
 
 
 def skip_first_batches(loader: Any, num_batches: int) -> Any:

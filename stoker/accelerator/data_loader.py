@@ -7,19 +7,45 @@ reads (``data_samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``data.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from .data_samplers import ShardedBatchSampler
 from .operations import send_to_device
-
-if TYPE_CHECKING:
-    from .accelerator import Accelerator
-
 _END = object()
+
+
+class LoaderContext:
+    """What prepared loaders need of their Accelerator, handed to them at construction (never the Accelerator).
+
+    Args:
+        strategy: The strategy (process index and count; broadcasts the shuffle seed).
+        dataloader_config: The ``DataLoaderConfiguration``.
+        epoch_started: Called with this context when a loader starts an iteration (``rng_types`` syncing).
+
+    ``stack`` holds the loaders being iterated right now, innermost last (the gradient window and
+    ``gather_for_metrics`` read the innermost); a copy (pickling) starts with none.
+    """
+
+    def __init__(self, strategy: Any, dataloader_config: Any, epoch_started: Callable[[Any], None]) -> None:
+        self.strategy = strategy
+        self.dataloader_config = dataloader_config
+        self.epoch_started = epoch_started
+        self.stack: list[PreparedDataLoader] = []
+
+    @property
+    def num_processes(self) -> int:
+        return self.strategy.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.strategy.process_index
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "stack": []}  # an iteration does not survive a copy
 
 
 class PreparedDataLoader:
@@ -38,10 +64,10 @@ class PreparedDataLoader:
         >>> for x, y in loader: ...
     """
 
-    def __init__(self, loader: DataLoader, accelerator: Accelerator, batch_sampler: ShardedBatchSampler | None,
+    def __init__(self, loader: DataLoader, context: LoaderContext, batch_sampler: ShardedBatchSampler | None,
                  seed: int, device: torch.device | None, non_blocking: bool = False) -> None:
         self.base_loader = loader
-        self._accelerator = accelerator
+        self._context = context
         self._batch_sampler = batch_sampler
         self.seed = seed
         self.device = device
@@ -124,8 +150,9 @@ class PreparedDataLoader:
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
-        self._accelerator._options.epoch_started(self._accelerator)  # Accelerator(rng_types=["torch", ...])
-        stack = self._accelerator._loader_stack
+        context = self._context
+        context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
+        stack = context.stack
         stack.append(self)
         self.end_of_dataloader = False
         device, non_blocking = self.device, self.non_blocking
@@ -225,7 +252,7 @@ class PreparedDataLoader:
         sampler = self._batch_sampler
         if sampler is not None and sampler.split_batches:
             return bs
-        return bs * self._accelerator.num_processes
+        return bs * self._context.strategy.num_processes
 
     @property
     def batch_size(self) -> int | None:

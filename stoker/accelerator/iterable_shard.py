@@ -11,12 +11,9 @@ completed with the stream's first items, so that every process gets as many batc
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch.utils.data import IterableDataset
-
-if TYPE_CHECKING:
-    from .accelerator import Accelerator
 
 
 class IterableShard(IterableDataset):
@@ -76,13 +73,14 @@ class IterableShard(IterableDataset):
         return getattr(self.dataset, name)
 
 
-def shard_iterable(dataset: Any, batch_size: int | None, accelerator: Accelerator) -> tuple[IterableShard, int | None]:
-    """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses."""
-    config, n = accelerator.dataloader_config, accelerator.num_processes
+def shard_iterable(dataset: Any, batch_size: int | None, context: Any) -> tuple[IterableShard, int | None]:
+    """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
+    loaders' ``LoaderContext``: ``dataloader_config``, ``num_processes``, ``process_index``)."""
+    config, n = context.dataloader_config, context.num_processes
     if config.split_batches and batch_size is not None:
         if batch_size % n:
             raise ValueError(f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {n} "
                              f"processes; got batch_size={batch_size}. Change the batch size or use "
                              "split_batches=False.")
         batch_size //= n
-    return IterableShard(dataset, batch_size or 1, n, accelerator.process_index, config.even_batches), batch_size
+    return IterableShard(dataset, batch_size or 1, n, context.process_index, config.even_batches), batch_size

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .accelerator import Accelerator
+    from .precision import Precision
+    from .window import GradientWindow
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -23,9 +24,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     """
 
     # Deliberately no super().__init__: param_groups, state and defaults are the wrapped optimizer's own.
-    def __init__(self, optimizer: torch.optim.Optimizer, accelerator: Accelerator) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, window: GradientWindow, precision: Precision) -> None:
         self.optimizer = optimizer
-        self._accelerator = accelerator
+        self._window = window
+        self._precision = precision
         self._step_was_skipped = False
 
     @property
@@ -60,19 +62,18 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)
 
-    # step/zero_grad/scheduler.step run every micro-step: they read the Accelerator's attributes directly rather
-    # than through its properties (a Python call each), which shows on small models (benchmarks/overhead.py).
+    # step/zero_grad/scheduler.step run every micro-step: they read the window's attributes directly rather
+    # than through properties (a Python call each), which shows on small models (benchmarks/overhead.py).
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self._accelerator._window.sync_gradients:
+        if self._window.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
-        accelerator = self._accelerator
-        window = accelerator._window
+        window = self._window
         if not window.sync_gradients:
             return
         window.finish(self.optimizer)  # unscale + normalise, unless clipping already did (the window knows)
-        stepped = accelerator.precision.step(self.optimizer, closure)
+        stepped = self._precision.step(self.optimizer, closure)
         self._step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
 
@@ -115,13 +116,15 @@ class AcceleratedScheduler:
         self,
         scheduler: Any,
         optimizers: list[AcceleratedOptimizer],
-        accelerator: Accelerator,
+        window: GradientWindow,
+        strategy: Any,
         step_with_optimizer: bool = True,
         split_batches: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers
-        self._accelerator = accelerator
+        self._window = window
+        self._strategy = strategy
         self.step_with_optimizer = step_with_optimizer
         self.split_batches = split_batches
 
@@ -129,13 +132,12 @@ class AcceleratedScheduler:
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        accelerator = self._accelerator
-        if not accelerator._window.sync_gradients:
+        if not self._window.sync_gradients:
             return
         for opt in self.optimizers:  # a loop, not any(<generator>): this runs every step
             if opt._step_was_skipped:
                 return
-        processes = accelerator.strategy.num_processes
+        processes = self._strategy.num_processes
         if self.split_batches or processes == 1:
             self.scheduler.step(*args, **kwargs)
             return

@@ -18,12 +18,13 @@ import contextlib
 import enum
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .accelerator import Accelerator
+
+# The Accelerator these functions serve. Not imported: it imports this module (that would be a circle).
+Facade = Any
 
 
 class DistributedType(str, enum.Enum):
@@ -316,7 +317,7 @@ class GradientState:
 
     __slots__ = ("_accelerator",)
 
-    def __init__(self, gradient_accumulation_plugin: Any = None, *, accelerator: Accelerator | None = None) -> None:
+    def __init__(self, gradient_accumulation_plugin: Any = None, *, accelerator: Facade | None = None) -> None:
         self._accelerator = accelerator
 
     @staticmethod

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .accelerator import Accelerator
     from .kwargs import ProfileKwargs
+
+# The Accelerator these functions serve. Not imported: it imports this module (that would be a circle).
+Facade = Any
 
 
 class StateHooks:
@@ -61,21 +63,21 @@ class StateHooks:
         return {"save": OrderedDict(), "load": OrderedDict()}  # hooks are often closures: not carried by pickle
 
 
-def accelerator_save(accelerator: Accelerator, obj: Any, f: str | os.PathLike | Any,
+def accelerator_save(accelerator: Facade, obj: Any, f: str | os.PathLike | Any,
                      safe_serialization: bool = False) -> None:
     """``Accelerator.save``: writes ``obj`` to ``f`` from the main process (``torch.save``, or safetensors with
     ``safe_serialization``); a path is written atomically (a temporary file, then a rename)."""
     save(obj, f, write=accelerator.is_main_process, safe_serialization=safe_serialization)
 
 
-def register_save_state_pre_hook(accelerator: Accelerator, hook: Callable) -> Any:
+def register_save_state_pre_hook(accelerator: Facade, hook: Callable) -> Any:
     """``Accelerator.register_save_state_pre_hook``: ``hook(models, weights, output_dir)`` runs in ``save_state``
     before anything is written (see :class:`StateHooks`); returns a handle whose ``remove()`` unregisters it."""
     hooks = accelerator._options.hooks
     return hooks.register(hooks.save, hook, "register_save_state_pre_hook")
 
 
-def register_load_state_pre_hook(accelerator: Accelerator, hook: Callable) -> Any:
+def register_load_state_pre_hook(accelerator: Facade, hook: Callable) -> Any:
     """``Accelerator.register_load_state_pre_hook``: ``hook(models, input_dir)`` runs in ``load_state`` before the
     models are loaded (see :class:`StateHooks`); returns a handle whose ``remove()`` unregisters it."""
     hooks = accelerator._options.hooks
@@ -115,7 +117,7 @@ def save(obj: Any, f: str | os.PathLike | Any, *, write: bool, safe_serializatio
 
 
 @contextlib.contextmanager
-def profile(accelerator: Accelerator, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+def profile(accelerator: Facade, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
     """``Accelerator.profile``: ``torch.profiler`` around the block (yields the profiler), configured by
     ``profile_handler`` or else the ``ProfileKwargs`` of ``kwargs_handlers``. With ``output_trace_dir`` each process
     writes ``profile_{process_index}.json`` there afterwards (then all processes meet)."""
@@ -132,7 +134,7 @@ def profile(accelerator: Accelerator, profile_handler: ProfileKwargs | None = No
 
 
 @contextlib.contextmanager
-def join_uneven_inputs(accelerator: Accelerator, joinables: list[Any],
+def join_uneven_inputs(accelerator: Facade, joinables: list[Any],
                        even_batches: bool | None = None) -> Iterator[Any]:
     """``Accelerator.join_uneven_inputs``: ``torch.distributed.algorithms.Join`` over ``joinables`` (DDP models),
     so that processes may run out of batches at different times. ``even_batches`` overrides the prepared map-style
@@ -203,10 +205,9 @@ def verify_device_map(model: torch.nn.Module) -> bool:
     return any(len(getattr(m, "hf_device_map", None) or {}) > 1 for m in model.modules())
 
 
-def accelerator_getstate(accelerator: Accelerator) -> dict[str, Any]:
+def accelerator_getstate(accelerator: Facade) -> dict[str, Any]:
     """``Accelerator.__getstate__``: what pickling an Accelerator keeps: everything but the background checkpoint worker (made again on use)
     and the loaders being iterated right now (an iteration does not survive a copy)."""
     state = dict(accelerator.__dict__)
-    state.pop("_checkpoint_io", None)
-    state["_loader_stack"] = []
+    state.pop("_checkpoint_io", None)  # the loaders being iterated are dropped by LoaderContext's own pickling
     return state

@@ -1,0 +1,206 @@
+"""Checkpoint work that need not hold up training: deleting replaced folders, parallel fsyncs, asynchronous saves.
+
+Owns: :class:`CheckpointIO`, one per Accelerator (made on first use by :func:`checkpoint_io` and kept on the
+instance, so two Accelerators never share one), with
+
+- a deleter: a folder that a save replaced, rotated out or evicted is first *renamed* aside to a trash name
+  (``.{name}.stoker-del-{token}``, hidden, so neither ``load_state`` nor a ``"last"`` lookup ever takes it for a
+  checkpoint), then deleted by a worker thread. Deleting is the slow part (each unlink costs milliseconds on a
+  disk mounted with ``discard``); the rename costs microseconds. Trash left by a crash is deleted at the next
+  save into the same folder (:func:`sweep_trash`).
+- a small pool that fsyncs many files at once (the file system folds their journal commits into one);
+- a saver: one worker that finishes ``save_state(..., async_save=True)`` in order.
+
+:meth:`CheckpointIO.wait` is the barrier: the next save, a load, ``end_training()`` and the end of
+``Trainer.fit`` call it. Worker threads start only when there is work; pending deletions also finish at
+interpreter exit (the executors' workers are joined then). Does not own *which* folders may go or when: that is
+``atomic.py`` and the callers, which discard a folder only after the checkpoint replacing it is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+TRASH_RE = re.compile(r"\..+\.stoker-del-[0-9a-f]+")
+
+
+_ASIDE_RE = re.compile(r"\.(.+)\.stoker-(?:tmp|old|del)(?:-[0-9a-f]+)?")
+
+
+def trash_path(path: str) -> str:
+    """A fresh hidden name beside ``path`` for a folder about to be deleted: ``.{name}.stoker-del-{token}``, where
+    ``name`` is the checkpoint's (``path`` may be its temporary ``.{name}.stoker-tmp`` after a swap)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    match = _ASIDE_RE.fullmatch(name)
+    return os.path.join(parent, f".{match.group(1) if match else name}.stoker-del-{os.urandom(6).hex()}")
+
+
+def _remove(path: str) -> None:
+    """Best effort, never raises: what cannot be deleted now stays hidden trash for the next save's sweep."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _fsync(path: str) -> None:
+    """Waits until ``path`` (a file, or a folder's entries) is on disk; folders that cannot be opened are skipped."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except IsADirectoryError:  # some platforms refuse to open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not os.path.isdir(path):  # fsync on a folder fails on some file systems; on a file it is an error
+            raise
+    finally:
+        os.close(fd)
+
+
+class CheckpointIO:
+    """Background checkpoint I/O of one Accelerator (see the module docstring).
+
+    Example:
+        >>> io = checkpoint_io(accelerator)
+        >>> io.discard("runs/exp/checkpoints/epoch=1")   # gone from its name now, from the disk soon
+        >>> io.wait()                                    # all pending saves and deletions done
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked child gets a copy without the worker threads: it needs its own
+        self._lock = threading.Lock()
+        self._deleting: dict[str, Future] = {}
+        self._deleter: ThreadPoolExecutor | None = None
+        self._syncer: ThreadPoolExecutor | None = None
+        self._saver: ThreadPoolExecutor | None = None
+        self._saving: Future | None = None
+
+    # -- deletions ----------------------------------------------------------------------------------------------
+    def discard(self, path: str) -> str | None:
+        """Renames ``path`` to a trash name now and deletes it in the background; returns the trash path.
+
+        Once this returns, nothing is left under ``path``: a crash can only leave hidden trash behind.
+        """
+        if not os.path.lexists(path):
+            return None
+        trash = trash_path(path)
+        os.rename(path, trash)
+        self.delete_later(trash)
+        return trash
+
+    def delete_later(self, trash: str) -> None:
+        """Deletes ``trash`` (already renamed aside) in the background, unless that is already under way."""
+        with self._lock:
+            if trash in self._deleting:
+                return
+            if self._deleter is None:
+                self._deleter = ThreadPoolExecutor(1, thread_name_prefix="stoker-delete")
+            future = self._deleter.submit(_remove, trash)
+            self._deleting[trash] = future
+        future.add_done_callback(lambda _, t=trash: self._forget(t))
+
+    def _forget(self, trash: str) -> None:
+        with self._lock:
+            self._deleting.pop(trash, None)
+
+    def is_deleting(self, trash: str) -> bool:
+        with self._lock:
+            return trash in self._deleting
+
+    # -- durability ---------------------------------------------------------------------------------------------
+    def fsync(self, paths: Iterable[str]) -> None:
+        """fsyncs every path (files or folders) at once and waits for all of them."""
+        paths = list(paths)
+        if len(paths) <= 1:
+            for path in paths:
+                _fsync(path)
+            return
+        with self._lock:
+            if self._syncer is None:
+                self._syncer = ThreadPoolExecutor(8, thread_name_prefix="stoker-fsync")
+            syncer = self._syncer
+        for future in [syncer.submit(_fsync, p) for p in paths]:
+            future.result()
+
+    # -- asynchronous saves -------------------------------------------------------------------------------------
+    def submit_save(self, job: Callable[[], Any]) -> Future:
+        """Runs ``job`` on the saver thread after every earlier save; :meth:`wait` raises its error, if any."""
+        self.wait_for_save()
+        with self._lock:
+            if self._saver is None:
+                self._saver = ThreadPoolExecutor(1, thread_name_prefix="stoker-save")
+            self._saving = future = self._saver.submit(job)
+        return future
+
+    def after_save(self, job: Callable[[], Any]) -> None:
+        """Runs ``job`` on the saver thread once the save in flight is committed (now, without one). When that
+        save failed, ``job`` does not run and :meth:`wait` raises the save's error."""
+        previous = self._saving
+        if previous is None:
+            job()
+            return
+
+        def follow() -> None:
+            previous.result()  # the saver runs jobs in order: done; raises the save's error (job skipped)
+            job()
+
+        with self._lock:
+            self._saving = self._saver.submit(follow)
+
+    def wait_for_save(self) -> None:
+        """Waits for the asynchronous save in flight, if any; re-raises its error here (once)."""
+        future, self._saving = self._saving, None
+        if future is not None:
+            future.result()
+
+    def wait(self) -> None:
+        """Waits for the asynchronous save in flight and every pending deletion."""
+        try:
+            self.wait_for_save()
+        finally:
+            with self._lock:
+                pending = list(self._deleting.values())
+            for future in pending:
+                future.result()
+
+
+def checkpoint_io(accelerator: Any) -> CheckpointIO:
+    """The :class:`CheckpointIO` of ``accelerator`` (made on first use and kept on the instance)."""
+    io = getattr(accelerator, "_checkpoint_io", None)
+    if io is None or io.pid != os.getpid():  # in a forked child, the parent's workers do not exist
+        io = CheckpointIO()
+        accelerator._checkpoint_io = io
+    return io
+
+
+def wait_for_checkpoints(accelerator: Any) -> None:
+    """Waits until ``accelerator``'s asynchronous save and background deletions are done (no-op when none)."""
+    io = getattr(accelerator, "_checkpoint_io", None)
+    if io is not None and io.pid == os.getpid():
+        io.wait()
+
+
+def sweep_trash(folder: str, io: CheckpointIO | None = None) -> None:
+    """Deletes trash that a crash left in ``folder`` (in the background with ``io``; skips what ``io`` already
+    deletes)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if TRASH_RE.fullmatch(name):
+            path = os.path.join(folder, name)
+            if io is None:
+                _remove(path)
+            elif not io.is_deleting(path):
+                io.delete_later(path)

@@ -1,0 +1,372 @@
+"""Resumable training state: ``save_state`` / ``load_state`` into folders that are either complete or absent.
+
+Owns: what a checkpoint holds and under which file names (Accelerate's names, as safetensors), which process
+writes what, and the order of a save (encode everything, write, commit, rotate) and of a load (verify, then
+read). Loading never unpickles: every file is safetensors or JSON.
+Does not own: the safe tree format (``tree.py``), the manifest, atomic commit and naming (``atomic.py``), the
+safetensors bytes (``safetensors_io.py``), weight export (``weights.py``), RNG capture (``rng.py``), what a
+loader's position is (``data.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from typing import Any
+
+import torch
+
+# Re-exported: these names were defined here first and are imported from here.
+from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _crc_file, _is_complete,  # noqa: F401
+                     _read_json, _recover, _sweep, aside_path, check_dcp_metadata, commit_checkpoint, list_checkpoints,
+                     newest_checkpoint, rotate_checkpoints, verify_checkpoint)
+from .background import CheckpointIO, sweep_trash
+from .contents import CheckpointContents
+from .rng import capture_rng_state, restore_rng_state
+from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
+from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
+from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
+
+STATE_NAME = "stoker_state.json"
+
+
+# -- save_state / load_state ---------------------------------------------------------------------------------------
+def _name(stem: str, i: int, rank: int = 0) -> str:
+    """Accelerate's names as safetensors (``optimizer.safetensors``, ``optimizer_1.safetensors``); files a process
+    writes for itself get ``_process{rank}`` (rank 0 keeps the plain name)."""
+    stem += f"_process{rank}" if rank else ""
+    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"
+
+
+def _parts(contents: CheckpointContents, rank: int) -> tuple[list, list]:
+    """``(file, object, label)`` of what the main process saves for all, and what each process saves for itself
+    (loader positions and user objects may differ between processes)."""
+    optimizers = [] if contents.strategy.shards_parameters else contents.optimizers  # FSDP: through DCP
+    shared = [(_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
+    shared += [(_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(contents.schedulers)]
+    shared.append(("scaler.safetensors", contents.precision, "grad scaler"))
+    own = [(_name("dataloader", i, rank), d, f"dataloader #{i}") for i, d in enumerate(contents.dataloaders)]
+    own += [(_name("custom_checkpoint", i, rank), o, f"register_for_checkpointing object #{i}")
+            for i, o in enumerate(contents.custom_objects)]
+    return shared, own
+
+
+def _main_process_folder(contents: CheckpointContents, path: str, call: str) -> str:
+    """The main process's folder (one small broadcast): a checkpoint is one folder that every process writes into
+    and reads from, also when each process was given its own (e.g. its own ``tempfile.TemporaryDirectory()``)."""
+    if contents.num_processes == 1:
+        return path
+    main = contents.strategy.broadcast_object(path)
+    if main != path:
+        warnings.warn(f"{call}: process {contents.process_index} was given {path!r} and the main process "
+                      f"{main!r}; a checkpoint is one folder shared by all processes, so {main!r} is used.",
+                      stacklevel=4)
+    return main
+
+
+def _target(contents: CheckpointContents, output_dir: str | None) -> str:
+    if output_dir is not None:
+        return os.path.abspath(output_dir)
+    config = contents.project
+    if not config.automatic_checkpoint_naming or config.project_dir is None:
+        raise ValueError("save_state() without output_dir needs ProjectConfiguration(project_dir=..., "
+                         "automatic_checkpoint_naming=True); otherwise pass a folder: save_state('ckpt').")
+    target = os.path.abspath(os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}"))
+    if os.path.exists(target):
+        raise ValueError(
+            f"{target} already exists (ProjectConfiguration.iteration={config.iteration}). Call load_state() first "
+            "so that numbering continues after the newest checkpoint, or set ProjectConfiguration(iteration=...)."
+        )
+    return target
+
+
+def save_state(contents: CheckpointContents, output_dir: str | None = None, safe_serialization: bool = True, *,
+               async_save: bool = False, **_: Any) -> str:
+    """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
+
+    Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler and counters from the main
+    process; from every process its RNG states, loader positions, ``register_for_checkpointing`` objects and the
+    gradients of an unfinished accumulation window. FSDP models and optimizers go through
+    ``torch.distributed.checkpoint``. The folder appears complete or not at all; with ``total_limit`` the oldest
+    automatic checkpoints are deleted after it is complete. Folders a save replaces or rotates out leave their
+    names at once and are deleted in the background (``end_training()`` waits for that). ``safe_serialization``
+    is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
+
+    With ``async_save=True`` (one process, not FSDP; otherwise the save is synchronous) the state is copied to
+    CPU memory before this returns and written, fsynced and committed by a background thread while training goes
+    on. The next ``save_state``, ``load_state`` and ``end_training()`` wait for it (and raise its error, if it
+    failed); until it is committed the previous checkpoints are the loadable ones, also after a crash.
+
+    Example:
+        >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
+        'runs/exp/checkpoints/checkpoint_0'
+    """
+    io = contents.io
+    io.wait_for_save()  # one save at a time, in order
+    config, auto, strategy = contents.project, output_dir is None, contents.strategy
+    target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
+    tmp = aside_path(target, "tmp")
+    sharded = strategy.shards_parameters
+    asynchronous = async_save and contents.num_processes == 1 and not sharded  # no collectives off-thread
+    # Collective under FSDP, and mere references elsewhere: every process asks for them.
+    model_states = [] if sharded else [contents.model_state(m) for m in contents.models]
+    if contents.is_main_process:
+        if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
+            raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
+                             "stoker replaces only its own checkpoints. Choose a new or empty folder.")
+        _sweep(os.path.dirname(target), io) if auto else _recover(target, io)
+        sweep_trash(os.path.dirname(target), io)
+        os.makedirs(tmp)
+    strategy.barrier()
+    rotate = (config.project_dir, config.total_limit) if auto and config.total_limit is not None else None
+    try:
+        # register_save_state_pre_hook: may save models its own way into the folder, removing their weights here.
+        contents.hooks.run_save(contents.models, model_states, tmp)
+        if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
+            strategy.save_sharded_state(tmp, contents.models, contents.optimizers)
+        files = _encode_state(contents, model_states, auto)
+        if asynchronous:
+            files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
+            io.submit_save(lambda: _write_and_commit(tmp, target, files, io, rotate))
+        else:
+            records = _write_files(tmp, files)
+            if not contents.is_main_process:  # the main process syncs its files with the manifest, at once
+                io.fsync(os.path.join(tmp, name) for name in records)
+            strategy.barrier()
+            if contents.is_main_process:
+                _commit(tmp, target, records, io, rotate)
+    except BaseException as error:
+        if contents.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):  # disk full, quota, permissions: say where, and what is still safe
+            raise _write_failed(error, target) from error
+        raise
+    strategy.barrier()
+    if auto:
+        config.iteration += 1
+    return target
+
+
+def _encode_state(contents: CheckpointContents, model_states: list, auto: bool) -> list[tuple[str, dict, dict]]:
+    """``(file name, tensors, metadata)`` of every file this process writes; an unsafe object fails here, before
+    anything is written. Tensors are the live objects (no copies)."""
+    rank, main = contents.process_index, contents.is_main_process
+    shared, own = _parts(contents, rank)
+    jobs = [(f"random_states_{rank}.safetensors", capture_rng_state(), f"RNG state of process {rank}")]
+    jobs += [(name, obj.state_dict(), f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
+    files = [(name, *encode_tree(obj, what)) for name, obj, what in jobs]
+    counters = dict(contents.counters())
+    for i, state in enumerate(model_states if main else []):
+        stored, aliases = _dedupe(state)
+        files.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
+    if counters.get("micro_step", 0) > 0:  # an open accumulation window: its gradients, per process (no sync yet)
+        for i, model in enumerate([] if contents.strategy.shards_parameters else contents.models):
+            grads = {n: p.grad for n, p in contents.unwrap(model).named_parameters() if p.grad is not None}
+            files.append((_name("gradients", i, rank), grads, {"format": "pt"}))
+    window = contents.window.open_window_state()
+    if window is not None:  # an open window of summed losses: this process's item count so far (and normaliser)
+        files.append((_name("window", 0, rank), window, {"format": "pt"}))
+    if main:
+        if auto:
+            counters["iteration"] = contents.project.iteration + 1  # the state after this save
+        state = {"counters": counters, "num_processes": contents.num_processes,
+                 "counts": {k: contents.count(k) for k in _KINDS}}
+        files.append((STATE_NAME, None, {"json": json.dumps(state, indent=1)}))
+    return files
+
+
+def _snapshot(tensors: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Own copies in CPU memory of ``tensors`` (training may change the originals once save_state returns)."""
+    if tensors is None:
+        return None
+    return {k: t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, t in tensors.items()}
+
+
+def _write_files(tmp: str, files: list[tuple[str, dict | None, dict]]) -> dict[str, FileRecord]:
+    """Writes the encoded files into ``tmp`` (not yet fsynced); returns their sizes and CRCs."""
+    records = {}
+    for name, tensors, metadata in files:
+        path = os.path.join(tmp, name)
+        if tensors is None:  # the JSON state
+            records[name] = write_buffers(path, [metadata["json"].encode()], fsync=False)
+        else:
+            records[name] = write_safetensors(path, tensors, metadata, fsync=False)
+    return records
+
+
+def _commit(tmp: str, target: str, records: dict[str, FileRecord], io: CheckpointIO,
+            rotate: tuple[str, int] | None) -> None:
+    """Commits ``tmp`` (fsyncing its files with the manifest) and, with ``rotate`` = (project_dir, total_limit),
+    rotates the automatic checkpoints."""
+    commit_checkpoint(tmp, target, records, io=io)
+    if rotate is not None:
+        rotate_checkpoints(*rotate, io)
+
+
+def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rotate: tuple[str, int] | None) -> None:
+    """The background half of an asynchronous save."""
+    try:
+        _commit(tmp, target, _write_files(tmp, files), io, rotate)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise _write_failed(error, target) from error
+        raise
+
+
+def _write_failed(error: OSError, target: str) -> OSError:
+    """``error`` (same errno, so same OSError subclass) restated: which checkpoint failed, and which one is intact.
+
+    A failed save never touches the folders already committed (it writes beside them and renames last).
+    """
+    parent = os.path.dirname(target)
+    automatic = _CHECKPOINT_RE.fullmatch(os.path.basename(target)) and os.path.basename(parent) == "checkpoints"
+    newest = newest_checkpoint(os.path.dirname(parent)) if automatic else None
+    if _is_complete(target):
+        intact = f"the previous checkpoint in {target} is intact"
+    elif newest is not None:
+        intact = f"the newest complete checkpoint, {newest}, is intact"
+    else:
+        intact = "no earlier checkpoint was there, and no partial one was left"
+    detail = error.strerror or str(error)
+    where = f" (writing {error.filename})" if error.filename else ""
+    return OSError(error.errno, f"save_state could not write the checkpoint {target}: {detail}{where}. Nothing was "
+                                f"replaced: {intact}. Free disk space (or fix the cause) and save again.")
+
+
+_KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The checked contents of ``{path}/stoker_state.json`` (counters, process count, object counts).
+
+    Raises:
+        CheckpointError: the file is not JSON, nests absurdly deep, or a key is missing or has the wrong type or
+            a negative value; the message names the file and the key.
+    """
+    file = os.path.join(path, STATE_NAME)
+    state = _read_json(file, "stoker state")
+
+    def bad(key: str, value: Any, expected: str) -> CheckpointError:
+        found = "missing" if value is _MISSING else f"{value!r:.80}"
+        return CheckpointError(f"{file}: key {key!r} is {found}, expected {expected}. The checkpoint was altered or "
+                               "written by another tool; load another checkpoint or re-save this one.")
+
+    def count(key: str, value: Any, least: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(key, value, "a non-negative integer" if least == 0 else f"an integer >= {least}")
+        return value
+
+    if not isinstance(state, dict):
+        raise bad("(top level)", state, "an object")
+    for key in ("counters", "counts"):
+        if not isinstance(state.get(key, _MISSING), dict):
+            raise bad(key, state.get(key, _MISSING), "an object")
+    for key in ("step", "micro_step", "iteration"):
+        if key in state["counters"] or key == "step":
+            count(f"counters.{key}", state["counters"].get(key, _MISSING))
+    count("num_processes", state.get("num_processes", _MISSING), least=1)
+    for kind in _KINDS:
+        count(f"counts.{kind}", state["counts"].get(kind, _MISSING))
+    return state
+
+
+_MISSING = object()
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """Optimizer steps recorded in the complete ``save_state`` folder ``path``; None when it is not one (missing,
+    incomplete, altered, or not a checkpoint at all)."""
+    path = os.fspath(path)
+    try:
+        verify_checkpoint(path, files=[STATE_NAME])
+        return int(read_state(path)["counters"]["step"])
+    except (CheckpointError, OSError):
+        return None
+
+
+def _source(contents: CheckpointContents, input_dir: str | None) -> str:
+    if input_dir is not None:
+        path = os.path.abspath(input_dir)
+        if contents.is_main_process and not os.path.exists(path):
+            _recover(path)  # an interrupted replacement may have left the old checkpoint aside
+        return path
+    config = contents.project
+    if not config.automatic_checkpoint_naming or config.project_dir is None:
+        raise ValueError("load_state() without input_dir needs ProjectConfiguration(project_dir=..., "
+                         "automatic_checkpoint_naming=True); otherwise pass the folder: load_state('ckpt').")
+    newest = newest_checkpoint(config.project_dir)
+    if newest is None:
+        raise FileNotFoundError(f"load_state(): no complete checkpoint under "
+                                f"{os.path.join(config.project_dir, 'checkpoints')}; save_state() writes them.")
+    return newest
+
+
+def load_state(contents: CheckpointContents, input_dir: str | None = None, strict: bool = True, **_: Any) -> None:
+    """Restores what :func:`save_state` wrote, after checking every file it reads against the manifest.
+
+    Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
+    after loading ``checkpoint_{n}`` is ``checkpoint_{n+1}``. Loader positions are restored only with
+    ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate. A process that has no files of
+    its own in the checkpoint (saved by fewer processes) takes the main process's.
+
+    Example:
+        >>> accelerator.load_state()  # the newest complete checkpoint_{n}
+    """
+    contents.io.wait_for_save()  # an asynchronous save in flight is committed first
+    strategy = contents.strategy
+    path = _source(contents, _main_process_folder(contents, input_dir, "load_state") if input_dir else None)
+    strategy.barrier()
+    files = verify_checkpoint(path, files=[STATE_NAME])["files"]
+    state = read_state(path)
+    stateful = contents.stateful_loaders
+    for kind in _KINDS:
+        saved, have = state["counts"][kind], contents.count(kind)
+        if saved != have and (kind != "dataloaders" or stateful):
+            raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
+                             "objects in the same order as when saving.")
+    rank = contents.process_index
+    shared, own = _parts(contents, rank)
+    if any(name not in files for name, _, _ in own):
+        own = _parts(contents, 0)[1]
+    parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
+    sharded = strategy.shards_parameters
+    kept = list(contents.models)
+    contents.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
+    position = {id(m): i for i, m in enumerate(contents.models)}  # gradients are saved by this position
+    models = [(_name("model", i), _name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)]
+    models = [] if sharded else models
+    names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
+    names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
+    window_name = _name("window", 0, rank)
+    names += [window_name] if window_name in files else []
+    rng_name = f"random_states_{rank}.safetensors"
+    verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
+    if sharded:
+        check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
+        strategy.load_sharded_state(path, contents.models, contents.optimizers)
+    for model, (weights, grads) in zip(kept, models):
+        module = contents.unwrap(model)
+        load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
+        saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}
+        for name, param in module.named_parameters():
+            if name in saved:
+                param.grad = saved[name].to(param.device, copy=True)
+    for name, obj, _ in parts:
+        obj.load_state_dict(load_tree(os.path.join(path, name)))
+    contents.window.load_state_dict(state["counters"])
+    if window_name in files:  # after the counters: they reopen the window this restores the item count of
+        contents.window.load_open_window_state(read_safetensors(os.path.join(path, window_name))[0])
+    iteration = int(state["counters"].get("iteration", 0))
+    match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
+    if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded
+        iteration = max(iteration, int(match.group(1)) + 1)
+    contents.project.iteration = iteration
+    if rng_name in files:
+        restore_rng_state(load_tree(os.path.join(path, rng_name)))
+    else:
+        warnings.warn(f"{path} has no {rng_name} (saved by {state['num_processes']} processes); this process keeps "
+                      "its current RNG state.", stacklevel=3)
+    strategy.barrier()
