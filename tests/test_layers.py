@@ -174,3 +174,16 @@ def test_the_checks_find_each_kind_of_violation(tmp_path: Path) -> None:
     assert upward(graph) == {("stoker.callbacks.c", "stoker.trainer.t")}
     assert over_long(pkg) == {"stoker/trainer/t.py"}
     assert "stoker.accelerator" in graph["stoker.trainer.t"]
+
+
+def test_checkpoint_io_leaves_sharding_to_the_strategy() -> None:
+    """How weights and optimizer state are saved is the strategy's (``checkpoint_files_hold``,
+    ``save_checkpoint_shards``, ...): checkpoint I/O never asks whether parameters are sharded, nor imports the
+    Accelerator."""
+    graph = imports(PACKAGE)
+    for path in sorted((PACKAGE / "accelerator" / "checkpointing").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert "shards_parameters" not in names, f"{path.name} branches on shards_parameters"
+        module = "stoker.accelerator.checkpointing" + ("" if path.stem == "__init__" else f".{path.stem}")
+        assert "stoker.accelerator.accelerator" not in graph[module], f"{path.name} imports the Accelerator"

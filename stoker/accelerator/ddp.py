@@ -84,6 +84,26 @@ class SingleDevice:
         only (every process must call it)."""
         return module.state_dict()
 
+    # -- checkpoints: how this strategy's weights and optimizer state are saved -----------------------------
+    saves_in_background = True  # a save's writing may run on a background thread (it needs no collective)
+
+    def checkpoint_files_hold(self, models: list[Any], optimizers: list[Any]) -> tuple[list[Any], list[Any]]:
+        """``(models, optimizers)`` whose weights (and open-window gradients) / state a checkpoint writes as its
+        own safetensors files; this strategy saves the others itself (:meth:`save_checkpoint_shards`)."""
+        return list(models), list(optimizers)
+
+    def save_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> None:
+        """Writes into ``folder`` what :meth:`checkpoint_files_hold` left out (every process calls it)."""
+
+    def checkpoint_shard_files(self, files: list[str]) -> list[str]:
+        """The names among a checkpoint's ``files`` that :meth:`save_checkpoint_shards` wrote."""
+        return []
+
+    def load_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> bool:
+        """Reads what :meth:`save_checkpoint_shards` wrote into ``models``/``optimizers``; False when this strategy
+        saves nothing itself (the checkpoint's own files hold everything)."""
+        return False
+
     # -- collectives ------------------------------------------------------------------------------------------
     def barrier(self) -> None:
         pass

@@ -168,6 +168,25 @@ class FSDPStrategy(DDPStrategy):
 
         dcp.save(self._sharded_state(models, optimizers), storage_writer=dcp.FileSystemWriter(folder))
 
+    # -- checkpoints: weights and optimizer state go through torch.distributed.checkpoint, every process its shards
+    saves_in_background = False  # DCP's save is collective: never off the training thread
+
+    def checkpoint_files_hold(self, models: list[Any], optimizers: list[Any]) -> tuple[list[Any], list[Any]]:
+        return [], []
+
+    def save_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> None:
+        self.save_sharded_state(folder, models, optimizers)  # __{rank}_0.distcp from each process, .metadata
+
+    def checkpoint_shard_files(self, files: list[str]) -> list[str]:
+        return [n for n in files if n.endswith(".distcp") or n == ".metadata"]
+
+    def load_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> bool:
+        from .checkpointing.atomic import check_dcp_metadata
+
+        check_dcp_metadata(folder)  # DCP unpickles its .metadata: only after proving it holds nothing but data
+        self.load_sharded_state(folder, models, optimizers)
+        return True
+
     def load_sharded_state(self, folder: str, models: list[nn.Module], optimizers: list[Any]) -> None:
         """Reads what :meth:`save_sharded_state` wrote into the (already prepared) models and optimizers."""
         import torch.distributed.checkpoint as dcp

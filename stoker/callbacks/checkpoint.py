@@ -409,7 +409,7 @@ class ModelCheckpoint(Callback):
     def _asynchronous(self, accelerator: Any) -> bool:
         return (self.async_save and not self.export_weights and not self.save_weights_only
                 and accelerator.num_processes == 1
-                and not accelerator.strategy.shards_parameters)
+                and accelerator.strategy.saves_in_background)
 
     def _after_save(self, topk_path: str | None, evicted: list[str], last: str, io: Any) -> None:
         """What follows an asynchronous save once it is committed (on the saver thread): ``last``, evictions."""

@@ -172,10 +172,8 @@ def load_weights(trainer: Any, ckpt_path: Any) -> None:
         if ckpt_path == LAST:
             raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {trainer.default_root_dir}.")
         return
-    strategy = trainer.accelerator.strategy
-    if strategy.shards_parameters:  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards
-        strategy.load_sharded_state(path, [trainer._model], [])
-        return
+    if trainer.accelerator.strategy.load_checkpoint_shards(path, [trainer._model], []):
+        return  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards (the strategy reads them)
     from ..accelerator import load_checkpoint_in_model
 
     load_checkpoint_in_model(trainer.accelerator.unwrap_model(trainer._model), path)

@@ -43,7 +43,7 @@ def _name(stem: str, i: int, rank: int = 0) -> str:
 def _parts(contents: CheckpointContents, rank: int) -> tuple[list, list]:
     """``(file, object, label)`` of what the main process saves for all, and what each process saves for itself
     (loader positions and user objects may differ between processes)."""
-    optimizers = [] if contents.strategy.shards_parameters else contents.optimizers  # FSDP: through DCP
+    optimizers = contents.strategy.checkpoint_files_hold([], contents.optimizers)[1]  # FSDP: none (its shards)
     shared = [(_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
     shared += [(_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(contents.schedulers)]
     shared.append(("scaler.safetensors", contents.precision, "grad scaler"))
@@ -108,10 +108,10 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
-    sharded = strategy.shards_parameters
-    asynchronous = async_save and contents.num_processes == 1 and not sharded  # no collectives off-thread
-    # Collective under FSDP, and mere references elsewhere: every process asks for them.
-    model_states = [] if sharded else [contents.model_state(m) for m in contents.models]
+    asynchronous = async_save and contents.num_processes == 1 and strategy.saves_in_background
+    # Mere references (collective where gathered): every process asks for them. FSDP: none, it saves its shards.
+    filed_models = strategy.checkpoint_files_hold(contents.models, [])[0]
+    model_states = [contents.model_state(m) for m in filed_models]
     if contents.is_main_process:
         if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
             raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
@@ -124,9 +124,8 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     try:
         # register_save_state_pre_hook: may save models its own way into the folder, removing their weights here.
         contents.hooks.run_save(contents.models, model_states, tmp)
-        if sharded:  # every process writes its shards (__{rank}_0.distcp), the main one DCP's .metadata
-            strategy.save_sharded_state(tmp, contents.models, contents.optimizers)
-        files = _encode_state(contents, model_states, auto)
+        strategy.save_checkpoint_shards(tmp, contents.models, contents.optimizers)  # FSDP: DCP shards
+        files = _encode_state(contents, filed_models, model_states, auto)
         if asynchronous:
             files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
             io.submit_save(lambda: _write_and_commit(tmp, target, files, io, rotate))
@@ -149,7 +148,8 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     return target
 
 
-def _encode_state(contents: CheckpointContents, model_states: list, auto: bool) -> list[tuple[str, dict, dict]]:
+def _encode_state(contents: CheckpointContents, filed_models: list, model_states: list,
+                  auto: bool) -> list[tuple[str, dict, dict]]:
     """``(file name, tensors, metadata)`` of every file this process writes; an unsafe object fails here, before
     anything is written. Tensors are the live objects (no copies)."""
     rank, main = contents.process_index, contents.is_main_process
@@ -162,7 +162,7 @@ def _encode_state(contents: CheckpointContents, model_states: list, auto: bool) 
         stored, aliases = _dedupe(state)
         files.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
     if counters.get("micro_step", 0) > 0:  # an open accumulation window: its gradients, per process (no sync yet)
-        for i, model in enumerate([] if contents.strategy.shards_parameters else contents.models):
+        for i, model in enumerate(filed_models):
             grads = {n: p.grad for n, p in contents.unwrap(model).named_parameters() if p.grad is not None}
             files.append((_name("gradients", i, rank), grads, {"format": "pt"}))
     window = contents.window.open_window_state()
@@ -332,22 +332,20 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     if any(name not in files for name, _, _ in own):
         own = _parts(contents, 0)[1]
     parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
-    sharded = strategy.shards_parameters
     kept = list(contents.models)
     contents.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
     position = {id(m): i for i, m in enumerate(contents.models)}  # gradients are saved by this position
-    models = [(_name("model", i), _name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)]
-    models = [] if sharded else models
-    names = [n for n, _, _ in parts] + [n for pair in models for n in pair if n in files]
-    names += [n for n in files if sharded and (n.endswith(".distcp") or n == ".metadata")]
+    filed = {id(m) for m in strategy.checkpoint_files_hold(kept, [])[0]}  # FSDP: none, its shards hold them
+    models = [(m, _name("model", i), _name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)
+              if id(m) in filed]
+    names = [n for n, _, _ in parts] + [n for _, *pair in models for n in pair if n in files]
+    names += strategy.checkpoint_shard_files(list(files))
     window_name = _name("window", 0, rank)
     names += [window_name] if window_name in files else []
     rng_name = f"random_states_{rank}.safetensors"
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
-    if sharded:
-        check_dcp_metadata(path)  # DCP unpickles its .metadata: only after proving it holds nothing but data
-        strategy.load_sharded_state(path, contents.models, contents.optimizers)
-    for model, (weights, grads) in zip(kept, models):
+    strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
+    for model, weights, grads in models:
         module = contents.unwrap(model)
         load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
         saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}
