@@ -180,6 +180,11 @@ class DDPStrategy(SingleDevice):
                     "`torchrun --nproc_per_node=N script.py`, or with Trainer(devices=N)."
                 )
             backend = self.backend or ("nccl" if self.device.type == "cuda" else "gloo")
+            # torch 2.13: importing torch._dynamo while a process group exists keeps ~10 references to the group
+            # for the life of the process (gc cannot see them), so the group and gloo's threads would only be
+            # destroyed during interpreter finalization, where this can abort. DistributedDataParallel imports
+            # it anyway; imported before the group exists, it holds none.
+            import torch._dynamo  # noqa: F401
             if launched_world_size() > 1 or "MASTER_ADDR" in os.environ:
                 dist.init_process_group(backend=backend, timeout=self.timeout)
             else:  # one process (e.g. FSDP on one GPU): an in-memory store, no port to collide on
@@ -188,7 +193,9 @@ class DDPStrategy(SingleDevice):
             self._group = dist.group.WORLD
             # The group, not this object: the Accelerator may be long gone at exit, and a gloo group left to the
             # interpreter's own shutdown can abort the process ("terminate called without an active exception").
-            atexit.register(_destroy_at_exit, self._group, self._wrapped)
+            # In a box the handler empties: atexit keeps its arguments until every handler has run.
+            self._exit_box = [self._group]
+            atexit.register(_destroy_at_exit, weakref.ref(self), self._exit_box, self._wrapped)
         self.process_index = dist.get_rank()
         self.num_processes = dist.get_world_size()
         self._connected = True
@@ -268,7 +275,7 @@ class DDPStrategy(SingleDevice):
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy (pickled Accelerator) uses the live group but does not own it, and wraps nothing yet.
-        return {**self.__dict__, "_group": None, "_wrapped": None}
+        return {**self.__dict__, "_group": None, "_wrapped": None, "_exit_box": []}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _wrapped=weakref.WeakSet())
@@ -276,6 +283,7 @@ class DDPStrategy(SingleDevice):
     def teardown(self) -> None:
         # Only the group we created is ours to destroy; the user may already have destroyed it (or made another).
         group, self._group = self._group, None
+        getattr(self, "_exit_box", []).clear()  # the exit handler must not keep the destroyed group alive
         if group is not None:
             _release(group, self._wrapped)
 
@@ -287,12 +295,17 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
     destruction during interpreter finalization can abort the process. (The wrappers cannot sync any more anyway.)
     """
     for ddp in list(wrapped):
-        if hasattr(ddp, "reducer"):
-            del ddp.reducer
+        for name in ("reducer", "logger", "process_group"):  # each would keep the group alive
+            if name in ddp.__dict__:
+                del ddp.__dict__[name]
     if dist.is_available() and dist.is_initialized() and dist.group.WORLD is group:
         dist.destroy_process_group()
 
 
-def _destroy_at_exit(group: Any, wrapped: weakref.WeakSet) -> None:
+def _destroy_at_exit(owner: weakref.ref, box: list, wrapped: weakref.WeakSet) -> None:
+    strategy = owner()
+    if strategy is not None:  # a live strategy's reference would keep the group to the interpreter's finalization
+        strategy._group = None
+    group = box.pop() if box else None
     with contextlib.suppress(Exception):  # at exit a broken group must not turn a clean exit into a crash
         _release(group, wrapped)
