@@ -15,6 +15,7 @@ Workloads:
     tiny  an MLP of ~6.5k parameters, batch 32: overhead-bound, a few hundred microseconds per step.
     5m    an MLP of ~5.5M parameters, batch 64: compute-bound, tens of milliseconds per step on a CPU.
     tiny-epoch  the tiny MLP in 500-step epochs: what a checkpoint per epoch costs the Trainer, amortized.
+    tiny-300  the tiny MLP in 300-step epochs (issue 15's per-epoch targets for the Trainer).
 
 Trainer runners: ``trainer-bare`` (no logger, bar or checkpoints) and ``trainer-full`` (progress bar, TensorBoard,
 ``self.log`` every step, a checkpoint per epoch); each block is one Trainer epoch.
@@ -113,6 +114,8 @@ WORKLOADS: dict[str, Workload] = {
     "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=10, reps=300),
     # The tiny MLP with epochs of a realistic length: a per-epoch checkpoint (trainer-full) is paid once per block.
     "tiny-epoch": Workload("tiny-epoch", (32, 64, 64, 1), batch_size=32, steps=500, reps=16),
+    # Issue 15's per-epoch targets: the tiny MLP in 300-step epochs (each block pays one epoch start and end).
+    "tiny-300": Workload("tiny-300", (32, 64, 64, 1), batch_size=32, steps=300, reps=20),
     "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=2, reps=40),
     # The compute-bound MLP with 25-step epochs: the Trainer's per-epoch work (and trainer-full's checkpoint of
     # 66 MB of weights and AdamW state) is paid once per 25 steps instead of every 2.

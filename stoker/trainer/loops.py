@@ -39,6 +39,7 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
+        self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
 
     # -- position -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -120,7 +121,12 @@ class FitLoop:
         if not t._automatic:  # manual optimization: training_step does backward and steps (manual.py)
             step = functools.partial(manual_training_step, self)
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
-        start_hooks, end_hooks = t._hooks.get("on_train_batch_start"), t._hooks.get("on_train_batch_end")
+        hooks = t._hooks
+        start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
+        # The step's own hooks, also once per epoch: (before_backward, after_backward, before_zero_grad, has
+        # on_before_optimizer_step).
+        self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
+                            hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
         val_enabled, has_loggers = t._val_enabled, bool(t.loggers)
         fresh = self.batches_done == 0
         if fresh:
@@ -171,7 +177,8 @@ class FitLoop:
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
-        acc, hooks = t.accelerator, t._hooks
+        acc = t.accelerator
+        before_backward, after_backward = self._step_hooks[:2]
         autocast = t._autocast
         if autocast is None:
             outputs = t._training_step(batch, batch_idx)
@@ -186,13 +193,13 @@ class FitLoop:
             raise no_grad_error(loss)
         if t._nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
             t._nonfinite.check(t)
-        for hook in hooks.get("on_before_backward"):
+        for hook in before_backward:
             hook(loss)
         if num_items is None:
             acc.backward(loss)
         else:
             acc.backward(loss, num_items=num_items)
-        for hook in hooks.get("on_after_backward"):
+        for hook in after_backward:
             hook()
         if acc.sync_gradients:
             self._optimizer_step()
@@ -205,7 +212,8 @@ class FitLoop:
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
             return
-        if hooks.has("on_before_optimizer_step"):
+        before_zero_grad, has_before_optimizer_step = self._step_hooks[2:]
+        if has_before_optimizer_step:
             for optimizer in optimizers:
                 acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
                 hooks.call("on_before_optimizer_step", optimizer)
@@ -218,7 +226,8 @@ class FitLoop:
         if t._step_schedulers and not acc.optimizer_step_was_skipped:
             step_schedulers(t, t._step_schedulers, "step", acc.step)
         for optimizer in optimizers:
-            hooks.call("on_before_zero_grad", optimizer)
+            for hook in before_zero_grad:
+                hook(optimizer)
             optimizer.zero_grad(set_to_none=True)
 
     def _log_step(self, has_loggers: bool) -> None:
