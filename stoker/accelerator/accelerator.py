@@ -79,7 +79,7 @@ class Accelerator:
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
-        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
+        dataloader_config = dataloader_config or DataLoaderConfiguration()
         self.strategy = self._options.make_strategy(strategy, cpu=cpu)
         self.precision = make_precision(mixed_precision, self.device)
         self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
@@ -98,13 +98,13 @@ class Accelerator:
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
-        self._loaders = LoaderContext(self.strategy, self.dataloader_config, self._options.epoch_started)
+        self._loaders = LoaderContext(self.strategy, dataloader_config, self._options.epoch_started)
         self._window = GradientWindow(gradient_accumulation_steps, self.precision, self.strategy)
 
-    @property
-    def _loader_stack(self) -> list[PreparedDataLoader]:
-        """The prepared loaders being iterated right now, innermost last."""
-        return self._loaders.stack
+    # The DataLoaderConfiguration, held by the loaders' context: replacing it reaches loaders prepared after.
+    dataloader_config = property(lambda self: self._loaders.dataloader_config,
+                                 lambda self, value: setattr(self._loaders, "dataloader_config", value))
+    _loader_stack = property(lambda self: self._loaders.stack, doc="The loaders being iterated, innermost last.")
 
     # -- properties --------------------------------------------------------------------------------------------
     @property
