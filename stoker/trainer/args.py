@@ -221,6 +221,8 @@ def num_nodes(value: Any, processes_per_node: int) -> int:
     if value > 1 and world is None:
         raise ValueError(f"Trainer(num_nodes={value}) needs a launcher that starts the processes on every node, e.g. "
                          f"`torchrun --nnodes={value} --nproc_per_node=N ... script.py` on each node.")
+    if world is not None and value == 1:  # the default: the launcher decides how many nodes there are
+        return max(1, int(world) // max(processes_per_node, 1))
     if world is not None and int(world) != value * processes_per_node:
         raise ValueError(f"Trainer(num_nodes={value}) with {processes_per_node} processes per node makes "
                          f"{value * processes_per_node} processes, but the launcher started WORLD_SIZE={world}. "
