@@ -58,6 +58,20 @@ def test_accelerate_properties() -> None:
     assert accelerator.dispatch_batches in (None, False)  # accepted; stoker's loaders never dispatch
 
 
+def test_assigning_a_dataloader_config_applies_to_loaders_prepared_afterwards() -> None:
+    # Accelerate's own test script swaps the configuration on a live Accelerator this way.
+    from stoker import DataLoaderConfiguration
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(6))
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.dataloader_config = DataLoaderConfiguration(use_stateful_dataloader=True, even_batches=False)
+    loader = accelerator.prepare(DataLoader(Stream(), batch_size=2))
+    assert type(loader.base_loader).__name__ == "StatefulDataLoader" and accelerator.even_batches is False
+
+
 def test_gradient_state_follows_the_window_and_the_active_loader() -> None:
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = accelerator.prepare(make_mlp())
