@@ -1,13 +1,21 @@
 """The `Callback` base class: every hook the Trainer calls, as a no-op method.
 
-This module owns the hook *signatures* seen by callbacks; the list of hook names and the dispatcher that calls
-them live in ``stoker/trainer/hooks.py``. A callback overrides only the hooks it needs: the Trainer calls a hook
-on a callback only when the callback's class overrides it, so unused hooks cost nothing in the loop.
+This module is the one place where hooks are written down: their names, their order and their signatures seen by
+callbacks. :data:`HOOKS` is read off the class below, so adding a hook means adding one method here (and its
+``TrainingModule`` twin, which ``tests/trainer/test_module_surface.py`` checks against :data:`HOOKS`). The
+dispatcher that calls hooks lives in ``stoker/trainer/hooks.py``. A callback overrides only the hooks it needs: the
+Trainer calls a hook on a callback only when the callback's class overrides it, so unused hooks cost nothing in the
+loop.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+__all__ = ["HOOKS", "NOT_HOOKS", "Callback"]
+
+#: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
+NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
 
 
 class Callback:
@@ -63,14 +71,14 @@ class Callback:
     def on_fit_end(self, trainer: Any, module: Any) -> None:
         """End of ``fit``."""
 
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
+
     def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
         """Before the ``num_sanity_val_steps`` validation that precedes training (none by default)."""
 
     def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
         """After that validation."""
-
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
-        """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
 
     # -- training -------------------------------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, module: Any) -> None:
@@ -175,3 +183,14 @@ class Callback:
 
     def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
         """A checkpoint was restored; ``checkpoint`` holds what ``on_save_checkpoint`` hooks added."""
+
+
+def _hook_names(cls: type) -> tuple[str, ...]:
+    """The public methods ``cls`` defines itself, other than :data:`NOT_HOOKS`, in the order they are written."""
+    return tuple(name for name, value in vars(cls).items()
+                 if callable(value) and not name.startswith("_") and name not in NOT_HOOKS)
+
+
+#: Every hook, in the order ``Callback`` defines them: ``setup``/``teardown`` and the ``on_*`` hooks. Both a
+#: ``TrainingModule`` and a ``Callback`` may define them (callbacks get ``(trainer, module, ...)`` first).
+HOOKS: tuple[str, ...] = _hook_names(Callback)

@@ -1,8 +1,8 @@
 """Hook names and the one dispatcher through which the Trainer calls them.
 
-Owns: the set of hook names, the order of calls (the module's hook first, then the callbacks in list order), and
-the check that a callback's ``on_*`` methods are all real hooks. Does not own: when hooks fire (``loops.py``) or
-their signatures (``stoker/callbacks/base.py`` documents them).
+Owns: the order of calls (the module's hook first, then the callbacks in list order) and the check that a
+callback's ``on_*`` methods are all real hooks. Does not own: when hooks fire (``loops.py``), or the hook names and
+signatures (``stoker/callbacks/base.py`` writes each hook once, as a ``Callback`` method; ``HOOKS`` is read off it).
 
 The hook contract, as the fit loop runs it (Composer's event list style)::
 
@@ -35,21 +35,12 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-#: Hooks that both a TrainingModule and a Callback may define (callbacks get ``(trainer, module, ...)`` first).
-HOOKS: tuple[str, ...] = (
-    "setup", "teardown", "on_fit_start", "on_fit_end", "on_exception", "on_sanity_check_start",
-    "on_sanity_check_end",
-    "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
-    "on_train_batch_start", "on_train_batch_end",
-    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
-    "on_validation_start", "on_validation_end", "on_validation_epoch_start", "on_validation_epoch_end",
-    "on_validation_batch_start", "on_validation_batch_end",
-    "on_test_start", "on_test_end", "on_test_epoch_start", "on_test_epoch_end",
-    "on_test_batch_start", "on_test_batch_end",
-    "on_predict_start", "on_predict_end", "on_predict_epoch_start", "on_predict_epoch_end",
-    "on_predict_batch_start", "on_predict_batch_end",
-    "on_save_checkpoint", "on_load_checkpoint",
-)
+# HOOKS: every hook name, in order, read off ``Callback``'s methods (``stoker/callbacks/base.py``), the one place
+# they are written; re-exported here for the Trainer. ``TrainingModule`` defines the same hooks without
+# ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
+from ..callbacks.base import HOOKS, Callback
+
+__all__ = ["HOOKS", "HookDispatcher", "check_callbacks", "merge_module_callbacks"]
 _HOOK_SET = frozenset(HOOKS)
 
 
@@ -60,8 +51,6 @@ def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
         TypeError: An entry is not a :class:`~stoker.Callback` instance.
         ValueError: A callback defines an ``on_*`` method that is not a hook (with a did-you-mean).
     """
-    from ..callbacks.base import Callback
-
     result = list(callbacks)
     for i, callback in enumerate(result):
         if not isinstance(callback, Callback):
@@ -106,7 +95,6 @@ class HookDispatcher:
     """
 
     def __init__(self, trainer: Any, module: Any, callbacks: Iterable[Any]) -> None:
-        from ..callbacks.base import Callback
         from .module import TrainingModule
 
         self._table: dict[str, tuple[Callable[..., Any], ...]] = {}
@@ -141,7 +129,6 @@ def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
     ``ModelCheckpoint`` replaces the default one); the others are appended. Checkpoint callbacks go last, so that
     they save what the other callbacks did at the same point.
     """
-    from ..callbacks.base import Callback
     from ..callbacks.checkpoint import ModelCheckpoint
 
     extra = module.configure_callbacks() if module is not None else None

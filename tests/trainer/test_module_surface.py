@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+import stoker.callbacks.base
+import stoker.trainer.hooks
 from stoker import Callback, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint, ModelSummary
 from stoker.trainer.hooks import HOOKS
@@ -73,11 +75,37 @@ def test_example_input_array_gives_the_summary_sizes(tmp_path: Any, capsys: Any)
 
 def test_hook_names_agree_everywhere() -> None:
     def hooks_of(cls: type) -> set[str]:
-        return {n for n, _ in inspect.getmembers(cls, inspect.isfunction) if n.startswith("on_")}
+        return {n for n, _ in inspect.getmembers(cls, inspect.isfunction)
+                if n.startswith("on_") or n in ("setup", "teardown")}
 
-    named = {h for h in HOOKS if h.startswith("on_")}
-    assert "on_before_zero_grad" in named
-    assert hooks_of(Callback) == named and hooks_of(TrainingModule) == named
+    assert len(HOOKS) == len(set(HOOKS)) == 37 and HOOKS[:2] == ("setup", "teardown")
+    assert "on_before_zero_grad" in HOOKS and "state_dict" not in HOOKS and "configure_callbacks" not in HOOKS
+    assert all(h.startswith("on_") for h in HOOKS[2:])
+    assert hooks_of(Callback) == set(HOOKS) and hooks_of(TrainingModule) == set(HOOKS)
+    assert stoker.trainer.hooks.HOOKS is stoker.callbacks.base.HOOKS  # one list, read off Callback
+
+
+def test_module_hook_signatures_are_the_callback_ones_without_trainer_and_module() -> None:
+    for name in HOOKS:
+        on_callback = list(inspect.signature(getattr(Callback, name)).parameters.values())
+        on_module = list(inspect.signature(getattr(TrainingModule, name)).parameters.values())
+        assert [p.name for p in on_callback[:3]] == ["self", "trainer", "module"], name
+        expected = [(p.name, p.kind, p.default) for p in on_callback[3:]]
+        assert [(p.name, p.kind, p.default) for p in on_module[1:]] == expected, name
+
+
+def test_a_method_added_to_callback_is_a_hook_everywhere() -> None:
+    class Extended(Callback):
+        def on_new_event(self, trainer: Any, module: Any) -> None:
+            """A hook written once, as a method."""
+
+        def _helper(self) -> None:
+            """Private: not a hook."""
+
+    names = stoker.callbacks.base._hook_names(Extended)
+    assert names == ("on_new_event",)  # public methods only; state methods are listed in NOT_HOOKS
+    assert stoker.callbacks.base._hook_names(Callback) == HOOKS
+    assert {"state_dict", "load_state_dict"} <= stoker.callbacks.base.NOT_HOOKS
 
 
 def test_on_before_zero_grad_gets_each_optimizer(tmp_path: Any) -> None:
