@@ -74,6 +74,42 @@ class TrainerAttributes:
         """True during the ``num_sanity_val_steps`` validation before training (none by default)."""
         return self._sanity_checking
 
+    # -- facts of the fit in progress, for callbacks (read-only; the loops own them) ---------------------------
+    @property
+    def fitting(self) -> bool:
+        """True while a ``fit()`` call is running (from its ``setup`` hook to its ``teardown`` hook), False during
+        a ``validate``/``test``/``predict`` call and between calls."""
+        return self.state.fn == "fit"
+
+    @property
+    def window_closed(self) -> bool:
+        """True when the current (or last) training batch closed an accumulation window, i.e. an optimizer step
+        was attempted for it (also one skipped for a non-finite loss or an fp16 overflow: see ``global_step``).
+
+        Set when the batch's step has run, so ``on_train_batch_end`` and the validation or ``on_train_epoch_end``
+        that follow it read it; False again when the next batch starts (in its ``on_train_batch_start``) and at
+        the start of each ``fit``. With ``accumulate=1`` every batch closes a window.
+        """
+        return self.fit_loop.window_closed
+
+    @property
+    def epoch_finished(self) -> bool:
+        """In ``on_train_epoch_end`` (and the end-of-epoch validation before it): True when the training epoch
+        reached its last batch, False when a ``should_stop`` or ``max_steps`` stop ended it early.
+
+        True as well when the train loader's length is unknown (a stop cannot be told from the end there), and
+        when a resumed fit only finishes an epoch whose batches the checkpointed run had completed. False from
+        ``on_train_epoch_start`` until the epoch's batches are over; outside a fit: the last epoch's value.
+        """
+        return self.fit_loop.epoch_finished
+
+    @property
+    def validation_count(self) -> int:
+        """Validation runs completed in the current (or last) ``fit`` call; the sanity check is not counted, nor
+        are ``validate()`` calls. A run counts once its epoch values are published: its own
+        ``on_validation_end`` already sees it. Starts at 0 in every ``fit`` call (a resumed one too)."""
+        return self.fit_loop.validation_count
+
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,10 @@ class FitLoop:
         self.schedulers_done = False
         self.last_logged_step = -1
         self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
+        # Published through the Trainer (attributes.py); not part of the saved position.
+        self.window_closed = False  # the current/last training batch closed an accumulation window
+        self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
+        self.validation_count = 0  # validations completed in this fit (the sanity check excluded)
 
     # -- position -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -82,10 +87,13 @@ class FitLoop:
                 t._setup.reload_loaders(self.epoch)
             results = t._train_results
             results.in_batch = False
+            self.epoch_finished = False
             t._hooks.call("on_train_epoch_start")
             stopped = False
             if not self.epoch_batches_finished:
                 stopped = self._run_batches()
+            # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
+            self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
                 self._epoch_end_hooks()
                 return
@@ -139,11 +147,12 @@ class FitLoop:
                 self.batches_done = batch_idx + 1
                 last = self.epoch_batches_finished = loader.end_of_dataloader
                 results.batch, results.in_batch = batch, True
+                self.window_closed = False
                 for hook in start_hooks:
                     hook(batch, batch_idx)
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
-                synced = acc.sync_gradients
+                synced = self.window_closed = acc.sync_gradients
                 for hook in end_hooks:
                     hook(outputs, batch, batch_idx)
                 results.in_batch = False
@@ -287,11 +296,13 @@ def no_grad_error(loss: torch.Tensor) -> ValueError:
     )
 
 
-def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[str, float]]:
+def run_evaluation(trainer: Any, stage: str, loaders: list[Any],
+                   counter: FitLoop | None = None) -> list[dict[str, float]]:
     """Runs ``validation_step``/``test_step`` over ``loaders`` in eval mode without gradients.
 
     Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
-    module by module (a frozen BatchNorm stays in eval mode).
+    module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's validation, counted in its
+    ``validation_count`` once its values are published, before ``on_validation_end``.
     """
     prefix = "validation" if stage == "validate" else "test"
     step_fn = getattr(trainer.module, f"{prefix}_step")
@@ -316,6 +327,8 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any]) -> list[dict[st
             values = results.publish_epoch()
             trainer._send_to_loggers(values)
             results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (synced then)
+            if counter is not None:
+                counter.validation_count += 1
             call(f"on_{prefix}_end")
     finally:
         trainer._results = previous

@@ -249,6 +249,7 @@ class Trainer(TrainerAttributes):
             train, vals = early or loaders()
             self._setup.prepare_fit(module, train, vals)
             self._nonfinite.reset()
+            self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             restore(self, ckpt_path)
             self._log_hyperparams()
             self._preemption.install()
@@ -345,7 +346,7 @@ class Trainer(TrainerAttributes):
     def _run_validation(self) -> None:
         previous, self.state.stage = self.state.stage, "validate"
         try:
-            run_evaluation(self, "validate", self._val_loaders)
+            run_evaluation(self, "validate", self._val_loaders, counter=self.fit_loop)
         finally:
             self.state.stage = previous
 
