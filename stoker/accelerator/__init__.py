@@ -5,6 +5,7 @@ modules behind these names can move without touching them.
 """
 
 from .accelerator import Accelerator
+from .arguments import InvalidArgumentError, check_accumulation_steps, check_seed
 from .checkpointing.atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints,
                                    newest_checkpoint, put_in_place, remove_checkpoint, verify_checkpoint)
 from .checkpointing.background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
@@ -32,4 +33,6 @@ __all__ = [
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "ensure_processes",
     "resolve_num_processes", "restore_rng_state",
+    # ... and the checks of arguments that also enter above the engine (one exception type and message each).
+    "InvalidArgumentError", "check_accumulation_steps", "check_seed",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from . import collectives, prepare as _prepare, processes, tools
+from .arguments import check_accumulation_steps
 from .checkpointing import checkpoint
 from .checkpointing.background import checkpoint_io
 from .checkpointing.contents import CheckpointContents, checkpointable
@@ -171,9 +172,7 @@ class Accelerator:
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"gradient_accumulation_steps={value!r} must be an int >= 1.")
-        self._window.steps = value
+        self._window.steps = check_accumulation_steps(value, argument="accelerator.gradient_accumulation_steps = ...")
 
     @property
     def sync_gradients(self) -> bool:

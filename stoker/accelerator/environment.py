@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from .arguments import InvalidArgumentError, check_accumulation_steps
+
 __all__ = ["ACCUMULATION_VARS", "CPU_VARS", "PRECISION_VARS", "settings_from_environment"]
 
 # First set wins: stoker's own name, then Accelerate's.
@@ -33,7 +35,7 @@ def settings_from_environment(mixed_precision: str | None, gradient_accumulation
         >>> del os.environ["STOKER_MIXED_PRECISION"]
 
     Raises:
-        ValueError: the accumulation variable is not a positive integer.
+        InvalidArgumentError: the accumulation variable is not a positive integer (a ``ValueError``).
     """
     if mixed_precision is None:
         name, value = _first(PRECISION_VARS)
@@ -45,10 +47,11 @@ def settings_from_environment(mixed_precision: str | None, gradient_accumulation
             try:
                 gradient_accumulation_steps = int(value)
             except ValueError:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{name}={value!r} is not a number of micro-batches. Set it to a positive integer such as 4 "
                     "(or pass Accelerator(gradient_accumulation_steps=...))."
                 ) from None
+            check_accumulation_steps(gradient_accumulation_steps, argument=f"{name}=...")
     if not cpu:
         cpu = any(os.environ.get(var, "").strip().lower() in _TRUE for var in CPU_VARS)
     return mixed_precision, gradient_accumulation_steps, cpu

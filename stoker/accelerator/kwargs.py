@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .arguments import InvalidArgumentError, check_accumulation_steps
+
 
 class KwargsHandler:
     """Base of the handler dataclasses: ``to_kwargs()`` is what differs from a default instance."""
@@ -241,8 +243,9 @@ class GradientAccumulationPlugin(KwargsHandler):
 
     def __post_init__(self) -> None:
         if self.num_steps is None:
-            raise ValueError("GradientAccumulationPlugin(num_steps=...) is required: the number of micro-batches per "
-                             "optimizer step, e.g. GradientAccumulationPlugin(num_steps=4).")
+            raise InvalidArgumentError("GradientAccumulationPlugin(num_steps=...) is required: the number of "
+                                       "micro-batches per optimizer step, e.g. GradientAccumulationPlugin(num_steps=4).")
+        check_accumulation_steps(self.num_steps, argument="GradientAccumulationPlugin(num_steps=...)")
         for name in ("adjust_scheduler", "sync_with_dataloader"):
             if getattr(self, name) is not True:
                 raise ValueError(

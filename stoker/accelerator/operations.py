@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from .arguments import check_seed
+
 
 def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
@@ -94,8 +96,7 @@ def set_seed(seed: int, deterministic: bool = False) -> None:
     Example:
         >>> set_seed(42)
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"set_seed(seed={seed!r}) needs an int, got {type(seed).__name__}: e.g. set_seed(42).")
+    check_seed(seed, example="set_seed(42)")
     random.seed(seed)
     try:
         import numpy as np

@@ -196,19 +196,10 @@ def _configure_object(strategy: Any, group: dict[str, Any], ddp: dict[str, Any])
 
 def check_arguments(gradient_accumulation_steps: Any, project_config: Any, dataloader_config: Any) -> None:
     """The types and ranges of ``Accelerator(...)``'s own arguments (after the launcher's settings are applied)."""
+    from .arguments import check_accumulation_steps
     from .config import DataLoaderConfiguration, ProjectConfiguration
 
-    if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int):
-        raise TypeError(
-            f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps!r}) must be an int, got "
-            f"{type(gradient_accumulation_steps).__name__}: pass e.g. gradient_accumulation_steps=4 to update "
-            "the weights every 4 micro-batches (1 means no accumulation)."
-        )
-    if gradient_accumulation_steps < 1:
-        raise ValueError(
-            f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps}) must be >= 1: it is the "
-            "number of micro-batches per optimizer step (1 means no accumulation)."
-        )
+    check_accumulation_steps(gradient_accumulation_steps)
     if project_config is not None and not isinstance(project_config, ProjectConfiguration):
         raise TypeError(
             f"Accelerator(project_config=...) must be a ProjectConfiguration, got {type(project_config).__name__}:"

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Any
 
+from ..accelerator import check_accumulation_steps
+
 __all__ = ["add_parser", "launch_environment", "resolve", "run", "torchrun_args"]
 
 _PRECISIONS = ("no", "fp16", "bf16")
@@ -67,7 +69,8 @@ def resolve(args: argparse.Namespace, gpu_count: int | None = None) -> dict[str,
     """The launch settings: flags first, then ``--config_file``, then defaults; checked.
 
     Raises:
-        ValueError: a setting is out of range or settings contradict each other (the message says which).
+        ValueError: a setting is out of range or settings contradict each other (the message says which); for
+            ``gradient_accumulation_steps`` it is the engine's ``InvalidArgumentError``, as from the Accelerator.
     """
     settings: dict[str, Any] = {}
     if args.config_file:
@@ -113,10 +116,18 @@ def _check(s: dict[str, Any]) -> None:
     if precision is not None and str(precision).lower() not in _PRECISIONS:
         raise ValueError(f"stoker launch --mixed_precision {precision!r}: expected one of {', '.join(_PRECISIONS)}.")
     steps = s.get("gradient_accumulation_steps")
-    if steps is not None and (isinstance(steps, bool) or int(steps) < 1):
-        raise ValueError(f"stoker launch --gradient_accumulation_steps {steps!r}: expected an integer >= 1.")
+    if steps is not None:  # the engine's check (an InvalidArgumentError is a ValueError: `run` reports it)
+        s["gradient_accumulation_steps"] = check_accumulation_steps(
+            _config_int(steps), argument="stoker launch --gradient_accumulation_steps ...")
     if s.get("rdzv_backend") not in (None, "static", "c10d"):
         raise ValueError(f"stoker launch --rdzv_backend {s['rdzv_backend']!r}: expected 'static' or 'c10d'.")
+
+
+def _config_int(value: Any) -> Any:
+    """A config file's number written as text (``"4"``) as an int; anything else as it is, for the check to judge."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
 
 
 def launch_environment(settings: dict[str, Any]) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..accelerator import check_accumulation_steps, check_seed
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -20,10 +22,16 @@ def optional_int(name: str, value: Any, minimum: int, none_aliases: tuple = ()) 
     return value
 
 
-def positive_int(name: str, value: Any, hint: str = "") -> int:
+def positive_int(name: str, value: Any) -> int:
     if not _is_int(value) or value < 1:
-        raise ValueError(f"Trainer({name}={value!r}) must be an int >= 1.{hint}")
+        raise ValueError(f"Trainer({name}={value!r}) must be an int >= 1.")
     return value
+
+
+def accumulation_steps(name: str, value: Any) -> int:
+    """``Trainer(accumulate=...)`` (or Lightning's ``accumulate_grad_batches``): the engine's one check of the
+    window length, so the Trainer, the Accelerator and ``stoker launch`` refuse the same values alike."""
+    return check_accumulation_steps(value, argument=f"Trainer({name}=...)")
 
 
 def clip_value(name: str, value: Any) -> float | None:
@@ -87,11 +95,8 @@ def accelerator_choice(value: Any) -> bool:
 
 
 def seed_value(value: Any) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value):
-        raise TypeError(f"Trainer(seed={value!r}) must be None or an int.")
-    return value
+    """``Trainer(seed=...)``: None or an int (the engine's check, shared with ``set_seed``/``seed_everything``)."""
+    return check_seed(value, argument="Trainer(seed=...)", allow_none=True)
 
 
 # -- Lightning's names ------------------------------------------------------------------------------------------------
@@ -140,7 +145,7 @@ def resolve_aliases(accumulate: int, clip_grad_norm: Any, clip_grad_value: Any, 
             raise ValueError(f"Trainer(accumulate={accumulate!r}, accumulate_grad_batches={accumulate_grad_batches!r})"
                              ": these are one setting under two names (accumulate_grad_batches is Lightning's name "
                              "for accumulate). Pass only one of them.")
-        accumulate = positive_int("accumulate_grad_batches", accumulate_grad_batches)
+        accumulate = accumulation_steps("accumulate_grad_batches", accumulate_grad_batches)
     algorithm = gradient_clip_algorithm
     if algorithm is not None and (not isinstance(algorithm, str) or algorithm.lower() not in ("norm", "value")):
         raise ValueError(f"Trainer(gradient_clip_algorithm={algorithm!r}) must be 'norm' (the default: clip the "

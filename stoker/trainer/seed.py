@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from ..accelerator import set_seed
+from ..accelerator import check_seed, set_seed
 
 __all__ = ["seed_everything"]
 
@@ -47,9 +47,8 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     """
     if seed is None:
         seed = _seed_from_environment()
-    elif isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed_everything(seed={seed!r}) needs an int (or None to read {SEED_ENV}), got "
-                        f"{type(seed).__name__}: e.g. seed_everything(42).")
+    else:
+        check_seed(seed, argument="seed_everything(seed=...)", allow_none=True, example="seed_everything(42)")
     if not 0 <= seed <= _MAX_SEED:
         raise ValueError(f"seed_everything(seed={seed}) is out of range: numpy accepts seeds in [0, {_MAX_SEED}]. "
                          "Pass a seed in that range.")

@@ -126,8 +126,7 @@ class Trainer(TrainerAttributes):
             gradient_clip_algorithm)
         self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
         self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
-        self.accumulate = check.positive_int("accumulate", accumulate, " It is the number of micro-batches per "
-                                             "optimizer step (1: no accumulation).")
+        self.accumulate = check.accumulation_steps("accumulate", accumulate)
         self.precision = parse_precision(precision, argument="Trainer(precision=...)")
         self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
         self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..accelerator import tools
+from ..accelerator import check_seed, tools
 from ..accelerator.operations import set_seed as _set_seed
 
 
@@ -51,8 +51,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     Example:
         >>> set_seed(42, device_specific=True)  # process i is seeded with 42 + i
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"set_seed(seed={seed!r}) needs an int, got {type(seed).__name__}: e.g. set_seed(42).")
+    check_seed(seed, example="set_seed(42)")
     _set_seed(seed + (_rank()[0] if device_specific else 0), deterministic=deterministic)
 
 
