@@ -19,17 +19,11 @@ UPPER = ("trainer", "callbacks", "loggers")  # the layers that may use the engin
 RANK = {"loggers": 0, "utils": 1, "accelerator": 1, "callbacks": 2, "trainer": 3}
 
 KNOWN_CIRCLES: set[frozenset[str]] = {
-    # The Trainer half (issue 12 items 3 and 5): callbacks that reach into the Trainer's modules.
-    frozenset({"stoker.callbacks", "stoker.callbacks._fit_progress", "stoker.callbacks.checkpoint",
-               "stoker.callbacks.early_stopping", "stoker.callbacks.timer", "stoker.trainer.args",
-               "stoker.trainer.loops", "stoker.trainer.manual", "stoker.trainer.module", "stoker.trainer.run_options"}),
+    # Inside the Trainer (issue 12 item 5): the loop and the manual step / run options import each other.
+    frozenset({"stoker.trainer.loops", "stoker.trainer.manual", "stoker.trainer.run_options"}),
 }
-KNOWN_UPWARD = {
-    ("stoker.callbacks._fit_progress", "stoker.trainer.module"),
-    ("stoker.callbacks.checkpoint", "stoker.trainer.loading"),
-    ("stoker.callbacks.swa", "stoker.trainer.optim"),
-}
-KNOWN_OVER = {"stoker/callbacks/checkpoint.py", "stoker/trainer/trainer.py"}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
+KNOWN_OVER = {"stoker/trainer/trainer.py"}
 
 
 def modules(package: Path) -> dict[str, Path]:

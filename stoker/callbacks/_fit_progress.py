@@ -34,16 +34,22 @@ def agreed_any(trainer: Any, flag: bool) -> bool:
 
 
 def fit_validates(trainer: Any) -> bool:
-    """True when the fit has validation batches and a module with a ``validation_step``."""
+    """True when the fit has validation batches and a module whose class defines ``validation_step``."""
     if not any(getattr(trainer, "num_val_batches", None) or []):
         return False
     module = getattr(trainer, "module", None)
-    if module is None:
-        return True
-    from stoker.trainer.module import TrainingModule
+    return module is None or defines(module, "validation_step")
 
-    step = getattr(type(module), "validation_step", None)
-    return step is not None and step is not getattr(TrainingModule, "validation_step", None)
+
+def defines(module: Any, name: str) -> bool:
+    """Whether a class of the user's defines the method ``name`` of ``module``: the one it resolves to comes from a
+    class outside the stoker package (the base module class's ``validation_step`` is an empty default that does
+    not count). Read from the class alone, so callbacks need not import the Trainer's modules.
+    """
+    for klass in type(module).__mro__:
+        if name in vars(klass):
+            return vars(klass)[name] is not None and not klass.__module__.startswith("stoker.")
+    return False
 
 
 class EpochProgress:

@@ -1,9 +1,9 @@
 """`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` always fresh.
 
-This module owns *when* to save, the folder names (templates made safe for every file system), which
-checkpoints to keep, and the ``last`` folder. It does not own the checkpoint format or its atomicity:
-each checkpoint is ``trainer.save_checkpoint(folder)`` (the Accelerator's ``save_state``: written
-beside its target, renamed into place when complete).
+This module owns *when* to save (epoch, step and time triggers; a stopped epoch saves only ``last``), the score a
+save is ranked by, and the callback's state. The rest is split by idea: folder names and folder operations
+(checkpoint_files.py), which checkpoints are kept (checkpoint_ranking.py), and how a save is written in a safe
+order (checkpoint_writer.py). The checkpoint format and its atomicity are the Accelerator's ``save_state``.
 
 Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
 
@@ -12,13 +12,9 @@ Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
     weights/epoch=3-step=400/model.safetensors   with export_weights=True (save_model of the
     weights/last/model.safetensors               unwrapped model; load_checkpoint_in_model reads it)
 
-``last`` is refreshed at *every* save, whether or not the monitored metric improved (Lightning 2.6
-stops refreshing it then, so ``ckpt_path="last"`` silently resumes from an old epoch). When a save is
-also a top-k checkpoint, ``last`` is a hard-linked copy of it (no second write). Checkpoints that
-drop out of the top k are deleted only after the new checkpoint and ``last`` are complete: renamed aside
-(hidden) at once, deleted by the Accelerator's background deleter; the end of ``fit`` waits for it.
-
-Names are stored relative to ``dirpath`` in the callback state, so a run folder can be moved.
+``last`` is refreshed at *every* save, whether or not the monitored metric improved (Lightning 2.6 stops refreshing
+it then, so ``ckpt_path="last"`` silently resumes from an old epoch). Names are stored relative to ``dirpath`` in
+the callback state, so a run folder can be moved.
 """
 
 from __future__ import annotations
@@ -31,12 +27,12 @@ from typing import Any
 
 import torch
 
-from stoker.accelerator import checkpoint_io, sweep_trash
+from stoker.accelerator import checkpoint_io
 from stoker.callbacks._fit_progress import EpochProgress, agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
-from stoker.callbacks.checkpoint_files import (LAST_NAME, WEIGHTS_DIR, Zeros, aside, better, check_dirpath,
-                                               copy_folder, format_checkpoint_name, ordering, remove_folder,
-                                               replace_folder)
+from stoker.callbacks.checkpoint_files import LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path
+from stoker.callbacks.checkpoint_ranking import admit, kept
+from stoker.callbacks.checkpoint_writer import CheckpointWriter
 
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
@@ -209,11 +205,7 @@ class ModelCheckpoint(Callback):
         return self._best(best=False) or ""
 
     def _best(self, best: bool) -> str | None:
-        if not self.best_k_models:
-            return None
-        minimize = self._minimize
-        pick = min if minimize == best else max
-        return pick(self.best_k_models, key=lambda p: ordering(self.best_k_models[p], minimize))
+        return kept(self.best_k_models, self._minimize, best)
 
     @property
     def _minimize(self) -> bool:
@@ -354,96 +346,14 @@ class ModelCheckpoint(Callback):
 
     def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
-        evicted: list[str] = []
-        if self.save_top_k != -1 and len(self.best_k_models) >= self.save_top_k:
-            worst = self.kth_best_model_path
-            if not better(score, self.best_k_models[worst], self._minimize):
-                return None, []
-            evicted.append(worst)
-        name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)
-        path = self._unique_path(name, evicted)
-        for old in evicted:
-            del self.best_k_models[old]
-        self.best_k_models[path] = score
-        return path, [p for p in evicted if p != path]
-
-    def _unique_path(self, name: str, replaceable: list[str]) -> str:
-        """``dirpath/name``, with ``-v1``, ``-v2``... when a folder we may not replace already has that name."""
-        path, version = os.path.join(self.dirpath, name), 0
-        while (os.path.exists(path) and path not in replaceable) or os.path.basename(path) in (LAST_NAME, WEIGHTS_DIR):
-            version += 1
-            path = os.path.join(self.dirpath, f"{name}-v{version}")
-        return path
+        return admit(self.best_k_models, self.save_top_k, score, self._minimize, lambda replaceable: unique_path(
+            self.dirpath, format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name), replaceable))
 
     def _write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
-        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. With
-        ``async_save`` (and not ``wait``) the writing, ``last`` and the deletions finish in the background."""
-        accelerator = trainer.accelerator
-        last = os.path.join(self.dirpath, LAST_NAME)
-        first = topk_path or last
         # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
-        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
-        if not wait and self._asynchronous(accelerator):  # one process: the follow-up needs no barrier
-            accelerator.save_state(first, async_save=True)
-            io.after_save(lambda: self._after_save(topk_path, evicted, last, io))
-            return
-        if self.save_weights_only:
-            self._write_weights(trainer, first)
-        else:
-            trainer.save_checkpoint(first)
-            if self.export_weights:
-                self._export(trainer, first)
-        if topk_path is not None and self.save_last:
-            if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
-                copy_folder(topk_path, last, io)
-                if self.export_weights:
-                    copy_folder(self._weights_path(topk_path), self._weights_path(last), io)
-            accelerator.wait_for_everyone()
-        if trainer.is_global_zero:  # only now that everything new is complete
-            for path in evicted:
-                remove_folder(path, io)
-                remove_folder(self._weights_path(path), io)
-        accelerator.wait_for_everyone()
-
-    def _asynchronous(self, accelerator: Any) -> bool:
-        return (self.async_save and not self.export_weights and not self.save_weights_only
-                and accelerator.num_processes == 1
-                and accelerator.strategy.saves_in_background)
-
-    def _after_save(self, topk_path: str | None, evicted: list[str], last: str, io: Any) -> None:
-        """What follows an asynchronous save once it is committed (on the saver thread): ``last``, evictions."""
-        if topk_path is not None and self.save_last:
-            copy_folder(topk_path, last, io)
-        for path in evicted:
-            remove_folder(path, io)
-            remove_folder(self._weights_path(path), io)
-
-    def _weights_path(self, checkpoint_path: str) -> str:
-        return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
-
-    def _export(self, trainer: Any, checkpoint_path: str) -> None:
-        target = self._weights_path(checkpoint_path)
-        if trainer.is_global_zero:
-            sweep_trash(os.path.dirname(target), checkpoint_io(trainer.accelerator))  # a crash's leftovers
-        self._write_weights(trainer, target)
-
-    def _write_weights(self, trainer: Any, target: str) -> None:
-        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all."""
-        tmp = aside(target, "tmp")
-        io = checkpoint_io(trainer.accelerator)
-        if trainer.is_global_zero:
-            if os.path.lexists(tmp):
-                io.discard(tmp)
-            os.makedirs(tmp)
-        trainer.accelerator.wait_for_everyone()
-        trainer.accelerator.save_model(trainer.module, tmp)
-        if trainer.is_global_zero:
-            from ..trainer.loading import write_hparams  # load_from_checkpoint rebuilds the module from it
-
-            write_hparams(trainer.module, tmp)
-            replace_folder(tmp, target, io)
-        trainer.accelerator.wait_for_everyone()
+        CheckpointWriter(self.dirpath, self.save_last, self.export_weights, self.save_weights_only,
+                         self.async_save).write(trainer, topk_path, evicted, wait)
 
     def _require_dirpath(self) -> None:
         if self.dirpath is None:

@@ -1,7 +1,7 @@
 """Folder names and folder operations for `ModelCheckpoint`.
 
 Owns: filename templates (``"{epoch}-{val/loss:.3f}"`` -> ``"epoch=3-val_loss=0.123"``), names safe on every
-file system, score ordering (NaN is never best), and whole-folder copy/replace/remove that never leave a
+file system and unique in ``dirpath``, and whole-folder copy/replace/remove that never leave a
 half-written or half-deleted folder under a checkpoint's name. Temporary folders follow the
 ``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too;
 replaced and removed folders go through the Accelerator's background deleter (``.{name}.stoker-del-{token}``).
@@ -12,6 +12,7 @@ The folder operations themselves are the engine's (``stoker.accelerator``: ``cop
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -70,25 +71,21 @@ def format_checkpoint_name(template: str, metrics: dict[str, Any], auto_insert_m
     return safe_name(_FIELD.sub(field, template))
 
 
+def unique_path(dirpath: str, name: str, replaceable: list[str]) -> str:
+    """``dirpath/name``, with ``-v1``, ``-v2``... when a folder we may not replace already has that name (or the name
+    is one this layout reserves: ``last``, ``weights``)."""
+    path, version = os.path.join(dirpath, name), 0
+    while (os.path.exists(path) and path not in replaceable) or os.path.basename(path) in (LAST_NAME, WEIGHTS_DIR):
+        version += 1
+        path = os.path.join(dirpath, f"{name}-v{version}")
+    return path
+
+
 class Zeros(dict):
     """A metrics mapping where every name is 0 (to validate a filename template up front)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return 0
-
-
-def ordering(score: float, minimize: bool) -> float:
-    """``score`` with NaN mapped to the worst value, so NaN checkpoints are never 'best'."""
-    if math.isnan(score):
-        return math.inf if minimize else -math.inf
-    return score
-
-
-def better(new: float, old: float, minimize: bool) -> bool:
-    if math.isnan(new):
-        return False
-    old = ordering(old, minimize)
-    return new < old if minimize else new > old
 
 
 # -- folders: the engine's checkpoint-folder operations (the ".{name}.stoker-{tmp,old,del}" convention of save_state,

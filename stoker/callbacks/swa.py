@@ -25,6 +25,7 @@ from torch import nn
 
 from stoker.callbacks._fit_progress import EpochProgress
 from stoker.callbacks.base import Callback
+from stoker.callbacks.scheduler_config import LRSchedulerConfig
 
 __all__ = ["StochasticWeightAveraging"]
 
@@ -155,8 +156,6 @@ class StochasticWeightAveraging(Callback):
     # -- the schedule ---------------------------------------------------------------------------------------------
     def _switch_scheduler(self, trainer: Any) -> None:
         from torch.optim.swa_utils import SWALR
-
-        from stoker.trainer.optim import LRSchedulerConfig
 
         optimizer = trainer.optimizers[0]
         optimizer = getattr(optimizer, "optimizer", optimizer)  # the user's optimizer inside the prepared one

@@ -1,7 +1,7 @@
 """``TrainingModule.load_from_checkpoint``: rebuilding a module from saved hyperparameters and loading its weights.
 
-Owns: where the hyperparameters and weights of each saved form are, the ``hparams.json`` written beside exported
-weights, and the errors when something is missing. Reads:
+Owns: where the hyperparameters and weights of each saved form are, and the errors when something is missing (the
+format of the ``hparams.json`` written beside exported weights is ``stoker.callbacks.hparams_file``'s). Reads:
 
 * a Trainer checkpoint folder (``Trainer.save_checkpoint`` / ``ModelCheckpoint``): ``model.safetensors`` and the
   Trainer state's ``hyper_parameters``;
@@ -16,25 +16,17 @@ as such; loading needs them passed again as overrides.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from typing import Any
 
 import torch
 
-HPARAMS_NAME = "hparams.json"
-_FORMAT = "stoker-hparams"
+# The hparams file is written by ModelCheckpoint (callbacks layer) and read here: one definition, below both.
+from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
+
+__all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "write_hparams"]
+
 _TRAINER_FORMAT = "stoker-trainer"
-
-
-def _jsonable(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_jsonable(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
-    return False
 
 
 def _checkpointable(value: Any) -> bool:
@@ -51,31 +43,6 @@ def _checkpointable(value: Any) -> bool:
 def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
     """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
     return sorted(k for k, v in hparams.items() if not _checkpointable(v))
-
-
-def write_hparams(module: Any, folder: str | os.PathLike) -> str | None:
-    """Writes ``module.hparams`` to ``folder/hparams.json`` (values JSON cannot hold are listed by name).
-
-    Returns the file's path, or None when the module has no hyperparameters.
-    """
-    hparams = dict(getattr(module, "hparams", {}) or {})
-    if not hparams:
-        return None
-    kept = {k: v for k, v in hparams.items() if _jsonable(v)}
-    record = {"format": _FORMAT, "version": 1, "class": f"{type(module).__module__}.{type(module).__qualname__}",
-              "hyper_parameters": kept, "not_stored": sorted(set(hparams) - set(kept))}
-    path = os.path.join(os.fspath(folder), HPARAMS_NAME)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    return path
-
-
-def _read_hparams_file(path: str) -> tuple[dict[str, Any], list[str]]:
-    with open(path, encoding="utf-8") as f:
-        record = json.load(f)
-    if not isinstance(record, dict) or record.get("format") != _FORMAT:
-        raise ValueError(f"{path} is not a stoker hparams file (format {_FORMAT!r}).")
-    return dict(record["hyper_parameters"]), list(record.get("not_stored", []))
 
 
 def _trainer_checkpoint(folder: str) -> dict[str, Any] | None:
@@ -125,7 +92,7 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
         raise FileNotFoundError(f"load_from_checkpoint: nothing at {path!r}. Pass a checkpoint folder "
                                 "(e.g. checkpoints/last), a weights folder or a .safetensors file.")
     if os.path.isfile(beside):
-        hparams, not_stored = _read_hparams_file(beside)
+        hparams, not_stored = read_hparams_file(beside)
         return weights, hparams, not_stored, None
     return weights, None, [], None
 

@@ -10,47 +10,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+# Built here from configure_optimizers, read and replaced by callbacks: defined below both (see its module).
+from stoker.callbacks.scheduler_config import LRSchedulerConfig
+
 _SCHEDULER_KEYS = ("scheduler", "interval", "frequency", "monitor", "strict", "name")
 _TOP_KEYS = ("optimizer", "lr_scheduler", "monitor")
-
-
-@dataclass
-class LRSchedulerConfig:
-    """One scheduler and when it steps (``trainer.lr_scheduler_configs`` holds these).
-
-    Attributes:
-        scheduler: The scheduler (after ``prepare``, an ``AcceleratedScheduler`` wrapping the user's).
-        interval: ``"step"`` (optimizer steps) or ``"epoch"``.
-        frequency: Step every this many intervals.
-        monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.
-        strict: Raise when ``monitor`` was not logged (else skip that step with a warning).
-        name: A display name (e.g. for ``LearningRateMonitor``).
-
-    Example:
-        >>> config = trainer.lr_scheduler_configs[0]               # doctest: +SKIP
-        >>> config.interval, config.frequency, config.scheduler.get_last_lr()  # doctest: +SKIP
-        ('step', 1, [0.001])
-    """
-
-    scheduler: Any
-    interval: str = "epoch"
-    frequency: int = 1
-    monitor: str | None = None
-    strict: bool = True
-    name: str | None = None
-
-    def __post_init__(self) -> None:
-        # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
-        inner = getattr(self.scheduler, "scheduler", self.scheduler)
-        self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-    def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
-        return getattr(self, key)
 
 
 def _describe(value: Any) -> str:

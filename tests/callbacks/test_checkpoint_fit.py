@@ -115,7 +115,7 @@ def test_monitoring_a_validation_metric_without_validation_is_a_clear_error(tmp_
 def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commit(tmp_path, monkeypatch):
     import time
 
-    import stoker.callbacks.checkpoint as callback_module
+    import stoker.callbacks.checkpoint_writer as callback_module  # where a save removes evicted folders
     from stoker.accelerator import checkpoint as accelerator_checkpoint
 
     scores = [3.0, 1.0, 2.0, 0.5]

@@ -205,7 +205,7 @@ def test_train_end_saves_last_when_newest_state_is_unsaved(tmp_path):
 
 
 def test_evicted_checkpoint_is_deleted_only_after_the_new_one_and_last_are_complete(tmp_path, monkeypatch):
-    import stoker.callbacks.checkpoint as module
+    import stoker.callbacks.checkpoint_writer as module  # where a save removes evicted folders
 
     seen = []
     real_remove = module.remove_folder

@@ -1,0 +1,118 @@
+"""How one `ModelCheckpoint` save lands on disk, in an order that never loses the newest complete state.
+
+Owns, for a save that `ModelCheckpoint` has decided on (its folder names and the checkpoints it evicts):
+
+1. the new folder: a full ``save_state`` checkpoint (``trainer.save_checkpoint``), or with ``save_weights_only`` a
+   weights folder (``save_model`` of the unwrapped module plus ``hparams.json``, appearing complete or not at all);
+2. with ``export_weights``, the same weights under ``{dirpath}/weights/{name}``;
+3. ``last`` as a hard-linked copy of a new top-k folder (no second write);
+4. only then, the removal of the evicted checkpoints (and their exported weights), by the background deleter.
+
+With ``async_save`` in one process, step 1 is ``save_state(async_save=True)`` and steps 3-4 run on the saver thread
+once it has committed. Everything else is collective: every process calls :meth:`CheckpointWriter.write`.
+
+Does not own when to save, the names or which checkpoints to keep (`ModelCheckpoint`, checkpoint.py), nor the folder
+operations themselves (checkpoint_files.py names the engine's).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.accelerator import checkpoint_io, sweep_trash
+from stoker.callbacks.checkpoint_files import LAST_NAME, WEIGHTS_DIR, aside, copy_folder, remove_folder, replace_folder
+from stoker.callbacks.hparams_file import write_hparams
+
+__all__ = ["CheckpointWriter"]
+
+
+@dataclass(frozen=True)
+class CheckpointWriter:
+    """Writes the folders of one save under ``dirpath`` (the callback's options at the time of the save).
+
+    Example:
+        >>> writer = CheckpointWriter("/runs/checkpoints", save_last=True)          # doctest: +SKIP
+        >>> writer.write(trainer, "/runs/checkpoints/epoch=3-step=400", evicted=[])  # doctest: +SKIP
+    """
+
+    dirpath: str
+    save_last: bool = True
+    export_weights: bool = False
+    save_weights_only: bool = False
+    async_save: bool = False
+
+    @property
+    def last_path(self) -> str:
+        return os.path.join(self.dirpath, LAST_NAME)
+
+    def weights_path(self, checkpoint_path: str) -> str:
+        """Where ``export_weights`` puts the weights of the checkpoint at ``checkpoint_path``."""
+        return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
+
+    def write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. With
+        ``async_save`` (and not ``wait``) the writing, ``last`` and the deletions finish in the background."""
+        accelerator = trainer.accelerator
+        last = self.last_path
+        first = topk_path or last
+        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
+        if not wait and self.asynchronous(accelerator):  # one process: the follow-up needs no barrier
+            accelerator.save_state(first, async_save=True)
+            io.after_save(lambda: self._after_save(topk_path, evicted, io))
+            return
+        if self.save_weights_only:
+            self._write_weights(trainer, first)
+        else:
+            trainer.save_checkpoint(first)
+            if self.export_weights:
+                self._export(trainer, first)
+        if topk_path is not None and self.save_last:
+            if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
+                copy_folder(topk_path, last, io)
+                if self.export_weights:
+                    copy_folder(self.weights_path(topk_path), self.weights_path(last), io)
+            accelerator.wait_for_everyone()
+        if trainer.is_global_zero:  # only now that everything new is complete
+            self._remove(evicted, io)
+        accelerator.wait_for_everyone()
+
+    def asynchronous(self, accelerator: Any) -> bool:
+        """Whether a save is written in the background: asked for, one process, a strategy that can, and nothing
+        that must be written beside the checkpoint (weights)."""
+        return (self.async_save and not self.export_weights and not self.save_weights_only
+                and accelerator.num_processes == 1
+                and accelerator.strategy.saves_in_background)
+
+    def _after_save(self, topk_path: str | None, evicted: list[str], io: Any) -> None:
+        """What follows an asynchronous save once it is committed (on the saver thread): ``last``, evictions."""
+        if topk_path is not None and self.save_last:
+            copy_folder(topk_path, self.last_path, io)
+        self._remove(evicted, io)
+
+    def _remove(self, evicted: list[str], io: Any) -> None:
+        for path in evicted:
+            remove_folder(path, io)
+            remove_folder(self.weights_path(path), io)
+
+    def _export(self, trainer: Any, checkpoint_path: str) -> None:
+        target = self.weights_path(checkpoint_path)
+        if trainer.is_global_zero:
+            sweep_trash(os.path.dirname(target), checkpoint_io(trainer.accelerator))  # a crash's leftovers
+        self._write_weights(trainer, target)
+
+    def _write_weights(self, trainer: Any, target: str) -> None:
+        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all."""
+        tmp = aside(target, "tmp")
+        io = checkpoint_io(trainer.accelerator)
+        if trainer.is_global_zero:
+            if os.path.lexists(tmp):
+                io.discard(tmp)
+            os.makedirs(tmp)
+        trainer.accelerator.wait_for_everyone()
+        trainer.accelerator.save_model(trainer.module, tmp)
+        if trainer.is_global_zero:
+            write_hparams(trainer.module, tmp)  # load_from_checkpoint rebuilds the module from it
+            replace_folder(tmp, target, io)
+        trainer.accelerator.wait_for_everyone()

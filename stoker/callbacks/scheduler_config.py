@@ -1,0 +1,51 @@
+"""`LRSchedulerConfig`: one learning-rate scheduler and when it steps.
+
+The Trainer builds these from ``configure_optimizers`` (``stoker.trainer.optim`` parses every accepted form and steps
+them) and keeps them in ``trainer.lr_scheduler_configs``; callbacks read them (`LearningRateMonitor`) or build and
+replace one (`StochasticWeightAveraging` switches to ``SWALR``). The record lives here, in the callbacks layer below
+the Trainer, so that a callback can build one without importing the Trainer's modules; the Trainer imports it from
+here, and ``stoker.trainer.optim.LRSchedulerConfig`` is the same class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["LRSchedulerConfig"]
+
+
+@dataclass
+class LRSchedulerConfig:
+    """One scheduler and when it steps (``trainer.lr_scheduler_configs`` holds these).
+
+    Attributes:
+        scheduler: The scheduler (after ``prepare``, an ``AcceleratedScheduler`` wrapping the user's).
+        interval: ``"step"`` (optimizer steps) or ``"epoch"``.
+        frequency: Step every this many intervals.
+        monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.
+        strict: Raise when ``monitor`` was not logged (else skip that step with a warning).
+        name: A display name (e.g. for ``LearningRateMonitor``).
+
+    Example:
+        >>> config = trainer.lr_scheduler_configs[0]               # doctest: +SKIP
+        >>> config.interval, config.frequency, config.scheduler.get_last_lr()  # doctest: +SKIP
+        ('step', 1, [0.001])
+    """
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    strict: bool = True
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
+        inner = getattr(self.scheduler, "scheduler", self.scheduler)
+        self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
+        return getattr(self, key)
