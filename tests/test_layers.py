@@ -23,7 +23,7 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
     frozenset({"stoker.trainer.loops", "stoker.trainer.manual", "stoker.trainer.run_options"}),
 }
 KNOWN_UPWARD: set[tuple[str, str]] = set()
-KNOWN_OVER = {"stoker/trainer/trainer.py"}
+KNOWN_OVER: set[str] = set()
 
 
 def modules(package: Path) -> dict[str, Path]:
