@@ -134,3 +134,18 @@ def test_check_seed_accepts_ints_and_none_only_where_allowed() -> None:
     assert check_seed(7) == 7 and check_seed(None, allow_none=True) is None
     with pytest.raises(InvalidArgumentError, match=r"set_seed\(seed=None\) needs an int"):
         check_seed(None)
+
+
+@pytest.mark.parametrize("bad", ["l2", 2, "max"])
+def test_clip_algorithms_are_refused_alike_by_the_trainer_and_clip_gradients(bad: Any) -> None:
+    from tests.trainer.modules import Regressor
+
+    with pytest.raises(ValueError) as by_trainer:
+        Trainer(gradient_clip_val=1.0, gradient_clip_algorithm=bad)
+    module = Regressor()
+    with pytest.raises(ValueError) as by_module:
+        module.clip_gradients(module.configure_optimizers(), gradient_clip_val=1.0, gradient_clip_algorithm=bad)
+    tail = f"gradient_clip_algorithm={bad!r}) must be 'norm' (the default: clip the gradients' total norm) or 'value'"
+    assert str(by_trainer.value).startswith("Trainer(" + tail)
+    assert str(by_module.value).startswith("clip_gradients(" + tail)
+    assert type(by_trainer.value) is type(by_module.value) is ValueError

@@ -42,6 +42,20 @@ def clip_value(name: str, value: Any) -> float | None:
     return float(value)
 
 
+def clip_algorithm(value: Any, argument: str = "Trainer(gradient_clip_algorithm=...)") -> str | None:
+    """Lightning's ``gradient_clip_algorithm``: None (the default, "norm"), "norm" or "value" (any case), lowered.
+
+    One check for both places it enters: ``Trainer(gradient_clip_algorithm=...)`` and the module's
+    ``clip_gradients(..., gradient_clip_algorithm=...)`` (``argument`` names which, ``...`` standing for the value).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() in ("norm", "value"):
+        return value.lower()
+    raise ValueError(f"{argument.replace('...', repr(value))} must be 'norm' (the default: clip the gradients' total "
+                     "norm) or 'value' (clamp each element).")
+
+
 def batch_limit(name: str, value: Any) -> int | float | None:
     """None (all batches), an int count >= 0, or a fraction in [0, 1] (1.0 means all)."""
     if value is None:
@@ -146,20 +160,17 @@ def resolve_aliases(accumulate: int, clip_grad_norm: Any, clip_grad_value: Any, 
                              ": these are one setting under two names (accumulate_grad_batches is Lightning's name "
                              "for accumulate). Pass only one of them.")
         accumulate = accumulation_steps("accumulate_grad_batches", accumulate_grad_batches)
-    algorithm = gradient_clip_algorithm
-    if algorithm is not None and (not isinstance(algorithm, str) or algorithm.lower() not in ("norm", "value")):
-        raise ValueError(f"Trainer(gradient_clip_algorithm={algorithm!r}) must be 'norm' (the default: clip the "
-                         "gradients' total norm) or 'value' (clip each element).")
+    algorithm = clip_algorithm(gradient_clip_algorithm)
     if gradient_clip_val is None or gradient_clip_val == 0:  # Lightning's 0 means no clipping too
         if algorithm is not None and gradient_clip_val is None:
-            raise ValueError(f"Trainer(gradient_clip_algorithm={algorithm!r}) without gradient_clip_val: give the "
-                             "value to clip to, e.g. gradient_clip_val=1.0.")
+            raise ValueError(f"Trainer(gradient_clip_algorithm={gradient_clip_algorithm!r}) without gradient_clip_val: "
+                             "give the value to clip to, e.g. gradient_clip_val=1.0.")
         return accumulate, clip_grad_norm, clip_grad_value
     if clip_grad_norm is not None or clip_grad_value is not None:
         raise ValueError("Trainer(gradient_clip_val=...) is Lightning's name for clip_grad_norm (or clip_grad_value "
                          "with gradient_clip_algorithm='value'); it was passed together with clip_grad_norm/"
                          "clip_grad_value. Pass only one of them.")
-    if algorithm is not None and algorithm.lower() == "value":
+    if algorithm == "value":
         return accumulate, None, clip_value("gradient_clip_val", gradient_clip_val)
     return accumulate, clip_value("gradient_clip_val", gradient_clip_val), None
 

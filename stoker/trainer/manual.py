@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from .args import clip_algorithm
+
 
 class ManualOptimizer:
     """The optimizer ``self.optimizers()`` returns: ``step``/``zero_grad`` through the Accelerator, counted.
@@ -151,16 +153,13 @@ def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
 def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
                    gradient_clip_algorithm: str | None) -> None:
     """Clips the gradients of ``optimizer``'s parameters (unscaled first in fp16) by norm or by value."""
-    t = module.trainer
     if gradient_clip_val is None or gradient_clip_val == 0:
         return  # Lightning: no value means no clipping
     if isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float)) \
             or not gradient_clip_val > 0:
         raise ValueError(f"clip_gradients(gradient_clip_val={gradient_clip_val!r}): expected a number > 0.")
-    algorithm = (gradient_clip_algorithm or "norm").lower()
-    if algorithm not in ("norm", "value"):
-        raise ValueError(f"clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r}): expected 'norm' "
-                         "(clip the total norm) or 'value' (clamp each element).")
+    algorithm = clip_algorithm(gradient_clip_algorithm, "clip_gradients(gradient_clip_algorithm=...)") or "norm"
+    t = module.trainer
     wrapper = next((w for w in t._manual_optimizers if optimizer is w or optimizer is w.optimizer), None)
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     acc = t.accelerator
