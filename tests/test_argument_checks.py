@@ -149,3 +149,17 @@ def test_clip_algorithms_are_refused_alike_by_the_trainer_and_clip_gradients(bad
     assert str(by_trainer.value).startswith("Trainer(" + tail)
     assert str(by_module.value).startswith("clip_gradients(" + tail)
     assert type(by_trainer.value) is type(by_module.value) is ValueError
+
+
+def test_the_launchers_precision_variable_gets_the_precision_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STOKER_MIXED_PRECISION", raising=False)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp17")
+    with pytest.raises(ValueError) as by_variable:
+        Accelerator(cpu=True)
+    with pytest.raises(ValueError) as by_argument:
+        Accelerator(cpu=True, mixed_precision="fp17")
+    assert str(by_variable.value).startswith("ACCELERATE_MIXED_PRECISION='fp17' is not a precision. Expected one of")
+    assert str(by_argument.value).startswith("Accelerator(mixed_precision='fp17') is not a precision. Expected one of")
+    assert str(by_variable.value).split(" is not")[1] == str(by_argument.value).split(" is not")[1]
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", " BF16-Mixed ")
+    assert Accelerator(cpu=True).mixed_precision == "bf16"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from .arguments import InvalidArgumentError, check_accumulation_steps
+from .precision import parse_precision
 
 __all__ = ["ACCUMULATION_VARS", "CPU_VARS", "PRECISION_VARS", "settings_from_environment"]
 
@@ -36,10 +37,12 @@ def settings_from_environment(mixed_precision: str | None, gradient_accumulation
 
     Raises:
         InvalidArgumentError: the accumulation variable is not a positive integer (a ``ValueError``).
+        ValueError: the precision variable is not a precision (``parse_precision``'s error, naming the variable).
     """
     if mixed_precision is None:
         name, value = _first(PRECISION_VARS)
-        mixed_precision = value.strip().lower() if value else "no"
+        # Checked here, so that a bad value names the variable it came from rather than Accelerator(...).
+        mixed_precision = parse_precision(value.strip(), argument=f"{name}=...") if value else "no"
     if gradient_accumulation_steps is None:
         name, value = _first(ACCUMULATION_VARS)
         gradient_accumulation_steps = 1
