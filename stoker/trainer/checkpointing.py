@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -244,8 +245,11 @@ class SignalAgreement:
 
     def __init__(self) -> None:
         self._pending: tuple[Any, torch.Tensor] | None = None  # (work, buffer) posted one step ago
-        self._group: Any = None
-        self._world: Any = None
+        # Weak references: a reference kept here would hold a destroyed group (and gloo's threads) alive until the
+        # interpreter's finalization, which can abort the process at exit (issue 16). torch's registry holds both
+        # groups for as long as they are live.
+        self._group: weakref.ref | None = None  # the gloo group made for the flag; None: the default group
+        self._world: weakref.ref | None = None  # the default group the above was set up for
         self._on_host = True
 
     def reset(self) -> None:
@@ -256,13 +260,13 @@ class SignalAgreement:
         import torch.distributed as dist
 
         world = dist.group.WORLD
-        if self._world is world:
+        if self._world is not None and self._world() is world:
             return
-        self._world, self._group, self._on_host = world, None, True
+        self._world, self._group, self._on_host = weakref.ref(world), None, True
         if dist.get_backend() == "gloo":
             return  # the default group already works on host tensors
         if dist.is_gloo_available():
-            self._group = dist.new_group(backend="gloo")  # collective: every process is at this same step
+            self._group = weakref.ref(dist.new_group(backend="gloo"))  # collective: every process is at this same step
         else:
             self._on_host = False
 
@@ -271,7 +275,8 @@ class SignalAgreement:
 
         device = "cpu" if self._on_host else accelerator.device
         buffer = torch.full((), float(received or 0), device=device)
-        work = dist.all_reduce(buffer, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        group = self._group() if self._group is not None else None
+        work = dist.all_reduce(buffer, op=dist.ReduceOp.MAX, group=group, async_op=True)
         self._pending = (work, buffer)
 
     def _take(self) -> int | None:

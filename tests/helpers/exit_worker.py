@@ -6,6 +6,11 @@ CASE: ``ddp`` (an Accelerator DDP loop with gradient-sync checks inside and at t
 write them), ``stateful`` (the same loop with a stateful loader, ``save_state`` every 3 steps, and one
 asynchronous-style background deletion from rotation), ``trainer`` (``Trainer(devices=2)``, started as a plain
 ``python`` process: it launches its two workers itself).
+``example-metrics`` and ``example-checkpointing``: Accelerate's ``multi_process_metrics.py`` and the checkpointing
+example (``complete_nlp_example.py --checkpointing_steps 3 --use_stateful_dataloader``, tests/compat's copies, which
+end with ``end_training()``), run as scripts.
+``kept`` (the ``ddp`` loop keeping ``dist.group.WORLD`` in a module global: the control that shows the
+thread count can see a group left to finalization).
 ``inflight`` (the ``ddp`` loop, then a collective still in flight at exit: rank 1 joins it 1.5 s late, as a slow
 peer would; deterministic proof that the group is not left to the interpreter's finalization).
 ENDING: how the script ends: ``destroy`` (``torch.distributed.destroy_process_group()``), ``end``
@@ -20,22 +25,55 @@ from pathlib import Path
 
 import atexit
 import os
+import threading
 
 import dist_common as common  # noqa: F401 - puts the repo on sys.path
 import torch
 
 
-def _threads() -> int:
-    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
+SETTLE_S = 5.0  # a joined thread may linger in /proc for a moment under load; gloo's live threads never leave
+_PY_THREADS: dict[int, str] = {}  # native id -> name of every Python thread started here
 
 
-_BEFORE = _threads()
+def _tasks() -> dict[int, str]:
+    """This process's OS threads now: id -> ``name:state`` (state R/S/D/Z from /proc; Python threads by name)."""
+    out = {}
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                comm, rest = f.read().split(" (", 1)[1].rsplit(") ", 1)
+        except (OSError, ValueError, IndexError):
+            continue  # gone while listing
+        out[tid] = f"{_PY_THREADS.get(tid, comm)}:{rest.split()[0]}"
+    return out
+
+
+_record_native_id = threading.Thread._set_native_id
+
+
+def _recording(self: threading.Thread) -> None:
+    _record_native_id(self)
+    _PY_THREADS[self.native_id] = self.name
+
+
+threading.Thread._set_native_id = _recording  # names the Python threads among what is left at exit
+_BEFORE = _tasks()
 
 
 def _report_threads() -> None:
-    # Registered before anything of stoker or torch.distributed, so it runs after their exit handlers: what is
-    # still alive now is left to the interpreter's finalization.
-    print(f"exit-worker threads: {_BEFORE} before the group, {_threads()} at the last exit handler", flush=True)
+    """Registered before anything of stoker or torch.distributed, so it runs after their exit handlers: what is
+    still alive now is left to the interpreter's finalization. Waits up to ``SETTLE_S`` for threads already ending
+    (joined Python threads whose OS thread is still exiting: their count under load is a matter of timing)."""
+    at_handler = {t: v for t, v in _tasks().items() if t not in _BEFORE}
+    started = time.monotonic()
+    while len(_tasks()) > len(_BEFORE) and time.monotonic() - started < SETTLE_S:
+        time.sleep(0.002)
+    left = {t: v for t, v in _tasks().items() if t not in _BEFORE}
+    alive = {t.native_id for t in threading.enumerate()}
+    print(f"exit-worker threads: {len(_BEFORE)} before the group, {len(_BEFORE) + len(at_handler)} at the last "
+          f"exit handler, {len(_BEFORE) + len(left)} after waiting {time.monotonic() - started:.3f} s; new at the "
+          f"handler: {sorted(v + ('' if t in alive or t not in _PY_THREADS else ' (joined)') for t, v in at_handler.items())}"
+          f", left: {sorted(left.values())}", flush=True)
 
 
 atexit.register(_report_threads)
@@ -120,11 +158,31 @@ def trainer() -> None:
         dist.destroy_process_group()
 
 
+def example() -> None:
+    """One of Accelerate's example scripts (tests/compat's adapted copies) run unchanged, as ``__main__`` would."""
+    import importlib
+
+    flags = {"example-metrics": ("multi_process_metrics", []),
+             "example-checkpointing": ("complete_nlp_example", ["--checkpointing_steps", "3",
+                                                                 "--use_stateful_dataloader",
+                                                                 "--output_dir", str(OUT / "checkpoints")])}
+    name, extra = flags[CASE]
+    sys.argv = [f"{name}.py", "--cpu", *extra]
+    importlib.import_module(f"tests.compat.examples.{name}").main()  # each ends with end_training()
+    print(f"exit-worker {CASE} done", flush=True)
+
+
 if CASE == "trainer":
     trainer()
+elif CASE.startswith("example-"):
+    example()
+    if ENDING in ("destroy", "both") and dist.is_initialized():
+        dist.destroy_process_group()
 else:
     # Module globals, as in a training script: they live until the interpreter's finalization clears them.
     accelerator, model, optimizer, loader = loop()
+    if CASE == "kept":  # the negative control: a reference the script keeps holds the group to finalization
+        KEPT_GROUP = dist.group.WORLD
     if ENDING in ("end", "both"):
         accelerator.end_training()
     if ENDING in ("destroy", "both") and dist.is_initialized():
