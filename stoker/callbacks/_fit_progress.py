@@ -1,14 +1,14 @@
-"""What callbacks need to know about the fit in progress, read from the Trainer's public attributes and hooks.
+"""What callbacks need to know about the fit in progress beyond the Trainer's published facts.
 
-Owns the questions several callbacks ask: does this fit validate at all, did the training epoch whose
-``on_train_epoch_end`` is running reach its last batch (a ``should_stop`` or ``max_steps`` stop also ends the
-epoch, early), and what value do all processes agree on? Decisions that change the run (stop, save) must be
-the same on every process, or one process waits forever in a collective the others never enter.
+The Trainer publishes ``fitting``, ``window_closed``, ``epoch_finished`` and ``validation_count``; callbacks read
+those. This module owns the two questions left: does this fit validate at all (validation batches and a module
+whose class defines ``validation_step``), and what value do all processes agree on? Decisions that change the run
+(stop, save) must be the same on every process, or one process waits forever in a collective the others never
+enter.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -50,27 +50,3 @@ def defines(module: Any, name: str) -> bool:
         if name in vars(klass):
             return vars(klass)[name] is not None and not klass.__module__.startswith("stoker.")
     return False
-
-
-class EpochProgress:
-    """Tracks the last training batch of the current epoch, to tell a finished epoch from a stopped one.
-
-    Call :meth:`start` from ``on_train_epoch_start`` and :meth:`batch` from ``on_train_batch_end``.
-    """
-
-    def __init__(self) -> None:
-        self.last_batch_idx: int | None = None
-
-    def start(self) -> None:
-        self.last_batch_idx = None
-
-    def batch(self, batch_idx: int) -> None:
-        self.last_batch_idx = batch_idx
-
-    def finished(self, trainer: Any) -> bool:
-        """Whether the epoch ran to its end (True when the length is unknown, or no batch ran in this call:
-        a run resumed after the epoch's batches only finishes the epoch)."""
-        total = getattr(trainer, "num_training_batches", math.inf)
-        if self.last_batch_idx is None or total is None or math.isinf(total):
-            return True
-        return self.last_batch_idx + 1 >= total

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from stoker.accelerator import checkpoint_io
-from stoker.callbacks._fit_progress import EpochProgress, agreed_any, agreed_mean, fit_validates
+from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path
 from stoker.callbacks.checkpoint_ranking import admit, kept
@@ -172,14 +172,11 @@ class ModelCheckpoint(Callback):
         self.last_model_path = ""
         self._last_topk_step = -1
         self._last_save_step = -1
-        self._last_step_seen = -1
-        self._fitting = False
-        self._validated = False
+        self._last_step_seen = -1  # global_step at the previous train batch's end (or the fit's start)
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._warned_missing = False
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
         self._pending_state: dict[str, Any] | None = None
-        self._epoch = EpochProgress()
 
     # -- public attributes --------------------------------------------------------------------------------------
     @property
@@ -221,29 +218,20 @@ class ModelCheckpoint(Callback):
             self._apply_state(state)
 
     def on_fit_start(self, trainer: Any, module: Any) -> None:
-        self._fitting, self._validated = True, False
         self._last_step_seen = trainer.global_step
         self._last_time_save = time.monotonic()
 
-    def on_fit_end(self, trainer: Any, module: Any) -> None:
-        self._fitting = False
-
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
-        self._fitting = False
-
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        if self._fitting:
-            self._validated = self._changed_since_save = True
+        if trainer.fitting:  # not trainer.validate()
+            self._changed_since_save = True
             if self.save_on_train_epoch_end is False and self._epoch_due(trainer):
                 self._save(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        self._epoch.start()
-
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._epoch.batch(batch_idx)
+        # The step triggers count applied optimizer steps, i.e. global_step moving: not a batch inside an accumulation
+        # window, nor one whose step was skipped (fp16 overflow, a non-finite loss), which trainer.window_closed counts.
         step = trainer.global_step
-        if step == self._last_step_seen:  # inside an accumulation window: nothing new to save
+        if step == self._last_step_seen:
             return
         self._last_step_seen = step
         if self.every_n_train_steps and step % self.every_n_train_steps == 0:
@@ -267,7 +255,7 @@ class ModelCheckpoint(Callback):
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if not self._epoch.finished(trainer):
+        if not trainer.epoch_finished:
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
         elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
@@ -324,7 +312,7 @@ class ModelCheckpoint(Callback):
                 f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value), "
                 "or set monitor to one of the available names (None ranks checkpoints by recency)."
             )
-            if self._validated or not fit_validates(trainer):
+            if trainer.validation_count or not fit_validates(trainer):
                 raise RuntimeError(message)
             if not self._warned_missing:  # before the first validation a val metric cannot exist yet
                 self._warned_missing = True

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import EpochProgress, agreed_mean, fit_validates
+from stoker.callbacks._fit_progress import agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 
 __all__ = ["EarlyStopping"]
@@ -102,36 +102,19 @@ class EarlyStopping(Callback):
         self.stopped_epoch = -1
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = ""
-        self._fitting = False
-        self._epoch = EpochProgress()
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
-        self._fitting = True
-
-    def on_fit_end(self, trainer: Any, module: Any) -> None:
-        self._fitting = False
-
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
-        self._fitting = False
-
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        if self._fitting and self.check_on_train_epoch_end is not True:
+        if trainer.fitting and self.check_on_train_epoch_end is not True:  # not trainer.validate()
             self._run_check(trainer)
-
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        self._epoch.start()
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._epoch.batch(batch_idx)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
         when = self.check_on_train_epoch_end
-        if (when is True or (when is None and not fit_validates(trainer))) and self._epoch.finished(trainer):
+        if (when is True or (when is None and not fit_validates(trainer))) and trainer.epoch_finished:
             self._run_check(trainer)
 
     def _run_check(self, trainer: Any) -> None:

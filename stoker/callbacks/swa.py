@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from stoker.callbacks._fit_progress import EpochProgress
 from stoker.callbacks.base import Callback
 from stoker.callbacks.scheduler_config import LRSchedulerConfig
 
@@ -89,7 +88,6 @@ class StochasticWeightAveraging(Callback):
         self._latest_update_epoch = -1
         self._swa_scheduler: Any = None
         self._scheduler_state: dict[str, Any] | None = None
-        self._epoch = EpochProgress()
 
     # -- fit boundaries -------------------------------------------------------------------------------------------
     def setup(self, trainer: Any, module: Any, stage: str) -> None:
@@ -134,16 +132,12 @@ class StochasticWeightAveraging(Callback):
             self._switch_scheduler(trainer)
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        self._epoch.start()
         if trainer.current_epoch >= self.start_epoch and self._swa_scheduler is None:
             self._switch_scheduler(trainer)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._epoch.batch(batch_idx)
-
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         epoch = trainer.current_epoch
-        if epoch >= self.start_epoch and epoch > self._latest_update_epoch and self._epoch.finished(trainer):
+        if epoch >= self.start_epoch and epoch > self._latest_update_epoch and trainer.epoch_finished:
             self._update(module)
             self._latest_update_epoch = epoch
 

@@ -101,7 +101,6 @@ class Timer(Callback):
         self._offset = {stage: 0.0 for stage in _STAGES}  # seconds from before a resume
         self._start: dict[str, float | None] = dict.fromkeys(_STAGES)
         self._end: dict[str, float | None] = dict.fromkeys(_STAGES)
-        self._last_step = -1
         self.stopped = False
 
     # -- queries ------------------------------------------------------------------------------------------------
@@ -139,7 +138,6 @@ class Timer(Callback):
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         self._begin("train")
-        self._last_step = trainer.global_step
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
         self._finish("train")
@@ -168,11 +166,9 @@ class Timer(Callback):
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.duration is None or self.interval != "step":
             return
-        step = trainer.global_step
-        if step == self._last_step:  # inside an accumulation window: never stop between micro-steps
+        if not trainer.window_closed:  # inside an accumulation window: never stop between micro-steps
             return
-        self._last_step = step
-        if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
+        if trainer.accelerator.num_processes > 1 and trainer.global_step % SYNC_EVERY_N_STEPS:
             return
         self._check(trainer)
 

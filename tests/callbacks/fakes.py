@@ -51,6 +51,8 @@ class FakeTrainer(SimpleNamespace):
             optimizers=[], lr_scheduler_configs=[], log_every_n_steps=1, accelerator=FakeAccelerator(),
             module=FakeModule(), callbacks=list(callbacks), checkpoint_callback=None, saves=[],
             training=True, validating=False,
+            # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
+            fitting=False, window_closed=True, epoch_finished=True, validation_count=0,
         )
         for key, value in kw.items():
             setattr(self, key, value)

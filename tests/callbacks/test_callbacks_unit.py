@@ -18,7 +18,7 @@ def _validate(trainer, cb, value, name="val/loss"):
 
 
 def _fitting(tmp_path, cb, **kw):
-    trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2], **kw)
+    trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2], fitting=True, **kw)
     cb.on_fit_start(trainer, trainer.module)
     return trainer
 
@@ -125,9 +125,10 @@ def test_timer_stops_at_a_step_boundary_with_a_last_checkpoint(tmp_path, capsys)
     trainer = FakeTrainer(str(tmp_path), callbacks=[ckpt, timer], checkpoint_callback=ckpt)
     ckpt.setup(trainer, trainer.module, "fit")
     timer.on_train_start(trainer, trainer.module)
+    trainer.window_closed = False
     timer.on_train_batch_end(trainer, trainer.module, None, None, 0)  # global_step unchanged: mid-window
     assert not trainer.should_stop
-    trainer.global_step = 1
+    trainer.global_step, trainer.window_closed = 1, True
     timer.on_train_batch_end(trainer, trainer.module, None, None, 1)
     assert trainer.should_stop and trainer.saves == ["last"]
     assert "Timer: duration" in capsys.readouterr().out

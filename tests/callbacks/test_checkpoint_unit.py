@@ -21,6 +21,7 @@ def _epoch(trainer, cb, score=None, steps=2, name="val/loss"):
     trainer.global_step += steps
     if score is not None:
         trainer.callback_metrics[name] = torch.tensor(score)
+        trainer.validation_count += 1
         cb.on_validation_end(trainer, trainer.module)
     cb.on_train_epoch_end(trainer, trainer.module)
     trainer.current_epoch += 1
@@ -28,7 +29,7 @@ def _epoch(trainer, cb, score=None, steps=2, name="val/loss"):
 
 def _start(tmp_path, **kw):
     cb = ModelCheckpoint(**kw)
-    trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2])
+    trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2], fitting=True)
     cb.setup(trainer, trainer.module, "fit")
     cb.on_fit_start(trainer, trainer.module)
     return cb, trainer
