@@ -211,6 +211,7 @@ class Accelerator:
     prepare_optimizer = _prepare.prepare_optimizer
     prepare_scheduler = _prepare.prepare_scheduler
     prepare_data_loader = _prepare.prepare_data_loader
+    replace_dataloader = _prepare.replace_dataloader
     skip_first_batches = _prepare.skip_first_batches
 
     # -- the step ----------------------------------------------------------------------------------------------

@@ -119,6 +119,23 @@ def prepare_data_loader(accelerator: Facade, data_loader: torch.utils.data.DataL
     return prepared
 
 
+def replace_dataloader(accelerator: Facade, old: PreparedDataLoader,
+                       data_loader: torch.utils.data.DataLoader) -> PreparedDataLoader:
+    """Prepares ``data_loader`` in the place of ``old`` (a loader this Accelerator prepared): it takes ``old``'s
+    slot among the checkpointed loaders, so ``save_state``/``load_state`` keep matching loaders by position
+    (the Trainer's ``reload_dataloaders_every_n_epochs``). Returns the prepared loader."""
+    slots = [i for i, item in enumerate(accelerator._dataloaders) if item is old]
+    if not slots:
+        raise ValueError("Accelerator.replace_dataloader(old, new): old is not a loader this Accelerator prepared "
+                         "(or it was freed since). Pass the prepared loader that prepare() returned, or prepare the "
+                         "new loader with prepare_data_loader(new).")
+    prepared = prepare_data_loader(accelerator, data_loader)
+    accelerator._dataloaders.pop()  # prepare_data_loader appended it: it takes old's slot instead
+    for i in slots:
+        accelerator._dataloaders[i] = prepared
+    return prepared
+
+
 def skip_first_batches(accelerator: Facade, dataloader: Any, num_batches: int = 0) -> Any:
     """A loader that starts ``num_batches`` in, without loading the skipped samples."""
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:

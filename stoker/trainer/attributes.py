@@ -51,7 +51,7 @@ class TrainerAttributes:
     @property
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None (Lightning's attribute)."""
-        return self._train_loader
+        return self._fit_run.train_loader if self._fit_run is not None else None
 
     @property
     def training(self) -> bool:

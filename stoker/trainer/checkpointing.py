@@ -138,14 +138,15 @@ def best_checkpoint(trainer: Any) -> str:
     return path
 
 
-def restore(trainer: Any, ckpt_path: Any) -> None:
-    """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start)."""
+def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
+    """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
+    where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
     path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
             print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
                   "starting from the beginning.", file=sys.stderr, flush=True)
-        trainer._setup.continue_position()
+        trainer._setup.continue_position(train_loader)
         return
     trainer._loaded_payload = None
     try:
@@ -166,18 +167,19 @@ def restore(trainer: Any, ckpt_path: Any) -> None:
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
-def load_weights(trainer: Any, ckpt_path: Any) -> None:
-    """Loads only the model's weights from a checkpoint (validate/test/predict with ``ckpt_path``)."""
+def load_weights(trainer: Any, ckpt_path: Any, model: Any) -> None:
+    """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
+    ``ckpt_path``)."""
     path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path == LAST:
             raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {trainer.default_root_dir}.")
         return
-    if trainer.accelerator.strategy.load_checkpoint_shards(path, [trainer._model], []):
+    if trainer.accelerator.strategy.load_checkpoint_shards(path, [model], []):
         return  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards (the strategy reads them)
     from ..accelerator import load_checkpoint_in_model
 
-    load_checkpoint_in_model(trainer.accelerator.unwrap_model(trainer._model), path)
+    load_checkpoint_in_model(trainer.accelerator.unwrap_model(model), path)
 
 
 # -- finding checkpoints ----------------------------------------------------------------------------------------------

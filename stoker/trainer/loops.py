@@ -25,6 +25,7 @@ import torch
 from .logging import Results
 from .manual import manual_training_step
 from .optim import step_schedulers
+from .run import FitRun
 from .run_options import stop_requested
 
 
@@ -41,6 +42,7 @@ class FitLoop:
         self.schedulers_done = False
         self.last_logged_step = -1
         self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
+        self._run: FitRun | None = None  # the fit being run (set by run(), for the step methods)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
@@ -76,33 +78,35 @@ class FitLoop:
             return True
         return t._max_epochs_effective is not None and self.epoch >= t._max_epochs_effective
 
-    def run(self) -> None:
+    def run(self, run: FitRun) -> None:
+        """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
+        self._run = run
         while not self.done():
-            self._run_epoch()
+            self._run_epoch(run)
 
-    def _run_epoch(self) -> None:
+    def _run_epoch(self, run: FitRun) -> None:
         t = self.trainer
         if self.phase == "batches":
             if self.batches_done == 0 and t.reload_dataloaders_every_n_epochs:
-                t._setup.reload_loaders(self.epoch)
+                t._setup.reload_loaders(run, self.epoch)
             results = t._train_results
             results.in_batch = False
             self.epoch_finished = False
             t._hooks.call("on_train_epoch_start")
             stopped = False
             if not self.epoch_batches_finished:
-                stopped = self._run_batches()
+                stopped = self._run_batches(run)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
                 self._epoch_end_hooks()
                 return
             self.phase, self.schedulers_done = "end", False
-            if t._val_enabled and self.batches_done and self._val_due(self.batches_done - 1, at_end=True):
-                t._run_validation()
+            if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
+                self.validate(run)
             self._epoch_end_hooks()
         if not self.schedulers_done:
-            if t._automatic:  # manual optimization steps its schedulers itself
+            if run.automatic:  # manual optimization steps its schedulers itself
                 step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
             self.schedulers_done = True
         self.epoch += 1
@@ -121,13 +125,13 @@ class FitLoop:
         results.reset_epoch()
 
     # -- batches --------------------------------------------------------------------------------------------------
-    def _run_batches(self) -> bool:
+    def _run_batches(self, run: FitRun) -> bool:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
-        acc, loader, model = t.accelerator, t._train_loader, t._model
+        acc, loader, model = t.accelerator, run.train_loader, run.model
         results, step = t._train_results, self._training_step
-        if not t._automatic:  # manual optimization: training_step does backward and steps (manual.py)
-            step = functools.partial(manual_training_step, self)
+        if not run.automatic:  # manual optimization: training_step does backward and steps (manual.py)
+            step = functools.partial(manual_training_step, run, acc)
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
         hooks = t._hooks
         start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
@@ -135,7 +139,7 @@ class FitLoop:
         # on_before_optimizer_step).
         self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
                             hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
-        val_enabled, has_loggers = t._val_enabled, bool(t.loggers)
+        val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -159,8 +163,8 @@ class FitLoop:
                 self.total_batches += 1
                 if synced:
                     self._log_step(has_loggers)
-                if val_enabled and not last and self._val_due(batch_idx):
-                    t._run_validation()
+                if val_enabled and not last and self._val_due(run, batch_idx):
+                    self.validate(run)
                 if synced and self._stop_now():
                     stopped = not last
                     break
@@ -188,12 +192,8 @@ class FitLoop:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._step_hooks[:2]
-        autocast = t._autocast
-        if autocast is None:
-            outputs = t._training_step(batch, batch_idx)
-        else:
-            with autocast():
-                outputs = t._training_step(batch, batch_idx)
+        with acc.autocast():  # the precision's context (full precision: a cached no-op)
+            outputs = self._run.training_step(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:
@@ -226,14 +226,15 @@ class FitLoop:
             for optimizer in optimizers:
                 acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
                 hooks.call("on_before_optimizer_step", optimizer)
+        run = self._run
         if t.clip_grad_norm is not None:
-            acc.clip_grad_norm_(t._parameters, t.clip_grad_norm)
+            acc.clip_grad_norm_(run.parameters, t.clip_grad_norm)
         elif t.clip_grad_value is not None:
-            acc.clip_grad_value_(t._parameters, t.clip_grad_value)
+            acc.clip_grad_value_(run.parameters, t.clip_grad_value)
         for optimizer in optimizers:
             optimizer.step()
-        if t._step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t, t._step_schedulers, "step", acc.step)
+        if run.step_schedulers and not acc.optimizer_step_was_skipped:
+            step_schedulers(t, run.step_schedulers, "step", acc.step)
         for optimizer in optimizers:
             for hook in before_zero_grad:
                 hook(optimizer)
@@ -251,13 +252,22 @@ class FitLoop:
             if values:
                 t._send_to_loggers(values)
 
-    # -- validation schedule --------------------------------------------------------------------------------------
-    def _val_due(self, batch_idx: int, at_end: bool = False) -> bool:
+    # -- validation -----------------------------------------------------------------------------------------------
+    def validate(self, run: FitRun) -> None:
+        """One validation inside the fit (counted in ``validation_count``)."""
+        state = self.trainer.state
+        previous, state.stage = state.stage, "validate"
+        try:
+            run_evaluation(self.trainer, "validate", run.val_loaders, counter=self)
+        finally:
+            state.stage = previous
+
+    def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False) -> bool:
         t = self.trainer
         every_n = t.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
-        interval = t._val_check_batch
+        interval = run.val_check_batch
         if interval is None:  # a fraction of 1.0 of a loader of unknown length: the epoch's end
             return at_end
         count = self.total_batches - 1 if every_n is None else batch_idx
@@ -311,7 +321,7 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any],
     call = trainer._hooks.call
     previous, trainer._results = trainer._results, results
     try:
-        with _eval_mode(trainer.module), _maybe_autocast(trainer):
+        with _eval_mode(trainer.module), trainer.accelerator.autocast():
             call(f"on_{prefix}_start")
             call(f"on_{prefix}_epoch_start")
             for i, loader in enumerate(loaders):
@@ -347,7 +357,7 @@ def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
     outputs: list[list[Any]] = []
     previous, trainer._results = trainer._results, Results(trainer, "predict")
     try:
-        with _eval_mode(trainer.module), _maybe_autocast(trainer):
+        with _eval_mode(trainer.module), trainer.accelerator.autocast():
             call("on_predict_start")
             call("on_predict_epoch_start")
             for i, loader in enumerate(loaders):
@@ -377,6 +387,3 @@ def _eval_mode(module: torch.nn.Module):  # noqa: ANN202 - a context manager
         for m, mode in modes:
             m.training = mode
 
-
-def _maybe_autocast(trainer: Any) -> contextlib.AbstractContextManager:
-    return trainer._autocast() if trainer._autocast is not None else contextlib.nullcontext()

@@ -109,21 +109,18 @@ def check_manual(trainer: Any, module: Any) -> None:
                          "step in training_step yourself.")
 
 
-def wrap_optimizers(trainer: Any) -> list[ManualOptimizer]:
-    """The prepared optimizers wrapped for manual optimization (built once per fit)."""
-    ddp = isinstance(trainer._model, torch.nn.parallel.DistributedDataParallel)
+def wrap_optimizers(trainer: Any, model: Any) -> list[ManualOptimizer]:
+    """The prepared optimizers wrapped for manual optimization (built once per fit; ``model``: the prepared
+    model)."""
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     return [ManualOptimizer(opt, trainer, ddp) for opt in trainer.optimizers]
 
 
-def manual_training_step(loop: Any, batch: Any, batch_idx: int) -> Any:
-    """Runs ``training_step`` under manual optimization: the step does its own backward and optimizer steps."""
-    t = loop.trainer
-    autocast = t._autocast
-    if autocast is None:
-        outputs = t._training_step(batch, batch_idx)
-    else:
-        with autocast():
-            outputs = t._training_step(batch, batch_idx)
+def manual_training_step(run: Any, accelerator: Any, batch: Any, batch_idx: int) -> Any:
+    """Runs ``run``'s ``training_step`` under manual optimization: the step does its own backward and optimizer
+    steps."""
+    with accelerator.autocast():  # the precision's context (full precision: a cached no-op)
+        outputs = run.training_step(batch, batch_idx)
     if outputs is not None and not isinstance(outputs, (torch.Tensor, Mapping)):
         raise TypeError(f"Under manual optimization training_step returns a tensor, a dict or None; got "
                         f"{type(outputs).__name__}.")
@@ -142,7 +139,7 @@ def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
     loop = t.fit_loop
     if t._nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
         t._nonfinite.check(t)
-    for wrapper in t._manual_optimizers:
+    for wrapper in _wrappers(t):
         wrapper._synced = False  # new gradients: to be averaged again before the next step
     hooks = t._hooks
     hooks.call("on_before_backward", loss)
@@ -160,7 +157,7 @@ def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
         raise ValueError(f"clip_gradients(gradient_clip_val={gradient_clip_val!r}): expected a number > 0.")
     algorithm = clip_algorithm(gradient_clip_algorithm, "clip_gradients(gradient_clip_algorithm=...)") or "norm"
     t = module.trainer
-    wrapper = next((w for w in t._manual_optimizers if optimizer is w or optimizer is w.optimizer), None)
+    wrapper = next((w for w in _wrappers(t) if optimizer is w or optimizer is w.optimizer), None)
     inner = optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
     acc = t.accelerator
     if not acc.sync_gradients:
@@ -173,3 +170,9 @@ def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
         acc.strategy.clip_grad_norm_(params, float(gradient_clip_val))
     else:
         torch.nn.utils.clip_grad_value_(params, float(gradient_clip_val))
+
+
+def _wrappers(trainer: Any) -> list[ManualOptimizer]:
+    """The manual-optimization wrappers of the fit running (or last run); none before any fit."""
+    run = trainer._fit_run
+    return run.manual_optimizers if run is not None else []

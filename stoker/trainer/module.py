@@ -234,7 +234,8 @@ class TrainingModule(torch.nn.Module):
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The prepared optimizer (one) or list of them; wrapped so ``step()`` counts as a ``global_step``."""
         trainer = self.trainer
-        opts = getattr(trainer, "_manual_optimizers", None) if use_pl_optimizer else None
+        run = getattr(trainer, "_fit_run", None)  # the fit's run (trainer/run.py) holds the wrappers
+        opts = run.manual_optimizers if use_pl_optimizer and run is not None else None
         if opts is None or len(opts) != len(trainer.optimizers):
             opts = list(trainer.optimizers)
         return opts[0] if len(opts) == 1 else opts

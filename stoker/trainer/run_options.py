@@ -93,18 +93,18 @@ def anomaly_context(trainer: Any) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def run_sanity_check(trainer: Any) -> None:
+def run_sanity_check(trainer: Any, run: Any) -> None:
     """``num_sanity_val_steps``: that many batches of each val loader before training (not logged, RNG states
     restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it."""
     t = trainer
     steps = t.num_sanity_val_steps
-    if not t._val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
+    if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
     from ..accelerator import capture_rng_state, restore_rng_state
     from .loops import run_evaluation
 
     states = capture_rng_state()
-    loaders = t._val_loaders
+    loaders = run.val_loaders
     limits = [loader.max_batches for loader in loaders]
     t._sanity_checking, t.state.stage = True, "validate"
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -20,6 +20,7 @@ from .datamodule import DataModule, defines, prepare_data_once
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
+from .run import EvalRun, FitRun
 
 
 def _length(loader: Any) -> int | None:
@@ -44,8 +45,7 @@ class RunSetup:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        trainer._automatic = True  # the module's automatic_optimization, read at each fit
-        trainer._manual_optimizers = []  # what module.optimizers() hands out (manual.py)
+        self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None
 
     # -- checks -----------------------------------------------------------------------------------------------------
@@ -137,59 +137,49 @@ class RunSetup:
         if datamodule is not None:
             datamodule.setup(stage=fn)
 
-    def reload_loaders(self, epoch: int) -> None:
+    def reload_loaders(self, run: FitRun, epoch: int) -> None:
         """``reload_dataloaders_every_n_epochs``: at the start of every n-th epoch, the train and val loaders are
         asked for again from the data module / module hooks (loaders passed to ``fit`` are kept as they are)."""
         t = self.trainer
         n = t.reload_dataloaders_every_n_epochs
         if not n or epoch == 0 or epoch % n:
             return
-        module = t.module
-        if not t._loaders_passed[0]:
-            t._train_loader = self._replace(t._train_loader, self.loader_or_hook(None, module, "train_dataloader",
-                                                                                 "train_dataloaders"))
-            self._limit_train(t._train_loader)
-            t._val_check_batch = self._val_check_batch()
-        if not t._loaders_passed[1] and t._val_loaders:
-            t._val_loaders = [self._replace(old, new) for old, new in
-                              zip(t._val_loaders, self.loaders(None, module, "val_dataloader"))]
-            t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in t._val_loaders]
-
-    def _replace(self, old: Any, loader: DataLoader) -> Any:
-        """Prepares ``loader`` in ``old``'s place (same slot in the Accelerator's checkpointed loaders)."""
-        acc = self.trainer.accelerator
-        new = acc.prepare_data_loader(loader)
-        registered = acc._dataloaders
-        registered.pop()  # prepare_data_loader appended it: it takes the old loader's slot instead
-        for i, item in enumerate(registered):
-            if item is old:
-                registered[i] = new
-        return new
+        module, acc = t.module, t.accelerator
+        if run.train_from_hooks:
+            new = self.loader_or_hook(None, module, "train_dataloader", "train_dataloaders")
+            run.train_loader = acc.replace_dataloader(run.train_loader, new)
+            self._limit_train(run.train_loader)
+            run.val_check_batch = self._val_check_batch()
+        if run.val_from_hooks and run.val_loaders:
+            run.val_loaders = [acc.replace_dataloader(old, new) for old, new in
+                               zip(run.val_loaders, self.loaders(None, module, "val_dataloader"))]
+            t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in run.val_loaders]
 
     # -- fit --------------------------------------------------------------------------------------------------------
-    def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader]) -> None:
+    def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader],
+                    passed: tuple[bool, bool] = (False, False)) -> FitRun:
+        """Prepares everything ``fit`` needs, in order, and returns it as the run the loops get. ``passed``:
+        whether the train / val loaders were ``fit``'s arguments (else they came from hooks)."""
         t = self.trainer
         acc = t.accelerator
-        t._automatic = bool(getattr(module, "automatic_optimization", True))
-        if not t._automatic:
+        automatic = bool(getattr(module, "automatic_optimization", True))
+        if not automatic:
             check_manual(t, module)
         t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
         acc.free_memory(reset_step=False)  # a second fit continues its step count
-        t._model = acc.prepare_model(module)
-        self._route(module, t._model)
+        model = self.last_model = acc.prepare_model(module)
+        training_step = self._route(module, model, automatic)
         loader = acc.prepare_data_loader(train)
-        t._train_loader = loader
-        t._val_loaders = [acc.prepare_data_loader(v) for v in vals]
+        val_loaders = [acc.prepare_data_loader(v) for v in vals]
         self._limit_train(loader)
-        t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in t._val_loaders]
-        t._has_validation_step = _overrides(module, "validation_step")
-        if vals and not t._has_validation_step:
+        t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in val_loaders]
+        has_validation_step = _overrides(module, "validation_step")
+        if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=4)
-        t._val_enabled = t._has_validation_step and any(t.num_val_batches)  # limit_val_batches=0 turns it off
-        t._val_check_batch = self._val_check_batch()
+        val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers())
-        if len(optimizers) > 1 and getattr(module, "automatic_optimization", True):
+        if len(optimizers) > 1 and automatic:
             raise ValueError(
                 f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("
                 + ", ".join(type(o).__name__ for o in optimizers) + "), but automatic optimization steps every "
@@ -199,13 +189,17 @@ class RunSetup:
                 "several parameter groups if they need different settings."
             )
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
-        t._manual_optimizers = wrap_optimizers(t)
         for config in configs:
             config.scheduler = acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs
-        t._step_schedulers = [c for c in configs if c.interval == "step"]
-        t._parameters = [p for p in module.parameters() if p.requires_grad]
-        t._autocast = acc.autocast  # the precision object decides (full precision: a cached no-op context)
+        return FitRun(
+            model=model, train_loader=loader, val_loaders=val_loaders,
+            val_enabled=has_validation_step and any(t.num_val_batches),  # limit_val_batches=0 turns it off
+            val_check_batch=val_check_batch, training_step=training_step, automatic=automatic,
+            parameters=[p for p in module.parameters() if p.requires_grad],
+            step_schedulers=[c for c in configs if c.interval == "step"],
+            manual_optimizers=wrap_optimizers(t, model), train_from_hooks=not passed[0],
+            val_from_hooks=not passed[1])
 
     def _limit_train(self, loader: Any) -> None:
         t = self.trainer
@@ -246,9 +240,10 @@ class RunSetup:
             return None
         return max(1, int(n * interval))
 
-    def continue_position(self) -> None:
-        """A second ``fit`` on the same Trainer continues where the first stopped (same epoch and batch)."""
-        loop, loader = self.trainer.fit_loop, self.trainer._train_loader
+    def continue_position(self, loader: Any) -> None:
+        """A second ``fit`` on the same Trainer continues where the first stopped (same epoch and batch):
+        ``loader`` (the new fit's train loader) is moved there."""
+        loop = self.trainer.fit_loop
         if loop.phase == "batches" and loop.batches_done and not loop.epoch_batches_finished:
             state = loader.state_dict()
             if "loader" not in state:  # map-style: the position is (epoch, batches); iterable ones restart
@@ -267,28 +262,25 @@ class RunSetup:
         return int(total) if not math.isinf(total) else total
 
     # -- evaluation -------------------------------------------------------------------------------------------------
-    def prepare_eval(self, module: TrainingModule, loaders: list[DataLoader], fn: str, limit: Any) -> list[Any]:
+    def prepare_eval(self, module: TrainingModule, loaders: list[DataLoader], fn: str, limit: Any) -> EvalRun:
         t = self.trainer
         acc = t.accelerator
-        if getattr(t, "_model", None) is None or acc.unwrap_model(t._model) is not module:
+        if self.last_model is None or acc.unwrap_model(self.last_model) is not module:
             acc.free_memory(reset_step=False)  # a second fit continues its step count
         # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
-        t._model = acc.prepare_model(module, evaluation_mode=True)
+        model = self.last_model = acc.prepare_model(module, evaluation_mode=True)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
         name = {"validate": "limit_val_batches", "test": "limit_test_batches"}.get(fn, "limit_predict_batches")
         counts = [self._limit(p, limit, name) for p in prepared]
         setattr(t, {"validate": "num_val_batches", "test": "num_test_batches"}.get(fn, "num_predict_batches"), counts)
-        t._autocast = acc.autocast
-        return prepared
+        return EvalRun(model=model, loaders=prepared)
 
     # -- several processes ------------------------------------------------------------------------------------------
-    def _route(self, module: TrainingModule, model: Any) -> None:
-        """Under DDP, ``training_step`` must run inside the wrapper's forward (which arms gradient sync): the
-        module's forward learns to dispatch ``model(batch, idx, _stoker_step="training_step")`` to it."""
-        t = self.trainer
-        t._training_step = module.training_step
-        if model is module or not t._automatic:  # manual optimization syncs gradients itself (manual.py)
-            return
+    def _route(self, module: TrainingModule, model: Any, automatic: bool) -> Callable[[Any, int], Any]:
+        """The call that runs ``training_step``. Under DDP it must run inside the wrapper's forward (which arms
+        gradient sync): the module's forward learns to dispatch ``model(batch, idx, _stoker_step=...)`` to it."""
+        if model is module or not automatic:  # manual optimization syncs gradients itself (manual.py)
+            return module.training_step
         inner = module.__dict__.get("forward")
 
         def forward(*args: Any, _stoker_step: str | None = None, **kwargs: Any) -> Any:
@@ -298,7 +290,7 @@ class RunSetup:
 
         module.forward = forward
         self._routed = (module, inner)
-        t._training_step = lambda batch, batch_idx: model(batch, batch_idx, _stoker_step="training_step")
+        return lambda batch, batch_idx: model(batch, batch_idx, _stoker_step="training_step")
 
     def teardown(self, module: Any = None) -> None:
         """Gives ``module`` back as it came: without the training-step route and without the autocast wrapper

@@ -31,6 +31,7 @@ from .module import TrainingModule
 from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .optim import LRSchedulerConfig
+from .run import FitRun
 from .setup import RunSetup
 from . import run_options
 
@@ -197,19 +198,8 @@ class Trainer(TrainerAttributes):
         self._loaded_payload: dict[str, Any] | None = None
         self._setup = RunSetup(self)
         self._sanity_checking = False
-        self._loaders_passed = (False, False)
         self.datamodule: Any = None
-        # Filled by RunSetup for each run (see setup.py); the loops read them.
-        self._model: Any = None
-        self._train_loader: Any = None
-        self._val_loaders: list[Any] = []
-        self._has_validation_step = False
-        self._val_enabled = False
-        self._val_check_batch: int | None = None
-        self._step_schedulers: list[LRSchedulerConfig] = []
-        self._parameters: list[torch.nn.Parameter] = []
-        self._autocast: Any = None
-        self._training_step: Any = None
+        self._fit_run: FitRun | None = None  # what set-up prepared for the current (or last) fit: run.py
 
     # -- construction helpers -------------------------------------------------------------------------------------
     def _launch(self, accelerator: str) -> None:
@@ -242,22 +232,22 @@ class Trainer(TrainerAttributes):
             return train, self._setup.loaders(val_dataloaders, module, "val_dataloader")
 
         self.datamodule = datamodule
-        self._loaders_passed = (train_dataloaders is not None, val_dataloaders is not None)
+        passed = (train_dataloaders is not None, val_dataloaders is not None)
         early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
         with self._run("fit", module, datamodule), run_options.anomaly_context(self):
             train, vals = early or loaders()
-            self._setup.prepare_fit(module, train, vals)
+            run = self._fit_run = self._setup.prepare_fit(module, train, vals, passed)
             self._nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
-            restore(self, ckpt_path)
+            restore(self, ckpt_path, run.train_loader)
             self._log_hyperparams()
             self._preemption.install()
             try:
                 self.state.stage = "train"
                 self._hooks.call("on_fit_start")
-                run_options.run_sanity_check(self)
+                run_options.run_sanity_check(self, run)
                 self._hooks.call("on_train_start")
-                self.fit_loop.run()
+                self.fit_loop.run(run)
                 self.state.stage = "train"
                 self._hooks.call("on_train_end")
                 self._hooks.call("on_fit_end")
@@ -302,10 +292,10 @@ class Trainer(TrainerAttributes):
             loaders = early or self._setup.loaders(dataloaders, module, hook, required=True)
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 fn, self.limit_predict_batches)
-            prepared = self._setup.prepare_eval(module, loaders, fn, limit)
-            load_weights(self, ckpt_path)
+            run = self._setup.prepare_eval(module, loaders, fn, limit)
+            load_weights(self, ckpt_path, run.model)
             self.state.stage = fn
-            return run_predict(self, prepared) if fn == "predict" else run_evaluation(self, fn, prepared)
+            return run_predict(self, run.loaders) if fn == "predict" else run_evaluation(self, fn, run.loaders)
 
     @contextlib.contextmanager
     def _run(self, fn: str, module: TrainingModule, datamodule: Any = None):  # noqa: ANN202 - context manager
@@ -341,14 +331,7 @@ class Trainer(TrainerAttributes):
                 # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
                 wait_for_checkpoints(self.accelerator)
 
-    # -- validation inside fit -------------------------------------------------------------------------------------
-    def _run_validation(self) -> None:
-        previous, self.state.stage = self.state.stage, "validate"
-        try:
-            run_evaluation(self, "validate", self._val_loaders, counter=self.fit_loop)
-        finally:
-            self.state.stage = previous
-
+    # -- logging --------------------------------------------------------------------------------------------------
     def _send_to_loggers(self, values: dict[str, Any]) -> None:
         if not values:
             return

@@ -1,0 +1,57 @@
+"""The run objects: what set-up (``setup.py``) prepared for one ``fit`` or evaluation, handed to the loops.
+
+Owns nothing but the record: set-up builds a :class:`FitRun` / :class:`EvalRun` and returns it, the Trainer passes
+it to the loops explicitly (``FitLoop.run(run)``, ``run_evaluation(trainer, stage, run.loaders)``). What callbacks
+read stays on the Trainer's public attributes (``optimizers``, ``lr_scheduler_configs``, ``num_training_batches``,
+``num_val_batches``, ``train_dataloader``...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(eq=False)
+class FitRun:
+    """One ``fit`` call's prepared objects and decisions.
+
+    Attributes:
+        model: The prepared model (the module itself in one process; a DDP/FSDP wrapper otherwise).
+        train_loader: The prepared (resumable, sharded, limited) train loader.
+        val_loaders: The prepared val loaders (empty: none given).
+        val_enabled: Validation runs in this fit: a ``validation_step`` and at least one val batch.
+        val_check_batch: Validate every this many training batches (None: at the epoch's end only).
+        training_step: Calls ``training_step(batch, batch_idx)`` (through the DDP wrapper's forward when there
+            is one, so that gradients synchronise).
+        automatic: The module's ``automatic_optimization``.
+        parameters: The trainable parameters (what gradient clipping sees).
+        step_schedulers: The scheduler configs stepped per optimizer step (``interval="step"``).
+        manual_optimizers: The optimizers as ``module.optimizers()`` hands them out under manual optimization.
+        train_from_hooks, val_from_hooks: The loaders came from the module's / data module's hooks (not from
+            ``fit``'s arguments), so ``reload_dataloaders_every_n_epochs`` may ask for them again.
+    """
+
+    model: Any
+    train_loader: Any
+    val_loaders: list[Any]
+    val_enabled: bool
+    val_check_batch: int | None
+    training_step: Callable[[Any, int], Any]
+    automatic: bool = True
+    parameters: list[torch.nn.Parameter] = field(default_factory=list)
+    step_schedulers: list[Any] = field(default_factory=list)
+    manual_optimizers: list[Any] = field(default_factory=list)
+    train_from_hooks: bool = False
+    val_from_hooks: bool = False
+
+
+@dataclass(eq=False)
+class EvalRun:
+    """One ``validate`` / ``test`` / ``predict`` call's prepared model and loaders."""
+
+    model: Any
+    loaders: list[Any]
