@@ -18,10 +18,7 @@ MAX_LINES = 400
 UPPER = ("trainer", "callbacks", "loggers")  # the layers that may use the engine's face only
 RANK = {"loggers": 0, "utils": 1, "accelerator": 1, "callbacks": 2, "trainer": 3}
 
-KNOWN_CIRCLES: set[frozenset[str]] = {
-    # Inside the Trainer (issue 12 item 5): the loop and the manual step / run options import each other.
-    frozenset({"stoker.trainer.loops", "stoker.trainer.manual", "stoker.trainer.run_options"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 KNOWN_OVER: set[str] = set()
 

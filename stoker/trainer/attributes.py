@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from .checkpointing import find_last_checkpoint
+from .stages import PREDICT, TEST, TRAIN, VALIDATE
 
 
 class TrainerAttributes:
@@ -55,19 +56,19 @@ class TrainerAttributes:
 
     @property
     def training(self) -> bool:
-        return self.state.stage == "train"
+        return self.state.stage == TRAIN.name
 
     @property
     def validating(self) -> bool:
-        return self.state.stage == "validate"
+        return self.state.stage == VALIDATE.name
 
     @property
     def testing(self) -> bool:
-        return self.state.stage == "test"
+        return self.state.stage == TEST.name
 
     @property
     def predicting(self) -> bool:
-        return self.state.stage == "predict"
+        return self.state.stage == PREDICT.name
 
     @property
     def sanity_checking(self) -> bool:

@@ -1,10 +1,12 @@
-"""The loops: epochs and batches of ``fit`` (with its resumable position), and the evaluation/predict loops.
+"""The fit loop: epochs and batches of ``fit`` (with its resumable position), its training step and when it
+validates.
 
 Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence), the optimizer step in the
 canonical order (backward -> unscale once -> on_before_optimizer_step -> clip -> step -> scheduler only if the
 step was applied -> zero_grad), when validation runs, when step values go to the loggers, and where a run may
 stop (``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
-validation or setup (``trainer.py``), checkpoint contents (``checkpointing.py``), logged values (``logging.py``).
+validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``evaluation.py``), checkpoint contents
+(``checkpointing.py``), logged values (``logging.py``).
 
 Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
 remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
@@ -14,7 +16,6 @@ epoch schedulers (if not yet stepped), then the next epoch.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import Mapping
@@ -22,11 +23,13 @@ from typing import Any
 
 import torch
 
-from .logging import Results
+from .evaluation import run_evaluation
+from .losses import no_grad_error, unpack_loss
 from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
 from .run_options import stop_requested
+from .stages import VALIDATE
 
 
 class FitLoop:
@@ -256,9 +259,9 @@ class FitLoop:
     def validate(self, run: FitRun) -> None:
         """One validation inside the fit (counted in ``validation_count``)."""
         state = self.trainer.state
-        previous, state.stage = state.stage, "validate"
+        previous, state.stage = state.stage, VALIDATE.name
         try:
-            run_evaluation(self.trainer, "validate", run.val_loaders, counter=self)
+            run_evaluation(self.trainer, VALIDATE.name, run.val_loaders, counter=self)
         finally:
             state.stage = previous
 
@@ -272,118 +275,3 @@ class FitLoop:
             return at_end
         count = self.total_batches - 1 if every_n is None else batch_idx
         return (count + 1) % interval == 0
-
-
-def unpack_loss(outputs: Any) -> tuple[torch.Tensor, Any]:
-    """``(loss, num_items)`` from what ``training_step`` returned; ``TypeError`` naming it for anything else."""
-    num_items = None
-    if isinstance(outputs, Mapping):
-        if "loss" not in outputs:
-            raise TypeError(f"training_step returned a dict without a 'loss' key (keys: {sorted(outputs)}). Return "
-                            "{'loss': loss} or {'loss': summed_loss, 'num_items': n}.")
-        loss, num_items = outputs["loss"], outputs.get("num_items")
-    else:
-        loss = outputs
-    if not isinstance(loss, torch.Tensor):
-        raise TypeError(f"training_step returned {type(loss).__name__} ({str(loss)[:60]}); it must return the loss "
-                        "as a scalar tensor, or a dict with a 'loss' tensor. (Returning None to skip a batch is not "
-                        "supported: filter the data instead.)")
-    if loss.numel() != 1:
-        raise TypeError(f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce "
-                        "it, e.g. loss.mean() (or loss.sum() with 'num_items' for per-item normalisation).")
-    return loss, num_items
-
-
-def no_grad_error(loss: torch.Tensor) -> ValueError:
-    """The error for a ``training_step`` loss that backward cannot differentiate."""
-    reason = "gradients are disabled here (torch.no_grad() or torch.set_grad_enabled(False) around fit)" \
-        if not torch.is_grad_enabled() else "it is not connected to any parameter that requires grad"
-    return ValueError(
-        f"training_step returned a loss that does not require grad (requires_grad=False, grad_fn=None): {reason}, "
-        "so there is nothing to train. Return the loss computed from the model's output: not loss.detach(), "
-        "loss.item() or torch.tensor(value), and not computed under torch.no_grad(); check that some parameters "
-        "have requires_grad=True."
-    )
-
-
-def run_evaluation(trainer: Any, stage: str, loaders: list[Any],
-                   counter: FitLoop | None = None) -> list[dict[str, float]]:
-    """Runs ``validation_step``/``test_step`` over ``loaders`` in eval mode without gradients.
-
-    Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
-    module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's validation, counted in its
-    ``validation_count`` once its values are published, before ``on_validation_end``.
-    """
-    prefix = "validation" if stage == "validate" else "test"
-    step_fn = getattr(trainer.module, f"{prefix}_step")
-    results = Results(trainer, stage)
-    multiple = len(loaders) > 1
-    call = trainer._hooks.call
-    previous, trainer._results = trainer._results, results
-    try:
-        with _eval_mode(trainer.module), trainer.accelerator.autocast():
-            call(f"on_{prefix}_start")
-            call(f"on_{prefix}_epoch_start")
-            for i, loader in enumerate(loaders):
-                results.suffix = f"/dataloader_idx_{i}" if multiple else ""
-                extra = (i,) if multiple else ()
-                for batch_idx, batch in enumerate(loader):
-                    results.batch = batch
-                    call(f"on_{prefix}_batch_start", batch, batch_idx, *extra)
-                    outputs = step_fn(batch, batch_idx, *extra)
-                    call(f"on_{prefix}_batch_end", outputs, batch, batch_idx, *extra)
-            results.suffix = ""
-            call(f"on_{prefix}_epoch_end")
-            values = results.publish_epoch()
-            trainer._send_to_loggers(values)
-            results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (synced then)
-            if counter is not None:
-                counter.validation_count += 1
-            call(f"on_{prefix}_end")
-    finally:
-        trainer._results = previous
-    out: list[dict[str, float]] = [{} for _ in loaders]
-    for name, value in values.items():
-        index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
-        for i in range(len(loaders)) if index is None else [index]:
-            out[i][name] = float(value)
-    return out
-
-
-def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
-    """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
-    call = trainer._hooks.call
-    multiple = len(loaders) > 1
-    outputs: list[list[Any]] = []
-    previous, trainer._results = trainer._results, Results(trainer, "predict")
-    try:
-        with _eval_mode(trainer.module), trainer.accelerator.autocast():
-            call("on_predict_start")
-            call("on_predict_epoch_start")
-            for i, loader in enumerate(loaders):
-                extra = (i,) if multiple else ()
-                mine: list[Any] = []
-                for batch_idx, batch in enumerate(loader):
-                    call("on_predict_batch_start", batch, batch_idx, *extra)
-                    prediction = trainer.module.predict_step(batch, batch_idx, *extra)
-                    call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
-                    mine.append(prediction)
-                outputs.append(mine)
-            call("on_predict_epoch_end")
-            call("on_predict_end")
-    finally:
-        trainer._results = previous
-    return outputs if multiple else outputs[0]
-
-
-@contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module):  # noqa: ANN202 - a context manager
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
-

@@ -133,7 +133,7 @@ def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"manual_backward(loss) needs a tensor, got {type(loss).__name__}.")
     if not loss.requires_grad:
-        from .loops import no_grad_error
+        from .losses import no_grad_error
 
         raise no_grad_error(loss)
     loop = t.fit_loop

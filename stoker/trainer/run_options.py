@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from . import args as check
+from .stages import TRAIN, VALIDATE
 
 
 def apply(trainer: Any, *, min_epochs: Any, min_steps: Any, max_time: Any, fast_dev_run: Any,
@@ -101,22 +102,22 @@ def run_sanity_check(trainer: Any, run: Any) -> None:
     if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
     from ..accelerator import capture_rng_state, restore_rng_state
-    from .loops import run_evaluation
+    from .evaluation import run_evaluation
 
     states = capture_rng_state()
     loaders = run.val_loaders
     limits = [loader.max_batches for loader in loaders]
-    t._sanity_checking, t.state.stage = True, "validate"
+    t._sanity_checking, t.state.stage = True, VALIDATE.name
     try:
         for loader, n in zip(loaders, t.num_val_batches):
             loader.limit_batches(None if steps is None else int(min(steps, n)))
         t._hooks.call("on_sanity_check_start")
         t._send_to_loggers = lambda values: None
-        run_evaluation(t, "validate", loaders)
+        run_evaluation(t, VALIDATE.name, loaders)
         t._hooks.call("on_sanity_check_end")
     finally:
         t.__dict__.pop("_send_to_loggers", None)
-        t._sanity_checking, t.state.stage = False, "train"
+        t._sanity_checking, t.state.stage = False, TRAIN.name
         for loader, limit in zip(loaders, limits):
             loader.limit_batches(limit)
         restore_rng_state(states)

@@ -21,6 +21,7 @@ from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
+from .stages import STAGES, TRAIN, VALIDATE, Stage
 
 
 def _length(loader: Any) -> int | None:
@@ -75,9 +76,9 @@ class RunSetup:
         if module is None:
             raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
         self.check_module(module, fit=False)
-        step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[fn]
-        if fn != "predict" and not _overrides(module, step):
-            raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{step}(batch, batch_idx).")
+        stage = STAGES[fn]
+        if stage.step_required and not _overrides(module, stage.step):
+            raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
     def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[DataLoader]:
@@ -146,14 +147,14 @@ class RunSetup:
             return
         module, acc = t.module, t.accelerator
         if run.train_from_hooks:
-            new = self.loader_or_hook(None, module, "train_dataloader", "train_dataloaders")
+            new = self.loader_or_hook(None, module, TRAIN.loader_hook, "train_dataloaders")
             run.train_loader = acc.replace_dataloader(run.train_loader, new)
             self._limit_train(run.train_loader)
             run.val_check_batch = self._val_check_batch()
         if run.val_from_hooks and run.val_loaders:
             run.val_loaders = [acc.replace_dataloader(old, new) for old, new in
-                               zip(run.val_loaders, self.loaders(None, module, "val_dataloader"))]
-            t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in run.val_loaders]
+                               zip(run.val_loaders, self.loaders(None, module, VALIDATE.loader_hook))]
+            self._count(VALIDATE, run.val_loaders)
 
     # -- fit --------------------------------------------------------------------------------------------------------
     def prepare_fit(self, module: TrainingModule, train: DataLoader, vals: list[DataLoader],
@@ -172,8 +173,8 @@ class RunSetup:
         loader = acc.prepare_data_loader(train)
         val_loaders = [acc.prepare_data_loader(v) for v in vals]
         self._limit_train(loader)
-        t.num_val_batches = [self._limit(v, t.limit_val_batches, "limit_val_batches") for v in val_loaders]
-        has_validation_step = _overrides(module, "validation_step")
+        self._count(VALIDATE, val_loaders)
+        has_validation_step = _overrides(module, VALIDATE.step)
         if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=4)
@@ -203,7 +204,7 @@ class RunSetup:
 
     def _limit_train(self, loader: Any) -> None:
         t = self.trainer
-        n = self._limit(loader, t.limit_train_batches, "limit_train_batches")
+        n = self._limit(loader, t.limit_train_batches, TRAIN.limit)
         if n == 0:
             reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \
                 else "it is empty"
@@ -214,6 +215,13 @@ class RunSetup:
             raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
                              "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
                              "or Trainer(max_epochs=N).")
+
+    def _count(self, stage: Stage, loaders: list[Any]) -> None:
+        """Applies ``stage``'s batch limit to its prepared ``loaders``; their batch counts go to its count attribute
+        (``num_val_batches``...)."""
+        t = self.trainer
+        limit = getattr(t, stage.limit)
+        setattr(t, stage.count, [self._limit(loader, limit, stage.limit) for loader in loaders])
 
     def _limit(self, loader: Any, limit: Any, name: str) -> int | float:
         """Applies a ``limit_*_batches`` to a prepared loader; returns its batches per epoch (inf: unknown)."""
@@ -262,7 +270,8 @@ class RunSetup:
         return int(total) if not math.isinf(total) else total
 
     # -- evaluation -------------------------------------------------------------------------------------------------
-    def prepare_eval(self, module: TrainingModule, loaders: list[DataLoader], fn: str, limit: Any) -> EvalRun:
+    def prepare_eval(self, module: TrainingModule, loaders: list[DataLoader], stage: Stage) -> EvalRun:
+        """Prepares ``module`` and ``loaders`` for ``stage`` (validate, test or predict) with its batch limit."""
         t = self.trainer
         acc = t.accelerator
         if self.last_model is None or acc.unwrap_model(self.last_model) is not module:
@@ -270,9 +279,7 @@ class RunSetup:
         # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
         model = self.last_model = acc.prepare_model(module, evaluation_mode=True)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
-        name = {"validate": "limit_val_batches", "test": "limit_test_batches"}.get(fn, "limit_predict_batches")
-        counts = [self._limit(p, limit, name) for p in prepared]
-        setattr(t, {"validate": "num_val_batches", "test": "num_test_batches"}.get(fn, "num_predict_batches"), counts)
+        self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)
 
     # -- several processes ------------------------------------------------------------------------------------------

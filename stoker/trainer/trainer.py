@@ -26,13 +26,15 @@ from .attributes import TrainerAttributes
 from .components import agree_on_log_dirs, build_callbacks, build_loggers
 from .hooks import HookDispatcher, merge_module_callbacks
 from .logging import Results
-from .loops import FitLoop, run_evaluation, run_predict
+from .evaluation import run_evaluation, run_predict
+from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .optim import LRSchedulerConfig
 from .run import FitRun
 from .setup import RunSetup
+from .stages import PREDICT, STAGES, TRAIN, VALIDATE
 from . import run_options
 
 
@@ -192,7 +194,7 @@ class Trainer(TrainerAttributes):
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
         self._hooks: HookDispatcher | None = None
-        self._train_results = Results(self, "train")
+        self._train_results = Results(self, TRAIN.name)
         self._results = self._train_results
         self._preemption = Preemption()
         self._loaded_payload: dict[str, Any] | None = None
@@ -228,8 +230,8 @@ class Trainer(TrainerAttributes):
             raise ValueError("Trainer.fit() got both val_dataloaders and datamodule=; pass one of them.")
 
         def loaders() -> tuple[Any, list[Any]]:
-            train = self._setup.loader_or_hook(train_dataloaders, module, "train_dataloader", "train_dataloaders")
-            return train, self._setup.loaders(val_dataloaders, module, "val_dataloader")
+            train = self._setup.loader_or_hook(train_dataloaders, module, TRAIN.loader_hook, "train_dataloaders")
+            return train, self._setup.loaders(val_dataloaders, module, VALIDATE.loader_hook)
 
         self.datamodule = datamodule
         passed = (train_dataloaders is not None, val_dataloaders is not None)
@@ -243,12 +245,12 @@ class Trainer(TrainerAttributes):
             self._log_hyperparams()
             self._preemption.install()
             try:
-                self.state.stage = "train"
+                self.state.stage = TRAIN.name
                 self._hooks.call("on_fit_start")
                 run_options.run_sanity_check(self, run)
                 self._hooks.call("on_train_start")
                 self.fit_loop.run(run)
-                self.state.stage = "train"
+                self.state.stage = TRAIN.name
                 self._hooks.call("on_train_end")
                 self._hooks.call("on_fit_end")
             finally:
@@ -285,17 +287,16 @@ class Trainer(TrainerAttributes):
                   datamodule: Any) -> list[Any]:
         module = self._setup.eval_module(module, fn)
         datamodule, dataloaders = self._setup.datamodule(fn, datamodule, dataloaders)
-        hook = {"validate": "val_dataloader", "test": "test_dataloader"}.get(fn, "predict_dataloader")
+        stage = STAGES[fn]
         self.datamodule = datamodule
-        early = self._setup.loaders(dataloaders, module, hook, required=True) if datamodule is None else None
+        early = self._setup.loaders(dataloaders, module, stage.loader_hook, required=True) \
+            if datamodule is None else None
         with self._run(fn, module, datamodule):
-            loaders = early or self._setup.loaders(dataloaders, module, hook, required=True)
-            limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
-                fn, self.limit_predict_batches)
-            run = self._setup.prepare_eval(module, loaders, fn, limit)
+            loaders = early or self._setup.loaders(dataloaders, module, stage.loader_hook, required=True)
+            run = self._setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
             self.state.stage = fn
-            return run_predict(self, run.loaders) if fn == "predict" else run_evaluation(self, fn, run.loaders)
+            return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     @contextlib.contextmanager
     def _run(self, fn: str, module: TrainingModule, datamodule: Any = None):  # noqa: ANN202 - context manager

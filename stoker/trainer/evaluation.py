@@ -1,0 +1,102 @@
+"""The evaluation loops: ``validation_step`` / ``test_step`` over their loaders (inside ``fit`` too), and
+``predict_step``.
+
+Owns: eval mode and ``torch.no_grad`` around them (train mode restored module by module after), the precision's
+autocast, the stage's hooks in order (names from the stage table, ``stages.py``), and the per-loader results.
+Does not own: when a validation runs inside ``fit`` (``loops.py``) or which loaders and limits (``setup.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .logging import Results
+from .stages import PREDICT, STAGES
+
+
+def run_evaluation(trainer: Any, stage: str, loaders: list[Any], counter: Any = None) -> list[dict[str, float]]:
+    """Runs ``stage``'s step (``"validate"``: ``validation_step``, ``"test"``: ``test_step``) over ``loaders`` in
+    eval mode without gradients.
+
+    Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
+    module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
+    ``validation_count`` counts this run once its values are published, before its ``on_validation_end``.
+    """
+    table = STAGES[stage]
+    step_fn = getattr(trainer.module, table.step)
+    results = Results(trainer, stage)
+    multiple = len(loaders) > 1
+    call = trainer._hooks.call
+    batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
+    previous, trainer._results = trainer._results, results
+    try:
+        with _eval_mode(trainer.module), trainer.accelerator.autocast():
+            call(table.hook("start"))
+            call(table.hook("epoch_start"))
+            for i, loader in enumerate(loaders):
+                results.suffix = f"/dataloader_idx_{i}" if multiple else ""
+                extra = (i,) if multiple else ()
+                for batch_idx, batch in enumerate(loader):
+                    results.batch = batch
+                    call(batch_start, batch, batch_idx, *extra)
+                    outputs = step_fn(batch, batch_idx, *extra)
+                    call(batch_end, outputs, batch, batch_idx, *extra)
+            results.suffix = ""
+            call(table.hook("epoch_end"))
+            values = results.publish_epoch()
+            trainer._send_to_loggers(values)
+            results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (synced then)
+            if counter is not None:
+                counter.validation_count += 1
+            call(table.hook("end"))
+    finally:
+        trainer._results = previous
+    out: list[dict[str, float]] = [{} for _ in loaders]
+    for name, value in values.items():
+        index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
+        for i in range(len(loaders)) if index is None else [index]:
+            out[i][name] = float(value)
+    return out
+
+
+def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
+    """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
+    call = trainer._hooks.call
+    multiple = len(loaders) > 1
+    step_fn = getattr(trainer.module, PREDICT.step)
+    batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
+    outputs: list[list[Any]] = []
+    previous, trainer._results = trainer._results, Results(trainer, PREDICT.name)
+    try:
+        with _eval_mode(trainer.module), trainer.accelerator.autocast():
+            call(PREDICT.hook("start"))
+            call(PREDICT.hook("epoch_start"))
+            for i, loader in enumerate(loaders):
+                extra = (i,) if multiple else ()
+                mine: list[Any] = []
+                for batch_idx, batch in enumerate(loader):
+                    call(batch_start, batch, batch_idx, *extra)
+                    prediction = step_fn(batch, batch_idx, *extra)
+                    call(batch_end, prediction, batch, batch_idx, *extra)
+                    mine.append(prediction)
+                outputs.append(mine)
+            call(PREDICT.hook("epoch_end"))
+            call(PREDICT.hook("end"))
+    finally:
+        trainer._results = previous
+    return outputs if multiple else outputs[0]
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module):  # noqa: ANN202 - a context manager
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
