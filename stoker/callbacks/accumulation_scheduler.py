@@ -21,9 +21,9 @@ class GradientAccumulationScheduler(Callback):
     ``scheduling`` maps a 0-based epoch to the number of micro-batches per optimizer step from that epoch on;
     epochs before the first key use 1. The schedule is applied at the start of every training epoch, also in a run
     resumed from a checkpoint (it depends on the epoch alone, so it has no state of its own). Give the Trainer
-    ``accumulate=1`` (the default): the schedule replaces it. ``trainer.accumulate`` keeps the constructor's value;
-    ``trainer.accelerator.gradient_accumulation_steps`` is the value in force. (``trainer.estimated_stepping_batches``
-    assumes the constructor's value, as Lightning's does.)
+    ``accumulate=1`` (the default): the schedule replaces it. ``trainer.accumulate`` (the Accelerator's
+    ``gradient_accumulation_steps``) is the value in force; the value from before the fit comes back when it ends.
+    (``trainer.estimated_stepping_batches`` assumes the starting value, as Lightning's does.)
 
     Args:
         scheduling: ``{epoch: micro_batches}``, e.g. ``{0: 8, 4: 4, 8: 1}``; epochs are ints >= 0, values ints >= 1.
@@ -50,6 +50,7 @@ class GradientAccumulationScheduler(Callback):
         if 0 not in self.scheduling:
             self.scheduling = {0: 1, **self.scheduling}
         self.epochs = list(self.scheduling)
+        self._before: int | None = None  # the window length before the fit, restored at its end
 
     def going_to_accumulate_grad_batches(self) -> bool:
         """Whether any epoch accumulates (a value > 1)."""
@@ -64,6 +65,7 @@ class GradientAccumulationScheduler(Callback):
         return steps
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
+        self._before = trainer.accelerator.gradient_accumulation_steps
         if not getattr(module, "automatic_optimization", True):
             raise RuntimeError("GradientAccumulationScheduler needs automatic optimization: with "
                                "automatic_optimization = False the module steps its optimizers itself. Remove the "
@@ -81,11 +83,15 @@ class GradientAccumulationScheduler(Callback):
         trainer.accelerator.gradient_accumulation_steps = self.get_accumulate_grad_batches(trainer.current_epoch)
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
-        # Later evaluation, or a Trainer reused without the schedule's epoch, sees the constructor's value again.
-        trainer.accelerator.gradient_accumulation_steps = getattr(trainer, "accumulate", 1)
+        # Later evaluation, or a Trainer reused without the schedule's epoch, sees the starting value again.
+        self._restore(trainer)
 
     def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
-        trainer.accelerator.gradient_accumulation_steps = getattr(trainer, "accumulate", 1)
+        self._restore(trainer)
+
+    def _restore(self, trainer: Any) -> None:
+        if self._before is not None:
+            trainer.accelerator.gradient_accumulation_steps, self._before = self._before, None
 
     def __repr__(self) -> str:
         return f"GradientAccumulationScheduler(scheduling={self.scheduling!r})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..accelerator import check_accumulation_steps
 from .checkpointing import find_last_checkpoint
 from .stages import PREDICT, TEST, TRAIN, VALIDATE
 
@@ -75,6 +76,19 @@ class TrainerAttributes:
         """True during the ``num_sanity_val_steps`` validation before training (none by default)."""
         return self._sanity_checking
 
+    @property
+    def accumulate(self) -> int:
+        """Micro-batches per optimizer step: the Accelerator's ``gradient_accumulation_steps``, stored there only
+        (``Trainer(accumulate=...)`` sets it; ``trainer.accelerator.gradient_accumulation_steps = 4`` and
+        ``trainer.accumulate = 4`` are the same change). A ``GradientAccumulationScheduler`` changes it epoch by
+        epoch during ``fit``."""
+        return self.accelerator.gradient_accumulation_steps
+
+    @accumulate.setter
+    def accumulate(self, value: int) -> None:
+        self.accelerator.gradient_accumulation_steps = check_accumulation_steps(
+            value, argument="trainer.accumulate = ...")
+
     # -- facts of the fit in progress, for callbacks (read-only; the loops own them) ---------------------------
     @property
     def fitting(self) -> bool:
@@ -113,7 +127,10 @@ class TrainerAttributes:
 
     @property
     def estimated_stepping_batches(self) -> int | float:
-        """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``)."""
+        """Optimizer steps ``fit`` will take (for schedulers built in ``configure_optimizers``): per epoch, the
+        training batches divided by :attr:`accumulate` as it is when read (a last, short window counts as a
+        step), times the epochs, capped by ``max_steps``. A ``GradientAccumulationScheduler``'s later values are
+        not foreseen: in ``configure_optimizers`` it reads the Trainer's starting value, as Lightning's does."""
         return self._setup.estimated_steps()
 
     def find_last_checkpoint(self) -> str | None:

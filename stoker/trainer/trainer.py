@@ -129,7 +129,7 @@ class Trainer(TrainerAttributes):
             gradient_clip_algorithm)
         self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
         self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
-        self.accumulate = check.accumulation_steps("accumulate", accumulate)
+        accumulate = check.accumulation_steps("accumulate", accumulate)  # stored by the Accelerator only
         self.precision = parse_precision(precision, argument="Trainer(precision=...)")
         self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
         self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)
@@ -164,7 +164,7 @@ class Trainer(TrainerAttributes):
         self.num_nodes = check.num_nodes(num_nodes, self._processes_per_node(accelerator))
 
         self.accelerator = Accelerator(
-            mixed_precision=self.precision, gradient_accumulation_steps=self.accumulate,
+            mixed_precision=self.precision, gradient_accumulation_steps=accumulate,
             project_dir=self.default_root_dir, cpu=cpu, strategy=strategy,
             # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
             dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
