@@ -77,6 +77,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
 
+    def count_next_step(self) -> None:
+        """Counts this optimizer's next applied step in ``Accelerator.step`` even when no backward ran since the
+        last counted step (several optimizers stepping on one backward each count: the Trainer's manual
+        optimization rule). A step skipped for fp16 overflow still does not count."""
+        self._window.uncounted_backward = True
+
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 

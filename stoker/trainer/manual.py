@@ -70,7 +70,7 @@ class ManualOptimizer:
             acc.unscale_gradients(self.optimizer)  # the hooks see true (unscaled) gradients
             t._hooks.call("on_before_optimizer_step", self.optimizer)
         # Every applied step counts, also a second optimizer stepping on the same backward (Lightning's rule).
-        acc._window.uncounted_backward = True
+        self.optimizer.count_next_step()
         if kwargs:
             raise TypeError(f"optimizer.step() got extra arguments {sorted(kwargs)}; stoker passes none on.")
         self.optimizer.step()
