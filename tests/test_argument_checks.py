@@ -138,7 +138,7 @@ def test_check_seed_accepts_ints_and_none_only_where_allowed() -> None:
 
 @pytest.mark.parametrize("bad", ["l2", 2, "max"])
 def test_clip_algorithms_are_refused_alike_by_the_trainer_and_clip_gradients(bad: Any) -> None:
-    from tests.trainer.modules import Regressor
+    from tests.helpers.models import Regressor
 
     with pytest.raises(ValueError) as by_trainer:
         Trainer(gradient_clip_val=1.0, gradient_clip_algorithm=bad)

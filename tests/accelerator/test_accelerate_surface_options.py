@@ -17,6 +17,7 @@ from stoker.utils import (AutocastKwargs, DataLoaderConfiguration, DeepSpeedPlug
                           FullyShardedDataParallelPlugin, GradientAccumulationPlugin, GradScalerKwargs,
                           InitProcessGroupKwargs, ProfileKwargs, TorchDynamoPlugin)
 from tests.helpers.models import make_loader, make_mlp, make_regression_data
+from tests.helpers.weights import params_of
 
 
 def test_kwargs_handlers_keep_only_what_differs_from_accelerates_defaults() -> None:
@@ -195,7 +196,7 @@ def test_dynamo_backend_compiles_prepared_models_and_unwrap_returns_the_original
             accelerator.backward(F.mse_loss(prepared(x), y))
             opt.step()
             opt.zero_grad()
-        results.append([p.detach().clone() for p in model.parameters()])
+        results.append(params_of(model))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # the eager backend runs the same kernels
 

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Accelerator
-from tests.helpers.models import batches, clone_model, grads_of, make_loader, make_mlp, make_regression_data, params_of
+from tests.helpers.models import batches, clone_model, make_loader, make_mlp, make_regression_data
+from tests.helpers.weights import grads_of, params_of
 
 OptimizerFactory = Callable[[torch.nn.Module], torch.optim.Optimizer]
 OPTIMIZERS: dict[str, OptimizerFactory] = {

@@ -10,7 +10,7 @@ import torch
 
 from stoker import Accelerator, set_seed
 from stoker.accelerator import strategy as strategy_module
-from tests.helpers.models import TinyRegressor, make_mlp
+from tests.helpers.models import Regressor, make_mlp
 
 
 # -- device choice ---------------------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_split_between_processes_yields_everything_in_one_process(inputs: object
 
 # -- unwrap_model ---------------------------------------------------------------------------------------------------
 def test_unwrap_model_returns_the_users_module() -> None:
-    model = TinyRegressor()
+    model = Regressor()
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     prepared = accelerator.prepare(model)
     assert prepared.net is model.net  # attribute access works on the prepared model
@@ -101,7 +101,7 @@ def test_unwrap_model_returns_the_users_module() -> None:
 
 def test_unwrap_model_removes_torch_compile() -> None:
     # Only wraps: nothing is compiled until the first call, so this costs dynamo's import, not a compilation.
-    model = TinyRegressor()
+    model = Regressor()
     accelerator = Accelerator(cpu=True)
     compiled = accelerator.prepare(torch.compile(model))
     assert compiled is not model
@@ -110,7 +110,7 @@ def test_unwrap_model_removes_torch_compile() -> None:
 
 
 def test_unwrap_model_keep_fp32_wrapper_false_removes_the_autocast_forward() -> None:
-    model = TinyRegressor()
+    model = Regressor()
     seen = []
     model.net[0].register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")

@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, load_checkpoint_in_model
-from tests.helpers.models import TinyRegressor, make_loader, make_regression_data, params_of
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.weights import params_of
 
 
 def _objects(n: int = 32, batch_size: int = 8):  # noqa: ANN202 - the tutorial's "already set up" objects
-    model = TinyRegressor(seed=0)
+    model = Regressor(seed=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     return model, optimizer, make_loader(make_regression_data(n=n), batch_size), scheduler
@@ -115,7 +116,7 @@ def test_saving_and_loading_the_model_section(tmp_path: Path) -> None:
 
     accelerator.wait_for_everyone()
     accelerator.save_model(model, save_directory, max_shard_size="1GB", safe_serialization=True)
-    fresh = TinyRegressor(seed=5)
+    fresh = Regressor(seed=5)
     load_checkpoint_in_model(fresh, save_directory, device_map={"": device})
     for p, q in zip(fresh.parameters(), model.parameters()):
         assert torch.equal(p, q)

@@ -13,7 +13,8 @@ import torch
 from stoker.accelerator import background, checkpoint
 from stoker.accelerator.checkpoint import MANIFEST_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
 from stoker.trainer.checkpointing import find_last_checkpoint
-from tests.accelerator.test_checkpoint_state import assert_same_weights, make, run, visible, weights
+from tests.accelerator.test_checkpoint_state import make, run, visible
+from tests.helpers.weights import assert_same_weights, state_of
 
 
 def hidden(folder):
@@ -46,7 +47,7 @@ def test_replaced_checkpoint_leaves_its_name_at_once_and_is_deleted_in_the_backg
     parts[0].save_state(tmp_path / "ckpt")
     old = manifest(tmp_path / "ckpt")
     run(parts, 2)
-    expected = weights(parts[1])
+    expected = state_of(parts[1])
     parts[0].save_state(tmp_path / "ckpt")
     # While the old one is still being deleted: the name holds the new, complete checkpoint ...
     verify_checkpoint(tmp_path / "ckpt")
@@ -56,7 +57,7 @@ def test_replaced_checkpoint_leaves_its_name_at_once_and_is_deleted_in_the_backg
     assert trash.startswith(".ckpt.stoker-del-") and manifest(tmp_path / trash) == old
     fresh = make()
     fresh[0].load_state(tmp_path / "ckpt")
-    assert_same_weights(expected, weights(fresh[1]))
+    assert_same_weights(expected, state_of(fresh[1]))
     held_deletions.set()
     parts[0].end_training()  # waits for the deletion
     assert os.listdir(tmp_path) == ["ckpt"]
@@ -93,7 +94,7 @@ def test_crash_leftovers_are_never_loaded_and_are_cleaned_at_the_next_save(tmp_p
     parts = make(project_dir=str(tmp_path))
     run(parts, 1)
     parts[0].save_state()  # checkpoint_0
-    expected = weights(parts[1])
+    expected = state_of(parts[1])
     root = tmp_path / "checkpoints"
     # A process killed while deleting, while saving, or with the previous stoker's naming: complete copies of a
     # newer state hide among them, which nothing may take for a checkpoint.
@@ -108,7 +109,7 @@ def test_crash_leftovers_are_never_loaded_and_are_cleaned_at_the_next_save(tmp_p
     assert find_last_checkpoint([str(root)]) == str(root / "checkpoint_0")  # the Trainer's ckpt_path="last"
     fresh = make(project_dir=str(tmp_path))
     fresh[0].load_state()
-    assert_same_weights(expected, weights(fresh[1]))
+    assert_same_weights(expected, state_of(fresh[1]))
     assert fresh[0].save_state() == str(root / "checkpoint_1")  # cleans every leftover (in the background)
     fresh[0].end_training()
     assert sorted(os.listdir(root)) == ["checkpoint_0", "checkpoint_1"]
@@ -146,7 +147,7 @@ def test_async_save_keeps_the_state_of_the_moment_it_was_called(tmp_path, monkey
     monkeypatch.setattr(checkpoint, "_write_files", write_files_later)
     parts = make()
     run(parts, 2)
-    expected = weights(parts[1])
+    expected = state_of(parts[1])
     windows = parts[5].windows
     parts[0].save_state(tmp_path / "ckpt", async_save=True)
     run(parts, 3)  # training goes on and changes weights, optimizer state and progress in place
@@ -155,7 +156,7 @@ def test_async_save_keeps_the_state_of_the_moment_it_was_called(tmp_path, monkey
             p.add_(100.0)
     trained.set()
     parts[0].load_state(tmp_path / "ckpt")  # waits for the save to be committed, then loads it
-    assert_same_weights(expected, weights(parts[1]))
+    assert_same_weights(expected, state_of(parts[1]))
     assert parts[5].windows == windows
 
 
@@ -178,7 +179,7 @@ def test_a_failed_async_save_is_raised_later_and_keeps_the_previous_checkpoint(t
     parts = make()
     run(parts, 1)
     parts[0].save_state(tmp_path / "ckpt")
-    expected = weights(parts[1])
+    expected = state_of(parts[1])
     good = manifest(tmp_path / "ckpt")
 
     failing = True
@@ -198,7 +199,7 @@ def test_a_failed_async_save_is_raised_later_and_keeps_the_previous_checkpoint(t
     assert os.listdir(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == good  # no temporary folder left
     fresh = make()
     fresh[0].load_state(tmp_path / "ckpt")
-    assert_same_weights(expected, weights(fresh[1]))
+    assert_same_weights(expected, state_of(fresh[1]))
     parts[0].end_training()  # the error was raised once; nothing is pending now
     parts[0].save_state(tmp_path / "ckpt", async_save=True)  # fails in the background again
     with pytest.raises(OSError, match="No space left"):  # the next save raises it, before writing anything

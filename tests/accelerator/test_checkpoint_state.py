@@ -16,6 +16,7 @@ from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, s
 from stoker.accelerator import atomic, checkpoint
 from stoker.accelerator.checkpoint import MANIFEST_NAME, CheckpointError, load_tree, save_tree
 from tests.helpers.ckpt_worker import Progress
+from tests.helpers.weights import assert_same_weights, state_of
 
 
 def make(project_dir=None, total_limit=None, stateful=True, precision="no", gas=1, workers=0, shuffle=True):
@@ -78,19 +79,9 @@ def run(parts, n, save_to=None):
     return seen
 
 
-def weights(model):
-    return {k: v.clone() for k, v in model.state_dict().items()}
-
-
 def visible(folder):
     """Names in ``folder`` without the hidden ones (temporary folders, trash still being deleted)."""
     return sorted(n for n in os.listdir(folder) if not n.startswith("."))
-
-
-def assert_same_weights(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
 @pytest.mark.parametrize("stop", [3, 7, 10, 13])
@@ -104,7 +95,7 @@ def test_resume_with_fresh_objects_is_exact(tmp_path, stop):
     resumed[0].load_state(tmp_path / "ckpt")
     seen += run(resumed, 25 - stop)
     assert seen == seen_full
-    assert_same_weights(weights(full[1]), weights(resumed[1]))
+    assert_same_weights(state_of(full[1]), state_of(resumed[1]))
     assert resumed[5].state_dict() == full[5].state_dict() and resumed[0].step == full[0].step
     assert resumed[2].state_dict()["param_groups"] == full[2].state_dict()["param_groups"]
 
@@ -116,7 +107,7 @@ def test_without_load_state_the_runs_differ(tmp_path):
     parts = make(gas=2)
     run(parts, 5)
     run(make(gas=2), 7)
-    assert any(not torch.equal(a, b) for a, b in zip(weights(full[1]).values(), weights(parts[1]).values()))
+    assert any(not torch.equal(a, b) for a, b in zip(state_of(full[1]).values(), state_of(parts[1]).values()))
 
 
 def test_folder_contents_and_tied_weights_once(tmp_path):
@@ -160,7 +151,7 @@ def test_load_state_skips_incomplete_and_foreign_folders(tmp_path):
     parts = make(project_dir=str(tmp_path))
     run(parts, 1)
     parts[0].save_state()
-    expected = weights(parts[1])
+    expected = state_of(parts[1])
     run(parts, 1)
     parts[0].save_state()
     newest = tmp_path / "checkpoints" / "checkpoint_1"
@@ -170,7 +161,7 @@ def test_load_state_skips_incomplete_and_foreign_folders(tmp_path):
     os.remove(newest / MANIFEST_NAME)  # and the newest made incomplete
     fresh = make(project_dir=str(tmp_path))
     fresh[0].load_state()
-    assert_same_weights(expected, weights(fresh[1]))
+    assert_same_weights(expected, state_of(fresh[1]))
     assert fresh[0].save_iteration == 1 and fresh[5].windows == 1
 
 
@@ -199,7 +190,7 @@ def test_replace_without_atomic_exchange_and_recovery(tmp_path, monkeypatch):
     monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)  # e.g. a file system without renameat2
     parts = make()
     parts[0].save_state(tmp_path / "ckpt")
-    saved = weights(parts[1])
+    saved = state_of(parts[1])
     run(parts, 2)
     parts[0].save_state(tmp_path / "ckpt")
     parts[0].end_training()
@@ -208,8 +199,8 @@ def test_replace_without_atomic_exchange_and_recovery(tmp_path, monkeypatch):
     os.rename(tmp_path / "ckpt", tmp_path / ".ckpt.stoker-old")
     fresh = make()
     fresh[0].load_state(tmp_path / "ckpt")
-    assert_same_weights(weights(parts[1]), weights(fresh[1]))
-    assert not any(torch.equal(saved[k], weights(fresh[1])[k]) for k in ["0.weight"])
+    assert_same_weights(state_of(parts[1]), state_of(fresh[1]))
+    assert not any(torch.equal(saved[k], state_of(fresh[1])[k]) for k in ["0.weight"])
 
 
 class Bad:
@@ -278,10 +269,10 @@ def test_damaged_file_gives_clear_error_naming_it(tmp_path, damage):
             f.seek(size - 5)
             f.write(bytes([byte[0] ^ 0x01]))
     fresh = make()
-    before = weights(fresh[1])
+    before = state_of(fresh[1])
     with pytest.raises(CheckpointError, match="optimizer.safetensors (has|does not match)"):
         fresh[0].load_state(path)
-    assert_same_weights(before, weights(fresh[1]))  # verified before anything was restored
+    assert_same_weights(before, state_of(fresh[1]))  # verified before anything was restored
 
 
 def test_load_state_errors(tmp_path):
@@ -315,7 +306,7 @@ def test_resume_with_worker_processes(tmp_path):
     resumed[0].load_state(tmp_path / "ckpt")
     seen += run(resumed, 8)
     assert seen == seen_full
-    assert_same_weights(weights(full[1]), weights(resumed[1]))
+    assert_same_weights(state_of(full[1]), state_of(resumed[1]))
 
 
 class Stream(IterableDataset):

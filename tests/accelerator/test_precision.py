@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from stoker import Accelerator
-from tests.helpers.models import clone_model, grads_of, make_loader, make_mlp, make_regression_data, params_of
+from tests.helpers.models import clone_model, make_loader, make_mlp, make_regression_data
+from tests.helpers.weights import grads_of, params_of
 
 
 def _train(mixed_precision: str, steps: int = 24) -> list[float]:

@@ -15,6 +15,7 @@ from torch import nn
 from stoker import Accelerator, load_checkpoint_in_model
 from stoker.accelerator.weights import (MismatchedKeysError, parse_size, read_safetensors, save_model_weights,
                                         write_safetensors)
+from tests.helpers.weights import assert_same_weights
 
 
 class Tied(nn.Module):
@@ -29,13 +30,6 @@ class Tied(nn.Module):
             self.head = nn.Linear(16, 50, bias=False)
         self.head.weight = self.emb.weight
         self.register_buffer("steps", torch.arange(3))
-
-
-def assert_same(a: nn.Module, b: nn.Module) -> None:
-    sa, sb = a.state_dict(), b.state_dict()
-    assert list(sa) == list(sb)
-    for k in sa:
-        torch.testing.assert_close(sa[k], sb[k], rtol=0, atol=0, msg=k)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -64,7 +58,7 @@ def test_single_file_round_trip_and_tied_weights_written_once(tmp_path):
     fresh = Tied(seed=1)
     result = load_checkpoint_in_model(fresh, tmp_path, strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == []
-    assert_same(model, fresh)
+    assert_same_weights(model, fresh)
     assert fresh.head.weight is fresh.emb.weight
 
 
@@ -91,10 +85,10 @@ def test_sharded_safetensors_readable_by_safetensors_alone(tmp_path):
         assert len(sizes) == 1 or sum(sizes) <= 2000
     fresh = Tied(seed=1)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
-    assert_same(model, fresh)
+    assert_same_weights(model, fresh)
     fresh = Tied(seed=2)
     load_checkpoint_in_model(fresh, tmp_path / "model.safetensors.index.json", strict=True)
-    assert_same(model, fresh)
+    assert_same_weights(model, fresh)
 
 
 @pytest.mark.parametrize("shard", ["10GB", "2KB"])
@@ -112,7 +106,7 @@ def test_bin_export_loads_with_weights_only(tmp_path, shard):
             assert all(isinstance(v, torch.Tensor) for v in torch.load(tmp_path / n, weights_only=True).values())
     fresh = Tied(seed=3)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
-    assert_same(model, fresh)
+    assert_same_weights(model, fresh)
 
 
 def test_views_and_odd_dtypes_round_trip(tmp_path):
@@ -140,7 +134,7 @@ def test_compile_prefix_removed_and_loadable_into_compiled_model(tmp_path):
     compiled_like = nn.Module()  # what torch.compile returns: the model under ._orig_mod
     compiled_like._orig_mod = Tied(seed=4)
     load_checkpoint_in_model(compiled_like, tmp_path, strict=True)
-    assert_same(model, compiled_like._orig_mod)
+    assert_same_weights(model, compiled_like._orig_mod)
 
 
 def test_real_torch_compile_wrapper_round_trip(tmp_path):
@@ -149,10 +143,10 @@ def test_real_torch_compile_wrapper_round_trip(tmp_path):
     save_model_weights(compiled.state_dict(), tmp_path)
     plain = Tied(seed=11)
     load_checkpoint_in_model(plain, tmp_path, strict=True)
-    assert_same(compiled._orig_mod, plain)
+    assert_same_weights(compiled._orig_mod, plain)
     other = torch.compile(Tied(seed=12))
     load_checkpoint_in_model(other, tmp_path, strict=True)
-    assert_same(compiled._orig_mod, other._orig_mod)
+    assert_same_weights(compiled._orig_mod, other._orig_mod)
 
 
 def test_strict_lists_missing_and_unexpected_and_leaves_model_unchanged(tmp_path):
@@ -185,12 +179,12 @@ def test_meta_model_and_device_maps(tmp_path):
     with torch.device("meta"):
         empty = Tied()
     load_checkpoint_in_model(empty, tmp_path, device_map={"": "cpu"}, strict=True)
-    assert_same(model, empty)
+    assert_same_weights(model, empty)
     assert empty.head.weight is empty.emb.weight and isinstance(empty.emb.weight, nn.Parameter)
     target = Tied(seed=7)
     params = list(target.parameters())
     load_checkpoint_in_model(target, tmp_path, device_map={"emb": "cpu", "body": torch.device("cpu"), "": "cpu"})
-    assert_same(model, target)
+    assert_same_weights(model, target)
     assert all(a is b for a, b in zip(params, target.parameters()))  # parameters kept: optimizers stay valid
 
 
@@ -222,7 +216,7 @@ def test_reexport_replaces_old_files_without_leftovers(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
     fresh = Tied(seed=8)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
-    assert_same(model, fresh)
+    assert_same_weights(model, fresh)
 
 
 @pytest.mark.parametrize("bad,error,match", [
@@ -289,4 +283,4 @@ def test_accelerator_save_model_unwraps_and_shards(tmp_path):
     assert "model.safetensors.index.json" in os.listdir(tmp_path)
     fresh = Tied(seed=9)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
-    assert_same(accelerator.unwrap_model(model), fresh)
+    assert_same_weights(accelerator.unwrap_model(model), fresh)

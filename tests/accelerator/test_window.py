@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from stoker import Accelerator
 from tests.helpers import window_worker
 from tests.helpers.dist_spawn import base_env
-from tests.helpers.models import clone_model, grads_of, make_mlp, make_regression_data, params_of
+from tests.helpers.models import clone_model, make_mlp, make_regression_data
+from tests.helpers.weights import grads_of, params_of
 
 
 def _wide_batches(steps: int, accumulate: int, items: int = 256) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer, TrainingModule  # noqa: E402
+from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer  # noqa: E402
 from tests.helpers.dist_common import write_result  # noqa: E402
-from tests.helpers.models import make_loader, make_mlp, make_regression_data  # noqa: E402
+from tests.helpers.models import Regressor, make_loader, make_regression_data  # noqa: E402
 
 OUT = Path(sys.argv[1])
 RANK = int(os.environ["RANK"])
@@ -26,10 +26,11 @@ RANK = int(os.environ["RANK"])
 SCORES = {0: [4.0, 3.0, 2.5, 2.2, 2.0, 1.9], 1: [4.0, 1.0, 3.0, 4.0, 5.0, 6.0]}
 
 
-class Module(TrainingModule):
+class Module(Regressor):
+    """The Regressor trained by plain SGD (lr 0.01); its only metric is ``score``, which differs per rank."""
+
     def __init__(self) -> None:
-        super().__init__()
-        self.net = make_mlp(seed=0)
+        super().__init__(lr=0.01, momentum=0.0)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -40,9 +41,6 @@ class Module(TrainingModule):
 
     def on_validation_epoch_end(self):
         self.log("score", SCORES[RANK][self.trainer.current_epoch])  # no sync_dist: differs per rank
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class SlowRank1(Callback):

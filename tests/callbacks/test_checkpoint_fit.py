@@ -9,7 +9,9 @@ import torch
 from stoker import ModelCheckpoint, load_checkpoint_in_model
 from stoker.accelerator.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
-from tests.callbacks.modules import Regressor, loaders, trainer, weights
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
+from tests.helpers.weights import params_of
 
 
 def _folders(path):
@@ -101,7 +103,7 @@ def test_export_weights_loads_into_a_fresh_model(tmp_path):
     fresh = Regressor()
     fresh.net[0].weight.data.zero_()
     load_checkpoint_in_model(fresh, str(tmp_path / "ck" / "weights" / "last"))
-    for a, b in zip(weights(fresh), weights(module)):
+    for a, b in zip(params_of(fresh), params_of(module)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -155,7 +157,7 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
         got, want = Regressor(), Regressor()
         load_checkpoint_in_model(got, str(ckpts / name))
         load_checkpoint_in_model(want, str(tmp_path / "sync" / "checkpoints" / name))
-        for a, b in zip(weights(got), weights(want)):
+        for a, b in zip(params_of(got), params_of(want)):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert checkpoint_step(str(ckpts / "last")) == 16
 

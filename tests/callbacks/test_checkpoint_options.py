@@ -12,7 +12,9 @@ import torch
 from stoker import ModelCheckpoint, load_checkpoint_in_model
 from stoker.callbacks import checkpoint as checkpoint_module
 from stoker.trainer.checkpointing import checkpoint_step
-from tests.callbacks.modules import Regressor, loaders, trainer, weights
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
+from tests.helpers.weights import params_of
 
 
 def _folders(path) -> list[str]:
@@ -41,12 +43,12 @@ def test_save_weights_only_writes_loadable_weights_and_no_state(tmp_path):
         assert _folders(folder) == ["hparams.json", "model.safetensors"] and checkpoint_step(folder) is None
     fresh = Regressor()
     load_checkpoint_in_model(fresh, last)
-    for got, want in zip(weights(fresh), weights(module)):
+    for got, want in zip(params_of(fresh), params_of(module)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert t.find_last_checkpoint() is None  # not resumable, so never picked by ckpt_path="last"
     other = Regressor()
     t.validate(other, loaders()[1], ckpt_path=best)  # evaluation reads the weights
-    assert not torch.equal(weights(other)[0], weights(module)[0])
+    assert not torch.equal(params_of(other)[0], params_of(module)[0])
 
 
 def test_save_after_each_validation_instead_of_the_epoch_end(tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stoker import EarlyStopping
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 from tests.callbacks.test_stopping_fit import EpochLoss
 
 

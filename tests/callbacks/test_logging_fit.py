@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from stoker import CSVLogger, LearningRateMonitor, TensorBoardLogger
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 def _scalars(log_dir):

@@ -8,7 +8,8 @@ import pytest
 
 from stoker import Callback, OnExceptionCheckpoint
 from stoker.trainer.checkpointing import checkpoint_step
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class FailsAt(Regressor):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from stoker import BasePredictionWriter
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class Predictor(Regressor):

@@ -5,7 +5,8 @@ import io
 import torch
 
 from stoker import ProgressBar
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class _Terminal(io.StringIO):
@@ -16,7 +17,7 @@ class _Terminal(io.StringIO):
 def test_default_bar_off_a_terminal_prints_clean_lines(tmp_path, capsys):
     t = trainer(tmp_path, max_epochs=2, enable_progress_bar=True)
     assert any(isinstance(c, ProgressBar) for c in t.callbacks)
-    t.fit(Regressor(), *loaders())
+    t.fit(Regressor(prog_bar=True), *loaders())
     t.validate(dataloaders=loaders()[1])
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err  # no carriage-return redraws or cursor moves in a log file
@@ -31,7 +32,7 @@ def test_default_bar_off_a_terminal_prints_clean_lines(tmp_path, capsys):
 def test_bar_on_a_terminal_shows_epoch_and_validation_bars(tmp_path):
     out = _Terminal()
     t = trainer(tmp_path, max_epochs=1, callbacks=[ProgressBar(file=out, refresh_rate=0.01)])
-    t.fit(Regressor(), *loaders())
+    t.fit(Regressor(prog_bar=True), *loaders())
     text = out.getvalue()
     final = [part for part in text.split("\r") if part.startswith("Epoch 0")][-1]
     assert "100%" in final and "4/4" in final and "it/s" in final
@@ -40,7 +41,7 @@ def test_bar_on_a_terminal_shows_epoch_and_validation_bars(tmp_path):
 
 
 def test_disabled_bar_prints_nothing(tmp_path, capsys):
-    trainer(tmp_path, max_epochs=1, enable_progress_bar=False).fit(Regressor(), *loaders())
+    trainer(tmp_path, max_epochs=1, enable_progress_bar=False).fit(Regressor(prog_bar=True), *loaders())
     assert capsys.readouterr().err == ""
 
 
@@ -52,13 +53,13 @@ def _postfix_keys(line):
 
 def test_bar_total_follows_max_steps_that_ends_the_run_mid_epoch(tmp_path, capsys):
     t = trainer(tmp_path, max_steps=6, enable_progress_bar=True)  # 4 batches per epoch: epoch 1 runs 2
-    t.fit(Regressor(), loaders()[0])
+    t.fit(Regressor(prog_bar=True), loaders()[0])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Epoch")]
     assert [line.split(" [")[0] for line in lines] == ["Epoch 0: 4/4", "Epoch 1: 2/2"]
 
     out = _Terminal()
     t = trainer(tmp_path / "tty", max_steps=3, accumulate=2, callbacks=[ProgressBar(file=out, refresh_rate=0.01)])
-    t.fit(Regressor(), loaders(n=64)[0])  # 8 batches per epoch, 4 steps: the run ends after 6 batches
+    t.fit(Regressor(prog_bar=True), loaders(n=64)[0])  # 8 batches per epoch, 4 steps: the run ends after 6 batches
     final = [part for part in out.getvalue().split("\r") if part.startswith("Epoch 0")][-1]
     assert "100%" in final and "6/6" in final and "<00:00" in final, final
 
@@ -71,13 +72,13 @@ def test_a_run_stopped_mid_epoch_ends_with_a_full_bar(tmp_path):
 
     out = _Terminal()
     t = trainer(tmp_path, max_epochs=3, callbacks=[ProgressBar(file=out, refresh_rate=0.01)])
-    t.fit(StopAtBatch1(), loaders()[0])
+    t.fit(StopAtBatch1(prog_bar=True), loaders()[0])
     final = [part for part in out.getvalue().split("\r") if part.startswith("Epoch 0")][-1]
     assert "100%" in final and "2/2" in final, final
 
 
 def test_a_loss_logged_to_the_bar_is_shown_once_under_its_name(tmp_path, capsys):
-    trainer(tmp_path, max_epochs=1, enable_progress_bar=True).fit(Regressor(), loaders()[0])
+    trainer(tmp_path, max_epochs=1, enable_progress_bar=True).fit(Regressor(prog_bar=True), loaders()[0])
     (epoch,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Epoch 0")]
     assert _postfix_keys(epoch) == ["train/loss"]  # not also "loss" with the same number
 
@@ -92,14 +93,14 @@ def test_a_loss_logged_to_the_bar_is_shown_once_under_its_name(tmp_path, capsys)
 
 
 def test_resume_prints_one_line_naming_the_checkpoint_and_the_step(tmp_path, capsys):
-    trainer(tmp_path, max_epochs=1).fit(Regressor(), loaders()[0])
+    trainer(tmp_path, max_epochs=1).fit(Regressor(prog_bar=True), loaders()[0])
     capsys.readouterr()
-    trainer(tmp_path, max_epochs=2).fit(Regressor(), loaders()[0], ckpt_path="last")
+    trainer(tmp_path, max_epochs=2).fit(Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("stoker:")]
     last = tmp_path / "checkpoints" / "last"
     assert lines == [f"stoker: resumed from checkpoint {last}; continuing from global_step 4 (the end of epoch 0)."]
 
-    trainer(tmp_path / "fresh", max_epochs=1).fit(Regressor(), loaders()[0], ckpt_path="last")
+    trainer(tmp_path / "fresh", max_epochs=1).fit(Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("stoker:")]
     assert len(lines) == 1 and "found no complete checkpoint" in lines[0] and "starting from the beginning" in lines[0]
 
@@ -108,10 +109,10 @@ def test_resume_mid_epoch_names_the_next_batch(tmp_path, capsys):
     from stoker import ModelCheckpoint
 
     ckpt = ModelCheckpoint(every_n_train_steps=3)
-    trainer(tmp_path, max_steps=3, callbacks=[ckpt]).fit(Regressor(), loaders()[0])
+    trainer(tmp_path, max_steps=3, callbacks=[ckpt]).fit(Regressor(prog_bar=True), loaders()[0])
     capsys.readouterr()
     trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(every_n_train_steps=3)], enable_progress_bar=True).fit(
-        Regressor(), loaders()[0], ckpt_path="last")
+        Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     err = capsys.readouterr().err.splitlines()
     lines = [line for line in err if line.startswith("stoker:")]
     assert len(lines) == 1 and lines[0].endswith("continuing from global_step 3 (epoch 0, batch_idx 3)."), lines

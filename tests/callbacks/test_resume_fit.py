@@ -7,7 +7,9 @@ import torch
 
 from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer
 from stoker.trainer.checkpointing import checkpoint_step
-from tests.callbacks.modules import Regressor, loaders, trainer, weights
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
+from tests.helpers.weights import params_of
 
 SCORES = [3.0, 1.0, 2.0, 1.5, 2.2]
 
@@ -58,7 +60,7 @@ def test_callback_states_survive_an_exact_resume(tmp_path):
 
     resumed, module, (stop, ckpt, timer) = _fit(tmp_path / "part", ckpt_path="last")
     assert resumed.global_step == full.global_step == 20
-    for a, b in zip(weights(module), weights(full_module)):
+    for a, b in zip(params_of(module), params_of(full_module)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert (stop.wait_count, stop.best_score) == (full_stop.wait_count, full_stop.best_score) == (3, 1.0)
     names = lambda cb: {os.path.basename(p): s for p, s in cb.best_k_models.items()}  # noqa: E731

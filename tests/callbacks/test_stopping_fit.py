@@ -4,7 +4,8 @@ import pytest
 
 from stoker import EarlyStopping, Timer
 from stoker.trainer.checkpointing import checkpoint_step
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class EpochLoss(Regressor):

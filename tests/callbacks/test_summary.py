@@ -9,7 +9,8 @@ from torch import nn
 
 from stoker import ModelSummary, Trainer
 from stoker.callbacks.summary import readable_bytes, readable_count, summarize
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class Tied(nn.Module):

@@ -8,27 +8,14 @@ from torch import nn
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 from stoker import StochasticWeightAveraging
-from tests.callbacks.modules import Regressor, loaders, trainer
-
-
-def _bn_net() -> nn.Sequential:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 2))
-
-
-class BNRegressor(Regressor):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self.net = _bn_net()
-
-    def forward(self, x):
-        return self.net(x)
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor, make_mlp
+from tests.helpers.weights import state_of
 
 
 def _by_hand(data, epochs: int, swa_start: int, swa_lr: float, anneal: int, strategy: str) -> nn.Module:
     """torch.optim.swa_utils' documented recipe, with the module's StepLR before averaging starts."""
-    net = _bn_net()
+    net = make_mlp(seed=0, batch_norm=True)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)
     average = AveragedModel(net, device="cpu")
@@ -52,19 +39,15 @@ def _by_hand(data, epochs: int, swa_start: int, swa_lr: float, anneal: int, stra
     return net
 
 
-def _state(module: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
 def test_matches_the_swa_utils_recipe_exactly(tmp_path):
     train, _ = loaders(n=32, shuffle=False)
     swa = StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=2, annealing_strategy="linear")
     t = trainer(tmp_path, max_epochs=4, callbacks=[swa], enable_checkpointing=False)
-    module = BNRegressor(scheduler="epoch")
+    module = Regressor(batch_norm=True, scheduler="epoch", momentum=0.0)
     t.fit(module, train)
     expected = _by_hand(train, epochs=4, swa_start=1, swa_lr=0.02, anneal=2, strategy="linear")
     assert swa.start_epoch == 1 and swa.n_averaged == 3
-    got, want = _state(module.net), _state(expected)
+    got, want = state_of(module.net), state_of(expected)
     assert got.keys() == want.keys()
     for name in want:  # weights averaged, BatchNorm statistics recomputed for them
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, msg=name)
@@ -77,7 +60,7 @@ def test_a_resumed_run_ends_with_the_same_average(tmp_path):
 
     def run(root, epochs, **fit):
         swa = StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=1, annealing_epochs=3)
-        module = BNRegressor(scheduler="epoch")
+        module = Regressor(batch_norm=True, scheduler="epoch", momentum=0.0)
         trainer(root, max_epochs=epochs, callbacks=[swa]).fit(module, train, **fit)
         return module, swa
 
@@ -85,8 +68,8 @@ def test_a_resumed_run_ends_with_the_same_average(tmp_path):
     run(tmp_path / "parts", 2)  # its checkpoint holds 2 averaged epochs and SWALR halfway through its annealing
     resumed, resumed_swa = run(tmp_path / "parts", 4, ckpt_path="last")
     assert resumed_swa.n_averaged == whole_swa.n_averaged == 4
-    for name, value in _state(whole).items():
-        torch.testing.assert_close(_state(resumed)[name], value, rtol=0, atol=0, msg=name)
+    for name, value in state_of(whole).items():
+        torch.testing.assert_close(state_of(resumed)[name], value, rtol=0, atol=0, msg=name)
 
 
 def test_a_step_scheduler_stops_when_averaging_starts(tmp_path):
@@ -144,9 +127,14 @@ def test_configuration_errors(tmp_path):
 
 def test_batch_norm_without_forward_needs_a_forward_fn(tmp_path):
     class NoForward(Regressor):
+        forward = nn.Module.forward  # the Regressor's forward taken away
+
         def __init__(self):
-            super().__init__()
-            self.net = _bn_net()
+            super().__init__(batch_norm=True, momentum=0.0)
+
+        def training_step(self, batch, batch_idx):  # without a forward, the loss calls the layers
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
 
     swa = StochasticWeightAveraging(0.1, swa_epoch_start=1)
     with pytest.raises(ValueError, match="NoForward defines no forward\\(\\). Define forward, or pass forward_fn="):

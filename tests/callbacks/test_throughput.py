@@ -8,7 +8,8 @@ import torch
 
 from stoker import Logger, ThroughputMonitor
 from stoker.callbacks import throughput
-from tests.callbacks.modules import Regressor, loaders, trainer
+from tests.callbacks.modules import loaders, trainer
+from tests.helpers.models import Regressor
 
 
 class Clock:

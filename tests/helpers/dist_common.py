@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 
 REPO = Path(__file__).resolve().parent.parent.parent
 if str(REPO) not in sys.path:  # workers run as scripts: make `tests.helpers` and `stoker` importable
     sys.path.insert(0, str(REPO))
+
+from tests.helpers.weights import flat  # noqa: E402,F401 - the workers' `common.flat`
 
 
 def rank() -> int:
@@ -25,17 +26,6 @@ def write_result(out_dir: str | Path, result: dict[str, Any], name: str | None =
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     tmp.replace(path)
-
-
-def flat(model: torch.nn.Module) -> list[float]:
-    """All parameters of ``model`` as one flat list (full tensors, also for FSDP's DTensors)."""
-    out: list[float] = []
-    for p in model.parameters():
-        t = p.detach()
-        if hasattr(t, "full_tensor"):
-            t = t.full_tensor()
-        out.extend(t.float().reshape(-1).tolist())
-    return out
 
 
 def max_diff(a: list[float], b: list[float]) -> float:

@@ -11,14 +11,12 @@ import warnings
 import dist_common as common
 import torch
 
-from stoker import Trainer, TrainingModule
-from tests.helpers.models import make_loader, make_mlp, make_regression_data
+from stoker import Trainer
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
-class NaNOnRank1(TrainingModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = make_mlp(seed=0)
+class NaNOnRank1(Regressor):
+    """The Regressor (SGD, lr 0.05, momentum 0.9) whose loss is NaN on rank 1 at epoch 0, batch 1; nothing logged."""
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -26,9 +24,6 @@ class NaNOnRank1(TrainingModule):
         if self.trainer.accelerator.process_index == 1 and self.trainer.current_epoch == 0 and batch_idx == 1:
             loss = loss * float("nan")
         return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
 out_dir, mode = sys.argv[1], sys.argv[2]

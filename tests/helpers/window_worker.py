@@ -21,6 +21,7 @@ if str(REPO) not in sys.path:  # run as a script: make `stoker` and `tests` impo
 
 from stoker import Accelerator  # noqa: E402
 from tests.helpers.models import make_mlp, make_regression_data  # noqa: E402
+from tests.helpers.weights import params_of  # noqa: E402
 
 SIZES = (1, 3, 2, 5)
 
@@ -45,7 +46,7 @@ def run(mixed_precision: str, save_to: str | None = None, resume_from: str | Non
         if save_to is not None:
             accelerator.save_state(save_to)
             break
-    return [p.detach().clone() for p in model.parameters()]
+    return params_of(model)
 
 
 if __name__ == "__main__":

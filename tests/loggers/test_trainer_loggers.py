@@ -11,8 +11,8 @@ import os
 import pytest
 
 from stoker import CSVLogger, TensorBoardLogger, Trainer
-from tests.callbacks.modules import Regressor, loaders
-from tests.helpers.models import make_loader, make_regression_data
+from tests.callbacks.modules import loaders
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 def _rows(path: str) -> list[dict[str, str]]:

@@ -74,8 +74,7 @@ def test_log_with_all_writes_every_tracker_under_one_version(offline_env, tmp_pa
 @pytest.mark.slow  # one W&B run and one MLflow run through Trainer.fit
 def test_trainer_logs_to_wandb_and_mlflow_loggers(offline_env, tmp_path):
     from stoker import Trainer
-    from tests.helpers.models import make_loader, make_regression_data
-    from tests.trainer.modules import Regressor
+    from tests.helpers.models import Regressor, make_loader, make_regression_data
 
     wandb_logger = WandbLogger(project="fit", save_dir=tmp_path)
     mlflow_logger = MLFlowLogger(experiment_name="fit")

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from stoker import DataModule, Trainer
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 class Data(DataModule):

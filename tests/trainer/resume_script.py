@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from stoker import Callback, Trainer
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.weights import state_of
 
 EPOCHS, N, BATCH, ACCUMULATE = 3, 56, 8, 2  # 7 batches per epoch: windows 2, 2, 2, 1
 
@@ -61,7 +61,7 @@ def run(root: str, kill_at: int | None = None, signal_at: int | None = None, ckp
     module = Killable(kill_at=kill_at, signal_at=signal_at)
     train, val = loaders()
     trainer.fit(module, train, val, ckpt_path=ckpt_path)
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return state_of(module)
 
 
 if __name__ == "__main__":

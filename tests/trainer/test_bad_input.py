@@ -13,7 +13,8 @@ from torch.nn import functional as F
 from stoker import ModelCheckpoint, Trainer
 from tests.helpers.models import batches, make_loader, make_mlp, make_regression_data
 from tests.helpers.sync_counter import SyncCounter
-from tests.trainer.modules import Regressor
+from tests.helpers.weights import params_of
+from tests.helpers.models import Regressor
 
 DATA = make_regression_data(n=64)  # 8 batches of 8
 
@@ -39,10 +40,6 @@ class Loss(Regressor):
 
 def nan(loss: torch.Tensor) -> torch.Tensor:
     return loss * float("nan")
-
-
-def weights(module: torch.nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in module.parameters()]
 
 
 # -- a loss without grad ------------------------------------------------------------------------------------------
@@ -95,7 +92,7 @@ def test_skip_never_reaches_the_optimizer_or_the_scheduler() -> None:
     expected = make_mlp(seed=0)
     kept = [b for i, b in enumerate(batches(DATA, 8)) if i != 2] + [b for i, b in enumerate(batches(DATA, 8))
                                                                     if i != 5]
-    from tests.trainer.modules import make_scheduler
+    from tests.helpers.models import make_scheduler
 
     opt = torch.optim.SGD(expected.parameters(), lr=0.05, momentum=0.9)
     sched = make_scheduler(opt, "lambda")
@@ -158,10 +155,10 @@ class TwoOptimizers(Regressor):
 
 def test_several_optimizers_under_automatic_optimization_point_to_manual_optimization() -> None:
     module = TwoOptimizers()
-    before = weights(module)
+    before = params_of(module)
     with pytest.raises(ValueError, match=r"returned 2 optimizers \(SGD, Adam\).*automatic_optimization = False"):
         bare(max_steps=2).fit(module, make_loader(DATA))
-    for got, want in zip(weights(module), before):
+    for got, want in zip(params_of(module), before):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 

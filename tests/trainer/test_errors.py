@@ -9,8 +9,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Trainer, TrainingModule
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 def bare(**kwargs: Any) -> Trainer:

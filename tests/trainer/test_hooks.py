@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from stoker import Callback, Trainer
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Recorder, Regressor
+from tests.helpers.hooks import HookRecorder, record_hooks
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
          "on_before_zero_grad", "on_train_batch_end"]
@@ -18,22 +18,13 @@ VALIDATION = ["on_validation_start", "on_validation_epoch_start",
               "on_validation_epoch_end", "on_validation_end"]
 
 
+@record_hooks
 class RecordingModule(Regressor):
     """Appends ``m:<hook>`` for every hook the Trainer calls on the module."""
 
     def __init__(self, calls: list[str]) -> None:
         super().__init__()
-        self.calls = calls
-
-
-def _module_hook(name: str):  # noqa: ANN202
-    def hook(self: RecordingModule, *args: Any) -> None:
-        self.calls.append(f"m:{name}")
-    return hook
-
-
-for _name in [n for n in dir(Callback) if n.startswith("on_") or n in ("setup", "teardown")]:
-    setattr(RecordingModule, _name, _module_hook(_name))
+        self.calls, self.tag = calls, "m"
 
 
 def expand(names: list[str]) -> list[str]:
@@ -44,7 +35,7 @@ def expand(names: list[str]) -> list[str]:
 def fit_with_recording(accumulate: int = 1, n: int = 24) -> list[str]:
     calls: list[str] = []
     trainer = Trainer(max_epochs=2, accumulate=accumulate, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, callbacks=[Recorder(calls, "a"), Recorder(calls, "b")])
+                      enable_progress_bar=False, callbacks=[HookRecorder(calls, "a"), HookRecorder(calls, "b")])
     data = make_regression_data(n=n)
     trainer.fit(RecordingModule(calls), make_loader(data, batch_size=8), make_loader(make_regression_data(n=16), batch_size=8))
     return calls
@@ -70,7 +61,7 @@ def test_hook_counts_with_accumulation() -> None:
 def test_validate_test_predict_hooks() -> None:
     calls: list[str] = []
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      callbacks=[Recorder(calls, "a"), Recorder(calls, "b")])
+                      callbacks=[HookRecorder(calls, "a"), HookRecorder(calls, "b")])
     module = RecordingModule(calls)
     loader = make_loader(make_regression_data(n=16), batch_size=8)
     trainer.test(module, loader)
@@ -97,7 +88,7 @@ def test_a_callback_method_that_is_not_a_hook_fails_with_a_suggestion() -> None:
 
 def test_callbacks_must_be_callback_instances() -> None:
     with pytest.raises(TypeError, match="entry #0 is a class"):
-        Trainer(callbacks=[Recorder])
+        Trainer(callbacks=[HookRecorder])
     with pytest.raises(TypeError, match="not a Callback instance"):
         Trainer(callbacks=[object()])
 
@@ -110,7 +101,7 @@ def test_exception_reaches_on_exception_and_teardown() -> None:
             raise RuntimeError("boom")
 
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      callbacks=[Recorder(calls, "a")])
+                      callbacks=[HookRecorder(calls, "a")])
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Boom(calls), make_loader(make_regression_data(n=8)))
     assert calls[-4:] == ["m:on_exception", "a:on_exception", "m:teardown", "a:teardown"]

@@ -12,8 +12,8 @@ import torch
 from stoker import Callback, Trainer
 from stoker.accelerator import parse_precision
 from stoker.callbacks import Timer
-from tests.helpers.models import batches, clone_model, make_loader, make_regression_data, params_of
-from tests.trainer.modules import Regressor, raw_loop
+from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
+from tests.helpers.weights import params_of
 
 
 def bare(**kwargs: Any) -> Trainer:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from stoker import DataModule, Trainer
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.weights import params_of
 
 
 class Data(DataModule):
@@ -117,7 +117,7 @@ def test_ckpt_path_best_and_best_model_score(tmp_path: Any) -> None:
     trainer.fit(module, datamodule=Data())
     assert ckpt.best_model_score == 1.0 and isinstance(ckpt.best_model_score, float)
     assert os.path.basename(trainer.checkpoint_callback.best_model_path) == "epoch=1-step=8"
-    trained = [p.detach().clone() for p in module.parameters()]
+    trained = params_of(module)
     trainer.test(module, datamodule=Data(), ckpt_path="best")  # weights of epoch 1 come back
     assert any(not torch.equal(a, b) for a, b in zip(trained, module.parameters()))
     again = quiet(tmp_path, max_epochs=3, callbacks=[ModelCheckpoint(monitor="score", save_top_k=1)])

@@ -12,8 +12,8 @@ from torch import nn
 
 from stoker import Accelerator, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint
-from tests.helpers.models import make_loader, make_mlp, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_mlp, make_regression_data
+from tests.helpers.weights import assert_same_weights
 
 
 def train(tmp_path: Any, module: TrainingModule, **checkpoint: Any) -> Trainer:
@@ -23,23 +23,17 @@ def train(tmp_path: Any, module: TrainingModule, **checkpoint: Any) -> Trainer:
     return trainer
 
 
-def assert_same(a: nn.Module, b: nn.Module) -> None:
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    assert all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 def test_checkpoint_folder_rebuilds_hparams_and_weights(tmp_path: Any) -> None:
     trained = Regressor(lr=0.1, momentum=0.5, seed=3)
     train(tmp_path, trained)
     path = os.path.join(tmp_path, "checkpoints", "last")
     loaded = Regressor.load_from_checkpoint(path)
     assert type(loaded) is Regressor and loaded.hparams.lr == 0.1 and loaded.hparams.seed == 3
-    assert_same(loaded, trained)
+    assert_same_weights(loaded, trained)
     assert not torch.equal(loaded.net[0].weight, make_mlp(seed=3)[0].weight)  # trained weights, not a fresh init
     again = Regressor.load_from_checkpoint(path, lr=0.5, map_location="cpu")  # overrides win
     assert again.hparams.lr == 0.5 and again.hparams.momentum == 0.5
-    assert_same(again, trained)
+    assert_same_weights(again, trained)
 
 
 def test_on_load_checkpoint_sees_the_trainer_checkpoint(tmp_path: Any) -> None:
@@ -63,7 +57,7 @@ def test_exported_weights_carry_hparams(tmp_path: Any, option: str) -> None:
     for path in (folder, os.path.join(folder, "model.safetensors")):
         loaded = Regressor.load_from_checkpoint(path)
         assert loaded.hparams.lr == 0.2 and loaded.hparams.seed == 4
-        assert_same(loaded, trained)
+        assert_same_weights(loaded, trained)
 
 
 class NeedsWidth(TrainingModule):
@@ -78,7 +72,7 @@ def test_weights_without_hparams_need_the_constructor_arguments(tmp_path: Any) -
     Accelerator(cpu=True).save_model(module, tmp_path / "plain")  # save_model alone writes no hparams.json
     with pytest.raises(ValueError, match=r"needs \['width'\].*no hyperparameters.*width=\.\.\."):
         NeedsWidth.load_from_checkpoint(tmp_path / "plain")
-    assert_same(NeedsWidth.load_from_checkpoint(tmp_path / "plain", width=3), module)
+    assert_same_weights(NeedsWidth.load_from_checkpoint(tmp_path / "plain", width=3), module)
 
 
 def test_hparams_a_checkpoint_cannot_hold_must_be_passed_again(tmp_path: Any) -> None:
@@ -90,7 +84,7 @@ def test_hparams_a_checkpoint_cannot_hold_must_be_passed_again(tmp_path: Any) ->
     with pytest.raises(ValueError, match=r"\['backbone'\] could not be saved.*backbone=\.\.\."):
         NeedsWidth.load_from_checkpoint(tmp_path / "w")
     loaded = NeedsWidth.load_from_checkpoint(tmp_path / "w", backbone=nn.Linear(2, 1))
-    assert_same(loaded, module)
+    assert_same_weights(loaded, module)
 
 
 def test_unusable_paths_and_mismatched_weights(tmp_path: Any) -> None:

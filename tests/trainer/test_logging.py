@@ -12,8 +12,7 @@ import torchmetrics
 from torch.nn import functional as F
 
 from stoker import Callback, CSVLogger, Trainer, TrainingModule
-from tests.helpers.models import make_loader, make_mlp, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_mlp, make_regression_data
 
 
 def bare(**kwargs: Any) -> Trainer:

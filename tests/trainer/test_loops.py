@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from stoker import Callback, Trainer
-from tests.helpers.models import batches, clone_model, make_loader, make_regression_data, params_of
-from tests.trainer.modules import Regressor, raw_loop
+from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
+from tests.helpers.weights import params_of
 
 
 def bare(**kwargs: Any) -> Trainer:

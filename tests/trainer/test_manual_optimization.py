@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from stoker import Callback, Trainer, TrainingModule
 from tests.helpers.models import batches, make_loader, make_mlp, make_regression_data
+from tests.helpers.weights import assert_same_weights, params_of
 
 BATCH = 8
 
@@ -99,11 +100,6 @@ def fit(module: TrainingModule, data: Any, **kwargs: Any) -> Trainer:
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
     trainer.fit(module, make_loader(data, batch_size=BATCH))
     return trainer
-
-
-def assert_same_weights(a: nn.Module, b: nn.Module) -> None:
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(p, q), name
 
 
 def test_two_optimizers_count_every_step_and_match_a_plain_loop(tmp_path: Any) -> None:
@@ -216,7 +212,7 @@ def test_single_optimizer_is_returned_alone_and_fp16_steps(tmp_path: Any) -> Non
 
     module = One()
     module.skipped = 0
-    before = [p.detach().clone() for p in module.parameters()]
+    before = params_of(module)
     trainer = fit(module, make_regression_data(n=32), max_epochs=1, precision="fp16", default_root_dir=tmp_path)
     assert module.skipped < 4 and trainer.global_step == 4 - module.skipped  # an fp16 overflow skip is no step
     assert all(torch.isfinite(p).all() for p in module.parameters())

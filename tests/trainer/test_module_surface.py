@@ -14,8 +14,7 @@ import stoker.trainer.hooks
 from stoker import Callback, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint, ModelSummary
 from stoker.trainer.hooks import HOOKS
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 def quiet(tmp_path: Any, **kwargs: Any) -> Trainer:

@@ -7,8 +7,7 @@ from typing import Any
 import torch
 
 from stoker import Callback, Trainer
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 class DtypeProbe(Callback):

@@ -10,8 +10,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from stoker import Callback, Trainer
-from tests.helpers.models import IN_FEATURES, OUT_FEATURES, make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import IN_FEATURES, OUT_FEATURES, Regressor, make_loader, make_regression_data
 
 
 def bare(**kwargs: Any) -> Trainer:

@@ -14,6 +14,7 @@ import torch
 
 from stoker import Callback, Trainer
 from tests.helpers.dist_spawn import REPO, base_env
+from tests.helpers.weights import assert_same_weights
 from tests.trainer import resume_script
 from tests.trainer.resume_script import ACCUMULATE, BATCH, EPOCHS, N, run
 
@@ -24,12 +25,6 @@ TOTAL_MICRO_BATCHES = EPOCHS * BATCHES_PER_EPOCH
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     return run(str(tmp_path_factory.mktemp("full")))
-
-
-def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], context: str) -> None:
-    assert got.keys() == want.keys()
-    for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=0, atol=0, msg=lambda m: f"{context}: {key}: {m}")
 
 
 class Crash(Exception):
@@ -127,8 +122,7 @@ def test_ckpt_path_that_is_not_a_folder_fails(tmp_path: Any) -> None:
 
 
 def test_resume_at_an_epoch_end_steps_a_plateau_scheduler_with_the_restored_metric(tmp_path: Any) -> None:
-    from tests.helpers.models import make_loader, make_regression_data
-    from tests.trainer.modules import Regressor
+    from tests.helpers.models import Regressor, make_loader, make_regression_data
 
     def fit(root: str, callbacks: list, ckpt_path: str | None = None) -> tuple[dict, float]:
         module = Regressor(lr=0.5, scheduler="plateau", interval="epoch")  # too high: val/loss stalls
