@@ -1,26 +1,43 @@
 """A minimal stand-in for the Trainer, for unit tests of callback logic that needs no training loop.
 
-It has the Trainer attributes callbacks read and a ``save_checkpoint`` that writes a real (tiny) folder
-holding the callbacks' states as JSON, so file-level behaviour (names, rotation, ``last``) is observable.
-Integration tests with the real Trainer live beside these tests.
+``FakeTrainer`` carries only names the real Trainer publishes (its public attributes and properties, the facts
+``fitting``/``window_closed``/``epoch_finished``/``validation_count`` included), so a callback that passes here
+reads nothing a real fit would not give it; setting any other name fails. The one addition is ``saves``: the
+folder names ``save_checkpoint`` was called with, which the tests read (no callback does). Where a real Trainer
+publishes a derived value (``checkpoint_callback``), the fake derives it the same way.
+
+``save_checkpoint`` writes a real (tiny) folder holding the callbacks' states as JSON, so file-level behaviour
+(names, rotation, ``last``) is observable. Integration tests with the real Trainer live beside these tests.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from types import SimpleNamespace
+import tempfile
 from typing import Any
 
 import torch
 
+from stoker import ModelCheckpoint, Trainer
+
+RECORDS = frozenset({"saves"})  # what the fake records for the tests; not a Trainer name
+
+
+@functools.cache
+def published_names() -> frozenset[str]:
+    """The public names of a real Trainer instance: its attributes, properties and methods."""
+    with tempfile.TemporaryDirectory() as root:
+        trainer = Trainer(default_root_dir=root, logger=False, enable_progress_bar=False)
+        return frozenset(n for n in dir(trainer) if not n.startswith("_"))
+
 
 class FakeAccelerator:
+    """The Accelerator's face as the callbacks see it in one CPU process."""
+
     num_processes = 1
     device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self.saved_models: list[str] = []
 
     def wait_for_everyone(self) -> None:
         pass
@@ -32,7 +49,6 @@ class FakeAccelerator:
         os.makedirs(save_directory, exist_ok=True)
         with open(os.path.join(save_directory, "model.safetensors"), "w") as f:
             f.write("weights")
-        self.saved_models.append(save_directory)
 
 
 class FakeModule(torch.nn.Linear):
@@ -43,30 +59,50 @@ class FakeModule(torch.nn.Linear):
         pass
 
 
-class FakeTrainer(SimpleNamespace):
-    def __init__(self, root: str, callbacks: list[Any] = (), **kw: Any) -> None:
-        super().__init__(
-            default_root_dir=root, global_step=0, current_epoch=0, callback_metrics={}, progress_bar_metrics={},
-            should_stop=False, is_global_zero=True, num_training_batches=4, num_val_batches=[], loggers=[],
-            optimizers=[], lr_scheduler_configs=[], log_every_n_steps=1, accelerator=FakeAccelerator(),
-            module=FakeModule(), callbacks=list(callbacks), checkpoint_callback=None, saves=[],
-            training=True, validating=False,
-            # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
-            fitting=False, window_closed=True, epoch_finished=True, validation_count=0,
-        )
-        for key, value in kw.items():
+class FakeTrainer:
+    """A Trainer-shaped object in the state of a fit's first epoch; keyword arguments replace the defaults.
+
+    Example:
+        >>> trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2])
+        >>> trainer.global_step += 2  # a test moves the run along by hand
+    """
+
+    def __init__(self, root: str, callbacks: list[Any] = (), **published: Any) -> None:
+        self.saves: list[str] = []
+        self.default_root_dir = root
+        self.callbacks = list(callbacks)
+        self.global_step = self.current_epoch = 0
+        self.callback_metrics: dict[str, Any] = {}
+        self.progress_bar_metrics: dict[str, Any] = {}
+        self.should_stop, self.is_global_zero = False, True
+        self.num_training_batches, self.num_val_batches = 4, []
+        self.loggers, self.optimizers, self.lr_scheduler_configs = [], [], []
+        self.log_every_n_steps = 1
+        self.accelerator, self.module = FakeAccelerator(), FakeModule()
+        self.training, self.validating = True, False
+        # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
+        self.fitting, self.window_closed, self.epoch_finished, self.validation_count = False, True, True, 0
+        for key, value in published.items():
             setattr(self, key, value)
 
-    def save_checkpoint(self, path: str) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in RECORDS and name not in published_names():
+            raise AttributeError(f"FakeTrainer.{name}: the real Trainer publishes no {name!r}, so a callback must "
+                                 f"not read it. Give the fake only names of the Trainer's public surface.")
+        object.__setattr__(self, name, value)
+
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
+        """The first ``ModelCheckpoint`` among the callbacks, or None (as the Trainer's)."""
+        return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
+
+    def save_checkpoint(self, path: str) -> str:
         os.makedirs(path, exist_ok=True)
         states = {cb.state_key: _jsonable(cb.state_dict()) for cb in self.callbacks}
         with open(os.path.join(path, "state.json"), "w") as f:
             json.dump({"global_step": self.global_step, "callbacks": states}, f)
         self.saves.append(os.path.basename(path))
-
-    def call(self, hook: str, *args: Any) -> None:
-        for cb in self.callbacks:
-            getattr(cb, hook)(self, self.module, *args)
+        return path
 
 
 def read_state(path: str) -> dict[str, Any]:

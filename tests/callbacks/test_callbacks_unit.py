@@ -122,7 +122,7 @@ def test_timer_bad_duration_errors(spec, error):
 def test_timer_stops_at_a_step_boundary_with_a_last_checkpoint(tmp_path, capsys):
     ckpt = ModelCheckpoint()
     timer = Timer({"seconds": 0})
-    trainer = FakeTrainer(str(tmp_path), callbacks=[ckpt, timer], checkpoint_callback=ckpt)
+    trainer = FakeTrainer(str(tmp_path), callbacks=[ckpt, timer])
     ckpt.setup(trainer, trainer.module, "fit")
     timer.on_train_start(trainer, trainer.module)
     trainer.window_closed = False
