@@ -7,8 +7,7 @@ import pytest
 
 from stoker import Trainer
 from stoker.accelerator import InvalidArgumentError
-from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
 def bare(**kwargs) -> Trainer:
