@@ -6,14 +6,7 @@ import os
 import torch
 
 from stoker import Accelerator, CSVLogger, ProjectConfiguration, TensorBoardLogger
-
-
-def _scalars(log_dir):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(log_dir)
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+from tests.helpers.trackers_readback import tensorboard_scalars
 
 
 def test_log_with_tensorboard_and_csv_in_a_training_loop(tmp_path):
@@ -35,7 +28,7 @@ def test_log_with_tensorboard_and_csv_in_a_training_loop(tmp_path):
     accelerator.end_training()
 
     assert tb.log_dir == csv_logger.log_dir == os.path.join(str(tmp_path), "exp", "version_0")
-    scalars = _scalars(tb.log_dir)
+    scalars = tensorboard_scalars(tb.log_dir)
     assert [s for s, _ in scalars["train/loss"]] == [0, 1, 2]
     assert [v for _, v in scalars["train/loss"]] == [torch.tensor(x).float().item() for x in losses]
     with open(csv_logger.metrics_file_path, newline="") as f:

@@ -9,14 +9,11 @@ import torch
 from stoker import CSVLogger, LearningRateMonitor, TensorBoardLogger
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
+from tests.helpers.trackers_readback import tensorboard_events, tensorboard_scalars
 
 
 def _scalars(log_dir):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(log_dir)
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}, acc
+    return tensorboard_scalars(log_dir), tensorboard_events(log_dir)
 
 
 def _csv(logger):

@@ -1,7 +1,8 @@
-"""Reading back what the W&B and MLflow loggers wrote, with those projects' own tools.
+"""Reading back what the TensorBoard, W&B and MLflow loggers wrote, with those projects' own tools.
 
-W&B: an offline run's ``.wandb`` transaction log, printed as JSON records by ``wandb leet inspect --json`` (the
-reader W&B ships). MLflow: ``MlflowClient`` on the same tracking URI.
+TensorBoard: its ``EventAccumulator`` over a log folder. W&B: an offline run's ``.wandb`` transaction log, printed as
+JSON records by ``wandb leet inspect --json`` (the reader W&B ships). MLflow: ``MlflowClient`` on the same tracking
+URI. Each tool is imported where it is used.
 """
 
 from __future__ import annotations
@@ -13,6 +14,21 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def tensorboard_events(log_dir: str | os.PathLike) -> Any:
+    """TensorBoard's ``EventAccumulator`` over the event files in ``log_dir``, loaded."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return events
+
+
+def tensorboard_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag in ``log_dir``, as ``(step, value)`` pairs in the order written."""
+    events = tensorboard_events(log_dir)
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 @dataclass

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from stoker.loggers import CSVLogger, Logger, TensorBoardLogger, build_loggers
+from tests.helpers.trackers_readback import tensorboard_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,14 +20,6 @@ def _read_csv(logger: CSVLogger) -> tuple[list[str], list[dict[str, str]]]:
         reader = csv.DictReader(f)
         rows = list(reader)
         return list(reader.fieldnames or []), rows
-
-
-def _event_accumulator(log_dir: str):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(log_dir)
-    acc.Reload()
-    return acc
 
 
 # --- base -----------------------------------------------------------------------------------------
@@ -93,7 +86,7 @@ def test_tensorboard_scalars_read_back_at_their_steps(tmp_path):
     logger.log_metrics({"train/loss": 0.125})  # step=None -> one past the largest step (6)
     logger.finalize("success")
 
-    acc = _event_accumulator(logger.log_dir)
+    acc = tensorboard_events(logger.log_dir)
     assert set(acc.Tags()["scalars"]) == {"train/loss", "lr"}
     loss = [(e.step, e.value) for e in acc.Scalars("train/loss")]
     assert loss == [(1, 0.5), (5, 0.25), (6, 0.125)]
@@ -109,7 +102,7 @@ def test_tensorboard_versions_increment(tmp_path):
     second.finalize("success")
     assert first.version == 0 and second.version == 1
     assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["version_0", "version_1"]
-    assert [e.value for e in _event_accumulator(second.log_dir).Scalars("a")] == [2.0]
+    assert [e.value for e in tensorboard_events(second.log_dir).Scalars("a")] == [2.0]
 
 
 def test_tensorboard_finalize_is_idempotent_and_logging_after_reopens(tmp_path):
@@ -122,7 +115,7 @@ def test_tensorboard_finalize_is_idempotent_and_logging_after_reopens(tmp_path):
     logger.log_metrics({"x": 2.0}, step=1)
     logger.flush()
     logger.finalize("success")
-    assert [(e.step, e.value) for e in _event_accumulator(logger.log_dir).Scalars("x")] == [(0, 1.0), (1, 2.0)]
+    assert [(e.step, e.value) for e in tensorboard_events(logger.log_dir).Scalars("x")] == [(0, 1.0), (1, 2.0)]
 
 
 def test_tensorboard_hparams_flattened_in_same_run(tmp_path):
@@ -134,7 +127,7 @@ def test_tensorboard_hparams_flattened_in_same_run(tmp_path):
     )
     logger.finalize("success")
 
-    acc = _event_accumulator(logger.log_dir)
+    acc = tensorboard_events(logger.log_dir)
     content = acc.PluginTagToContent("hparams")
     start = HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     hp = start.hparams
@@ -305,7 +298,7 @@ def test_tensorboard_logger_pickles_without_its_open_writer(tmp_path):
     assert copy.log_dir == logger.log_dir
     copy.log_metrics({"a": 2.0}, step=1)
     copy.finalize("success")
-    assert [e.value for e in _event_accumulator(logger.log_dir).Scalars("a")] == [1.0, 2.0]
+    assert [e.value for e in tensorboard_events(logger.log_dir).Scalars("a")] == [1.0, 2.0]
 
 
 def test_hyperparams_of_unsupported_type_are_rejected(tmp_path):

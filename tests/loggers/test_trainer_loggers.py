@@ -13,19 +13,12 @@ import pytest
 from stoker import CSVLogger, TensorBoardLogger, Trainer
 from tests.callbacks.modules import loaders
 from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trackers_readback import tensorboard_scalars
 
 
 def _rows(path: str) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def _tb_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(log_dir)
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def _trainer(root, **kw) -> Trainer:
@@ -61,7 +54,7 @@ def test_loggers_of_one_run_share_one_version(tmp_path):
     t.fit(Regressor(), *loaders())
     expected = str(tmp_path / "stoker_logs" / "version_1")
     assert tb.log_dir == c.log_dir == t.log_dir == expected
-    assert [s for s, _ in _tb_scalars(expected)["train/loss"]] == [1, 2, 3, 4]
+    assert [s for s, _ in tensorboard_scalars(expected)["train/loss"]] == [1, 2, 3, 4]
     assert [r["step"] for r in _rows(c.metrics_file_path)] == ["1", "2", "3", "4"]
     assert sorted(os.listdir(tmp_path / "stoker_logs")) == ["version_0", "version_1"]
 
@@ -88,7 +81,7 @@ def test_logger_names_are_accepted_like_log_with(tmp_path, spec, kinds):
     if CSVLogger in kinds:
         assert [r["step"] for r in _rows(os.path.join(expected, "metrics.csv"))] == ["2", "4"]
     if TensorBoardLogger in kinds:
-        assert [s for s, _ in _tb_scalars(expected)["train/loss"]] == [2, 4]
+        assert [s for s, _ in tensorboard_scalars(expected)["train/loss"]] == [2, 4]
 
 
 def test_unknown_logger_name_lists_the_choices(tmp_path):

@@ -18,7 +18,7 @@ from stoker.accelerator.trackers import NullTracker, find_tracker
 from stoker.loggers import (
     CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger, available_loggers, build_loggers, resolve_logger_spec,
 )
-from tests.helpers.trackers_readback import mlflow_history, mlflow_runs, wandb_runs
+from tests.helpers.trackers_readback import mlflow_history, mlflow_runs, tensorboard_scalars, wandb_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,14 +32,6 @@ def offline_env(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
-
-
-def _tensorboard_scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(log_dir)
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 @pytest.mark.slow  # one W&B run (the W&B service starts) and the MLflow import: several seconds
@@ -59,7 +51,7 @@ def test_log_with_all_writes_every_tracker_under_one_version(offline_env, tmp_pa
     accelerator.end_training()
 
     version_dir = tmp_path / "out" / "exp" / "version_1"
-    assert _tensorboard_scalars(str(version_dir)) == {"train/loss": [(0, 0.5), (1, 0.25)]}
+    assert tensorboard_scalars(str(version_dir)) == {"train/loss": [(0, 0.5), (1, 0.25)]}
     with open(version_dir / "metrics.csv", newline="") as f:
         assert [(r["step"], r["train/loss"]) for r in csv.DictReader(f)] == [("0", "0.5"), ("1", "0.25")]
     (run,) = wandb_runs(version_dir)

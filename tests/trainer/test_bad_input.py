@@ -11,17 +11,12 @@ import torch
 from torch.nn import functional as F
 
 from stoker import ModelCheckpoint, Trainer
-from tests.helpers.models import batches, make_loader, make_mlp, make_regression_data
+from tests.helpers.models import Regressor, batches, make_loader, make_mlp, make_regression_data
 from tests.helpers.sync_counter import SyncCounter
+from tests.helpers.trainers import quiet_trainer as bare
 from tests.helpers.weights import params_of
-from tests.helpers.models import Regressor
 
 DATA = make_regression_data(n=64)  # 8 batches of 8
-
-
-def bare(**kwargs: Any) -> Trainer:
-    kwargs.setdefault("enable_checkpointing", False)
-    return Trainer(logger=False, enable_progress_bar=False, **kwargs)
 
 
 class Loss(Regressor):

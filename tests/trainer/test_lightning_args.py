@@ -13,13 +13,13 @@ from stoker import Callback, Trainer
 from stoker.accelerator import parse_precision
 from stoker.callbacks import Timer
 from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
+from tests.helpers.trainers import quiet_trainer
 from tests.helpers.weights import params_of
 
 
 def bare(**kwargs: Any) -> Trainer:
-    kwargs.setdefault("enable_checkpointing", False)
     kwargs.setdefault("enable_model_summary", False)
-    return Trainer(logger=False, enable_progress_bar=False, **kwargs)
+    return quiet_trainer(**kwargs)
 
 
 class Count(Callback):

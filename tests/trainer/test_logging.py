@@ -13,11 +13,7 @@ from torch.nn import functional as F
 
 from stoker import Callback, CSVLogger, Trainer, TrainingModule
 from tests.helpers.models import Regressor, make_loader, make_mlp, make_regression_data
-
-
-def bare(**kwargs: Any) -> Trainer:
-    kwargs.setdefault("logger", False)
-    return Trainer(enable_checkpointing=False, enable_progress_bar=False, **kwargs)
+from tests.helpers.trainers import quiet_trainer as bare
 
 
 class Classifier(TrainingModule):

@@ -10,11 +10,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from stoker import Callback, Trainer
 from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
+from tests.helpers.trainers import quiet_trainer as bare
 from tests.helpers.weights import params_of
-
-
-def bare(**kwargs: Any) -> Trainer:
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
 
 
 class Where(Callback):

@@ -10,10 +10,7 @@ import torch
 
 from stoker import Callback, Trainer
 from tests.helpers.models import Regressor, make_loader, make_regression_data
-
-
-def bare(**kwargs: Any) -> Trainer:
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
+from tests.helpers.trainers import quiet_trainer as bare
 
 
 class Inspecting(Regressor):

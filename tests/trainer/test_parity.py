@@ -11,11 +11,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from stoker import Callback, Trainer, TrainingModule
 from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
+from tests.helpers.trainers import quiet_trainer as bare
 from tests.helpers.weights import params_of
-
-
-def bare(**kwargs: Any) -> Trainer:
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
 
 
 @pytest.mark.parametrize("accumulate, clip, scheduler", [(1, None, None), (2, 0.5, "step"), (3, 1.0, "lambda")])
