@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -17,9 +18,7 @@ from tests.helpers.trainers import quiet_trainer
 from tests.helpers.weights import params_of
 
 
-def bare(**kwargs: Any) -> Trainer:
-    kwargs.setdefault("enable_model_summary", False)
-    return quiet_trainer(**kwargs)
+bare = functools.partial(quiet_trainer, enable_model_summary=False)  # a quiet Trainer that prints no summary
 
 
 class Count(Callback):

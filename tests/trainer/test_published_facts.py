@@ -4,6 +4,7 @@ validation at every epoch's end, a sanity check, a resumed epoch end)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -11,11 +12,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from stoker import Callback, Trainer
 from tests.helpers.models import IN_FEATURES, OUT_FEATURES, Regressor, make_loader, make_regression_data
+from tests.helpers.trainers import quiet_trainer
 
 
-def bare(**kwargs: Any) -> Trainer:
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, **kwargs)
+bare = functools.partial(quiet_trainer, enable_model_summary=False)  # a quiet Trainer that prints no summary
 
 
 class Facts(Callback):

@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from stoker import Trainer
 from stoker.accelerator import InvalidArgumentError
 from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trainers import quiet_trainer
 
 
-def bare(**kwargs) -> Trainer:
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                   **kwargs)
+bare = functools.partial(quiet_trainer, enable_model_summary=False)  # a quiet Trainer that prints no summary
 
 
 def test_setting_the_accelerators_window_is_the_trainers_window() -> None:
