@@ -94,7 +94,10 @@ class ModelCheckpoint(Callback):
             the new checkpoint is complete; the next save and the end of ``fit`` wait for it. Until then the
             folders at ``best_model_path`` / ``last_model_path`` may still hold the previous state (or not exist
             yet). Holds a CPU copy of the state while writing. Ignored (synchronous) with several processes,
-            FSDP or ``export_weights``.
+            FSDP or ``export_weights``. Without it (the default) each checkpoint's files are written before
+            training goes on and only the commit is in the background (``save_state(background_commit=True)``:
+            the fsyncs, the rename into place, ``last`` and the evictions), with the same waiting rules; no
+            copy of the state is held. Under the same conditions as ``async_save``; otherwise synchronous.
 
     Attributes:
         best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
@@ -283,8 +286,8 @@ class ModelCheckpoint(Callback):
         if getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing (Lightning's rule)
             return
         self._require_dirpath()
-        if self.async_save:  # decide names and the top k against finished folders (the save would wait anyway)
-            checkpoint_io(trainer.accelerator).wait_for_save()
+        if not (self.export_weights or self.save_weights_only):  # names and the top k against finished folders
+            checkpoint_io(trainer.accelerator).wait_for_save()  # (a background commit; the save would wait anyway)
         step = int(trainer.global_step)
         metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
         topk_path, evicted = None, []

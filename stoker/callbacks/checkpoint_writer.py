@@ -8,8 +8,10 @@ Owns, for a save that `ModelCheckpoint` has decided on (its folder names and the
 3. ``last`` as a hard-linked copy of a new top-k folder (no second write);
 4. only then, the removal of the evicted checkpoints (and their exported weights), by the background deleter.
 
-With ``async_save`` in one process, step 1 is ``save_state(async_save=True)`` and steps 3-4 run on the saver thread
-once it has committed. Everything else is collective: every process calls :meth:`CheckpointWriter.write`.
+In one process (full checkpoints, no exported weights) step 1 writes the files and leaves their commit (fsyncs,
+rename into place) to the Accelerator's saver thread (``save_state(background_commit=True)``; with ``async_save``,
+``save_state(async_save=True)``: a copy, written there too), and steps 3-4 run on the saver thread once it has
+committed. Everything else is collective: every process calls :meth:`CheckpointWriter.write`.
 
 Does not own when to save, the names or which checkpoints to keep (`ModelCheckpoint`, checkpoint.py), nor the folder
 operations themselves (checkpoint_files.py names the engine's).
@@ -52,14 +54,17 @@ class CheckpointWriter:
         return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
 
     def write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
-        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. With
-        ``async_save`` (and not ``wait``) the writing, ``last`` and the deletions finish in the background."""
+        """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. Unless
+        ``wait``, in one process the commit (with ``async_save`` also the writing), ``last`` and the deletions
+        finish in the background."""
         accelerator = trainer.accelerator
         last = self.last_path
         first = topk_path or last
         io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
-        if not wait and self.asynchronous(accelerator):  # one process: the follow-up needs no barrier
-            accelerator.save_state(first, async_save=True)
+        if not wait and self.in_background(accelerator):  # one process: the follow-up needs no barrier
+            # async_save: a copy now, written meanwhile; otherwise written now, made durable meanwhile.
+            with io.in_background(copy=self.async_save):
+                trainer.save_checkpoint(first)  # its checks too (no checkpoint after an unchecked NaN loss)
             io.after_save(lambda: self._after_save(topk_path, evicted, io))
             return
         if self.save_weights_only:
@@ -78,15 +83,14 @@ class CheckpointWriter:
             self._remove(evicted, io)
         accelerator.wait_for_everyone()
 
-    def asynchronous(self, accelerator: Any) -> bool:
-        """Whether a save is written in the background: asked for, one process, a strategy that can, and nothing
-        that must be written beside the checkpoint (weights)."""
-        return (self.async_save and not self.export_weights and not self.save_weights_only
-                and accelerator.num_processes == 1
-                and accelerator.strategy.saves_in_background)
+    def in_background(self, accelerator: Any) -> bool:
+        """Whether a save finishes in the background (its commit; with ``async_save`` also its writing): one
+        process and nothing that must be written beside the checkpoint (weights). ``save_state`` itself stays
+        synchronous where the strategy cannot save in the background (FSDP)."""
+        return not self.export_weights and not self.save_weights_only and accelerator.num_processes == 1
 
     def _after_save(self, topk_path: str | None, evicted: list[str], io: Any) -> None:
-        """What follows an asynchronous save once it is committed (on the saver thread): ``last``, evictions."""
+        """What follows a background save once it is committed (on the saver thread): ``last``, evictions."""
         if topk_path is not None and self.save_last:
             copy_folder(topk_path, self.last_path, io)
         self._remove(evicted, io)

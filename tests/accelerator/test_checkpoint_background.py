@@ -232,3 +232,102 @@ def _save_twice(accelerator, path):
     accelerator.save_state(path)
     accelerator.save_state(path)
     accelerator.end_training()
+
+
+# -- background commits (written now, made durable and renamed on the saver thread) ------------------------------------
+@pytest.fixture
+def held_fsyncs(monkeypatch):
+    """Commits on the saver thread (fsyncs, rename) wait until the test sets the returned event."""
+    release = threading.Event()
+    real_commit = checkpoint._commit
+
+    def slow_commit(*args):
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(10)
+        real_commit(*args)
+
+    monkeypatch.setattr(checkpoint, "_commit", slow_commit)
+    yield release
+    release.set()
+
+
+def test_background_commit_writes_the_same_files_as_a_synchronous_one(tmp_path):
+    parts = make()
+    run(parts, 3)
+    parts[0].save_state(tmp_path / "sync")
+    assert parts[0].save_state(tmp_path / "later", background_commit=True) == str(tmp_path / "later")
+    parts[0].end_training()
+    verify_checkpoint(tmp_path / "later")
+    assert manifest(tmp_path / "later") == manifest(tmp_path / "sync")
+
+
+def test_background_commit_appears_only_when_durable_with_the_state_of_its_call(tmp_path, held_fsyncs):
+    parts = make()
+    run(parts, 1)
+    parts[0].save_state(tmp_path / "ckpt")
+    old = manifest(tmp_path / "ckpt")
+    run(parts, 2)
+    expected, windows = weights(parts[1]), parts[5].windows
+    parts[0].save_state(tmp_path / "ckpt", background_commit=True)
+    # Its files are written (hidden, beside the target); until they are on disk the name keeps the old checkpoint.
+    assert visible(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == old
+    assert ".ckpt.stoker-tmp" in hidden(tmp_path)
+    run(parts, 3)  # training goes on and changes the state in place: what was written is the state of the call
+    with torch.no_grad():
+        for p in parts[1].parameters():
+            p.add_(100.0)
+    held_fsyncs.set()
+    parts[0].load_state(tmp_path / "ckpt")  # waits for the commit, then loads it
+    assert manifest(tmp_path / "ckpt") != old
+    assert_same_weights(expected, weights(parts[1]))
+    assert parts[5].windows == windows
+    parts[0].end_training()
+    assert hidden(tmp_path) == []
+
+
+def test_a_failed_background_commit_is_raised_later_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    parts = make()
+    run(parts, 1)
+    parts[0].save_state(tmp_path / "ckpt")
+    expected, good = weights(parts[1]), manifest(tmp_path / "ckpt")
+
+    def failing_fsync(path):
+        raise OSError(5, "Input/output error", path)
+
+    monkeypatch.setattr(background, "_fsync", failing_fsync)
+    run(parts, 2)
+    parts[0].save_state(tmp_path / "ckpt", background_commit=True)  # returns: the commit fails in the background
+    with pytest.raises(OSError, match=r"could not write the checkpoint .*Input/output error.*previous checkpoint"):
+        parts[0].end_training()
+    assert os.listdir(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == good  # no temporary folder left
+    fresh = make()
+    fresh[0].load_state(tmp_path / "ckpt")
+    assert_same_weights(expected, weights(fresh[1]))
+
+
+def test_background_commit_with_rotation_keeps_numbering_and_the_limit(tmp_path):
+    parts = make(project_dir=str(tmp_path), total_limit=2)
+    names = []
+    for _ in range(4):
+        run(parts, 1)
+        names.append(os.path.basename(parts[0].save_state(background_commit=True)))
+    assert names == ["checkpoint_0", "checkpoint_1", "checkpoint_2", "checkpoint_3"]
+    parts[0].end_training()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_2", "checkpoint_3"]
+    fresh = make(project_dir=str(tmp_path))
+    fresh[0].load_state()
+    assert fresh[5].windows == parts[5].windows and fresh[0].save_iteration == 4
+
+
+def test_in_background_chooses_the_mode_of_the_saves_inside_it_only(tmp_path, held_fsyncs):
+    parts = make()
+    run(parts, 1)
+    io = background.checkpoint_io(parts[0])
+    with io.in_background():
+        parts[0].save_state(tmp_path / "later")
+    assert not os.path.exists(tmp_path / "later")  # committed once its fsyncs finish
+    held_fsyncs.set()
+    assert io.mode is None
+    parts[0].save_state(tmp_path / "now")  # outside the block: synchronous (and after the pending commit)
+    verify_checkpoint(tmp_path / "now")
+    verify_checkpoint(tmp_path / "later")

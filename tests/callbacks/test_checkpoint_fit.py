@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from stoker import ModelCheckpoint, load_checkpoint_in_model
+from stoker.accelerator import wait_for_checkpoints
 from stoker.accelerator.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
 from tests.callbacks.modules import loaders, trainer
@@ -24,6 +25,8 @@ def test_default_trainer_checkpoint_saves_last_every_epoch_and_resumes(tmp_path)
     class Record(ModelCheckpoint):  # observe what `last` holds after every epoch-end save
         def on_train_epoch_end(self, trainer, module):
             super().on_train_epoch_end(trainer, module)
+            # The save is committed in the background (fsync, rename); its files were written before it returned.
+            wait_for_checkpoints(trainer.accelerator)
             steps_seen.append(checkpoint_step(self.last_model_path))
 
     train, val = loaders()

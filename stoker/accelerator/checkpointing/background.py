@@ -9,7 +9,9 @@ instance, so two Accelerators never share one), with
   disk mounted with ``discard``); the rename costs microseconds. Trash left by a crash is deleted at the next
   save into the same folder (:func:`sweep_trash`).
 - a small pool that fsyncs many files at once (the file system folds their journal commits into one);
-- a saver: one worker that finishes ``save_state(..., async_save=True)`` in order.
+- a saver: one worker that finishes ``save_state(..., async_save=True)`` and the commits of
+  ``save_state(..., background_commit=True)`` in order (:meth:`CheckpointIO.in_background` chooses either for the
+  saves made inside it).
 
 :meth:`CheckpointIO.wait` is the barrier: the next save, a load, ``end_training()`` and the end of
 ``Trainer.fit`` call it. Worker threads start only when there is work; pending deletions also finish at
@@ -23,7 +25,8 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -84,6 +87,7 @@ class CheckpointIO:
         self._syncer: ThreadPoolExecutor | None = None
         self._saver: ThreadPoolExecutor | None = None
         self._saving: Future | None = None
+        self.mode: str | None = None  # set by :meth:`in_background` for the saves made inside it
 
     # -- deletions ----------------------------------------------------------------------------------------------
     def discard(self, path: str) -> str | None:
@@ -156,6 +160,18 @@ class CheckpointIO:
 
         with self._lock:
             self._saving = self._saver.submit(follow)
+
+    @contextmanager
+    def in_background(self, copy: bool = False) -> Iterator[None]:
+        """``save_state`` calls inside this block finish in the background, as with ``async_save=True`` when
+        ``copy`` is set, else as with ``background_commit=True`` (under the same conditions: one process, a
+        strategy that saves in the background; otherwise they stay synchronous). Lets a caller that saves
+        through another layer (``ModelCheckpoint`` through ``Trainer.save_checkpoint``) choose how."""
+        previous, self.mode = self.mode, "copy" if copy else "commit"
+        try:
+            yield
+        finally:
+            self.mode = previous
 
     def wait_for_save(self) -> None:
         """Waits for the asynchronous save in flight, if any; re-raises its error here (once)."""

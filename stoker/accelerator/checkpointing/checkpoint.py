@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,7 +84,7 @@ def _target(contents: CheckpointContents, output_dir: str | None) -> str:
 
 
 def save_state(contents: CheckpointContents, output_dir: str | None = None, safe_serialization: bool = True, *,
-               async_save: bool = False, **_: Any) -> str:
+               async_save: bool = False, background_commit: bool = False, **_: Any) -> str:
     """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
 
     Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler and counters from the main
@@ -99,6 +100,13 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     on. The next ``save_state``, ``load_state`` and ``end_training()`` wait for it (and raise its error, if it
     failed); until it is committed the previous checkpoints are the loadable ones, also after a crash.
 
+    With ``background_commit=True`` (same conditions) the files are written here, into the hidden temporary
+    folder (no copy of the state is kept in memory), and only the commit runs on the background thread: the
+    fsyncs, the manifest, the rename to ``output_dir`` and the rotation. The folder appears once it is durable
+    (complete or absent, as always); the next save, ``load_state`` and ``end_training()`` wait for it, as for
+    ``async_save``. This takes the disk's flush latency off the caller without holding a copy of the state.
+    (``CheckpointIO.in_background`` selects either mode for the saves made inside it.)
+
     Example:
         >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
         'runs/exp/checkpoints/checkpoint_0'
@@ -108,7 +116,9 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
-    asynchronous = async_save and contents.num_processes == 1 and strategy.saves_in_background
+    background = contents.num_processes == 1 and strategy.saves_in_background
+    async_save, background_commit = async_save or io.mode == "copy", background_commit or io.mode == "commit"
+    asynchronous, deferred = async_save and background, background_commit and background and not async_save
     # Mere references (collective where gathered): every process asks for them. FSDP: none, it saves its shards.
     filed_models = strategy.checkpoint_files_hold(contents.models, [])[0]
     model_states = [contents.model_state(m) for m in filed_models]
@@ -128,7 +138,10 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
         files = _encode_state(contents, filed_models, model_states, auto)
         if asynchronous:
             files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
-            io.submit_save(lambda: _write_and_commit(tmp, target, files, io, rotate))
+            io.submit_save(lambda: _finish(tmp, target, lambda: _write_files(tmp, files), io, rotate))
+        elif deferred:  # written now (the state may change once this returns); durable and renamed meanwhile
+            records = _write_files(tmp, files)
+            io.submit_save(lambda: _finish(tmp, target, lambda: records, io, rotate))
         else:
             records = _write_files(tmp, files)
             if not contents.is_main_process:  # the main process syncs its files with the manifest, at once
@@ -205,10 +218,12 @@ def _commit(tmp: str, target: str, records: dict[str, FileRecord], io: Checkpoin
         rotate_checkpoints(*rotate, io)
 
 
-def _write_and_commit(tmp: str, target: str, files: list, io: CheckpointIO, rotate: tuple[str, int] | None) -> None:
-    """The background half of an asynchronous save."""
+def _finish(tmp: str, target: str, write: Callable[[], dict[str, FileRecord]], io: CheckpointIO,
+            rotate: tuple[str, int] | None) -> None:
+    """The background half of an asynchronous save (``write`` writes the files) or of a background commit
+    (``write`` returns the records of the files already written): commit, or remove ``tmp`` on failure."""
     try:
-        _commit(tmp, target, _write_files(tmp, files), io, rotate)
+        _commit(tmp, target, write(), io, rotate)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
