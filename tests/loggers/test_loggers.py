@@ -93,6 +93,24 @@ def test_tensorboard_scalars_read_back_at_their_steps(tmp_path):
     assert [(e.step, pytest.approx(e.value)) for e in acc.Scalars("lr")] == [(1, 0.1)]
 
 
+def test_tensorboard_writes_one_event_per_log_metrics_call(tmp_path):
+    """All metrics of a call travel to the writer thread as one event (one Summary, a value per metric)."""
+    import glob
+
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_metrics({f"m{i}": float(i) for i in range(5)}, step=3)
+    logger.log_metrics({"m0": 9.0}, step=4)
+    logger.finalize("success")
+    [path] = glob.glob(os.path.join(logger.log_dir, "events.out.tfevents.*"))
+    events = [e for e in EventFileLoader(path).Load() if e.HasField("summary")]
+    assert [(e.step, [v.tag for v in e.summary.value]) for e in events] == [
+        (3, ["m0", "m1", "m2", "m3", "m4"]), (4, ["m0"])]
+    acc = _event_accumulator(logger.log_dir)
+    assert [(e.step, e.value) for e in acc.Scalars("m4")] == [(3, 4.0)]
+
+
 def test_tensorboard_versions_increment(tmp_path):
     first = TensorBoardLogger(tmp_path, name="exp")
     first.log_metrics({"a": 1.0}, step=0)
