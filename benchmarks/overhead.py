@@ -18,7 +18,8 @@ Workloads:
     tiny-300  the tiny MLP in 300-step epochs (issue 15's per-epoch targets for the Trainer).
 
 Trainer runners: ``trainer-bare`` (no logger, bar or checkpoints) and ``trainer-full`` (progress bar, TensorBoard,
-``self.log`` every step, a checkpoint per epoch); each block is one Trainer epoch.
+``self.log`` every step, a checkpoint per epoch); each block is one epoch's worth of Trainer steps, from the middle
+of an epoch to the middle of the next (one epoch end and one epoch start per block).
 
 Adding a runner (e.g. the Trainer) is one decorated function that returns a callable training one epoch::
 
@@ -187,10 +188,14 @@ def accelerator_runner(w: Workload) -> Callable[[], None]:
 
 
 def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
-    """``Trainer.fit`` on a background thread, paced one epoch (= one block) per call; its setup is not timed.
+    """``Trainer.fit`` on a background thread, paced one block per call; its setup is not timed.
 
-    A block runs from releasing an epoch to the start of the next one, so it includes all end-of-epoch work
-    (epoch metrics, the per-epoch checkpoint). The main thread only waits meanwhile; CPU time counts every thread.
+    A block is ``w.steps`` optimizer steps from the middle of one epoch to the middle of the next, so it holds
+    exactly one epoch end (epoch metrics, the per-epoch checkpoint) and one epoch start (iterator set-up). Work
+    that the checkpoint leaves to background threads (its commit: fsyncs and rename; deleting replaced folders)
+    overlaps with the next half epoch, as in a real run, and the block waits for whatever is still pending
+    before it ends: all of it is charged to this runner, none to the next runner's block. The main thread only
+    waits meanwhile; CPU time counts every thread.
     """
     import atexit
     import os
@@ -219,13 +224,18 @@ def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
 
     go, done = threading.Semaphore(0), threading.Semaphore(0)
 
-    class Pacer(Callback):  # the last callback: a block ends when the next epoch starts
+    pause_at = w.steps // 2  # the batch in each epoch where one block ends and the next begins
+
+    class Pacer(Callback):  # the last callback
         started = False
 
-        def on_train_epoch_start(self, trainer: Trainer, module: TrainingModule) -> None:
+        def on_train_batch_end(self, trainer: Trainer, module: TrainingModule, outputs: object, batch: object,
+                               batch_idx: int) -> None:
+            if batch_idx != pause_at:
+                return
             if self.started:
-                # Checkpoint folders replaced by a save are deleted by a background thread: wait, so that this
-                # runner's block pays for it instead of whichever runner's block comes next.
+                # The previous epoch's background checkpoint work (commit, deletions) is finished inside this
+                # block, which it overlapped: this runner pays for it, not whichever runner's block comes next.
                 wait_for_checkpoints(trainer.accelerator)
                 done.release()
             self.started = True
