@@ -9,6 +9,7 @@ import torch
 from stoker.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, Timer
 from stoker.callbacks.timer import parse_duration
 from tests.callbacks.fakes import FakeTrainer
+from tests.helpers.trackers_readback import ListLogger
 
 
 def _validate(trainer, cb, value, name="val/loss"):
@@ -169,20 +170,12 @@ def test_timer_elapsed_survives_state_round_trip(tmp_path):
 
 
 # -- LearningRateMonitor -------------------------------------------------------------------------------------------
-class _ListLogger:
-    def __init__(self):
-        self.rows = []
-
-    def log_metrics(self, metrics, step=None):
-        self.rows.append((step, dict(metrics)))
-
-
 def test_lr_monitor_names_per_param_group_and_repeated_optimizer_classes(tmp_path):
     a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     adamw = torch.optim.AdamW([{"params": a.weight}, {"params": a.bias, "lr": 0.5}], lr=0.1)
     sgd1 = torch.optim.SGD(b.parameters(), lr=0.2, momentum=0.9)
     sgd2 = torch.optim.SGD([{"params": b.weight, "name": "head"}, {"params": b.bias}], lr=0.3)
-    logger = _ListLogger()
+    logger = ListLogger()
     monitor = LearningRateMonitor(logging_interval="epoch", log_momentum=True)
     trainer = FakeTrainer(str(tmp_path), callbacks=[monitor], optimizers=[adamw, sgd1, sgd2], loggers=[logger])
     monitor.on_train_start(trainer, trainer.module)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stoker import Logger, ThroughputMonitor
+from stoker import ThroughputMonitor
 from stoker.callbacks import throughput
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
+from tests.helpers.trackers_readback import ListLogger
 
 
 class Clock:
@@ -33,15 +34,6 @@ class Timed(Regressor):
         return super().validation_step(batch, batch_idx)
 
 
-class Recorder(Logger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[int, dict]] = []
-
-    def log_metrics(self, metrics, step=None):
-        self.rows.append((step, dict(metrics)))
-
-
 @pytest.fixture
 def clock(monkeypatch):
     fake = Clock()
@@ -50,12 +42,12 @@ def clock(monkeypatch):
     return fake
 
 
-def _rows(logger: Recorder, name: str) -> list[tuple[int, float]]:
+def _rows(logger: ListLogger, name: str) -> list[tuple[int, float]]:
     return [(step, row[name]) for step, row in logger.rows if name in row]
 
 
 def test_training_rates_every_n_steps_without_validation_time(tmp_path, clock):
-    logger = Recorder()
+    logger = ListLogger()
     monitor = ThroughputMonitor(flops_per_batch=100.0, peak_flops=1000.0)
     t = trainer(tmp_path, max_epochs=2, callbacks=[monitor], logger=logger, log_every_n_steps=2)
     t.fit(Timed(), *loaders())  # 4 batches of 8 per epoch, 2 validation batches of 8 after each epoch
@@ -73,7 +65,7 @@ def test_training_rates_every_n_steps_without_validation_time(tmp_path, clock):
 
 def test_accumulation_counts_micro_batches_and_reports_per_optimizer_step(tmp_path, clock):
     monitor = ThroughputMonitor(log_every_n_steps=1, batch_size_fn=lambda batch: 2 * len(batch[0]))
-    t = trainer(tmp_path, max_epochs=1, accumulate=2, callbacks=[monitor], logger=Recorder())
+    t = trainer(tmp_path, max_epochs=1, accumulate=2, callbacks=[monitor], logger=ListLogger())
     t.fit(Timed(), loaders()[0])
     rows = _rows(t.logger, "train/device/batches_per_sec")
     assert rows == [(1, 2.0), (2, 2.0)]  # two micro-batches of 0.5 s per step
@@ -90,7 +82,7 @@ def test_module_flops_attribute_items_and_test_stage(tmp_path, clock):
             self.clock.now += 1.0
 
     monitor = ThroughputMonitor(length_fn=lambda batch: batch[0].numel(), log_every_n_steps=4, peak_flops=60.0)
-    t = trainer(tmp_path, max_epochs=1, callbacks=[monitor], logger=Recorder())
+    t = trainer(tmp_path, max_epochs=1, callbacks=[monitor], logger=ListLogger())
     module = WithFlops()
     t.fit(module, loaders()[0])
     assert monitor.metrics["train/device/items_per_sec"] == 8 * 8 / 0.5  # 8 samples of 8 features per 0.5 s

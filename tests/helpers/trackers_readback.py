@@ -1,6 +1,6 @@
 """Reading back what the TensorBoard, W&B and MLflow loggers wrote, with those projects' own tools.
 
-TensorBoard: its ``EventAccumulator`` over a log folder. W&B: an offline run's ``.wandb`` transaction log, printed as
+``ListLogger`` keeps what a logger is given, in memory. TensorBoard: its ``EventAccumulator`` over a log folder. W&B: an offline run's ``.wandb`` transaction log, printed as
 JSON records by ``wandb leet inspect --json`` (the reader W&B ships). MLflow: ``MlflowClient`` on the same tracking
 URI. Each tool is imported where it is used.
 """
@@ -14,6 +14,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stoker import Logger
+
+
+class ListLogger(Logger):
+    """A Logger that keeps every ``log_metrics`` call as ``(step, metrics)`` in ``rows``; it writes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int | None, dict[str, Any]]] = []
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self.rows.append((step, dict(metrics)))
 
 
 def tensorboard_events(log_dir: str | os.PathLike) -> Any:
