@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.helpers.launches import Launches, session_launches_for
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -14,3 +18,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("stress")])
         items[:] = kept
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_launches(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
+    """The runs registered with ``tests.helpers.launches.session_run`` that selected tests use, started in the
+    background with the session's first test (autouse), two at a time; a test reads its run's result."""
+    yield from session_launches_for(request, tmp_path_factory)

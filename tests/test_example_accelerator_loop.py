@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.launches import Launches, session_run
+
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "accelerator_loop.py"
 TINY = ["--samples", "256", "--batch-size", "16", "--epochs", "3", "--cpu"]
 
@@ -22,9 +24,15 @@ for mp in ("no", "fp16"):
 """
 
 
-def test_example_runs_and_learns_in_full_precision_and_fp16() -> None:
+@session_run("accelerator_loop", "test_example_runs_and_learns_in_full_precision_and_fp16")
+def _run_example(tmp: Path) -> subprocess.CompletedProcess:
     code = _RUNNER.format(script=str(SCRIPT), tiny=TINY)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_example_runs_and_learns_in_full_precision_and_fp16(session_launches: Launches) -> None:
+    """The script run in a subprocess started with the other example scripts' (``tests/helpers/launches.py``)."""
+    proc = session_launches.result("accelerator_loop")
     assert proc.returncode == 0, proc.stderr
     outputs = dict(re.findall(r"=== run (\w+)\n(.*?)(?==== run|\Z)", proc.stdout, flags=re.S))
     assert sorted(outputs) == ["fp16", "no"]

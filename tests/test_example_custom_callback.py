@@ -8,12 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.launches import Launches, session_run
+
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "custom_callback.py"
 
 
-def test_example_crashes_resumes_and_restores_the_callback_state(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--root", str(tmp_path), "--epochs", "2", "--crash-at", "7"],
-                          capture_output=True, text=True, timeout=300)
+@session_run("custom_callback", "test_example_crashes_resumes_and_restores_the_callback_state")
+def _run_example(tmp: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(tmp), "--epochs", "2", "--crash-at", "7"],
+                          capture_output=True, text=True, timeout=300), tmp
+
+
+def test_example_crashes_resumes_and_restores_the_callback_state(session_launches: Launches) -> None:
+    """The script run in a subprocess started with the other example scripts' (``tests/helpers/launches.py``)."""
+    proc, tmp_path = session_launches.result("custom_callback")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "run 2: simulated crash after step 7" in out

@@ -12,6 +12,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from tests.helpers.dist_spawn import base_env
+from tests.helpers.launches import Launches, session_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "accelerator_resume.py"
 
@@ -27,12 +28,19 @@ def output(proc: subprocess.Popen) -> str:
     return out
 
 
-def test_example_stops_resumes_and_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+@session_run("accelerator_resume", "test_example_stops_resumes_and_matches_the_uninterrupted_run")
+def _run_example(tmp_path: Path) -> tuple[Path, str, str, str]:
     full_dir, resumed_dir = tmp_path / "full", tmp_path / "resumed"
-    full, stopped = start(full_dir), start(resumed_dir, "--stop-at-step", "9")  # two cores: two at once
+    full, stopped = start(full_dir), start(resumed_dir, "--stop-at-step", "9")  # two at once
     full_out, stopped_out = output(full), output(stopped)
+    return tmp_path, full_out, stopped_out, output(start(resumed_dir))
+
+
+def test_example_stops_resumes_and_matches_the_uninterrupted_run(session_launches: Launches) -> None:
+    """The runs in subprocesses started with the other example scripts' (``tests/helpers/launches.py``)."""
+    tmp_path, full_out, stopped_out, resumed_out = session_launches.result("accelerator_resume")
+    full_dir, resumed_dir = tmp_path / "full", tmp_path / "resumed"
     assert "stopping at step 9: saved" in stopped_out and "weights digest" not in stopped_out
-    resumed_out = output(start(resumed_dir))
     assert "resumed at step 9, epoch 1; next checkpoint: checkpoint_3" in resumed_out
     digests = [re.search(r"weights digest: (\w+)", out).group(1) for out in (full_out, resumed_out)]
     assert digests[0] == digests[1]

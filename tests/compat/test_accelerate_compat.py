@@ -8,7 +8,8 @@ place, in one and in two processes on CPU (select it with ``-m compat``).
 * Accelerate's examples run from adapted copies (``examples/``: Accelerate's training code with stoker's import
   and offline stand-ins for the downloaded data, model and metric), through their own ``main()``.
 
-Each process count is one launch of ``run_cases.py`` (interpreter start-up dominates); every case is one test.
+Each process count is one launch of ``run_cases.py`` (interpreter start-up dominates), started in the background
+when the session starts (``tests/helpers/launches.py``); every case is one test.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import pytest
 from tests.compat.cases import CASES, Case, difference
 from tests.compat.example_cases import EXAMPLES
 from tests.helpers.dist_spawn import base_env, read_results, run_workers
+from tests.helpers.launches import Launches, session_run
 
-pytestmark = [pytest.mark.compat, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(450)]
 WORKER = Path(__file__).resolve().parent / "run_cases.py"
 
 
@@ -39,10 +41,10 @@ def _launch(out: Path, processes: int) -> dict[str, Any]:
                     "pip install -e '.[test]' (accelerate is a test-only dependency)")
     if processes == 1:
         done = subprocess.run([sys.executable, str(WORKER), str(out)], env=base_env(), capture_output=True, text=True,
-                              timeout=240)
+                              timeout=400)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     else:
-        ranks = run_workers(WORKER, [out], nprocs=processes, timeout=240, check=False)
+        ranks = run_workers(WORKER, [out], nprocs=processes, timeout=400, check=False)
         assert all(r.returncode == 0 for r in ranks), "\n".join(r.output[-2000:] for r in ranks)
     per_rank = read_results(out, processes)
     results = {case_id: "\n".join(f"rank {r}: {res['results'][case_id]}" for r, res in enumerate(per_rank)
@@ -51,14 +53,26 @@ def _launch(out: Path, processes: int) -> dict[str, Any]:
     return {"results": results, "observed": [res["observed"] for res in per_rank]}
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _launch(tmp_path_factory.mktemp("compat1"), 1)
+@session_run("compat_one_process", "test_script_in_one_process", "test_example_in_one_process")
+def _one_process_run(out: Path) -> dict[str, Any]:
+    return _launch(out, 1)
 
 
-@pytest.fixture(scope="module")
-def two_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _launch(tmp_path_factory.mktemp("compat2"), 2)
+@session_run("compat_two_processes", "test_script_in_two_processes", "test_example_in_two_processes")
+def _two_processes_run(out: Path) -> dict[str, Any]:
+    return _launch(out, 2)
+
+
+@pytest.fixture
+def one_process(session_launches: Launches) -> dict[str, Any]:
+    """The one-process run, started in the background with the session (``tests/helpers/launches.py``)."""
+    return session_launches.result("compat_one_process")
+
+
+@pytest.fixture
+def two_processes(session_launches: Launches) -> dict[str, Any]:
+    """The two-process run, started in the background with the session (``tests/helpers/launches.py``)."""
+    return session_launches.result("compat_two_processes")
 
 
 def _check(run: dict[str, Any], case: Case, processes: int) -> None:

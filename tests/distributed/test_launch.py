@@ -1,18 +1,21 @@
 """Launching: the Accelerator example under ``torchrun --nproc_per_node=2``, the char-LM Trainer example on two
 "nodes" (two torchrun agents, one process each, c10d rendezvous on 127.0.0.1), and device counts for
-``Trainer(devices=N)``."""
+``Trainer(devices=N)``. The two launches start together (``tests/helpers/launches.py``)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stoker.accelerator.launch import ensure_processes, resolve_num_processes
+from tests.helpers.launches import Launches, launches_for
 from tests.helpers.dist_spawn import REPO, base_env, collect, free_port
 
 EXAMPLE = REPO / "examples" / "accelerator_loop.py"
@@ -24,11 +27,41 @@ def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-@pytest.mark.distributed
-@pytest.mark.timeout(120)
-def test_example_runs_unchanged_under_torchrun_nproc_per_node_2() -> None:
+def _example_under_torchrun() -> subprocess.CompletedProcess:
     cmd = _torchrun("--standalone", "--nproc_per_node=2", str(EXAMPLE), *TINY, "--epochs", "3")
-    proc = subprocess.run(cmd, env=base_env(), cwd=REPO, capture_output=True, text=True, timeout=110)
+    return subprocess.run(cmd, env=base_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _char_lm_on_two_nodes(root: Path) -> tuple[Path, list]:
+    # examples/char_lm.py (a Trainer script) unchanged: two torchrun agents, one process each, meet on 127.0.0.1.
+    port, run_id = free_port(), uuid.uuid4().hex[:8]
+    procs = []
+    for node_rank in range(2):
+        cmd = _torchrun("--nnodes=2", "--nproc_per_node=1", f"--node_rank={node_rank}", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
+                        str(CHAR_LM), "--tiny", "--root", str(root))
+        procs.append(subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    return root, collect(procs, timeout=300)
+
+
+TORCHRUN_TEST = "test_example_runs_unchanged_under_torchrun_nproc_per_node_2"
+NODES_TEST = "test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous"
+
+
+@pytest.fixture(scope="module")
+def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
+    """The two torchrun launches at once (their agents import torch on one core each; see
+    ``tests/helpers/launches.py``)."""
+    root = tmp_path_factory.mktemp("char_lm_nodes")
+    yield from launches_for(request, {"torchrun": ({TORCHRUN_TEST}, _example_under_torchrun),
+                                      "nodes": ({NODES_TEST}, functools.partial(_char_lm_on_two_nodes, root))})
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_example_runs_unchanged_under_torchrun_nproc_per_node_2(launches: Launches) -> None:
+    proc = launches.result("torchrun")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # accelerator.print: the main process only. 256 samples in batches of 16 over 2 processes, windows of 2:
     # 4 optimizer steps per epoch (half of one process's 8), and OneCycleLR (sized for one process) fits exactly.
@@ -40,25 +73,16 @@ def test_example_runs_unchanged_under_torchrun_nproc_per_node_2() -> None:
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(150)
-def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(tmp_path: Path) -> None:
-    # examples/char_lm.py (a Trainer script) unchanged: two torchrun agents, one process each, meet on 127.0.0.1.
-    port, run_id = free_port(), uuid.uuid4().hex[:8]
-    procs = []
-    for node_rank in range(2):
-        cmd = _torchrun("--nnodes=2", "--nproc_per_node=1", f"--node_rank={node_rank}", "--rdzv-backend=c10d",
-                        f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", "--max-restarts=0",
-                        str(CHAR_LM), "--tiny", "--root", str(tmp_path))
-        procs.append(subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    results = collect(procs, timeout=140)
+@pytest.mark.timeout(400)
+def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(launches: Launches) -> None:
+    root, results = launches.result("nodes")
     out = "".join(r.output for r in results)
     # Each node's process prints its summary; both trained the same 6 steps and agree on the synced perplexity.
     assert out.count("6 optimizer steps") == 2, out
     ppl = re.findall(r"validation perplexity (\S+)", out)
     assert len(ppl) == 2 and ppl[0] == ppl[1], out
-    assert sorted(p.name for p in (tmp_path / "stoker_logs").iterdir()) == ["version_0"]  # one writer
-    assert (tmp_path / "checkpoints" / "last" / "random_states_1.safetensors").exists()
+    assert sorted(p.name for p in (root / "stoker_logs").iterdir()) == ["version_0"]  # one writer
+    assert (root / "checkpoints" / "last" / "random_states_1.safetensors").exists()
 
 
 def test_resolve_num_processes() -> None:

@@ -5,15 +5,18 @@ processes agree on the highest signal any of them got (not the sum)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.launches import Launches, launches_for
 from tests.helpers.dist_spawn import REPO, base_env, run_workers
 
 WORKER = REPO / "tests" / "helpers" / "signal_worker.py"
@@ -42,25 +45,18 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.distributed
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
-                         ids=lambda s: s.name)
-def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(tmp_path: Path,
-                                                                             sig: signal.Signals) -> None:
-    proc = subprocess.Popen([sys.executable, str(WORKER), str(tmp_path)], env=base_env(), cwd=REPO,
+def _signal_run(out: Path, sig: signal.Signals) -> dict:
+    """Starts the ``Trainer(devices=2)`` script, sends ``sig`` to the launcher once rank 0 trained 2 steps, and
+    returns the launcher's status and output, and which workers were still alive right after it exited."""
+    proc = subprocess.Popen([sys.executable, str(WORKER), str(out)], env=base_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     pids: list[int] = []
     try:
-        _wait_for(tmp_path / "ready", proc, 150)
-        pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+        _wait_for(out / "ready", proc, 240)
+        pids = [int((out / f"pid{r}").read_text()) for r in range(2)]
         proc.send_signal(sig)
-        out = proc.communicate(timeout=60)[0]
-        assert proc.returncode == 128 + sig, out[-3000:]
-        assert out.count(f"preempted by {sig.name} at step") == 1, out[-3000:]  # one save, announced once
-        assert f"{sig.name} was forwarded to the 2 workers; they stopped with exit code {128 + sig}" in out
-        assert (tmp_path / "checkpoints" / "last" / "stoker_manifest.json").exists()
-        assert not [p for p in pids if _alive(p)], "workers still running after the launcher exited"
+        output = proc.communicate(timeout=90)[0]
+        return {"returncode": proc.returncode, "out": output, "alive": [p for p in pids if _alive(p)], "dir": out}
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -70,10 +66,45 @@ def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(t
             proc.wait()
 
 
+def _agree_run(out: Path) -> list[str]:
+    results = run_workers("signal_agree_worker.py", [out], timeout=180)
+    return [line.split()[-1] for r in results for line in r.output.splitlines() if line.startswith("agreed")] \
+        + ["\n".join(r.output for r in results)]
+
+
+SIGNALS = [signal.SIGUSR1, signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+SIGNAL_TEST = "test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit"
+
+
+@pytest.fixture(scope="module")
+def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
+    """Every selected test's launch at once (they share the cores); see ``tests/helpers/launches.py``."""
+    runs = {sig.name: ({f"{SIGNAL_TEST}[{sig.name}]"}, functools.partial(_signal_run, tmp_path_factory.mktemp(
+        sig.name), sig)) for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGTERM)}
+    runs["agree"] = ({"test_processes_agree_on_the_highest_signal_not_the_sum"},
+                     functools.partial(_agree_run, tmp_path_factory.mktemp("agree")))
+    yield from launches_for(request, runs)
+
+
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
-def test_processes_agree_on_the_highest_signal_not_the_sum(tmp_path: Path) -> None:
-    results = run_workers("signal_agree_worker.py", [tmp_path], timeout=110)
-    agreed = [line.split()[-1] for r in results for line in r.output.splitlines() if line.startswith("agreed")]
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(launches: Launches,
+                                                                             sig: signal.Signals) -> None:
+    """Each signal in its own launch (the three run at once): status 128+sig, one announced save, a checkpoint,
+    and no worker left running once the launcher exited."""
+    run = launches.result(sig.name)
+    out = run["out"]
+    assert run["returncode"] == 128 + sig, out[-3000:]
+    assert out.count(f"preempted by {sig.name} at step") == 1, out[-3000:]  # one save, announced once
+    assert f"{sig.name} was forwarded to the 2 workers; they stopped with exit code {128 + sig}" in out
+    assert (run["dir"] / "checkpoints" / "last" / "stoker_manifest.json").exists()
+    assert not run["alive"], "workers still running after the launcher exited"
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_processes_agree_on_the_highest_signal_not_the_sum(launches: Launches) -> None:
+    *agreed, output = launches.result("agree")
     # cases: both SIGTERM (15+15 would be 30), SIGTERM and nothing, SIGUSR1 and SIGTERM, nothing at all
-    assert agreed == ["15", "15", "15", "None"] * 2, "\n".join(r.output for r in results)
+    assert agreed == ["15", "15", "15", "None"] * 2, output

@@ -2,21 +2,27 @@
 torchmetrics, main-process-only writing, SIGTERM on one rank (all stop at the same step, one checkpoint) and an
 exact resume, a rank that dies, and FSDP through the Trainer.
 
-The worker is ``tests/helpers/dist_trainer_worker.py``; each run writes what every rank saw as JSON.
+The worker is ``tests/helpers/dist_trainer_worker.py``; each run writes what every rank saw as JSON. The independent
+launches (the full/preempted/resumed sequence, the FSDP run, the dying rank) start together
+(``tests/helpers/launches.py``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.launches import Launches, launches_for
 from tests.helpers.dist_spawn import HELPERS, REPO, base_env, run_workers
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 WORKER = HELPERS / "dist_trainer_worker.py"
 
 
@@ -24,21 +30,51 @@ def _read(out: Path, mode: str) -> list[dict]:
     return [json.loads((out / f"rank{r}-{mode}.json").read_text()) for r in range(2)]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, list[dict]], list]:
-    out = tmp_path_factory.mktemp("trainer")
+def _full_sigterm_resume(out: Path) -> tuple[Path, str, dict[str, list[dict]], list]:
+    """The uninterrupted run, then a preempted run and its resume (in that order: the resume reads its checkpoint)."""
     # No RANK/WORLD_SIZE in the environment: Trainer(devices=2) starts the two processes itself.
     full = subprocess.run([sys.executable, str(WORKER), str(out), "full"], env=base_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=200)
+                          capture_output=True, text=True, timeout=300)
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
-    preempted = run_workers(WORKER, [out, "sigterm"], timeout=120, check=False)
+    preempted = run_workers(WORKER, [out, "sigterm"], timeout=240, check=False)
     assert [r.returncode for r in preempted] == [143, 143], "\n".join(r.output[-2000:] for r in preempted)
     last = out / "run_preempted" / "checkpoints"
     (out / "after_sigterm.json").write_text(json.dumps({
         "folders": sorted(p.name for p in last.iterdir()),
         "state": json.loads((last / "last" / "stoker_state.json").read_text())}))
-    run_workers(WORKER, [out, "resume"], timeout=120)
+    run_workers(WORKER, [out, "resume"], timeout=240)
     return out, full.stdout + full.stderr, {m: _read(out, m) for m in ("full", "sigterm", "resume")}, preempted
+
+
+def _fsdp(out: Path) -> tuple[Path, list[dict]]:
+    run_workers(WORKER, [out, "fsdp"], timeout=240)
+    return out, _read(out, "fsdp")
+
+
+def _die(out: Path) -> list:
+    return run_workers(WORKER, [out, "die"], timeout=240, check=False)  # a hang would fail by timeout
+
+
+FSDP_TEST = "test_fsdp_through_the_trainer_matches_ddp"
+
+
+@pytest.fixture(scope="module")
+def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
+    """The three independent launches (full/sigterm/resume in sequence, fsdp, die) at once
+    (``tests/helpers/launches.py``)."""
+    chain_users = {name for name, obj in globals().items() if name.startswith("test_")
+                   and "runs" in inspect.signature(obj).parameters}
+    yield from launches_for(request, {
+        "runs": (chain_users, functools.partial(_full_sigterm_resume, tmp_path_factory.mktemp("trainer"))),
+        "fsdp": ({FSDP_TEST}, functools.partial(_fsdp, tmp_path_factory.mktemp("trainer_fsdp"))),
+        "die": ({"test_a_rank_that_dies_makes_the_other_exit_with_an_error"},
+                functools.partial(_die, tmp_path_factory.mktemp("trainer_die"))),
+    })
+
+
+@pytest.fixture
+def runs(launches: Launches) -> tuple[Path, str, dict[str, list[dict]], list]:
+    return launches.result("runs")
 
 
 def test_devices_2_from_a_plain_python_process_runs_ddp(runs: tuple) -> None:
@@ -97,17 +133,16 @@ def test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run(runs: t
             assert resumed[key] == full[key], key
 
 
-def test_a_rank_that_dies_makes_the_other_exit_with_an_error(tmp_path: Path) -> None:
-    ranks = run_workers(WORKER, [tmp_path, "die"], timeout=90, check=False)  # a hang would fail by timeout
+def test_a_rank_that_dies_makes_the_other_exit_with_an_error(launches: Launches) -> None:
+    ranks = launches.result("die")
     assert ranks[1].returncode == 3
     assert ranks[0].returncode not in (0, None)
     assert "peer" in ranks[0].output.lower() or "connection" in ranks[0].output.lower(), ranks[0].output[-2000:]
 
 
-def test_fsdp_through_the_trainer_matches_ddp(runs: tuple) -> None:
-    out = runs[0]
-    run_workers(WORKER, [out, "fsdp"], timeout=120)
-    fsdp, full = _read(out, "fsdp"), runs[2]["full"]
+def test_fsdp_through_the_trainer_matches_ddp(runs: tuple, launches: Launches) -> None:
+    out, fsdp = launches.result("fsdp")
+    full = runs[2]["full"]
     assert [r["strategy"] for r in fsdp] == ["FSDP"] * 2
     assert max(abs(a - b) for a, b in zip(fsdp[0]["weights"], full[0]["weights"])) < 1e-5
     assert fsdp[0]["val/mse"] == pytest.approx(full[0]["val/mse"], rel=1e-5)

@@ -16,7 +16,6 @@ from pathlib import Path
 import dist_common as common  # noqa: F401 - puts the repo on sys.path
 import torch
 import torch.nn.functional as F
-import torchmetrics
 from torch.utils.data import DataLoader
 
 from stoker import Callback, CSVLogger, Trainer, TrainingModule
@@ -28,6 +27,8 @@ ROOT = OUT / {"sigterm": "run_preempted", "resume": "run_preempted"}.get(MODE, f
 
 class Regressor(TrainingModule):
     def __init__(self) -> None:
+        import torchmetrics  # here, not at the top: the launching process of "full" never builds the module
+
         super().__init__()
         self.net = torch.nn.Sequential(make_mlp(seed=7), torch.nn.Dropout(0.2))
         self.val_mse = torchmetrics.MeanSquaredError()
