@@ -1,24 +1,22 @@
 """``stoker launch`` for real: the Accelerator example in 2 gloo processes, the settings reaching every Accelerator,
 SIGTERM forwarded to the workers, and one process run without a launcher (the script replaces ``stoker launch``).
 
-The launches are independent: a module fixture starts those of the selected tests together, so that a launcher
-importing on one core overlaps the others' work (``tests/helpers/launches.py``); each test asserts on its own."""
+The launches are independent: each runs in the background from the session's start, so that a launcher importing
+on one core overlaps other work (``tests/helpers/launches.py``); each test asserts on its own run."""
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.launches import Launches, launches_for
+from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import REPO, base_env
 
 EXAMPLE = REPO / "examples" / "accelerator_loop.py"
@@ -81,24 +79,18 @@ def _failing(out: Path) -> subprocess.CompletedProcess:
     return _run([*MODULE, "launch", "--num_processes", "2", "--cpu", str(script)])
 
 
-@pytest.fixture(scope="module")
-def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
-    tmp = tmp_path_factory.mktemp
-    yield from launches_for(request, {
-        "bf16": ({"test_example_in_two_processes_with_bf16_from_the_launcher"}, _example_bf16),
-        "settings": ({"test_every_process_gets_the_settings_through_the_environment"},
-                     functools.partial(_settings, tmp("settings"))),
-        "sigterm": ({"test_sigterm_to_stoker_launch_reaches_every_worker"}, functools.partial(_sigterm, tmp("sig"))),
-        "one": ({"test_one_process_runs_the_script_in_place_of_the_launcher"},
-                functools.partial(_one_process, tmp("one"))),
-        "failing": ({"test_a_failing_worker_fails_the_launch_with_its_status"}, functools.partial(_failing, tmp("f"))),
-    })
+# Each in the background from the session's start (tests/helpers/launches.py).
+session_run("cli_bf16", "test_example_in_two_processes_with_bf16_from_the_launcher")(lambda tmp: _example_bf16())
+session_run("cli_settings", "test_every_process_gets_the_settings_through_the_environment")(_settings)
+session_run("cli_sigterm", "test_sigterm_to_stoker_launch_reaches_every_worker")(_sigterm)
+session_run("cli_one_process", "test_one_process_runs_the_script_in_place_of_the_launcher")(_one_process)
+session_run("cli_failing", "test_a_failing_worker_fails_the_launch_with_its_status")(_failing)
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_example_in_two_processes_with_bf16_from_the_launcher(launches: Launches) -> None:
-    proc = launches.result("bf16")
+def test_example_in_two_processes_with_bf16_from_the_launcher(session_launches: Launches) -> None:
+    proc = session_launches.result("cli_bf16")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     # The example builds its Accelerator with mixed_precision=None (its default): the launcher's bf16 applies;
@@ -110,8 +102,8 @@ def test_example_in_two_processes_with_bf16_from_the_launcher(launches: Launches
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_every_process_gets_the_settings_through_the_environment(launches: Launches) -> None:
-    proc, out = launches.result("settings")
+def test_every_process_gets_the_settings_through_the_environment(session_launches: Launches) -> None:
+    proc, out = session_launches.result("cli_settings")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = [json.loads((out / f"rank_{r}.json").read_text()) for r in range(2)]
     for rank, facts in enumerate(ranks):
@@ -125,8 +117,8 @@ def test_every_process_gets_the_settings_through_the_environment(launches: Launc
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_sigterm_to_stoker_launch_reaches_every_worker(launches: Launches) -> None:
-    returncode, out, tmp_path = launches.result("sigterm")
+def test_sigterm_to_stoker_launch_reaches_every_worker(session_launches: Launches) -> None:
+    returncode, out, tmp_path = session_launches.result("cli_sigterm")
     assert sorted(p.name for p in tmp_path.glob("sigterm_*")) == ["sigterm_0", "sigterm_1"], out
     assert all((tmp_path / f"sigterm_{r}").read_text() == str(int(signal.SIGTERM)) for r in range(2))
     assert returncode == 128 + signal.SIGTERM, out
@@ -135,8 +127,8 @@ def test_sigterm_to_stoker_launch_reaches_every_worker(launches: Launches) -> No
 
 @pytest.mark.slow  # two interpreter start-ups with torch (the launcher, then the script in its place)
 @pytest.mark.timeout(400)
-def test_one_process_runs_the_script_in_place_of_the_launcher(launches: Launches) -> None:
-    returncode, pid, out, tmp_path = launches.result("one")
+def test_one_process_runs_the_script_in_place_of_the_launcher(session_launches: Launches) -> None:
+    returncode, pid, out, tmp_path = session_launches.result("cli_one_process")
     assert returncode == 0, out
     facts = json.loads((tmp_path / "rank_0.json").read_text())
     assert facts["pid"] == pid  # exec: no launcher process stands between the script and its signals
@@ -146,7 +138,7 @@ def test_one_process_runs_the_script_in_place_of_the_launcher(launches: Launches
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_a_failing_worker_fails_the_launch_with_its_status(launches: Launches) -> None:
-    proc = launches.result("failing")
+def test_a_failing_worker_fails_the_launch_with_its_status(session_launches: Launches) -> None:
+    proc = session_launches.result("cli_failing")
     assert proc.returncode == 7, proc.stdout + proc.stderr
     assert "the 2-process run failed: rank 1 (exit code 7)" in proc.stderr

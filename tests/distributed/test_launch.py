@@ -1,21 +1,20 @@
 """Launching: the Accelerator example under ``torchrun --nproc_per_node=2``, the char-LM Trainer example on two
 "nodes" (two torchrun agents, one process each, c10d rendezvous on 127.0.0.1), and device counts for
-``Trainer(devices=N)``. The two launches start together (``tests/helpers/launches.py``)."""
+``Trainer(devices=N)``. The two launches run in the background from the session's
+start (``tests/helpers/launches.py``)."""
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stoker.accelerator.launch import ensure_processes, resolve_num_processes
-from tests.helpers.launches import Launches, launches_for
+from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import REPO, base_env, collect, free_port
 
 EXAMPLE = REPO / "examples" / "accelerator_loop.py"
@@ -49,19 +48,15 @@ TORCHRUN_TEST = "test_example_runs_unchanged_under_torchrun_nproc_per_node_2"
 NODES_TEST = "test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous"
 
 
-@pytest.fixture(scope="module")
-def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
-    """The two torchrun launches at once (their agents import torch on one core each; see
-    ``tests/helpers/launches.py``)."""
-    root = tmp_path_factory.mktemp("char_lm_nodes")
-    yield from launches_for(request, {"torchrun": ({TORCHRUN_TEST}, _example_under_torchrun),
-                                      "nodes": ({NODES_TEST}, functools.partial(_char_lm_on_two_nodes, root))})
+# Both in the background from the session's start (tests/helpers/launches.py).
+session_run("torchrun_example", TORCHRUN_TEST)(lambda tmp: _example_under_torchrun())
+session_run("char_lm_two_nodes", NODES_TEST)(_char_lm_on_two_nodes)
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_example_runs_unchanged_under_torchrun_nproc_per_node_2(launches: Launches) -> None:
-    proc = launches.result("torchrun")
+def test_example_runs_unchanged_under_torchrun_nproc_per_node_2(session_launches: Launches) -> None:
+    proc = session_launches.result("torchrun_example")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # accelerator.print: the main process only. 256 samples in batches of 16 over 2 processes, windows of 2:
     # 4 optimizer steps per epoch (half of one process's 8), and OneCycleLR (sized for one process) fits exactly.
@@ -74,8 +69,8 @@ def test_example_runs_unchanged_under_torchrun_nproc_per_node_2(launches: Launch
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(launches: Launches) -> None:
-    root, results = launches.result("nodes")
+def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(session_launches: Launches) -> None:
+    root, results = session_launches.result("char_lm_two_nodes")
     out = "".join(r.output for r in results)
     # Each node's process prints its summary; both trained the same 6 steps and agree on the synced perplexity.
     assert out.count("6 optimizer steps") == 2, out

@@ -1,17 +1,16 @@
 """A non-finite loss on one rank only: every rank raises, or skips, at the same step (no rank left waiting).
 
-The two modes are two independent 2-process launches, started together (``tests/helpers/launches.py``)."""
+The two modes are two independent 2-process launches, run in the background (``tests/helpers/launches.py``)."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.launches import Launches, launches_for
+from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import run_workers
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
@@ -23,16 +22,14 @@ def _run(out: Path, mode: str) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.fixture(scope="module")
-def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
-    test = "test_a_nan_loss_on_one_rank_is_acted_on_by_every_rank"
-    yield from launches_for(request, {mode: ({f"{test}[{mode}]"}, functools.partial(
-        _run, tmp_path_factory.mktemp(f"nonfinite_{mode}"), mode)) for mode in MODES})
+TEST = "test_a_nan_loss_on_one_rank_is_acted_on_by_every_rank"
+for _mode in MODES:
+    session_run(f"nonfinite_{_mode}", f"{TEST}[{_mode}]", module=__name__)(functools.partial(_run, mode=_mode))
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_nan_loss_on_one_rank_is_acted_on_by_every_rank(launches: Launches, mode: str) -> None:
-    results = launches.result(mode)
+def test_a_nan_loss_on_one_rank_is_acted_on_by_every_rank(session_launches: Launches, mode: str) -> None:
+    results = session_launches.result(f"nonfinite_{mode}")
     if mode == "raise":
         for r in results:
             assert "global_step 1 (epoch 0, batch_idx 1) was not finite" in r.get("error", ""), r.get("error")

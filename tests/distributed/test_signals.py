@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.launches import Launches, launches_for
+from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import REPO, base_env, run_workers
 
 WORKER = REPO / "tests" / "helpers" / "signal_worker.py"
@@ -74,26 +73,21 @@ def _agree_run(out: Path) -> list[str]:
 
 SIGNALS = [signal.SIGUSR1, signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
 SIGNAL_TEST = "test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit"
-
-
-@pytest.fixture(scope="module")
-def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
-    """Every selected test's launch at once (they share the cores); see ``tests/helpers/launches.py``."""
-    runs = {sig.name: ({f"{SIGNAL_TEST}[{sig.name}]"}, functools.partial(_signal_run, tmp_path_factory.mktemp(
-        sig.name), sig)) for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGTERM)}
-    runs["agree"] = ({"test_processes_agree_on_the_highest_signal_not_the_sum"},
-                     functools.partial(_agree_run, tmp_path_factory.mktemp("agree")))
-    yield from launches_for(request, runs)
+# Each launch runs in the background from the session's start (tests/helpers/launches.py).
+for _sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGTERM):
+    session_run(f"signal_{_sig.name}", f"{SIGNAL_TEST}[{_sig.name}]", module=__name__)(
+        functools.partial(_signal_run, sig=_sig))
+session_run("signal_agree", "test_processes_agree_on_the_highest_signal_not_the_sum")(_agree_run)
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(launches: Launches,
+def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(session_launches: Launches,
                                                                              sig: signal.Signals) -> None:
-    """Each signal in its own launch (the three run at once): status 128+sig, one announced save, a checkpoint,
-    and no worker left running once the launcher exited."""
-    run = launches.result(sig.name)
+    """Each signal in its own launch (run in the background, ``tests/helpers/launches.py``): status 128+sig, one
+    announced save, a checkpoint, and no worker left running once the launcher exited."""
+    run = session_launches.result(f"signal_{sig.name}")
     out = run["out"]
     assert run["returncode"] == 128 + sig, out[-3000:]
     assert out.count(f"preempted by {sig.name} at step") == 1, out[-3000:]  # one save, announced once
@@ -104,7 +98,7 @@ def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(l
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_processes_agree_on_the_highest_signal_not_the_sum(launches: Launches) -> None:
-    *agreed, output = launches.result("agree")
+def test_processes_agree_on_the_highest_signal_not_the_sum(session_launches: Launches) -> None:
+    *agreed, output = session_launches.result("signal_agree")
     # cases: both SIGTERM (15+15 would be 30), SIGTERM and nothing, SIGUSR1 and SIGTERM, nothing at all
     assert agreed == ["15", "15", "15", "None"] * 2, output

@@ -3,23 +3,20 @@ torchmetrics, main-process-only writing, SIGTERM on one rank (all stop at the sa
 exact resume, a rank that dies, and FSDP through the Trainer.
 
 The worker is ``tests/helpers/dist_trainer_worker.py``; each run writes what every rank saw as JSON. The independent
-launches (the full/preempted/resumed sequence, the FSDP run, the dying rank) start together
-(``tests/helpers/launches.py``).
+launches (the full/preempted/resumed sequence, the FSDP run, the dying rank) run in the background from the session's
+start (``tests/helpers/launches.py``).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.launches import Launches, launches_for
+from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import HELPERS, REPO, base_env, run_workers
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
@@ -55,26 +52,20 @@ def _die(out: Path) -> list:
     return run_workers(WORKER, [out, "die"], timeout=240, check=False)  # a hang would fail by timeout
 
 
-FSDP_TEST = "test_fsdp_through_the_trainer_matches_ddp"
-
-
-@pytest.fixture(scope="module")
-def launches(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
-    """The three independent launches (full/sigterm/resume in sequence, fsdp, die) at once
-    (``tests/helpers/launches.py``)."""
-    chain_users = {name for name, obj in globals().items() if name.startswith("test_")
-                   and "runs" in inspect.signature(obj).parameters}
-    yield from launches_for(request, {
-        "runs": (chain_users, functools.partial(_full_sigterm_resume, tmp_path_factory.mktemp("trainer"))),
-        "fsdp": ({FSDP_TEST}, functools.partial(_fsdp, tmp_path_factory.mktemp("trainer_fsdp"))),
-        "die": ({"test_a_rank_that_dies_makes_the_other_exit_with_an_error"},
-                functools.partial(_die, tmp_path_factory.mktemp("trainer_die"))),
-    })
+# The three independent runs, in the background from the session's start (tests/helpers/launches.py).
+session_run("trainer_runs", "test_devices_2_from_a_plain_python_process_runs_ddp",
+            "test_sync_dist_and_torchmetrics_agree_across_processes",
+            "test_only_the_main_process_writes_logs_and_checkpoint_folders",
+            "test_sigterm_on_one_rank_stops_all_ranks_at_the_same_step_with_one_checkpoint",
+            "test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run",
+            "test_fsdp_through_the_trainer_matches_ddp")(_full_sigterm_resume)
+session_run("trainer_fsdp", "test_fsdp_through_the_trainer_matches_ddp")(_fsdp)
+session_run("trainer_die", "test_a_rank_that_dies_makes_the_other_exit_with_an_error")(_die)
 
 
 @pytest.fixture
-def runs(launches: Launches) -> tuple[Path, str, dict[str, list[dict]], list]:
-    return launches.result("runs")
+def runs(session_launches: Launches) -> tuple[Path, str, dict[str, list[dict]], list]:
+    return session_launches.result("trainer_runs")
 
 
 def test_devices_2_from_a_plain_python_process_runs_ddp(runs: tuple) -> None:
@@ -133,15 +124,15 @@ def test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run(runs: t
             assert resumed[key] == full[key], key
 
 
-def test_a_rank_that_dies_makes_the_other_exit_with_an_error(launches: Launches) -> None:
-    ranks = launches.result("die")
+def test_a_rank_that_dies_makes_the_other_exit_with_an_error(session_launches: Launches) -> None:
+    ranks = session_launches.result("trainer_die")
     assert ranks[1].returncode == 3
     assert ranks[0].returncode not in (0, None)
     assert "peer" in ranks[0].output.lower() or "connection" in ranks[0].output.lower(), ranks[0].output[-2000:]
 
 
-def test_fsdp_through_the_trainer_matches_ddp(runs: tuple, launches: Launches) -> None:
-    out, fsdp = launches.result("fsdp")
+def test_fsdp_through_the_trainer_matches_ddp(runs: tuple, session_launches: Launches) -> None:
+    out, fsdp = session_launches.result("trainer_fsdp")
     full = runs[2]["full"]
     assert [r["strategy"] for r in fsdp] == ["FSDP"] * 2
     assert max(abs(a - b) for a, b in zip(fsdp[0]["weights"], full[0]["weights"])) < 1e-5

@@ -1,13 +1,15 @@
-"""Independent launches of one test module, started together so that their processes share the two cores.
+"""Launched runs (subprocesses: scripts, torchrun, ``stoker launch``) started in the background when the session
+starts, so that they overlap the in-process tests and each other instead of running one after another.
 
 A launched run spends much of its wall time on one core (a launcher importing torch before it starts its workers,
-a single-process script, workers sleeping or waiting for each other) while the other core idles; serially, the
-suite pays those gaps once per run. A module fixture built on :class:`Launches` starts every run its selected tests
-need at once, each in a thread that waits for its subprocesses; each test then waits for its own run and asserts on
-its result as before. A run's exception (a failed or timed-out launch) is raised in the tests that use that run
-only. Nothing is started for a test that was not selected. Runs that need no other run's result (the example
-scripts, the compatibility suite's launches) register with :func:`session_run` instead: they start in the
-background when the session starts, so that they overlap the in-process tests (which use one core).
+a one-process script, workers sleeping or waiting for each other) while the other core idles, and the in-process
+tests use one core; serially, the suite paid those gaps once per run. A test module registers each independent
+run with :func:`session_run` (at import, i.e. collection); the autouse session fixture ``session_launches``
+(tests/conftest.py) starts every registered run that a selected test uses, :data:`SESSION_AT_ONCE` at a time in
+the order of registration (the order the tests come in), each in a thread that waits for its subprocesses. A test
+reads its run's result with ``session_launches.result(name)`` (waiting if the run has not finished) and asserts on
+it exactly as it did when it launched the run itself. A run's exception (a failed or timed-out launch) is raised in
+the tests that use that run only. Nothing is started for a test that was not selected.
 """
 
 from __future__ import annotations
@@ -19,69 +21,48 @@ from typing import Any
 
 import pytest
 
-
-def selected_names(request: pytest.FixtureRequest) -> set[str]:
-    """The names (``test_x`` and ``test_x[param]``) of this module's tests selected in this session."""
-    names: set[str] = set()
-    for item in request.session.items:
-        if getattr(item, "module", None) is request.module:
-            names.update((item.name, getattr(item, "originalname", item.name)))
-    return names
+# Background runs at a time: each is one to four processes; more would only make every run slower.
+SESSION_AT_ONCE = 2
+# name -> (module, names of the tests that read it, run(tmp_dir)), in the order of registration.
+SESSION_RUNS: dict[str, tuple[str, set[str], Callable[[Path], Any]]] = {}
 
 
 class Launches:
     """Named runs started in background threads; :meth:`result` waits for one of them."""
 
-    def __init__(self, at_once: int = 8) -> None:
+    def __init__(self, at_once: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="launch")
         self._futures: dict[str, Future] = {}
 
     def start(self, name: str, run: Callable[..., Any], *args: Any) -> None:
-        """Starts ``run(*args)`` under ``name`` (once: a name already started is left running)."""
+        """Queues ``run(*args)`` under ``name`` (once: a name already started is left running)."""
         if name not in self._futures:
             self._futures[name] = self._pool.submit(run, *args)
 
     def result(self, name: str) -> Any:
         """What run ``name`` returned (waiting for it), or its exception raised here."""
         if name not in self._futures:
-            raise KeyError(f"run {name!r} was not started: its fixture starts runs only for the selected tests, "
-                           f"started: {sorted(self._futures)}")
+            raise KeyError(f"run {name!r} was not started: runs start only for selected tests that name them in "
+                           f"session_run(...); started: {sorted(self._futures)}")
         return self._futures[name].result()
 
     def close(self) -> None:
-        """Waits for every run (each bounds its own subprocesses with a timeout)."""
-        self._pool.shutdown(wait=True)
+        """Drops the runs not started yet (a session stopped early, ``-x``, reads them no more) and waits for the
+        running ones (each bounds its own subprocesses with a timeout)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def launches_for(request: pytest.FixtureRequest, runs: dict[str, tuple[set[str], Callable[[], Any]]]) \
-        -> Iterator[Launches]:
-    """A fixture body: starts each run of ``runs`` (name -> (test names that use it, callable)) that a selected
-    test of the module uses, yields the :class:`Launches`, and waits for all of them at teardown."""
-    wanted = selected_names(request)
-    launches = Launches()
-    try:
-        for name, (users, run) in runs.items():
-            if users & wanted:
-                launches.start(name, run)
-        yield launches
-    finally:
-        launches.close()
-
-
-# Runs started in the background when the session starts: name -> (module, the tests that use it, run(tmp_dir)).
-# Filled at import (test collection) by :func:`session_run`; the autouse session fixture ``session_launches``
-# (tests/conftest.py) starts every registered run that a selected test uses, SESSION_AT_ONCE at a time in the order
-# of registration, while the session's in-process tests run on the other core.
-SESSION_AT_ONCE = 2
-SESSION_RUNS: dict[str, tuple[str, set[str], Callable[[Path], Any]]] = {}
-
-
-def session_run(name: str, *tests: str) -> Callable[[Callable[[Path], Any]], Callable[[Path], Any]]:
-    """Decorator: registers ``run(tmp_dir)`` as the session-wide run ``name`` that ``tests`` (names of tests in the
-    decorated function's module) read through the ``session_launches`` fixture."""
+def session_run(name: str, *tests: str, module: str | None = None) -> Callable[[Callable[[Path], Any]], Any]:
+    """Registers ``run(tmp_dir)`` as the background run ``name`` that ``tests`` read (test names, ``test_x`` or
+    ``test_x[param]``, in ``module``: by default the module that defines ``run``). Use as a decorator, or call
+    the result with a ``functools.partial`` (then pass ``module=__name__``)."""
 
     def register(run: Callable[[Path], Any]) -> Callable[[Path], Any]:
-        SESSION_RUNS[name] = (run.__module__, set(tests), run)
+        owner = module or run.__module__
+        if name in SESSION_RUNS and SESSION_RUNS[name][0] != owner:
+            raise ValueError(f"two background runs are named {name!r} ({SESSION_RUNS[name][0]} and {owner}): give "
+                             "each session_run a unique name")
+        SESSION_RUNS[name] = (owner, set(tests), run)
         return run
 
     return register
@@ -89,8 +70,8 @@ def session_run(name: str, *tests: str) -> Callable[[Callable[[Path], Any]], Cal
 
 def session_launches_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) \
         -> Iterator[Launches]:
-    """The body of the session fixture: starts the registered runs that selected tests use (``SESSION_AT_ONCE`` at a
-    time), yields the :class:`Launches` and waits for them at the end of the session."""
+    """The body of the session fixture: queues the registered runs that selected tests use, yields the
+    :class:`Launches` and waits for every run at the end of the session."""
     selected = {(getattr(item.module, "__name__", ""), name) for item in request.session.items
                 if getattr(item, "module", None) is not None
                 for name in (item.name, getattr(item, "originalname", item.name))}
