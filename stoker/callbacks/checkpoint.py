@@ -225,7 +225,9 @@ class ModelCheckpoint(Callback):
         self._last_time_save = time.monotonic()
 
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        if trainer.fitting:  # not trainer.validate()
+        # Not trainer.validate(), and not the sanity check (num_sanity_val_steps): it trains nothing, so there is
+        # nothing new to save, and its metrics are dropped before training starts.
+        if trainer.fitting and not trainer.sanity_checking:
             self._changed_since_save = True
             if self.save_on_train_epoch_end is False and self._epoch_due(trainer):
                 self._save(trainer)

@@ -108,7 +108,8 @@ class EarlyStopping(Callback):
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     def on_validation_end(self, trainer: Any, module: Any) -> None:
-        if trainer.fitting and self.check_on_train_epoch_end is not True:  # not trainer.validate()
+        # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
+        if trainer.fitting and not trainer.sanity_checking and self.check_on_train_epoch_end is not True:
             self._run_check(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
