@@ -187,7 +187,7 @@ def accelerator_runner(w: Workload) -> Callable[[], None]:
     return epoch
 
 
-def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
+def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> Callable[[], None]:
     """``Trainer.fit`` on a background thread, paced one block per call; its setup is not timed.
 
     A block is ``w.steps`` optimizer steps from the middle of one epoch to the middle of the next, so it holds
@@ -248,7 +248,12 @@ def _trainer_runner(w: Workload, full: bool) -> Callable[[], None]:
     atexit.register(shutil.rmtree, root, True)
     # full: progress bar (to /dev/null, so the table stays readable), TensorBoard logger, the loss logged every
     # step, ModelCheckpoint's default checkpoint per epoch (and `last`).
-    callbacks = [ProgressBar(file=open(os.devnull, "w")), ModelCheckpoint()] if full else []
+    class SyncCheckpoint(ModelCheckpoint):  # every save committed on the training thread (the default until 2026-12-03)
+        def _write(self, trainer: Trainer, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+            super()._write(trainer, topk_path, evicted, wait=True)
+
+    checkpoint = SyncCheckpoint() if sync_checkpoints else ModelCheckpoint()
+    callbacks = [ProgressBar(file=open(os.devnull, "w")), checkpoint] if full else []
     trainer = Trainer(max_epochs=w.warmup + w.reps + 1, accelerator="cpu", default_root_dir=root, logger=full,
                       enable_checkpointing=full, enable_progress_bar=full, callbacks=[*callbacks, Pacer()])
     threads = torch.get_num_threads()
@@ -280,6 +285,13 @@ def trainer_full_runner(w: Workload) -> Callable[[], None]:
     per epoch. An epoch is one block: on the short-block workloads that is a checkpoint every few steps (a stress
     test of checkpoint writing); ``tiny-epoch`` gives the tiny MLP realistic epochs."""
     return _trainer_runner(w, full=True)
+
+
+@runner("trainer-full-sync")
+def trainer_full_sync_runner(w: Workload) -> Callable[[], None]:
+    """``trainer-full`` with each checkpoint committed on the training thread (fsyncs, rename, ``last``): what the
+    background commit saves, measured in the same run."""
+    return _trainer_runner(w, full=True, sync_checkpoints=True)
 
 
 # -- measurement -------------------------------------------------------------------------------------------------------
@@ -336,15 +348,16 @@ def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> li
     blocks least disturbed by other programs. ``extra`` is the difference of the medians: time added per step.
     """
     base = results[baseline]
+    width = max(14, max(len(name) for name in results) + 2)
     lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/block, "
              f"{w.reps} blocks/runner",
-             f"  {'runner':<14}{'clock':<6}{'median':>11}{'ratio':>8}{'paired [quartiles]':>24}{'p10':>8}{'extra':>11}"]
+             f"  {'runner':<{width}}{'clock':<6}{'median':>11}{'ratio':>8}{'paired [quartiles]':>24}{'p10':>8}{'extra':>11}"]
     for name, r in results.items():
         for clock in ("wall", "cpu"):
             mine, ref = getattr(r, clock), getattr(base, clock)
             med, q1, q3 = _paired(mine, ref)
             median = statistics.median(mine)
-            lines.append(f"  {name:<14}{clock:<6}{_fmt(median):>11}{median / statistics.median(ref):>8.3f}"
+            lines.append(f"  {name:<{width}}{clock:<6}{_fmt(median):>11}{median / statistics.median(ref):>8.3f}"
                          f"{med:>8.3f} [{q1:.3f}, {q3:.3f}]{_quantile(mine, 0.1) / _quantile(ref, 0.1):>8.3f}"
                          f"{(median - statistics.median(ref)) * 1e6:>+9.1f}us")
     return lines
