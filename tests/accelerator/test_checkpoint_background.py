@@ -267,7 +267,7 @@ def test_background_commit_appears_only_when_durable_with_the_state_of_its_call(
     parts[0].save_state(tmp_path / "ckpt")
     old = manifest(tmp_path / "ckpt")
     run(parts, 2)
-    expected, windows = weights(parts[1]), parts[5].windows
+    expected, windows = state_of(parts[1]), parts[5].windows
     parts[0].save_state(tmp_path / "ckpt", background_commit=True)
     # Its files are written (hidden, beside the target); until they are on disk the name keeps the old checkpoint.
     assert visible(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == old
@@ -279,7 +279,7 @@ def test_background_commit_appears_only_when_durable_with_the_state_of_its_call(
     held_fsyncs.set()
     parts[0].load_state(tmp_path / "ckpt")  # waits for the commit, then loads it
     assert manifest(tmp_path / "ckpt") != old
-    assert_same_weights(expected, weights(parts[1]))
+    assert_same_weights(expected, state_of(parts[1]))
     assert parts[5].windows == windows
     parts[0].end_training()
     assert hidden(tmp_path) == []
@@ -289,7 +289,7 @@ def test_a_failed_background_commit_is_raised_later_and_keeps_the_previous_check
     parts = make()
     run(parts, 1)
     parts[0].save_state(tmp_path / "ckpt")
-    expected, good = weights(parts[1]), manifest(tmp_path / "ckpt")
+    expected, good = state_of(parts[1]), manifest(tmp_path / "ckpt")
 
     def failing_fsync(path):
         raise OSError(5, "Input/output error", path)
@@ -302,7 +302,7 @@ def test_a_failed_background_commit_is_raised_later_and_keeps_the_previous_check
     assert os.listdir(tmp_path) == ["ckpt"] and manifest(tmp_path / "ckpt") == good  # no temporary folder left
     fresh = make()
     fresh[0].load_state(tmp_path / "ckpt")
-    assert_same_weights(expected, weights(fresh[1]))
+    assert_same_weights(expected, state_of(fresh[1]))
 
 
 def test_background_commit_with_rotation_keeps_numbering_and_the_limit(tmp_path):
