@@ -298,8 +298,25 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
         for name in ("reducer", "logger", "process_group"):  # each would keep the group alive
             if name in ddp.__dict__:
                 del ddp.__dict__[name]
+        _drop_fsdp_groups(ddp)
     if dist.is_available() and dist.is_initialized() and dist.group.WORLD is group:
         dist.destroy_process_group()
+
+
+def _drop_fsdp_groups(module: torch.nn.Module) -> None:
+    """FSDP2 (torch 2.13): the mesh infos of each ``fully_shard`` unit and of its parameters hold the groups they
+    shard over, and their ``DeviceMesh`` holds them in ``_pg_registry`` (a dict gc does not track); the sharded
+    parameters keep both to the interpreter's finalization, and with them a destroyed group and gloo's threads."""
+    for sub in module.modules():
+        get_state = getattr(sub, "_get_fsdp_state", None)
+        param_group = getattr(get_state(), "_fsdp_param_group", None) if callable(get_state) else None
+        for holder in [param_group, *getattr(param_group, "fsdp_params", ())] if param_group is not None else ():
+            for info in (getattr(holder, "mesh_info", None), getattr(holder, "post_forward_mesh_info", None)):
+                for name in [n for n in getattr(info, "__dict__", {}) if n.endswith("process_group")]:
+                    setattr(info, name, None)
+                registry = getattr(getattr(info, "mesh", None), "_pg_registry", None)
+                if isinstance(registry, dict):
+                    registry.clear()
 
 
 def _destroy_at_exit(owner: weakref.ref, box: list, wrapped: weakref.WeakSet) -> None:
