@@ -107,7 +107,7 @@ def test_tensorboard_writes_one_event_per_log_metrics_call(tmp_path):
     events = [e for e in EventFileLoader(path).Load() if e.HasField("summary")]
     assert [(e.step, [v.tag for v in e.summary.value]) for e in events] == [
         (3, ["m0", "m1", "m2", "m3", "m4"]), (4, ["m0"])]
-    acc = _event_accumulator(logger.log_dir)
+    acc = tensorboard_events(logger.log_dir)
     assert [(e.step, e.value) for e in acc.Scalars("m4")] == [(3, 4.0)]
 
 
