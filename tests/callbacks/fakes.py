@@ -82,6 +82,7 @@ class FakeTrainer:
         self.training, self.validating = True, False
         # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
         self.fitting, self.window_closed, self.epoch_finished, self.validation_count = False, True, True, 0
+        self.sanity_checking = False
         for key, value in published.items():
             setattr(self, key, value)
 
