@@ -8,7 +8,9 @@ costs about a second and pulls in protobuf; `import stoker` must stay cheap.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +90,7 @@ class TensorBoardLogger(Logger):
             # Lazy on purpose: see the module docstring.
             from torch.utils.tensorboard import SummaryWriter
 
+            _wait_for_a_later_second(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
 
@@ -131,3 +134,25 @@ class TensorBoardLogger(Logger):
             self._writer.flush()
             self._writer.close()
             self._writer = None
+
+
+def _wait_for_a_later_second(log_dir: str) -> None:
+    """Waits (at most a second) until a new event file in ``log_dir`` will sort after the ones already there.
+
+    TensorBoard reads a folder's event files in name order, and a writer names its file
+    ``events.out.tfevents.<seconds>.<host>.<pid>.<n>``, ``n`` counting writers in the process as text: a writer
+    reopened (logging after ``finalize``) in the same second as the file before it gets ``...9`` then ``...10``,
+    which sorts first, and the run's earlier steps would be read after its later ones. A later second sorts right
+    whatever ``n`` is. Costs nothing unless this logger's folder got a file in the current second.
+    """
+    stamps = []
+    for path in glob.glob(os.path.join(glob.escape(log_dir), "events.out.tfevents.*")):
+        field = os.path.basename(path).split(".")[3]
+        if field.isdigit():
+            stamps.append(int(field))
+    if not stamps:
+        return
+    newest = max(stamps)
+    while int(time.time()) <= newest:
+        time.sleep(max(0.0, newest + 1 - time.time()) + 0.001)
+

@@ -371,3 +371,23 @@ def test_build_loggers_gives_unversioned_instances_one_version(tmp_path):
     tb.log_metrics({"a": 1.0}, step=0)  # creates version_1 before the others resolve
     tb.finalize("success")
     assert [lg.version for lg in built] == [1, 1, 1]
+
+
+def test_tensorboard_reopened_writer_sorts_after_the_first_whatever_the_writer_count(tmp_path):
+    """TensorBoard reads event files in name order; the writer number in the name sorts as text ("10" < "9"), so a
+    writer reopened in the same second as the ninth of the process must still land after it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for i in range(10):  # until the last writer was number ...8: the logger's is then ...9, the reopened one ...10
+        folder = tmp_path / "other" / str(i)
+        SummaryWriter(str(folder)).close()
+        if int(os.listdir(folder)[0].rsplit(".", 1)[1]) % 10 == 8:
+            break
+    logger = TensorBoardLogger(tmp_path, flush_secs=1)
+    logger.log_metrics({"x": 1.0}, step=0)
+    logger.finalize("success")
+    logger.log_metrics({"x": 2.0}, step=1)
+    logger.finalize("success")
+    names = sorted(os.listdir(logger.log_dir))
+    assert len(names) == 2
+    assert [(e.step, e.value) for e in tensorboard_events(logger.log_dir).Scalars("x")] == [(0, 1.0), (1, 2.0)], names
