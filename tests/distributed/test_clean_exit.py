@@ -44,7 +44,9 @@ tests/distributed/test_clean_exit.py`` over the 13 cases then listed (all above 
   the first abort can be given; what the fix is shown to change is the mechanism (threads alive at finalization,
   every run before, none after).
 - FSDP2 (added after those runs): 1 run of ``fsdp:neither`` and 1 of ``fsdp:end`` before its fix left the
-  threads, 1 after did not; ``test_end_training_leaves_no_reference_to_the_fsdp_group`` fails without the fix.
+  threads; after it, ``STOKER_STRESS_CASES="fsdp:end,fsdp:neither" STOKER_STRESS_SECONDS=840``: 50 runs, 100
+  processes, every exit code 0, 0 aborts, 0 threads left, 861 s (load had dropped).
+  ``test_end_training_leaves_no_reference_to_the_fsdp_group`` fails without the fix.
 """
 
 from __future__ import annotations
