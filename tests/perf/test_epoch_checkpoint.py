@@ -19,7 +19,7 @@ from stoker.accelerator import checkpoint
 from stoker.accelerator.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
 from tests.helpers.models import make_loader, make_regression_data
-from tests.trainer.modules import Regressor
+from tests.helpers.models import Regressor
 
 DATA = make_regression_data(n=32)  # 4 batches of 8
 
