@@ -160,12 +160,14 @@ def test_async_save_keeps_the_state_of_the_moment_it_was_called(tmp_path, monkey
     assert parts[5].windows == windows
 
 
-def test_next_save_waits_for_the_async_one_and_numbering_continues(tmp_path):
+@pytest.mark.parametrize("mode", ["async_save", "background_commit"])
+def test_next_save_waits_for_the_background_one_and_numbering_continues(tmp_path, mode):
+    """Both background modes: each save waits for the one before, numbering and rotation (total_limit) hold."""
     parts = make(project_dir=str(tmp_path), total_limit=2)
     names = []
     for _ in range(4):
         run(parts, 1)
-        names.append(os.path.basename(parts[0].save_state(async_save=True)))
+        names.append(os.path.basename(parts[0].save_state(**{mode: True})))
     assert names == ["checkpoint_0", "checkpoint_1", "checkpoint_2", "checkpoint_3"]
     assert parts[0].save_iteration == 4
     parts[0].end_training()
@@ -303,20 +305,6 @@ def test_a_failed_background_commit_is_raised_later_and_keeps_the_previous_check
     fresh = make()
     fresh[0].load_state(tmp_path / "ckpt")
     assert_same_weights(expected, state_of(fresh[1]))
-
-
-def test_background_commit_with_rotation_keeps_numbering_and_the_limit(tmp_path):
-    parts = make(project_dir=str(tmp_path), total_limit=2)
-    names = []
-    for _ in range(4):
-        run(parts, 1)
-        names.append(os.path.basename(parts[0].save_state(background_commit=True)))
-    assert names == ["checkpoint_0", "checkpoint_1", "checkpoint_2", "checkpoint_3"]
-    parts[0].end_training()
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_2", "checkpoint_3"]
-    fresh = make(project_dir=str(tmp_path))
-    fresh[0].load_state()
-    assert fresh[5].windows == parts[5].windows and fresh[0].save_iteration == 4
 
 
 def test_in_background_chooses_the_mode_of_the_saves_inside_it_only(tmp_path, held_fsyncs):
