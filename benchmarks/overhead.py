@@ -2,13 +2,15 @@
 
 Every *runner* trains its own copy of the same model on the same data, from a DataLoader whose dataset hands out a
 whole batch in one indexing operation (``__getitems__``), so that loading costs little and framework overhead is not
-hidden behind per-sample collation. Runners
-take turns: block after block, the order alternating, after warm-up blocks. A block is one short epoch of
-``steps`` optimizer steps (short, so that many block pairs see the same machine load; the epoch start is part of
-the cost). The figure is the median over blocks of the time per step; ratios are against the ``raw`` runner, and
-the ``raw-again`` runner (a second raw loop) shows how much two identical loops differ on this machine today. Two
-clocks are reported: wall time (what a user waits) and the process's CPU time (less disturbed when other programs
-share the machine, though in a VM it still counts time stolen by the host).
+hidden behind per-sample collation. Runners take turns, after warm-up rounds. A *round* is one epoch's worth
+(``steps`` optimizer steps) of every runner, so each runner pays exactly one epoch start (and the Trainer one epoch
+end) per round; within a round the runners alternate in *blocks* of ``--block`` steps (default: the whole epoch),
+the order flipping every block. Short blocks put the runners' work close together in time, so slow drifts of the
+machine's speed (on a shared VM the raw step's time can move by half within seconds) hit every runner alike; the
+per-round totals are what is compared. The figure is the median over rounds of the time per step; ratios are
+against the ``raw`` runner, and the ``raw-again`` runner (a second raw loop) shows how much two identical loops
+differ on this machine today. Two clocks are reported: wall time (what a user waits) and the process's CPU time
+(less disturbed when other programs share the machine, though in a VM it still counts time stolen by the host).
 
 Workloads:
     micro one 4x4 linear layer, batch 4: nearly all loop; the difference to raw is the per-step overhead in us.
@@ -18,19 +20,24 @@ Workloads:
     tiny-300  the tiny MLP in 300-step epochs (issue 15's per-epoch targets for the Trainer).
 
 Trainer runners: ``trainer-bare`` (no logger, bar or checkpoints) and ``trainer-full`` (progress bar, TensorBoard,
-``self.log`` every step, a checkpoint per epoch); each block is one epoch's worth of Trainer steps, from the middle
-of an epoch to the middle of the next (one epoch end and one epoch start per block).
+``self.log`` every step, a checkpoint per epoch); their rounds run from the middle of an epoch to the middle of the
+next (one epoch end and one epoch start per round).
 
-Adding a runner (e.g. the Trainer) is one decorated function that returns a callable training one epoch::
+Adding a runner is one decorated function that returns a callable training the next ``n`` optimizer steps
+(continuing across epochs); loops written as generators that yield after every step get that from ``stepper``::
 
-    @runner("trainer")
-    def trainer_runner(w: Workload) -> Callable[[], None]:
-        module, loader = ...            # build from w.make_model(), w.make_optimizer(...), w.make_loader()
-        return lambda: trainer.fit(...)
+    @runner("mine")
+    def my_runner(w: Workload) -> Callable[[int], None]:
+        def loop():
+            while True:
+                for x, y in loader:
+                    ...  # one optimizer step
+                    yield
+        return stepper(loop())
 
 Run:
     python benchmarks/overhead.py                          # all workloads, all runners
-    python benchmarks/overhead.py --workloads tiny --reps 60 --threads 1
+    python benchmarks/overhead.py --workloads tiny-300 --reps 40 --block 30 --threads 1
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -85,8 +92,8 @@ class Workload:
     name: str
     widths: tuple[int, ...]  # in_features, hidden..., out_features
     batch_size: int
-    steps: int  # optimizer steps per timed block (one epoch of the loader)
-    reps: int  # timed blocks per runner
+    steps: int  # optimizer steps per round (one epoch of the loader)
+    reps: int  # timed rounds per runner
     warmup: int = 2
 
     def make_model(self) -> torch.nn.Module:
@@ -113,9 +120,9 @@ WORKLOADS: dict[str, Workload] = {
     # A single 4x4 layer: almost nothing but the loop itself, so the difference to raw is the overhead in us.
     "micro": Workload("micro", (4, 4), batch_size=4, steps=20, reps=300),
     "tiny": Workload("tiny", (32, 64, 64, 1), batch_size=32, steps=10, reps=300),
-    # The tiny MLP with epochs of a realistic length: a per-epoch checkpoint (trainer-full) is paid once per block.
+    # The tiny MLP with epochs of a realistic length: a per-epoch checkpoint (trainer-full) is paid once per round.
     "tiny-epoch": Workload("tiny-epoch", (32, 64, 64, 1), batch_size=32, steps=500, reps=16),
-    # Issue 15's per-epoch targets: the tiny MLP in 300-step epochs (each block pays one epoch start and end).
+    # Issue 15's per-epoch targets: the tiny MLP in 300-step epochs (each round pays one epoch start and end).
     "tiny-300": Workload("tiny-300", (32, 64, 64, 1), batch_size=32, steps=300, reps=20),
     "5m": Workload("5m", (1024, 1536, 1536, 1024), batch_size=64, steps=2, reps=40),
     # The compute-bound MLP with 25-step epochs: the Trainer's per-epoch work (and trainer-full's checkpoint of
@@ -125,12 +132,13 @@ WORKLOADS: dict[str, Workload] = {
 
 # -- runners -----------------------------------------------------------------------------------------------------------
 
-Runner = Callable[[Workload], Callable[[], None]]
+Runner = Callable[[Workload], Callable[[int], None]]
 RUNNERS: dict[str, Runner] = {}
 
 
 def runner(name: str) -> Callable[[Runner], Runner]:
-    """Registers a runner: given a workload, it builds its objects and returns a callable training one epoch."""
+    """Registers a runner: given a workload, it builds its objects and returns a callable training the next ``n``
+    optimizer steps."""
 
     def register(fn: Runner) -> Runner:
         RUNNERS[name] = fn
@@ -139,34 +147,46 @@ def runner(name: str) -> Callable[[Runner], Runner]:
     return register
 
 
+def stepper(loop: Iterator[None]) -> Callable[[int], None]:
+    """``run(n)`` for a training loop written as a generator that yields after every optimizer step."""
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            next(loop)
+
+    return run
+
+
 @runner("raw")
-def raw_runner(w: Workload) -> Callable[[], None]:
+def raw_runner(w: Workload) -> Callable[[int], None]:
     """The baseline: plain PyTorch in the canonical order."""
     device = torch.device("cpu")
     model = w.make_model().to(device)
     optimizer, scheduler = w.make_optimizer(model)
     loader = w.make_loader()
 
-    def epoch() -> None:
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+    def loop() -> Iterator[None]:
+        while True:  # one epoch per pass
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                yield
 
-    return epoch
+    return stepper(loop())
 
 
 @runner("raw-again")
-def raw_again_runner(w: Workload) -> Callable[[], None]:
+def raw_again_runner(w: Workload) -> Callable[[int], None]:
     """A second, identical raw loop: its ratio to ``raw`` shows the noise floor of the measurement."""
     return raw_runner(w)
 
 
 @runner("accelerator")
-def accelerator_runner(w: Workload) -> Callable[[], None]:
+def accelerator_runner(w: Workload) -> Callable[[int], None]:
     """The Accelerate quick-tour loop with ``accumulate`` (here one micro-batch per step)."""
     from stoker import Accelerator
 
@@ -175,27 +195,29 @@ def accelerator_runner(w: Workload) -> Callable[[], None]:
     optimizer, scheduler = w.make_optimizer(model)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, w.make_loader(), scheduler)
 
-    def epoch() -> None:
-        for x, y in loader:
-            with accelerator.accumulate(model):
-                loss = F.mse_loss(model(x), y)
-                accelerator.backward(loss)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
+    def loop() -> Iterator[None]:
+        while True:
+            for x, y in loader:
+                with accelerator.accumulate(model):
+                    loss = F.mse_loss(model(x), y)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad()
+                yield
 
-    return epoch
+    return stepper(loop())
 
 
-def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> Callable[[], None]:
-    """``Trainer.fit`` on a background thread, paced one block per call; its setup is not timed.
+def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> Callable[[int], None]:
+    """``Trainer.fit`` on a background thread, paced ``n`` optimizer steps per call; its setup is not timed.
 
-    A block is ``w.steps`` optimizer steps from the middle of one epoch to the middle of the next, so it holds
-    exactly one epoch end (epoch metrics, the per-epoch checkpoint) and one epoch start (iterator set-up). Work
-    that the checkpoint leaves to background threads (its commit: fsyncs and rename; deleting replaced folders)
-    overlaps with the next half epoch, as in a real run, and the block waits for whatever is still pending
-    before it ends: all of it is charged to this runner, none to the next runner's block. The main thread only
-    waits meanwhile; CPU time counts every thread.
+    The first pause is in the middle of the first epoch, so a round (``w.steps`` steps) runs from the middle of one
+    epoch to the middle of the next and holds exactly one epoch end (epoch metrics, the per-epoch checkpoint) and
+    one epoch start (iterator set-up). Work that the checkpoint leaves to background threads (its commit: fsyncs and
+    rename; deleting replaced folders) overlaps with the next half epoch, as in a real run, and the round's last
+    block waits for whatever is still pending before it ends: all of it is charged to this runner, none to the
+    next runner's block. The main thread only waits meanwhile; CPU time counts every thread.
     """
     import atexit
     import os
@@ -223,23 +245,30 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     go, done = threading.Semaphore(0), threading.Semaphore(0)
-
-    pause_at = w.steps // 2  # the batch in each epoch where one block ends and the next begins
+    request = [0]  # steps asked for by the current run(n) call
 
     class Pacer(Callback):  # the last callback
         started = False
+        left = 0  # steps still to run in the current block
+        since_start = 0  # steps run since the first pause
 
         def on_train_batch_end(self, trainer: Trainer, module: TrainingModule, outputs: object, batch: object,
                                batch_idx: int) -> None:
-            if batch_idx != pause_at:
-                return
             if self.started:
-                # The previous epoch's background checkpoint work (commit, deletions) is finished inside this
-                # block, which it overlapped: this runner pays for it, not whichever runner's block comes next.
-                wait_for_checkpoints(trainer.accelerator)
+                self.left -= 1
+                self.since_start += 1
+                if self.left:
+                    return
+                if self.since_start % w.steps == 0:
+                    # The end of a round: the previous epoch's background checkpoint work (commit, deletions) is
+                    # finished inside this runner's round, which it overlapped, not in another runner's block.
+                    wait_for_checkpoints(trainer.accelerator)
                 done.release()
+            elif batch_idx != w.steps // 2:
+                return
             self.started = True
             go.acquire()
+            self.left = request[0]
 
         def on_train_end(self, trainer: Trainer, module: TrainingModule) -> None:
             done.release()
@@ -266,11 +295,12 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
 
     threading.Thread(target=fit, daemon=True).start()
 
-    def epoch() -> None:
+    def run(n: int) -> None:
+        request[0] = n
         go.release()
         done.acquire()
 
-    return epoch
+    return run
 
 
 @runner("trainer-bare")
@@ -299,25 +329,37 @@ def trainer_full_sync_runner(w: Workload) -> Callable[[], None]:
 
 @dataclass
 class Result:
-    wall: list[float]  # seconds per step, one entry per timed block
+    wall: list[float]  # seconds per step, one entry per timed round
     cpu: list[float]
 
 
-def measure(w: Workload, names: list[str]) -> dict[str, Result]:
-    """Times ``names`` on ``w`` in alternating blocks (see the module docstring)."""
-    epochs = {name: RUNNERS[name](w) for name in names}
+def measure(w: Workload, names: list[str], block: int | None = None) -> dict[str, Result]:
+    """Times ``names`` on ``w``: rounds of ``w.steps`` steps per runner, alternating in blocks of ``block`` steps
+    (see the module docstring)."""
+    block = block or w.steps
+    if w.steps % block:
+        raise ValueError(f"--block {block} must divide the workload's {w.steps} steps per epoch")
+    runs = {name: RUNNERS[name](w) for name in names}
     for _ in range(w.warmup):
-        for epoch in epochs.values():
-            epoch()
+        for run in runs.values():
+            run(w.steps)
     results = {name: Result([], []) for name in names}
-    for rep in range(w.reps):
-        order = names if rep % 2 == 0 else names[::-1]  # neither runner always goes first
-        for name in order:
-            c0, t0 = time.process_time(), time.perf_counter()
-            epochs[name]()
-            t1, c1 = time.perf_counter(), time.process_time()
-            results[name].wall.append((t1 - t0) / w.steps)
-            results[name].cpu.append((c1 - c0) / w.steps)
+    blocks = w.steps // block
+    flip = 0
+    for _ in range(w.reps):
+        wall, cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        for _ in range(blocks):
+            order = names if flip % 2 == 0 else names[::-1]  # neither runner always goes first
+            flip += 1
+            for name in order:
+                c0, t0 = time.process_time(), time.perf_counter()
+                runs[name](block)
+                t1, c1 = time.perf_counter(), time.process_time()
+                wall[name] += t1 - t0
+                cpu[name] += c1 - c0
+        for name in names:
+            results[name].wall.append(wall[name] / w.steps)
+            results[name].cpu.append(cpu[name] / w.steps)
     return results
 
 
@@ -326,7 +368,7 @@ def _fmt(seconds: float) -> str:
 
 
 def _paired(mine: list[float], ref: list[float]) -> tuple[float, float, float]:
-    """Median and quartiles of block-by-block ratios against the baseline's block of the same round."""
+    """Median and quartiles of round-by-round ratios against the baseline's same round."""
     ratios = [a / b for a, b in zip(mine, ref)]
     if len(ratios) < 2:
         return ratios[0], ratios[0], ratios[0]
@@ -339,18 +381,18 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[round(q * (len(ordered) - 1))]
 
 
-def report(w: Workload, results: dict[str, Result], baseline: str = "raw") -> list[str]:
+def report(w: Workload, results: dict[str, Result], baseline: str = "raw", block: int | None = None) -> list[str]:
     """Table rows, one per runner and clock, comparing with ``baseline``.
 
     ``median`` is the median time per step; ``ratio`` divides it by the baseline's. ``paired`` is the median of
-    block-by-block ratios against the baseline's block of the same round (which cancels drifts in the machine's
-    load), with their quartiles in brackets: how noisy the run was. ``p10`` divides the 10th percentiles, the
-    blocks least disturbed by other programs. ``extra`` is the difference of the medians: time added per step.
+    round-by-round ratios against the baseline's same round (which cancels drifts in the machine's load), with
+    their quartiles in brackets: how noisy the run was. ``p10`` divides the 10th percentiles, the rounds least
+    disturbed by other programs. ``extra`` is the difference of the medians: time added per step.
     """
     base = results[baseline]
     width = max(14, max(len(name) for name in results) + 2)
-    lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/block, "
-             f"{w.reps} blocks/runner",
+    lines = [f"{w.name}: {w.num_parameters:,} parameters, batch {w.batch_size}, {w.steps} steps/round (one epoch) "
+             f"in blocks of {block or w.steps}, {w.reps} rounds/runner",
              f"  {'runner':<{width}}{'clock':<6}{'median':>11}{'ratio':>8}{'paired [quartiles]':>24}{'p10':>8}{'extra':>11}"]
     for name, r in results.items():
         for clock in ("wall", "cpu"):
@@ -367,7 +409,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Per-step overhead of stoker against a raw PyTorch loop.")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
     parser.add_argument("--runners", default=",".join(RUNNERS), help=f"comma-separated: {', '.join(RUNNERS)}")
-    parser.add_argument("--reps", type=int, default=None, help="timed blocks per runner (default: per workload)")
+    parser.add_argument("--reps", type=int, default=None, help="timed rounds per runner (default: per workload)")
+    parser.add_argument("--block", type=int, default=None,
+                        help="steps per block: runners alternate every BLOCK steps within a round (must divide the "
+                             "workload's steps; default: the whole round)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args(argv)
 
@@ -385,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         w = WORKLOADS[key.strip()]
         if args.reps is not None:
             w = Workload(w.name, w.widths, w.batch_size, w.steps, args.reps, w.warmup)
-        print("\n".join(report(w, measure(w, names))), flush=True)
+        print("\n".join(report(w, measure(w, names, args.block), block=args.block)), flush=True)
 
 
 if __name__ == "__main__":

@@ -182,7 +182,10 @@ class Accelerator:
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last optimizer step was skipped because fp16 gradients overflowed."""
-        return any(opt.step_was_skipped for opt in self._optimizers)
+        for opt in self._optimizers:  # a loop, not any(<generator>): the Trainer reads this every step
+            if opt._step_was_skipped:
+                return True
+        return False
 
     @property
     def step(self) -> int:
@@ -240,7 +243,10 @@ class Accelerator:
                 "accelerator.prepare(...) first."
             )
         loss = self._window.loss_for_backward(loss, num_items)
-        self.precision.scale_loss(loss).backward(**kwargs)
+        precision = self.precision
+        if precision.scales_loss:  # fp16 only; otherwise scale_loss is the identity (hot path: no call)
+            loss = precision.scale_loss(loss)
+        loss.backward(**kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""

@@ -62,7 +62,8 @@ class Precision:
     name = "no"
     dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
-    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
+    # scale_loss and unscale_ must be the identity / a no-op: the hot path skips calling them.
     scales_loss = False
 
     def __init__(self, device: torch.device) -> None:

@@ -142,7 +142,8 @@ class FitLoop:
         # on_before_optimizer_step).
         self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
                             hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
-        val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
+        val_enabled, has_loggers, log_every = run.val_enabled, bool(t.loggers), t.log_every_n_steps
+        preemption = t._preemption
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -165,12 +166,21 @@ class FitLoop:
                 results.in_batch = False
                 self.total_batches += 1
                 if synced:
-                    self._log_step(has_loggers)
+                    applied = acc.step
+                    if applied % log_every == 0 and applied != self.last_logged_step:
+                        self._log_step(applied, has_loggers)
                 if val_enabled and not last and self._val_due(run, batch_idx):
                     self.validate(run)
-                if synced and self._stop_now():
-                    stopped = not last
-                    break
+                if synced:
+                    # Stops only after an optimizer step; saves a checkpoint and exits when a SIGTERM/SIGUSR1
+                    # arrived (several processes: agreed one step late, without waiting; on the run's last step
+                    # at once, so that no signal is left unread).
+                    max_steps = t.max_steps
+                    stop = (t.should_stop and stop_requested(t)) or (max_steps is not None and acc.step >= max_steps)
+                    preemption.check(t, blocking=stop)
+                    if stop:
+                        stopped = not last
+                        break
                 batch_idx += 1
         finally:
             if self.epoch_batches_finished and not stopped:
@@ -182,14 +192,6 @@ class FitLoop:
                 "(and drop_last with a batch size larger than it) or limit_train_batches." % self.epoch
             )
         return stopped
-
-    def _stop_now(self) -> bool:
-        t = self.trainer
-        stop = stop_requested(t) or (t.max_steps is not None and t.global_step >= t.max_steps)
-        # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
-        # without waiting; on the run's last step at once, so that no signal is left unread).
-        t._preemption.check(t, blocking=stop)
-        return stop
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
@@ -243,17 +245,17 @@ class FitLoop:
                 hook(optimizer)
             optimizer.zero_grad(set_to_none=True)
 
-    def _log_step(self, has_loggers: bool) -> None:
+    def _log_step(self, step: int, has_loggers: bool) -> None:
+        """Every ``log_every_n_steps`` applied steps (the batch loop checks ``step``): the non-finite check and the
+        step values to the loggers."""
         t = self.trainer
-        step = t.global_step
-        if step != self.last_logged_step and step % t.log_every_n_steps == 0:
-            self.last_logged_step = step
-            t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
-            if not has_loggers:
-                return
-            values = t._train_results.pop_step_values()
-            if values:
-                t._send_to_loggers(values)
+        self.last_logged_step = step
+        t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
+        if not has_loggers:
+            return
+        values = t._train_results.pop_step_values()
+        if values:
+            t._send_to_loggers(values)
 
     # -- validation -----------------------------------------------------------------------------------------------
     def validate(self, run: FitRun) -> None:
