@@ -43,11 +43,15 @@ Run:
 from __future__ import annotations
 
 import argparse
+import json
+import random
+import subprocess
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -134,6 +138,9 @@ WORKLOADS: dict[str, Workload] = {
 
 Runner = Callable[[Workload], Callable[[int], None]]
 RUNNERS: dict[str, Runner] = {}
+# A profiler function (``sys.setprofile``) that runners training on their own thread install at the start of each
+# block; None: none (step_calls.py sets it to count the calls of the Trainer's thread).
+THREAD_PROFILE: list[Any] = [None]
 
 
 def runner(name: str) -> Callable[[Runner], Runner]:
@@ -183,6 +190,35 @@ def raw_runner(w: Workload) -> Callable[[int], None]:
 def raw_again_runner(w: Workload) -> Callable[[int], None]:
     """A second, identical raw loop: its ratio to ``raw`` shows the noise floor of the measurement."""
     return raw_runner(w)
+
+
+@runner("raw-thread")
+def raw_thread_runner(w: Workload) -> Callable[[int], None]:
+    """The raw loop on a helper thread, handed each block as the Trainer runners are: the control row for what
+    running on another thread (and the hand-over per block) costs by itself."""
+    import threading
+
+    steps = raw_runner(w)
+    go, done = threading.Semaphore(0), threading.Semaphore(0)
+    request = [0]
+    threads = torch.get_num_threads()
+
+    def serve() -> None:
+        torch.set_num_threads(threads)  # per thread, as for the Trainer runners
+        while True:
+            go.acquire()
+            sys.setprofile(THREAD_PROFILE[0])
+            steps(request[0])
+            done.release()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def run(n: int) -> None:
+        request[0] = n
+        go.release()
+        done.acquire()
+
+    return run
 
 
 @runner("accelerator")
@@ -269,6 +305,7 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
             self.started = True
             go.acquire()
             self.left = request[0]
+            sys.setprofile(THREAD_PROFILE[0])
 
         def on_train_end(self, trainer: Trainer, module: TrainingModule) -> None:
             done.release()
@@ -333,13 +370,19 @@ class Result:
     cpu: list[float]
 
 
-def measure(w: Workload, names: list[str], block: int | None = None) -> dict[str, Result]:
+def measure(w: Workload, names: list[str], block: int | None = None, build_seed: int | None = None
+            ) -> dict[str, Result]:
     """Times ``names`` on ``w``: rounds of ``w.steps`` steps per runner, alternating in blocks of ``block`` steps
-    (see the module docstring)."""
+    (see the module docstring). ``build_seed``: build the runners in an order shuffled with it (where in memory
+    each runner's objects land depends on that order; see ``--repeat``)."""
     block = block or w.steps
     if w.steps % block:
         raise ValueError(f"--block {block} must divide the workload's {w.steps} steps per epoch")
-    runs = {name: RUNNERS[name](w) for name in names}
+    build_order = list(names)
+    if build_seed is not None:
+        random.Random(build_seed).shuffle(build_order)
+    built = {name: RUNNERS[name](w) for name in build_order}
+    runs = {name: built[name] for name in names}
     for _ in range(w.warmup):
         for run in runs.values():
             run(w.steps)
@@ -414,6 +457,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="steps per block: runners alternate every BLOCK steps within a round (must divide the "
                              "workload's steps; default: the whole round)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the whole measurement in this many fresh processes, each building the runners in a "
+                             "different order, and summarize the paired medians across them (a process's memory "
+                             "layout can favour one runner by a few percent for its whole life)")
+    parser.add_argument("--build-seed", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help=argparse.SUPPRESS)  # where a --repeat child writes its medians
     args = parser.parse_args(argv)
 
     names = [n.strip() for n in args.runners.split(",") if n.strip()]
@@ -426,11 +475,52 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
+    if args.repeat > 1:
+        repeat(argv if argv is not None else sys.argv[1:], args.repeat, names)
+        return
+    medians: dict[str, dict[str, dict[str, float]]] = {}
     for key in args.workloads.split(","):
         w = WORKLOADS[key.strip()]
         if args.reps is not None:
             w = Workload(w.name, w.widths, w.batch_size, w.steps, args.reps, w.warmup)
-        print("\n".join(report(w, measure(w, names, args.block), block=args.block)), flush=True)
+        results = measure(w, names, args.block, args.build_seed)
+        print("\n".join(report(w, results, block=args.block)), flush=True)
+        medians[w.name] = {name: {clock: _paired(getattr(r, clock), getattr(results["raw"], clock))[0]
+                                  for clock in ("wall", "cpu")} for name, r in results.items()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(medians, f)
+
+
+def repeat(argv: list[str], times: int, names: list[str]) -> None:
+    """``--repeat``: the same measurement in ``times`` fresh processes; prints each one's paired medians and their
+    median and range per workload, runner and clock."""
+    import tempfile
+
+    args: list[str] = []
+    skip = False
+    for a in argv:  # the same arguments without --repeat (given as "--repeat N" or "--repeat=N")
+        if skip or a.startswith("--repeat="):
+            skip = False
+            continue
+        skip = a == "--repeat"
+        if not skip:
+            args.append(a)
+    runs: list[dict] = []
+    for k in range(times):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            subprocess.run([sys.executable, __file__, *args, "--build-seed", str(k), "--json", out.name], check=True,
+                           stdout=subprocess.DEVNULL)
+            runs.append(json.load(open(out.name)))
+        print(f"process {k + 1}/{times} done", flush=True)
+    for workload in runs[0]:
+        print(f"\n{workload}: paired median per process (ratio to raw), {times} processes")
+        print(f"  {'runner':<20}{'clock':<6}{'median':>8}{'min':>8}{'max':>8}   per process")
+        for name in names:
+            for clock in ("wall", "cpu"):
+                values = [run[workload][name][clock] for run in runs]
+                print(f"  {name:<20}{clock:<6}{statistics.median(values):>8.3f}{min(values):>8.3f}{max(values):>8.3f}"
+                      f"   {' '.join(f'{v:.3f}' for v in values)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""Python function calls per optimizer step: raw PyTorch, the Accelerator loop and the Trainer, counted exactly.
+
+A noise-free companion to ``overhead.py``. On a shared VM the time ratios move by several percent from run to run,
+while this count does not move at all: it shows whether a change to the hot path added or removed work. Each runner
+of ``overhead.py`` trains ``--steps`` optimizer steps of the ``micro`` model under ``sys.setprofile`` (after warm-up
+steps), and every Python-level call and every call of a C function from Python is counted; the table lists the
+calls per step and, with ``--diff``, which functions a runner calls that raw does not.
+
+Why calls: between two steps a training loop runs hundreds of tensor operations, so a framework's own code runs
+"cold" (its code and objects out of the CPU caches). On the 2-vCPU VM of benchmarks/README.md an extra call in the
+step costs about 2 us there, against 0.05 us in a warm ``timeit`` loop, which is why a few dozen calls per step
+show as several percent of a 1 ms step.
+
+Run:
+    python benchmarks/step_calls.py
+    python benchmarks/step_calls.py --runners raw,trainer-bare --diff
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import overhead  # noqa: E402
+from overhead import RUNNERS, Workload  # noqa: E402
+
+Counts = collections.Counter
+
+
+def _where(code: Any) -> str:
+    path = code.co_filename
+    for marker in ("site-packages/", "/stoker/", "/benchmarks/", "/lib/python"):
+        if marker in path:
+            path = path[path.index(marker) + len(marker):]
+            break
+    return f"{path}:{code.co_name}"
+
+
+def count_calls(name: str, steps: int) -> Counts:
+    """Calls made while runner ``name`` trains ``steps`` optimizer steps (whichever thread trains)."""
+    w = Workload("calls", (4, 4), batch_size=4, steps=steps, reps=3, warmup=1)
+    run = RUNNERS[name](w)
+    run(steps)  # warm-up: first-step work (optimizer state, imports) is not counted
+    run(steps // 2)  # the Trainer's first pause is mid-epoch: start counting at the same place for every runner
+    counts: Counts = collections.Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            counts[_where(frame.f_code)] += 1
+        elif event == "c_call":
+            counts[f"C:{getattr(arg, '__qualname__', repr(arg))}"] += 1
+
+    # The Trainer trains on its own thread, which installs overhead.THREAD_PROFILE at the start of each block.
+    overhead.THREAD_PROFILE[0] = profile
+    sys.setprofile(profile)
+    try:
+        run(steps)
+    finally:
+        sys.setprofile(None)
+        overhead.THREAD_PROFILE[0] = None
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Python calls per optimizer step, per runner of overhead.py.")
+    parser.add_argument("--runners", default="raw,accelerator,trainer-bare,trainer-full")
+    parser.add_argument("--steps", type=int, default=200, help="counted steps (an even number)")
+    parser.add_argument("--diff", action="store_true", help="list the calls each runner makes beyond raw")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    names = [n.strip() for n in args.runners.split(",") if n.strip()]
+    results = {name: count_calls(name, args.steps) for name in names}
+    base = results.get("raw")
+    print(f"{'runner':<16}{'calls/step':>12}{'beyond raw':>12}")
+    for name, counts in results.items():
+        per_step = sum(counts.values()) / args.steps
+        extra = "" if base is None else f"{per_step - sum(base.values()) / args.steps:+12.1f}"
+        print(f"{name:<16}{per_step:>12.1f}{extra}")
+    if args.diff and base is not None:
+        for name, counts in results.items():
+            if name == "raw":
+                continue
+            print(f"\n{name}: calls per step beyond raw")
+            for key in sorted(set(counts) | set(base)):
+                d = (counts[key] - base[key]) / args.steps
+                if abs(d) >= 0.5:
+                    print(f"  {d:+6.2f}  {key}")
+
+
+if __name__ == "__main__":
+    main()
