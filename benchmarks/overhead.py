@@ -5,8 +5,8 @@ whole batch in one indexing operation (``__getitems__``), so that loading costs 
 hidden behind per-sample collation. Runners take turns, after warm-up rounds. A *round* is one epoch's worth
 (``steps`` optimizer steps) of every runner, so each runner pays exactly one epoch start (and the Trainer one epoch
 end) per round; within a round the runners alternate in *blocks* of ``--block`` steps (default: the whole epoch),
-the order flipping every block. Short blocks put the runners' work close together in time, so slow drifts of the
-machine's speed (on a shared VM the raw step's time can move by half within seconds) hit every runner alike; the
+in a fresh random order every block (never the same runner twice in a row). Short blocks put the runners' work
+close together in time, so slow drifts of the machine's speed (on a shared VM the raw step's time can move by half within seconds) hit every runner alike; the
 per-round totals are what is compared. The figure is the median over rounds of the time per step; ratios are
 against the ``raw`` runner, and the ``raw-again`` runner (a second raw loop) shows how much two identical loops
 differ on this machine today. Two clocks are reported: wall time (what a user waits) and the process's CPU time
@@ -388,12 +388,18 @@ def measure(w: Workload, names: list[str], block: int | None = None, build_seed:
             run(w.steps)
     results = {name: Result([], []) for name in names}
     blocks = w.steps // block
-    flip = 0
+    shuffle = random.Random(0 if build_seed is None else build_seed).shuffle
+    order = list(names)
     for _ in range(w.reps):
         wall, cpu = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
         for _ in range(blocks):
-            order = names if flip % 2 == 0 else names[::-1]  # neither runner always goes first
-            flip += 1
+            # A fresh random order per block, never starting with the runner that just ran: a runner that ran
+            # twice in a row would find its code and data still in the caches (reversing the order every block,
+            # as before, gave that advantage to the first and last runners, raw among them).
+            previous = order[-1]
+            shuffle(order)
+            if len(order) > 1 and order[0] == previous:
+                order.append(order.pop(0))
             for name in order:
                 c0, t0 = time.process_time(), time.perf_counter()
                 runs[name](block)
