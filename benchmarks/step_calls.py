@@ -67,13 +67,51 @@ def count_calls(name: str, steps: int) -> Counts:
     return counts
 
 
+def cold_cost(iterations: int = 5000) -> tuple[float, float, float]:
+    """What one small hot-path call costs warm and "cold": ``GradientWindow.loss_for_backward`` (a few attribute
+    reads and writes) timed alone in a loop, and as the difference it makes when each call follows a forward and
+    backward pass of a 4x4 layer. Returns (warm, cold, step) medians in seconds."""
+    import statistics
+    import time
+    import timeit
+
+    from stoker import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(torch.nn.Linear(4, 4), torch.optim.SGD(torch.nn.Linear(4, 4).parameters()))
+    window, x, scalar = accelerator._window, torch.randn(4, 4), torch.zeros(())
+    warm = min(timeit.repeat(lambda: window.loss_for_backward(scalar, None), number=iterations, repeat=5)) / iterations
+
+    def with_call() -> None:
+        window.loss_for_backward(model(x).sum(), None).backward()
+
+    def without() -> None:
+        model(x).sum().backward()
+
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    clock = time.perf_counter
+    for i in range(iterations):
+        for name, fn in (("with", with_call), ("without", without)) if i % 2 else (("without", without), ("with", with_call)):
+            t = clock()
+            fn()
+            times[name].append(clock() - t)
+    step = statistics.median(times["without"])
+    return warm, statistics.median(times["with"]) - step, step
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Python calls per optimizer step, per runner of overhead.py.")
     parser.add_argument("--runners", default="raw,accelerator,trainer-bare,trainer-full")
     parser.add_argument("--steps", type=int, default=200, help="counted steps (an even number)")
     parser.add_argument("--diff", action="store_true", help="list the calls each runner makes beyond raw")
+    parser.add_argument("--cold", action="store_true",
+                        help="also time one small hot-path call warm (timeit) and between forward/backward passes")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.cold:
+        warm, cold, step = cold_cost()
+        print(f"GradientWindow.loss_for_backward: {warm * 1e9:.0f} ns in a timeit loop, {cold * 1e6:+.2f} us when "
+              f"each call follows a forward/backward of a 4x4 layer ({step * 1e6:.1f} us without it)")
     names = [n.strip() for n in args.runners.split(",") if n.strip()]
     results = {name: count_calls(name, args.steps) for name in names}
     base = results.get("raw")
