@@ -6,10 +6,12 @@ of ``overhead.py`` trains ``--steps`` optimizer steps of the ``micro`` model und
 steps), and every Python-level call and every call of a C function from Python is counted; the table lists the
 calls per step and, with ``--diff``, which functions a runner calls that raw does not.
 
-Why calls: between two steps a training loop runs hundreds of tensor operations, so a framework's own code runs
-"cold" (its code and objects out of the CPU caches). On the 2-vCPU VM of benchmarks/README.md an extra call in the
-step costs about 2 us there, against 0.05 us in a warm ``timeit`` loop, which is why a few dozen calls per step
-show as several percent of a 1 ms step.
+What calls explain, and what not: ``--cold`` times one small hot-path call (``GradientWindow.loss_for_backward``)
+in a ``timeit`` loop and between forward/backward passes of a 4x4 layer; on the 2-vCPU VM of benchmarks/README.md
+that was 139 ns warm and +0.56 us between passes. At that price the Accelerator's 24 calls beyond raw account for
+roughly 12-15 us of the ~45 us per step that ``overhead.py`` measures for it on the tiny MLP; the rest is not in
+stoker's own lines (a py-spy profile shows the Trainer's backward, optimizer step and ``zero_grad`` each running
+a little slower than raw's), so fewer calls is necessary but not sufficient for a lower ratio.
 
 Run:
     python benchmarks/step_calls.py
@@ -47,7 +49,7 @@ def count_calls(name: str, steps: int) -> Counts:
     w = Workload("calls", (4, 4), batch_size=4, steps=steps, reps=3, warmup=1)
     run = RUNNERS[name](w)
     run(steps)  # warm-up: first-step work (optimizer state, imports) is not counted
-    run(steps // 2)  # the Trainer's first pause is mid-epoch: start counting at the same place for every runner
+    run(steps // 2)  # then the counted steps hold exactly one epoch boundary for every runner
     counts: Counts = collections.Counter()
 
     def profile(frame: Any, event: str, arg: Any) -> None:

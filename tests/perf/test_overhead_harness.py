@@ -1,0 +1,68 @@
+"""benchmarks/overhead.py and step_calls.py: the measurement itself (no timing is asserted, only what is measured)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+
+
+@pytest.fixture()
+def overhead() -> Iterator[object]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("overhead")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_rounds_give_every_runner_one_epoch_in_blocks_never_twice_in_a_row(overhead: object) -> None:
+    log: list[tuple[str, int]] = []
+
+    def recorder(name: str) -> Callable[[object], Callable[[int], None]]:
+        return lambda w: (lambda n: log.append((name, n)))
+
+    names = ["a", "b", "c", "d"]
+    saved = dict(overhead.RUNNERS)
+    try:
+        for name in names:
+            overhead.RUNNERS[name] = recorder(name)
+        w = overhead.Workload("t", (2, 2), batch_size=2, steps=12, reps=5, warmup=1)
+        results = overhead.measure(w, names, block=3, build_seed=7)
+    finally:
+        overhead.RUNNERS.clear()
+        overhead.RUNNERS.update(saved)
+    warmup, timed = log[:len(names)], log[len(names):]
+    assert sorted(warmup) == [(n, 12) for n in names]  # one whole epoch each
+    assert all(n == 3 for _, n in timed) and len(timed) == 5 * 4 * len(names)  # 4 blocks per round
+    sequence = [name for name, _ in timed]
+    assert all(x != y for x, y in zip(sequence, sequence[1:])), "a runner ran twice in a row"
+    for start in range(0, len(sequence), 4 * len(names)):  # each round: every runner 4 blocks = 12 steps
+        assert sorted(sequence[start:start + 4 * len(names)]) == sorted(names * 4)
+    assert {name: len(r.cpu) for name, r in results.items()} == dict.fromkeys(names, 5)
+    with pytest.raises(ValueError, match="must divide"):
+        overhead.measure(w, names, block=5)
+
+
+def test_the_trainer_and_raw_thread_runners_train_the_steps_asked(overhead: object,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    overhead.main(["--workloads", "micro", "--runners", "raw,raw-thread,accelerator,trainer-bare", "--reps", "2",
+                   "--block", "10", "--threads", "1"])
+    out = capsys.readouterr().out
+    for name in ("raw-thread", "accelerator", "trainer-bare"):
+        assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
+
+
+def test_step_calls_counts_the_trainer_thread(overhead: object) -> None:
+    step_calls = importlib.import_module("step_calls")
+    raw = sum(step_calls.count_calls("raw", 20).values())
+    threaded = sum(step_calls.count_calls("raw-thread", 20).values())
+    trainer = sum(step_calls.count_calls("trainer-bare", 20).values())
+    assert raw > 20 * 50  # torch's own Python calls in each step are counted
+    assert abs(threaded - raw) < 20 * 5  # the same loop on the helper thread: counted there, about the same
+    assert trainer > raw  # the Trainer's step does more than raw's, all of it on its own thread
