@@ -142,3 +142,17 @@ def test_a_failing_worker_fails_the_launch_with_its_status(session_launches: Lau
     proc = session_launches.result("cli_failing")
     assert proc.returncode == 7, proc.stdout + proc.stderr
     assert "the 2-process run failed: rank 1 (exit code 7)" in proc.stderr
+
+
+def test_a_failed_run_names_the_rank_that_failed_on_its_own_first() -> None:
+    """torch's launcher stops the other workers after the first failure; which of them its report lists depends on
+    timing. The rank that failed by itself is named first and gives the status; ranks stopped by a signal follow."""
+    from types import SimpleNamespace as Failure
+
+    from stoker.accelerator import describe_failures
+
+    assert describe_failures({0: Failure(exitcode=-15), 1: Failure(exitcode=7)}) == (
+        "rank 1 (exit code 7), rank 0 (stopped by signal 15)", 7)
+    assert describe_failures({1: Failure(exitcode=7)}) == ("rank 1 (exit code 7)", 7)
+    assert describe_failures({1: Failure(exitcode=-15), 0: Failure(exitcode=-9)}) == (
+        "rank 0 (stopped by signal 9), rank 1 (stopped by signal 15)", 137)

@@ -15,7 +15,7 @@ from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .fsdp import FSDPStrategy
-from .launch import ensure_processes, resolve_num_processes
+from .launch import describe_failures, ensure_processes, resolve_num_processes
 from .operations import send_to_device, set_seed
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .precision import parse_precision
@@ -31,7 +31,8 @@ __all__ = [
     "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place", "read_state",
     "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.
-    "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "ensure_processes",
+    "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",
+    "ensure_processes",
     "resolve_num_processes", "restore_rng_state",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",

@@ -141,13 +141,8 @@ class Accelerator:
         """``NO``, ``MULTI_CPU``/``MULTI_GPU``/... (DDP) or ``FSDP``; also equal to the old strategy class names."""
         return self.state.distributed_type
 
-    @property
-    def native_amp(self) -> bool:
-        return self.mixed_precision in ("fp16", "bf16")
-
-    @property
-    def split_batches(self) -> bool:
-        return self.dataloader_config.split_batches
+    native_amp = property(lambda self: self.mixed_precision in ("fp16", "bf16"), doc="fp16 or bf16 autocast.")
+    split_batches = property(lambda self: self.dataloader_config.split_batches)
 
     @property
     def even_batches(self) -> bool:
@@ -242,11 +237,8 @@ class Accelerator:
                 "Accelerator.backward() was called before prepare(): pass your model and optimizer through "
                 "accelerator.prepare(...) first."
             )
-        loss = self._window.loss_for_backward(loss, num_items)
-        precision = self.precision
-        if precision.scales_loss:  # fp16 only; otherwise scale_loss is the identity (hot path: no call)
-            loss = precision.scale_loss(loss)
-        loss.backward(**kwargs)
+        loss = self._window.loss_for_backward(loss, num_items)  # fp16 scales it; otherwise no call (the hot path)
+        (self.precision.scale_loss(loss) if self.precision.scales_loss else loss).backward(**kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""

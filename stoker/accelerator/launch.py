@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import torch
@@ -185,6 +186,26 @@ def _status(code: Any) -> int:
     return 128 - code if code < 0 else code
 
 
+def describe_failures(failures: Mapping[int, Any]) -> tuple[str, int]:
+    """The ranks of a failed multi-process run (``ChildFailedError.failures``), and the status to exit with.
+
+    Ranks that failed on their own (a positive exit code) come first, then those stopped by a signal, which is
+    usually the launcher stopping the others after the first failure: ``"rank 1 (exit code 7), rank 0 (stopped by
+    signal 15)"``. The status is the first own failure's exit code, else 128 + the signal.
+    """
+    def own(item: tuple[int, Any]) -> bool:
+        code = item[1].exitcode
+        return isinstance(code, int) and code > 0
+
+    ordered = sorted(failures.items(), key=lambda item: (not own(item), item[0]))
+    parts = []
+    for rank, failure in ordered:
+        code = failure.exitcode
+        stopped = isinstance(code, int) and code < 0
+        parts.append(f"rank {rank} (stopped by signal {-code})" if stopped else f"rank {rank} (exit code {code})")
+    return ", ".join(parts), _status(ordered[0][1].exitcode) if ordered else 1
+
+
 def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
     """Re-runs the current program in ``num_processes`` local worker processes and exits with their status.
 
@@ -211,13 +232,13 @@ def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
         try:
             elastic_launch(config, sys.executable)(*command)
         except ChildFailedError as error:
-            code = _status(error.get_first_failure()[1].exitcode) if error.failures else 1  # the root cause's
             if forwarder.received is not None:
+                code = _status(error.get_first_failure()[1].exitcode) if error.failures else 1
                 name = signal.Signals(forwarder.received).name
                 print(f"stoker: {name} was forwarded to the {num_processes} workers; they stopped with exit code "
                       f"{code}.", file=sys.stderr, flush=True)
             else:
-                ranks = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(error.failures.items()))
+                ranks, code = describe_failures(error.failures)
                 print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
             raise SystemExit(code) from None
         except SignalException as signal_:  # SIGHUP/SIGQUIT: torch's launcher stopped the workers

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from ..accelerator import check_accumulation_steps
+from ..accelerator import check_accumulation_steps, describe_failures
 
 __all__ = ["add_parser", "launch_environment", "resolve", "run", "torchrun_args"]
 
@@ -199,10 +199,9 @@ def _run_torchrun(argv: list[str], processes: int) -> int:
     try:
         torchrun(parse_args(argv))
     except ChildFailedError as error:
-        ranks = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(error.failures.items()))
+        ranks, code = describe_failures(error.failures)  # a rank that failed on its own first
         print(f"stoker launch: the {processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
-        code = error.get_first_failure()[1].exitcode if error.failures else 1
-        return code if isinstance(code, int) and code > 0 else 1
+        return code
     except SignalException as signal_:  # torch's agent has already sent the signal to every worker
         print(f"stoker launch: stopped by signal {int(signal_.sigval)}; the workers were sent it too.",
               file=sys.stderr, flush=True)
