@@ -192,33 +192,48 @@ def raw_again_runner(w: Workload) -> Callable[[int], None]:
     return raw_runner(w)
 
 
+class Pacing:
+    """The hand-over to a runner that trains on its own thread: the caller's ``run(n)`` asks for ``n`` steps and
+    waits; the training thread takes each request with :meth:`next_request` and reports with :meth:`finished`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._go, self._done = threading.Semaphore(0), threading.Semaphore(0)
+        self._steps = 0
+
+    def run(self, n: int) -> None:
+        self._steps = n
+        self._go.release()
+        self._done.acquire()
+
+    def next_request(self) -> int:
+        """Waits for the next ``run(n)`` and returns ``n`` (on the training thread; installs THREAD_PROFILE)."""
+        self._go.acquire()
+        sys.setprofile(THREAD_PROFILE[0])
+        return self._steps
+
+    def finished(self) -> None:
+        self._done.release()
+
+
 @runner("raw-thread")
 def raw_thread_runner(w: Workload) -> Callable[[int], None]:
     """The raw loop on a helper thread, handed each block as the Trainer runners are: the control row for what
     running on another thread (and the hand-over per block) costs by itself."""
     import threading
 
-    steps = raw_runner(w)
-    go, done = threading.Semaphore(0), threading.Semaphore(0)
-    request = [0]
+    steps, pacing = raw_runner(w), Pacing()
     threads = torch.get_num_threads()
 
     def serve() -> None:
         torch.set_num_threads(threads)  # per thread, as for the Trainer runners
         while True:
-            go.acquire()
-            sys.setprofile(THREAD_PROFILE[0])
-            steps(request[0])
-            done.release()
+            steps(pacing.next_request())
+            pacing.finished()
 
     threading.Thread(target=serve, daemon=True).start()
-
-    def run(n: int) -> None:
-        request[0] = n
-        go.release()
-        done.acquire()
-
-    return run
+    return pacing.run
 
 
 @runner("accelerator")
@@ -280,8 +295,7 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
             optimizer, scheduler = w.make_optimizer(self.model)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    go, done = threading.Semaphore(0), threading.Semaphore(0)
-    request = [0]  # steps asked for by the current run(n) call
+    pacing = Pacing()
 
     class Pacer(Callback):  # the last callback
         started = False
@@ -299,16 +313,14 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
                     # The end of a round: the previous epoch's background checkpoint work (commit, deletions) is
                     # finished inside this runner's round, which it overlapped, not in another runner's block.
                     wait_for_checkpoints(trainer.accelerator)
-                done.release()
+                pacing.finished()
             elif batch_idx != w.steps // 2:
                 return
             self.started = True
-            go.acquire()
-            self.left = request[0]
-            sys.setprofile(THREAD_PROFILE[0])
+            self.left = pacing.next_request()
 
         def on_train_end(self, trainer: Trainer, module: TrainingModule) -> None:
-            done.release()
+            pacing.finished()
 
     root = tempfile.mkdtemp(prefix="stoker-overhead-")
     atexit.register(shutil.rmtree, root, True)
@@ -331,13 +343,7 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
         trainer.fit(Module(), w.make_loader())
 
     threading.Thread(target=fit, daemon=True).start()
-
-    def run(n: int) -> None:
-        request[0] = n
-        go.release()
-        done.acquire()
-
-    return run
+    return pacing.run
 
 
 @runner("trainer-bare")
