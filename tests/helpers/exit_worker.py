@@ -72,9 +72,14 @@ def _report_threads() -> None:
     left = {t: v for t, v in _tasks().items() if t not in _BEFORE}
     alive = {t.native_id for t in threading.enumerate()}
     new = sorted(v + ("" if t in alive or t not in _PY_THREADS else " (joined)") for t, v in at_handler.items())
-    print(f"exit-worker threads: {len(_BEFORE)} before the group, {len(_BEFORE) + len(at_handler)} at the last "
-          f"exit handler, {len(_BEFORE) + len(left)} after waiting {time.monotonic() - started:.3f} s; new at the "
-          f"handler: {new}, left: {sorted(left.values())}", flush=True)
+    line = (f"exit-worker threads: {len(_BEFORE)} before the group, {len(_BEFORE) + len(at_handler)} at the last "
+            f"exit handler, {len(_BEFORE) + len(left)} after waiting {time.monotonic() - started:.3f} s; new at the "
+            f"handler: {new}, left: {sorted(left.values())}\n")
+    # One write of the whole line (under the pipe's atomic size): the Trainer's two workers share the launcher's
+    # stdout and exit together, and print() writes the text and its newline separately when stdout is unbuffered,
+    # which once ran two workers' lines into one.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 atexit.register(_report_threads)
