@@ -22,14 +22,13 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import WORKLOADS  # noqa: E402
+from overhead import WORKLOADS, full_callbacks, trainer_module  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
-    from stoker import Callback, ModelCheckpoint, ProgressBar, Trainer, TrainingModule
+    from stoker import Callback, Trainer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("config", choices=["bare", "full"], help="bare: no logger/bar/checkpoints; full: all of them")
@@ -39,26 +38,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     w, full = WORKLOADS[args.workload], args.config == "full"
-
-    class Module(TrainingModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = w.make_model()
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = F.mse_loss(self.model(x), y)
-            if full:
-                self.log("loss", loss, prog_bar=True)
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            optimizer, scheduler = w.make_optimizer(self.model)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    class SyncCheckpoint(ModelCheckpoint):
-        def _write(self, trainer: Any, topk_path: Any, evicted: list, wait: bool = False) -> None:
-            super()._write(trainer, topk_path, evicted, wait=True)
 
     wall: list[float] = []
     cpu: list[float] = []
@@ -75,13 +54,12 @@ def main(argv: list[str] | None = None) -> None:
                 wall.append(time.perf_counter() - self.last[0])
                 cpu.append(time.process_time() - self.last[1])
 
-    checkpoint = SyncCheckpoint() if args.sync_checkpoints else ModelCheckpoint()
-    callbacks = [ProgressBar(file=open(os.devnull, "w")), checkpoint] if full else []
+    callbacks = full_callbacks(args.sync_checkpoints) if full else []
     with tempfile.TemporaryDirectory(prefix="stoker-epoch-end-") as root:
         trainer = Trainer(max_epochs=args.epochs, accelerator="cpu", default_root_dir=root, logger=full,
                           enable_checkpointing=full, enable_progress_bar=full, enable_model_summary=False,
                           callbacks=[*callbacks, Clock()])
-        trainer.fit(Module(), w.make_loader())
+        trainer.fit(trainer_module(w, log=full), w.make_loader())
     wall, cpu = wall[1:], cpu[1:]  # the first epoch end pays one-time imports (TensorBoard)
     print(f"{args.config}{' (sync checkpoints)' if args.sync_checkpoints else ''}, {w.name}, {len(wall)} epoch ends: "
           f"wall min {min(wall) * 1e3:.2f} median {statistics.median(wall) * 1e3:.2f} ms | "

@@ -260,6 +260,45 @@ def accelerator_runner(w: Workload) -> Callable[[int], None]:
     return stepper(loop())
 
 
+def trainer_module(w: Workload, log: bool) -> Any:
+    """The Trainer runners' module: ``w``'s model and MSE loss (with ``log``, logged to the bar every step), and
+    ``w``'s optimizer with its scheduler stepping every optimizer step."""
+    from stoker import TrainingModule
+
+    class Module(TrainingModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = w.make_model()
+
+        def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = F.mse_loss(self.model(x), y)
+            if log:
+                self.log("loss", loss, prog_bar=True)
+            return loss
+
+        def configure_optimizers(self) -> dict:
+            optimizer, scheduler = w.make_optimizer(self.model)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    return Module()
+
+
+def full_callbacks(sync_checkpoints: bool = False) -> list[Any]:
+    """The full configuration's callbacks: a progress bar (to /dev/null, so the table stays readable) and
+    ModelCheckpoint's default checkpoint per epoch (and ``last``); ``sync_checkpoints``: every save committed on the
+    training thread (the default until 3 December 2026)."""
+    import os
+
+    from stoker import ModelCheckpoint, ProgressBar
+
+    class SyncCheckpoint(ModelCheckpoint):
+        def _write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+            super()._write(trainer, topk_path, evicted, wait=True)
+
+    return [ProgressBar(file=open(os.devnull, "w")), SyncCheckpoint() if sync_checkpoints else ModelCheckpoint()]
+
+
 def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> Callable[[int], None]:
     """``Trainer.fit`` on a background thread, paced ``n`` optimizer steps per call; its setup is not timed.
 
@@ -271,29 +310,12 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
     next runner's block. The main thread only waits meanwhile; CPU time counts every thread.
     """
     import atexit
-    import os
     import shutil
     import tempfile
     import threading
 
-    from stoker import Callback, ModelCheckpoint, ProgressBar, Trainer, TrainingModule
+    from stoker import Callback, Trainer, TrainingModule
     from stoker.accelerator.background import wait_for_checkpoints
-
-    class Module(TrainingModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = w.make_model()
-
-        def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = F.mse_loss(self.model(x), y)
-            if full:
-                self.log("loss", loss, prog_bar=True)
-            return loss
-
-        def configure_optimizers(self) -> dict:
-            optimizer, scheduler = w.make_optimizer(self.model)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     pacing = Pacing()
 
@@ -324,14 +346,8 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
 
     root = tempfile.mkdtemp(prefix="stoker-overhead-")
     atexit.register(shutil.rmtree, root, True)
-    # full: progress bar (to /dev/null, so the table stays readable), TensorBoard logger, the loss logged every
-    # step, ModelCheckpoint's default checkpoint per epoch (and `last`).
-    class SyncCheckpoint(ModelCheckpoint):  # every save committed on the training thread (the default until 2026-12-03)
-        def _write(self, trainer: Trainer, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
-            super()._write(trainer, topk_path, evicted, wait=True)
-
-    checkpoint = SyncCheckpoint() if sync_checkpoints else ModelCheckpoint()
-    callbacks = [ProgressBar(file=open(os.devnull, "w")), checkpoint] if full else []
+    # full: also a TensorBoard logger.
+    callbacks = full_callbacks(sync_checkpoints) if full else []
     trainer = Trainer(max_epochs=w.warmup + w.reps + 1, accelerator="cpu", default_root_dir=root, logger=full,
                       enable_checkpointing=full, enable_progress_bar=full, callbacks=[*callbacks, Pacer()])
     threads = torch.get_num_threads()
@@ -340,7 +356,7 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
         # OpenMP's thread count is per thread: without this the Trainer's thread would compute with torch's
         # default count while the raw loop uses --threads, and compute-bound rows would compare different things.
         torch.set_num_threads(threads)
-        trainer.fit(Module(), w.make_loader())
+        trainer.fit(trainer_module(w, log=full), w.make_loader())
 
     threading.Thread(target=fit, daemon=True).start()
     return pacing.run
