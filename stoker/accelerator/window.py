@@ -61,9 +61,7 @@ class GradientWindow:
         if steps == 1:  # every micro-step is a whole window: the common case, kept to a few attribute writes
             self.micro_step = 1
             self.sync_gradients = self.in_window = True
-            self.done = False  # new_gradients(), inlined: this runs every step
-            self.finished.clear()
-            self.items = self.normaliser = None
+            self.new_gradients()
             return
         if self.sync_gradients:  # the previous window closed: this micro-step opens a new one
             self.micro_step = 0

@@ -288,8 +288,9 @@ class ModelCheckpoint(Callback):
         if getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing (Lightning's rule)
             return
         self._require_dirpath()
-        if not (self.export_weights or self.save_weights_only):  # names and the top k against finished folders
-            checkpoint_io(trainer.accelerator).wait_for_save()  # (a background commit; the save would wait anyway)
+        # Names and the top k are decided against finished folders: a save still committing in the background is
+        # waited for here (the save itself would wait for it anyway; without one this returns at once).
+        checkpoint_io(trainer.accelerator).wait_for_save()
         step = int(trainer.global_step)
         metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
         topk_path, evicted = None, []

@@ -155,4 +155,3 @@ def _wait_for_a_later_second(log_dir: str) -> None:
     newest = max(stamps)
     while int(time.time()) <= newest:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.001)
-

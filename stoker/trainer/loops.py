@@ -143,7 +143,6 @@ class FitLoop:
         self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
                             hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
         val_enabled, has_loggers, log_every = run.val_enabled, bool(t.loggers), t.log_every_n_steps
-        preemption = t._preemption
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -171,16 +170,9 @@ class FitLoop:
                         self._log_step(applied, has_loggers)
                 if val_enabled and not last and self._val_due(run, batch_idx):
                     self.validate(run)
-                if synced:
-                    # Stops only after an optimizer step; saves a checkpoint and exits when a SIGTERM/SIGUSR1
-                    # arrived (several processes: agreed one step late, without waiting; on the run's last step
-                    # at once, so that no signal is left unread).
-                    max_steps = t.max_steps
-                    stop = (t.should_stop and stop_requested(t)) or (max_steps is not None and acc.step >= max_steps)
-                    preemption.check(t, blocking=stop)
-                    if stop:
-                        stopped = not last
-                        break
+                if synced and self._stop_now(applied):
+                    stopped = not last
+                    break
                 batch_idx += 1
         finally:
             if self.epoch_batches_finished and not stopped:
@@ -192,6 +184,15 @@ class FitLoop:
                 "(and drop_last with a batch size larger than it) or limit_train_batches." % self.epoch
             )
         return stopped
+
+    def _stop_now(self, applied: int) -> bool:
+        """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
+        t = self.trainer
+        stop = (t.should_stop and stop_requested(t)) or (t.max_steps is not None and applied >= t.max_steps)
+        # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
+        # without waiting; on the run's last step at once, so that no signal is left unread).
+        t._preemption.check(t, blocking=stop)
+        return stop
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
