@@ -65,6 +65,9 @@ class Precision:
     # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
     # scale_loss and unscale_ must be the identity / a no-op: the hot path skips calling them.
     scales_loss = False
+    # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
+    # that enters it every step (the Trainer's) may skip entering it.
+    autocasts = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -101,6 +104,8 @@ class Precision:
 
 class MixedPrecision(Precision):
     """Autocast to a lower-precision dtype; forward outputs are cast back to float32."""
+
+    autocasts = True
 
     def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__(device)

@@ -323,9 +323,12 @@ class Preemption:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
         self._agreement = SignalAgreement()
+        self._several = False  # several processes: signals are agreed on (set by install)
 
-    def install(self) -> None:
+    def install(self, num_processes: int = 1) -> None:
+        """Starts watching for signals for a run of ``num_processes`` processes."""
         self.received = None
+        self._several = num_processes > 1
         self._agreement.reset()
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach only the main thread; a Trainer run elsewhere cannot be preempted cleanly
@@ -349,13 +352,12 @@ class Preemption:
 
         Collective with several processes: every process calls it at the same optimizer steps and epoch ends.
         """
-        acc = trainer.accelerator
-        if acc.num_processes <= 1:
+        if not self._several:
             flag = self.received
         elif blocking:
-            flag = self._agreement.flush(acc, self.received)
+            flag = self._agreement.flush(trainer.accelerator, self.received)
         else:
-            flag = self._agreement.step(acc, self.received)
+            flag = self._agreement.step(trainer.accelerator, self.received)
         if flag is None:
             return
         self.received = flag

@@ -45,6 +45,7 @@ class FitLoop:
         self.schedulers_done = False
         self.last_logged_step = -1
         self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
+        self._autocast: Any = None  # likewise
         self._run: FitRun | None = None  # the fit being run (set by run(), for the step methods)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
@@ -142,6 +143,8 @@ class FitLoop:
         # on_before_optimizer_step).
         self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
                             hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
+        # The precision's autocast around training_step, or None where it is a no-op (full precision).
+        self._autocast = acc.autocast if acc.precision.autocasts else None
         val_enabled, has_loggers, log_every = run.val_enabled, bool(t.loggers), t.log_every_n_steps
         fresh = self.batches_done == 0
         if fresh:
@@ -198,8 +201,12 @@ class FitLoop:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._step_hooks[:2]
-        with acc.autocast():  # the precision's context (full precision: a cached no-op)
+        autocast = self._autocast
+        if autocast is None:  # full precision: nothing to enter (the hot path)
             outputs = self._run.training_step(batch, batch_idx)
+        else:
+            with autocast():
+                outputs = self._run.training_step(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:

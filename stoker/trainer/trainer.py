@@ -243,7 +243,7 @@ class Trainer(TrainerAttributes):
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             restore(self, ckpt_path, run.train_loader)
             self._log_hyperparams()
-            self._preemption.install()
+            self._preemption.install(self.accelerator.num_processes)
             try:
                 self.state.stage = TRAIN.name
                 self._hooks.call("on_fit_start")

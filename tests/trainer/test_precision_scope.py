@@ -52,3 +52,26 @@ def test_validate_after_fit_runs_under_the_trainer_precision_again() -> None:
     assert set(probe.seen) == {torch.bfloat16}
     assert set(outputs) == {torch.float32}  # the forward wrapper is back: outputs cast to float32
     assert "forward" not in module.__dict__
+
+
+class AutocastSeen(Regressor):
+    """Records, in each training_step, whether CPU autocast is on there (code outside the module's forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.autocast: list[tuple[bool, torch.dtype]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.autocast.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return super().training_step(batch, batch_idx)
+
+
+def test_training_step_runs_under_autocast_in_mixed_precision_only() -> None:
+    loader = make_loader(make_regression_data(n=16), 8)
+    for precision, expected in (("bf16", True), ("fp32", False), ("bf16", True)):
+        module = AutocastSeen()
+        _trainer(precision, DtypeProbe()).fit(module, loader)
+        assert len(module.autocast) == 2
+        assert {on for on, _ in module.autocast} == {expected}, precision
+        if expected:
+            assert {dtype for _, dtype in module.autocast} == {torch.bfloat16}
