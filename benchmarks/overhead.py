@@ -21,7 +21,11 @@ Workloads:
 
 Trainer runners: ``trainer-bare`` (no logger, bar or checkpoints) and ``trainer-full`` (progress bar, TensorBoard,
 ``self.log`` every step, a checkpoint per epoch); their rounds run from the middle of an epoch to the middle of the
-next (one epoch end and one epoch start per round).
+next (one epoch end and one epoch start per round). They train on a helper thread; ``raw-thread`` is the raw loop
+paced the same way (the control row for the thread itself). Not run by default, for taking the overhead apart:
+``accelerator-thread`` (the Accelerator loop on a helper thread: compare with ``raw-thread``) and the parts of
+``trainer-full`` one at a time on top of the bare Trainer: ``trainer-log`` (``self.log`` every step),
+``trainer-log-bar``, ``trainer-log-tb`` (TensorBoard), ``trainer-ckpt`` (a checkpoint per epoch).
 
 Adding a runner is one decorated function that returns a callable training the next ``n`` optimizer steps
 (continuing across epochs); loops written as generators that yield after every step get that from ``stepper``::
@@ -38,11 +42,14 @@ Adding a runner is one decorated function that returns a callable training the n
 Run:
     python benchmarks/overhead.py                          # all workloads, all runners
     python benchmarks/overhead.py --workloads tiny-300 --reps 40 --block 30 --threads 1
+    python benchmarks/overhead.py --workloads tiny-300 --block 30 --threads 1 --repeat 3 \
+        --runners raw,raw-thread,accelerator-thread,trainer-bare,trainer-log,trainer-log-tb,trainer-ckpt,trainer-full
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import subprocess
@@ -217,13 +224,11 @@ class Pacing:
         self._done.release()
 
 
-@runner("raw-thread")
-def raw_thread_runner(w: Workload) -> Callable[[int], None]:
-    """The raw loop on a helper thread, handed each block as the Trainer runners are: the control row for what
-    running on another thread (and the hand-over per block) costs by itself."""
+def on_thread(steps: Callable[[int], None]) -> Callable[[int], None]:
+    """``steps`` (a runner's ``run``) served on a helper thread, handed each block as the Trainer runners are."""
     import threading
 
-    steps, pacing = raw_runner(w), Pacing()
+    pacing = Pacing()
     threads = torch.get_num_threads()
 
     def serve() -> None:
@@ -234,6 +239,13 @@ def raw_thread_runner(w: Workload) -> Callable[[int], None]:
 
     threading.Thread(target=serve, daemon=True).start()
     return pacing.run
+
+
+@runner("raw-thread")
+def raw_thread_runner(w: Workload) -> Callable[[int], None]:
+    """The raw loop on a helper thread, handed each block as the Trainer runners are: the control row for what
+    running on another thread (and the hand-over per block) costs by itself."""
+    return on_thread(raw_runner(w))
 
 
 @runner("accelerator")
@@ -284,10 +296,10 @@ def trainer_module(w: Workload, log: bool) -> Any:
     return Module()
 
 
-def full_callbacks(sync_checkpoints: bool = False) -> list[Any]:
+def full_callbacks(sync_checkpoints: bool = False, bar: bool = True, checkpoint: bool = True) -> list[Any]:
     """The full configuration's callbacks: a progress bar (to /dev/null, so the table stays readable) and
     ModelCheckpoint's default checkpoint per epoch (and ``last``); ``sync_checkpoints``: every save committed on the
-    training thread (the default until 3 December 2026)."""
+    training thread (the default until 3 December 2026). ``bar`` / ``checkpoint``: leave one of them out."""
     import os
 
     from stoker import ModelCheckpoint, ProgressBar
@@ -296,10 +308,28 @@ def full_callbacks(sync_checkpoints: bool = False) -> list[Any]:
         def _write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
             super()._write(trainer, topk_path, evicted, wait=True)
 
-    return [ProgressBar(file=open(os.devnull, "w")), SyncCheckpoint() if sync_checkpoints else ModelCheckpoint()]
+    callbacks: list[Any] = [ProgressBar(file=open(os.devnull, "w"))] if bar else []
+    if checkpoint:
+        callbacks.append(SyncCheckpoint() if sync_checkpoints else ModelCheckpoint())
+    return callbacks
 
 
-def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> Callable[[int], None]:
+@dataclass(frozen=True)
+class Parts:
+    """What a Trainer runner turns on: ``self.log`` of the loss every step (to the bar), a progress bar, a
+    TensorBoard logger, a checkpoint per epoch (committed on the training thread with ``sync_checkpoints``)."""
+
+    log: bool = False
+    bar: bool = False
+    tensorboard: bool = False
+    checkpoint: bool = False
+    sync_checkpoints: bool = False
+
+
+FULL = Parts(log=True, bar=True, tensorboard=True, checkpoint=True)
+
+
+def _trainer_runner(w: Workload, parts: Parts) -> Callable[[int], None]:
     """``Trainer.fit`` on a background thread, paced ``n`` optimizer steps per call; its setup is not timed.
 
     The first pause is in the middle of the first epoch, so a round (``w.steps`` steps) runs from the middle of one
@@ -346,17 +376,17 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
 
     root = tempfile.mkdtemp(prefix="stoker-overhead-")
     atexit.register(shutil.rmtree, root, True)
-    # full: also a TensorBoard logger.
-    callbacks = full_callbacks(sync_checkpoints) if full else []
-    trainer = Trainer(max_epochs=w.warmup + w.reps + 1, accelerator="cpu", default_root_dir=root, logger=full,
-                      enable_checkpointing=full, enable_progress_bar=full, callbacks=[*callbacks, Pacer()])
+    callbacks = full_callbacks(parts.sync_checkpoints, parts.bar, parts.checkpoint)
+    trainer = Trainer(max_epochs=w.warmup + w.reps + 1, accelerator="cpu", default_root_dir=root,
+                      logger=parts.tensorboard, enable_checkpointing=parts.checkpoint, enable_progress_bar=parts.bar,
+                      callbacks=[*callbacks, Pacer()])
     threads = torch.get_num_threads()
 
     def fit() -> None:
         # OpenMP's thread count is per thread: without this the Trainer's thread would compute with torch's
         # default count while the raw loop uses --threads, and compute-bound rows would compare different things.
         torch.set_num_threads(threads)
-        trainer.fit(trainer_module(w, log=full), w.make_loader())
+        trainer.fit(trainer_module(w, log=parts.log), w.make_loader())
 
     threading.Thread(target=fit, daemon=True).start()
     return pacing.run
@@ -365,7 +395,7 @@ def _trainer_runner(w: Workload, full: bool, sync_checkpoints: bool = False) -> 
 @runner("trainer-bare")
 def trainer_bare_runner(w: Workload) -> Callable[[], None]:
     """The Trainer with no logger, no progress bar and no checkpoints."""
-    return _trainer_runner(w, full=False)
+    return _trainer_runner(w, Parts())
 
 
 @runner("trainer-full")
@@ -373,15 +403,50 @@ def trainer_full_runner(w: Workload) -> Callable[[], None]:
     """The Trainer with a progress bar, a TensorBoard logger, ``self.log`` of the loss every step and a checkpoint
     per epoch. An epoch is one block: on the short-block workloads that is a checkpoint every few steps (a stress
     test of checkpoint writing); ``tiny-epoch`` gives the tiny MLP realistic epochs."""
-    return _trainer_runner(w, full=True)
+    return _trainer_runner(w, FULL)
 
 
 @runner("trainer-full-sync")
 def trainer_full_sync_runner(w: Workload) -> Callable[[], None]:
     """``trainer-full`` with each checkpoint committed on the training thread (fsyncs, rename, ``last``): what the
     background commit saves, measured in the same run."""
-    return _trainer_runner(w, full=True, sync_checkpoints=True)
+    return _trainer_runner(w, dataclasses.replace(FULL, sync_checkpoints=True))
 
+
+# Components of trainer-full, each added to the bare Trainer alone: what each part of the full configuration costs,
+# and the Accelerator loop on a helper thread (against raw-thread: the Accelerator's own share of the Trainer rows).
+@runner("trainer-log")
+def trainer_log_runner(w: Workload) -> Callable[[int], None]:
+    """The bare Trainer plus ``self.log("loss", loss, prog_bar=True)`` every step (no bar, logger or checkpoints)."""
+    return _trainer_runner(w, Parts(log=True))
+
+
+@runner("trainer-log-bar")
+def trainer_log_bar_runner(w: Workload) -> Callable[[int], None]:
+    """``trainer-log`` plus the progress bar."""
+    return _trainer_runner(w, Parts(log=True, bar=True))
+
+
+@runner("trainer-log-tb")
+def trainer_log_tb_runner(w: Workload) -> Callable[[int], None]:
+    """``trainer-log`` plus a TensorBoard logger (values sent every ``log_every_n_steps``)."""
+    return _trainer_runner(w, Parts(log=True, tensorboard=True))
+
+
+@runner("trainer-ckpt")
+def trainer_ckpt_runner(w: Workload) -> Callable[[int], None]:
+    """The bare Trainer plus ``ModelCheckpoint``'s default checkpoint per epoch."""
+    return _trainer_runner(w, Parts(checkpoint=True))
+
+
+@runner("accelerator-thread")
+def accelerator_thread_runner(w: Workload) -> Callable[[int], None]:
+    """The ``accelerator`` loop on a helper thread, paced as the Trainer runners are (compare with raw-thread)."""
+    return on_thread(accelerator_runner(w))
+
+
+# Run when --runners is not given (the component runners above are asked for by name).
+DEFAULT_RUNNERS = ["raw", "raw-again", "raw-thread", "accelerator", "trainer-bare", "trainer-full", "trainer-full-sync"]
 
 # -- measurement -------------------------------------------------------------------------------------------------------
 
@@ -479,7 +544,8 @@ def report(w: Workload, results: dict[str, Result], baseline: str = "raw", block
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Per-step overhead of stoker against a raw PyTorch loop.")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
-    parser.add_argument("--runners", default=",".join(RUNNERS), help=f"comma-separated: {', '.join(RUNNERS)}")
+    parser.add_argument("--runners", default=",".join(DEFAULT_RUNNERS),
+                        help=f"comma-separated (default: {', '.join(DEFAULT_RUNNERS)}); all: {', '.join(RUNNERS)}")
     parser.add_argument("--reps", type=int, default=None, help="timed rounds per runner (default: per workload)")
     parser.add_argument("--block", type=int, default=None,
                         help="steps per block: runners alternate every BLOCK steps within a round (must divide the "

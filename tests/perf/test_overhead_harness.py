@@ -66,3 +66,21 @@ def test_step_calls_counts_the_trainer_thread(overhead: object) -> None:
     assert raw > 20 * 50  # torch's own Python calls in each step are counted
     assert abs(threaded - raw) < 20 * 5  # the same loop on the helper thread: counted there, about the same
     assert trainer > raw  # the Trainer's step does more than raw's, all of it on its own thread
+
+
+def test_the_component_runners_each_add_their_part(overhead: object, capsys: pytest.CaptureFixture) -> None:
+    parts = ["accelerator-thread", "trainer-log", "trainer-log-bar", "trainer-log-tb", "trainer-ckpt"]
+    assert not set(parts) & set(overhead.DEFAULT_RUNNERS)  # asked for by name only
+    overhead.main(["--workloads", "micro", "--runners", ",".join(["raw", *parts]), "--reps", "2", "--block", "10",
+                   "--threads", "1"])
+    out = capsys.readouterr().out
+    for name in parts:
+        assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
+    step_calls = importlib.import_module("step_calls")
+    calls = {name: sum(step_calls.count_calls(name, 20).values())
+             for name in ("accelerator", "accelerator-thread", "trainer-bare", "trainer-log", "trainer-log-bar")}
+    assert abs(calls["accelerator-thread"] - calls["accelerator"]) < 20 * 5  # the same loop, on the helper thread
+    assert calls["trainer-log"] > calls["trainer-bare"] + 20 * 5  # self.log's work, every step
+    assert calls["trainer-log-bar"] > calls["trainer-log"] + 20  # the bar's per-batch hook
+    saves = step_calls.count_calls("trainer-ckpt", 20)  # 20 counted steps hold one epoch end: one checkpoint
+    assert saves["accelerator/checkpointing/checkpoint.py:save_state"] == 1, sorted(k for k in saves if "save" in k)
