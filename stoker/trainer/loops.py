@@ -46,7 +46,6 @@ class FitLoop:
         self.last_logged_step = -1
         self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
         self._autocast: Any = None  # likewise
-        self._run: FitRun | None = None  # the fit being run (set by run(), for the step methods)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
@@ -84,7 +83,6 @@ class FitLoop:
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
-        self._run = run
         while not self.done():
             self._run_epoch(run)
 
@@ -133,7 +131,7 @@ class FitLoop:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
         acc, loader, model = t.accelerator, run.train_loader, run.model
-        results, step = t._train_results, self._training_step
+        results, step = t._train_results, functools.partial(self._training_step, run)
         if not run.automatic:  # manual optimization: training_step does backward and steps (manual.py)
             step = functools.partial(manual_training_step, run, acc)
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
@@ -197,16 +195,16 @@ class FitLoop:
         t._preemption.check(t, blocking=stop)
         return stop
 
-    def _training_step(self, batch: Any, batch_idx: int) -> Any:
+    def _training_step(self, run: FitRun, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._step_hooks[:2]
         autocast = self._autocast
         if autocast is None:  # full precision: nothing to enter (the hot path)
-            outputs = self._run.training_step(batch, batch_idx)
+            outputs = run.training_step(batch, batch_idx)
         else:
             with autocast():
-                outputs = self._run.training_step(batch, batch_idx)
+                outputs = run.training_step(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:
@@ -224,10 +222,10 @@ class FitLoop:
         for hook in after_backward:
             hook()
         if acc.sync_gradients:
-            self._optimizer_step()
+            self._optimizer_step(run)
         return outputs
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self, run: FitRun) -> None:
         t = self.trainer
         acc, hooks, optimizers = t.accelerator, t._hooks, t.optimizers
         if t.on_nonfinite_loss == "skip" and t._nonfinite.skip_step(t):
@@ -239,7 +237,6 @@ class FitLoop:
             for optimizer in optimizers:
                 acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
                 hooks.call("on_before_optimizer_step", optimizer)
-        run = self._run
         if t.clip_grad_norm is not None:
             acc.clip_grad_norm_(run.parameters, t.clip_grad_norm)
         elif t.clip_grad_value is not None:

@@ -1,4 +1,5 @@
-"""benchmarks/overhead.py and step_calls.py: the measurement itself (no timing is asserted, only what is measured)."""
+"""benchmarks/overhead.py, step_calls.py and checkpoint_cpu.py: the measurement itself (no timing is asserted, only
+what is measured)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,12 @@ def test_the_component_runners_each_add_their_part(overhead: object, capsys: pyt
     assert calls["trainer-log-bar"] > calls["trainer-log"] + 20  # the bar's per-batch hook
     saves = step_calls.count_calls("trainer-ckpt", 20)  # 20 counted steps hold one epoch end: one checkpoint
     assert saves["accelerator/checkpointing/checkpoint.py:save_state"] == 1, sorted(k for k in saves if "save" in k)
+
+
+def test_checkpoint_cpu_compares_fits_with_and_without_checkpoints(overhead: object, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    checkpoint_cpu = importlib.import_module("checkpoint_cpu")
+    # Each fit with checkpoints checks that it saved the last epoch's checkpoint and `last` (else it raises).
+    checkpoint_cpu.main(["--epochs", "2", "--pairs", "1", "--dir", str(tmp_path)])
+    assert "one checkpoint costs" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
