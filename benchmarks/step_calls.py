@@ -8,7 +8,7 @@ calls per step and, with ``--diff``, which functions a runner calls that raw doe
 
 What calls explain, and what not: ``--cold`` times one small hot-path call (``GradientWindow.loss_for_backward``)
 in a ``timeit`` loop and between forward/backward passes of a 4x4 layer; on the 2-vCPU VM of benchmarks/README.md
-that was 139 ns warm and +0.56 us between passes. At that price the Accelerator's 25 calls beyond raw account for
+that was 139 ns warm and +0.56 us between passes. At that price the Accelerator's ~25 calls beyond raw account for
 roughly 12-15 us of the ~45 us per step that ``overhead.py`` measures for it on the tiny MLP; the rest is not in
 stoker's own lines (a py-spy profile shows the Trainer's backward, optimizer step and ``zero_grad`` each running
 a little slower than raw's), so fewer calls is necessary but not sufficient for a lower ratio.

@@ -237,8 +237,8 @@ class Accelerator:
                 "Accelerator.backward() was called before prepare(): pass your model and optimizer through "
                 "accelerator.prepare(...) first."
             )
-        loss = self._window.loss_for_backward(loss, num_items)  # fp16 scales it; otherwise no call (the hot path)
-        (self.precision.scale_loss(loss) if self.precision.scales_loss else loss).backward(**kwargs)
+        loss = self._window.loss_for_backward(loss, num_items)
+        self.precision.scale_loss(loss).backward(**kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""

@@ -62,8 +62,7 @@ class Precision:
     name = "no"
     dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
-    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
-    # scale_loss and unscale_ must be the identity / a no-op: the hot path skips calling them.
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
     scales_loss = False
     # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
     # that enters it every step (the Trainer's) may skip entering it.

@@ -116,9 +116,7 @@ class GradientWindow:
             needs_factor = self.items is not None or self.steps > 1
             self.factor = self._factor() if needs_factor else None
         self.finished.add(id(optimizer))
-        precision = self.precision
-        if precision.scales_loss:  # only a loss-scaling precision (fp16) has anything to unscale
-            precision.unscale_(optimizer)
+        self.precision.unscale_(optimizer)
         if self.factor is not None:
             grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
             if grads:

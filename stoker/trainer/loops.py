@@ -45,7 +45,7 @@ class FitLoop:
         self.schedulers_done = False
         self.last_logged_step = -1
         self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
-        self._autocast: Any = None  # likewise
+        self._autocast: Any = None  # the precision's autocast, or None in full precision (likewise per epoch)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
@@ -143,7 +143,7 @@ class FitLoop:
                             hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
         # The precision's autocast around training_step, or None where it is a no-op (full precision).
         self._autocast = acc.autocast if acc.precision.autocasts else None
-        val_enabled, has_loggers, log_every = run.val_enabled, bool(t.loggers), t.log_every_n_steps
+        val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -167,8 +167,7 @@ class FitLoop:
                 self.total_batches += 1
                 if synced:
                     applied = acc.step
-                    if applied % log_every == 0 and applied != self.last_logged_step:
-                        self._log_step(applied, has_loggers)
+                    self._log_step(applied, has_loggers)
                 if val_enabled and not last and self._val_due(run, batch_idx):
                     self.validate(run)
                 if synced and self._stop_now(applied):
@@ -189,7 +188,7 @@ class FitLoop:
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
         t = self.trainer
-        stop = (t.should_stop and stop_requested(t)) or (t.max_steps is not None and applied >= t.max_steps)
+        stop = stop_requested(t) or (t.max_steps is not None and applied >= t.max_steps)
         # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
         # without waiting; on the run's last step at once, so that no signal is left unread).
         t._preemption.check(t, blocking=stop)
@@ -251,9 +250,11 @@ class FitLoop:
             optimizer.zero_grad(set_to_none=True)
 
     def _log_step(self, step: int, has_loggers: bool) -> None:
-        """Every ``log_every_n_steps`` applied steps (the batch loop checks ``step``): the non-finite check and the
-        step values to the loggers."""
+        """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them: the
+        non-finite check and the step values to the loggers."""
         t = self.trainer
+        if step == self.last_logged_step or step % t.log_every_n_steps:
+            return
         self.last_logged_step = step
         t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
         if not has_loggers:
