@@ -67,6 +67,9 @@ class Precision:
     # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
     # that enters it every step (the Trainer's) may skip entering it.
     autocasts = False
+    # True when :meth:`state_dict` holds something to checkpoint (fp16's grad scaler): ``save_state`` writes
+    # ``scaler.safetensors`` only then, as Accelerate writes ``scaler.pt`` only with a scaler.
+    has_state = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -151,6 +154,7 @@ class FP16Precision(MixedPrecision):
 
     name = "fp16"
     scales_loss = True
+    has_state = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device, torch.float16)

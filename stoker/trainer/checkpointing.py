@@ -325,8 +325,9 @@ class Preemption:
         self._agreement = SignalAgreement()
         self._several = False  # several processes: signals are agreed on (set by install)
 
-    def install(self, num_processes: int = 1) -> None:
-        """Starts watching for signals for a run of ``num_processes`` processes."""
+    def install(self, num_processes: int) -> None:
+        """Starts watching for signals for a run of ``num_processes`` processes (no default: with more than one,
+        a signal must be agreed on by every process before anyone stops, so the count cannot be assumed)."""
         self.received = None
         self._several = num_processes > 1
         self._agreement.reset()

@@ -125,6 +125,28 @@ def test_folder_contents_and_tied_weights_once(tmp_path):
     assert load_tree(os.path.join(path, "scaler.safetensors"))["scaler"]["scale"] > 0
 
 
+def test_scaler_file_only_with_a_scaler_and_the_precision_may_change_between_save_and_load(tmp_path):
+    """Full precision writes no scaler.safetensors (as Accelerate writes scaler.pt only with fp16); an fp16 run
+    loading such a checkpoint starts a fresh scaler, and a full-precision run ignores an fp16 checkpoint's."""
+    fp32 = make(precision="no")
+    run(fp32, 3)
+    plain = fp32[0].save_state(tmp_path / "fp32")
+    assert "scaler.safetensors" not in os.listdir(plain)
+    assert "scaler.safetensors" not in json.loads(open(os.path.join(plain, MANIFEST_NAME)).read())["files"]
+    fp16 = make(precision="fp16")
+    run(fp16, 1)
+    scaler = fp16[0].precision.scaler.state_dict()
+    fp16[0].load_state(plain)
+    assert_same_weights(fp16[1], fp32[1], "fp16 run after loading an fp32 checkpoint")
+    assert fp16[0].precision.scaler.state_dict() == scaler, "the scaler is left as it was (fresh in a new process)"
+    run(fp16, 2)  # and it trains on
+    mixed = fp16[0].save_state(tmp_path / "fp16")
+    assert "scaler.safetensors" in os.listdir(mixed)
+    back = make(precision="no")
+    back[0].load_state(mixed)
+    assert_same_weights(back[1], fp16[1], "fp32 run after loading an fp16 checkpoint")
+
+
 def test_automatic_naming_rotation_and_counter_after_load(tmp_path):
     parts = make(project_dir=str(tmp_path), total_limit=2)
     names = []

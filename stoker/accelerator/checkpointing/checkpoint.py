@@ -31,6 +31,7 @@ from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
 STATE_NAME = "stoker_state.json"
+SCALER_NAME = "scaler.safetensors"
 
 
 # -- save_state / load_state ---------------------------------------------------------------------------------------
@@ -47,7 +48,8 @@ def _parts(contents: CheckpointContents, rank: int) -> tuple[list, list]:
     optimizers = contents.strategy.checkpoint_files_hold([], contents.optimizers)[1]  # FSDP: none (its shards)
     shared = [(_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
     shared += [(_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(contents.schedulers)]
-    shared.append(("scaler.safetensors", contents.precision, "grad scaler"))
+    if contents.precision.has_state:  # fp16's grad scaler; the other precisions have nothing to save
+        shared.append((SCALER_NAME, contents.precision, "grad scaler"))
     own = [(_name("dataloader", i, rank), d, f"dataloader #{i}") for i, d in enumerate(contents.dataloaders)]
     own += [(_name("custom_checkpoint", i, rank), o, f"register_for_checkpointing object #{i}")
             for i, o in enumerate(contents.custom_objects)]
@@ -87,7 +89,7 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
                async_save: bool = False, background_commit: bool = False, **_: Any) -> str:
     """Writes everything needed to resume into ``output_dir`` (or the next automatic checkpoint); returns it.
 
-    Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler and counters from the main
+    Models (safetensors, tied weights once), optimizers, schedulers, the grad scaler (fp16) and counters from the main
     process; from every process its RNG states, loader positions, ``register_for_checkpointing`` objects and the
     gradients of an unfinished accumulation window. FSDP models and optimizers go through
     ``torch.distributed.checkpoint``. The folder appears complete or not at all; with ``total_limit`` the oldest
@@ -325,7 +327,9 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
     after loading ``checkpoint_{n}`` is ``checkpoint_{n+1}``. Loader positions are restored only with
     ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate. A process that has no files of
-    its own in the checkpoint (saved by fewer processes) takes the main process's.
+    its own in the checkpoint (saved by fewer processes) takes the main process's. The precision may differ from
+    the saving run's: a checkpoint without a grad scaler (saved in full precision or bf16) leaves an fp16 run's
+    scaler as it is, and an fp16 checkpoint's scaler is ignored by the other precisions.
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
@@ -346,6 +350,8 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     shared, own = _parts(contents, rank)
     if any(name not in files for name, _, _ in own):
         own = _parts(contents, 0)[1]
+    if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it starts a fresh one
+        shared = [part for part in shared if part[0] != SCALER_NAME]
     parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
     kept = list(contents.models)
     contents.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
