@@ -25,7 +25,10 @@ next (one epoch end and one epoch start per round). They train on a helper threa
 paced the same way (the control row for the thread itself). Not run by default, for taking the overhead apart:
 ``accelerator-thread`` (the Accelerator loop on a helper thread: compare with ``raw-thread``) and the parts of
 ``trainer-full`` one at a time on top of the bare Trainer: ``trainer-log`` (``self.log`` every step),
-``trainer-log-bar``, ``trainer-log-tb`` (TensorBoard), ``trainer-ckpt`` (a checkpoint per epoch).
+``trainer-log-bar``, ``trainer-log-tb`` (TensorBoard), ``trainer-ckpt`` (a checkpoint per epoch); and the floor
+under the Trainer rows: ``raw-module`` (the raw loop written Lightning-style: the loss from ``training_step``, a
+batch-end hook, on the helper thread) and ``accelerator-module`` (the same through the Accelerator: any Trainer on
+the Accelerator pays this much before its own bookkeeping).
 
 Adding a runner is one decorated function that returns a callable training the next ``n`` optimizer steps
 (continuing across epochs); loops written as generators that yield after every step get that from ``stepper``::
@@ -443,6 +446,70 @@ def trainer_ckpt_runner(w: Workload) -> Callable[[int], None]:
 def accelerator_thread_runner(w: Workload) -> Callable[[int], None]:
     """The ``accelerator`` loop on a helper thread, paced as the Trainer runners are (compare with raw-thread)."""
     return on_thread(accelerator_runner(w))
+
+
+# The floor of the Trainer rows: the work any Lightning-style trainer does in its step whatever its bookkeeping (the
+# step inside ``module.training_step``, whose ``self.model`` goes through ``nn.Module.__getattr__``, and one callback
+# hook per batch), on the helper thread the Trainer rows train on; without and with the Accelerator.
+class _BatchEndHook:
+    """A callback with an empty ``on_train_batch_end``: the floor runners call it once per batch, as the Trainer
+    calls the harness's Pacer."""
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        pass
+
+
+@runner("raw-module")
+def raw_module_runner(w: Workload) -> Callable[[int], None]:
+    """The raw loop written Lightning-style: the loss from the Trainer runners' ``training_step``, a batch-end
+    hook, on a helper thread (compare with ``raw-thread``)."""
+    device = torch.device("cpu")
+    module = trainer_module(w, log=False)
+    optimizer, scheduler = w.make_optimizer(module.model)
+    loader, hooks = w.make_loader(), [_BatchEndHook().on_train_batch_end]
+
+    def loop() -> Iterator[None]:
+        while True:
+            for batch_idx, (x, y) in enumerate(loader):
+                batch = (x.to(device), y.to(device))
+                loss = module.training_step(batch, batch_idx)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                for hook in hooks:
+                    hook(loss, batch, batch_idx)
+                yield
+
+    return on_thread(stepper(loop()))
+
+
+@runner("accelerator-module")
+def accelerator_module_runner(w: Workload) -> Callable[[int], None]:
+    """``raw-module`` through the Accelerator (the ``accelerator`` loop's calls): what a Trainer built on the
+    Accelerator costs before any bookkeeping of its own. ``trainer-bare`` minus this row is the Trainer's layer."""
+    from stoker import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    module = trainer_module(w, log=False)
+    optimizer, scheduler = w.make_optimizer(module.model)
+    model, optimizer, loader, scheduler = accelerator.prepare(module.model, optimizer, w.make_loader(), scheduler)
+    hooks = [_BatchEndHook().on_train_batch_end]
+
+    def loop() -> Iterator[None]:
+        while True:
+            for batch_idx, batch in enumerate(loader):
+                with accelerator.accumulate(model):
+                    loss = module.training_step(batch, batch_idx)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad()
+                for hook in hooks:
+                    hook(loss, batch, batch_idx)
+                yield
+
+    return on_thread(stepper(loop()))
 
 
 # Run when --runners is not given (the component runners above are asked for by name).

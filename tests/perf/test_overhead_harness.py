@@ -70,7 +70,8 @@ def test_step_calls_counts_the_trainer_thread(overhead: object) -> None:
 
 
 def test_the_component_runners_each_add_their_part(overhead: object, capsys: pytest.CaptureFixture) -> None:
-    parts = ["accelerator-thread", "trainer-log", "trainer-log-bar", "trainer-log-tb", "trainer-ckpt"]
+    parts = ["accelerator-thread", "raw-module", "accelerator-module", "trainer-log", "trainer-log-bar",
+             "trainer-log-tb", "trainer-ckpt"]
     assert not set(parts) & set(overhead.DEFAULT_RUNNERS)  # asked for by name only
     overhead.main(["--workloads", "micro", "--runners", ",".join(["raw", *parts]), "--reps", "2", "--block", "10",
                    "--threads", "1"])
@@ -79,8 +80,13 @@ def test_the_component_runners_each_add_their_part(overhead: object, capsys: pyt
         assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
     step_calls = importlib.import_module("step_calls")
     calls = {name: sum(step_calls.count_calls(name, 20).values())
-             for name in ("accelerator", "accelerator-thread", "trainer-bare", "trainer-log", "trainer-log-bar")}
+             for name in ("raw", "raw-module", "accelerator", "accelerator-thread", "accelerator-module", "trainer-bare",
+                          "trainer-log", "trainer-log-bar")}
     assert abs(calls["accelerator-thread"] - calls["accelerator"]) < 20 * 5  # the same loop, on the helper thread
+    # The floor rows: the training_step call (and its self.model lookup) and a hook per batch on top of their loops,
+    # and the Trainer's own bookkeeping on top of the Accelerator floor.
+    assert calls["raw"] < calls["raw-module"] < calls["raw"] + 20 * 10
+    assert calls["accelerator"] < calls["accelerator-module"] < calls["trainer-bare"]
     assert calls["trainer-log"] > calls["trainer-bare"] + 20 * 5  # self.log's work, every step
     assert calls["trainer-log-bar"] > calls["trainer-log"] + 20  # the bar's per-batch hook
     saves = step_calls.count_calls("trainer-ckpt", 20)  # 20 counted steps hold one epoch end: one checkpoint
