@@ -44,7 +44,11 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
-        self._step_hooks: tuple = ((), (), (), False)  # set per epoch by _run_batches
+        # The step's hooks (set per epoch by _run_batches): before/after backward, before zero_grad, and whether
+        # any callback has on_before_optimizer_step.
+        self._backward_hooks: tuple = ((), ())
+        self._zero_grad_hooks: tuple = ()
+        self._has_before_optimizer_step = False
         self._autocast: Any = None  # the precision's autocast, or None in full precision (likewise per epoch)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
@@ -131,16 +135,16 @@ class FitLoop:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
         acc, loader, model = t.accelerator, run.train_loader, run.model
-        results, step = t._train_results, functools.partial(self._training_step, run)
-        if not run.automatic:  # manual optimization: training_step does backward and steps (manual.py)
+        results, step, automatic = t._train_results, functools.partial(self._training_step, run), run.automatic
+        if not automatic:  # manual optimization: training_step does backward and steps (manual.py)
             step = functools.partial(manual_training_step, run, acc)
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
         hooks = t._hooks
         start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
-        # The step's own hooks, also once per epoch: (before_backward, after_backward, before_zero_grad, has
-        # on_before_optimizer_step).
-        self._step_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"),
-                            hooks.get("on_before_zero_grad"), hooks.has("on_before_optimizer_step"))
+        # The step's own hooks, also once per epoch.
+        self._backward_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"))
+        self._zero_grad_hooks = hooks.get("on_before_zero_grad")
+        self._has_before_optimizer_step = hooks.has("on_before_optimizer_step")
         # The precision's autocast around training_step, or None where it is a no-op (full precision).
         self._autocast = acc.autocast if acc.precision.autocasts else None
         val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
@@ -160,7 +164,10 @@ class FitLoop:
                     hook(batch, batch_idx)
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
-                synced = self.window_closed = acc.sync_gradients
+                    synced = acc.sync_gradients  # decided when the micro-step opened
+                    if synced and automatic:  # the window is complete: the optimizer step, inside the window
+                        self._optimizer_step(run)
+                self.window_closed = synced
                 for hook in end_hooks:
                     hook(outputs, batch, batch_idx)
                 results.in_batch = False
@@ -197,7 +204,7 @@ class FitLoop:
     def _training_step(self, run: FitRun, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
         acc = t.accelerator
-        before_backward, after_backward = self._step_hooks[:2]
+        before_backward, after_backward = self._backward_hooks
         autocast = self._autocast
         if autocast is None:  # full precision: nothing to enter (the hot path)
             outputs = run.training_step(batch, batch_idx)
@@ -220,8 +227,6 @@ class FitLoop:
             acc.backward(loss, num_items=num_items)
         for hook in after_backward:
             hook()
-        if acc.sync_gradients:
-            self._optimizer_step(run)
         return outputs
 
     def _optimizer_step(self, run: FitRun) -> None:
@@ -231,8 +236,7 @@ class FitLoop:
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
             return
-        before_zero_grad, has_before_optimizer_step = self._step_hooks[2:]
-        if has_before_optimizer_step:
+        if self._has_before_optimizer_step:
             for optimizer in optimizers:
                 acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
                 hooks.call("on_before_optimizer_step", optimizer)
@@ -244,6 +248,7 @@ class FitLoop:
             optimizer.step()
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
             step_schedulers(t, run.step_schedulers, "step", acc.step)
+        before_zero_grad = self._zero_grad_hooks
         for optimizer in optimizers:
             for hook in before_zero_grad:
                 hook(optimizer)
