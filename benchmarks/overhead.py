@@ -6,8 +6,8 @@ hidden behind per-sample collation. Runners take turns, after warm-up rounds. A 
 (``steps`` optimizer steps) of every runner, so each runner pays exactly one epoch start (and the Trainer one epoch
 end) per round; within a round the runners alternate in *blocks* of ``--block`` steps (default: the whole epoch),
 in a fresh random order every block (never the same runner twice in a row). Short blocks put the runners' work
-close together in time, so slow drifts of the machine's speed (on a shared VM the raw step's time can move by half within seconds) hit every runner alike; the
-per-round totals are what is compared. The figure is the median over rounds of the time per step; ratios are
+close together in time, so slow drifts of the machine's speed (on a shared VM the raw step's time can move by half
+within seconds) hit every runner alike; the per-round totals are what is compared. The figure is the median over rounds of the time per step; ratios are
 against the ``raw`` runner, and the ``raw-again`` runner (a second raw loop) shows how much two identical loops
 differ on this machine today. Two clocks are reported: wall time (what a user waits) and the process's CPU time
 (less disturbed when other programs share the machine, though in a VM it still counts time stolen by the host).

@@ -80,8 +80,8 @@ def test_the_component_runners_each_add_their_part(overhead: object, capsys: pyt
         assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
     step_calls = importlib.import_module("step_calls")
     calls = {name: sum(step_calls.count_calls(name, 20).values())
-             for name in ("raw", "raw-module", "accelerator", "accelerator-thread", "accelerator-module", "trainer-bare",
-                          "trainer-log", "trainer-log-bar")}
+             for name in ("raw", "raw-module", "accelerator", "accelerator-thread", "accelerator-module",
+                          "trainer-bare", "trainer-log", "trainer-log-bar")}
     assert abs(calls["accelerator-thread"] - calls["accelerator"]) < 20 * 5  # the same loop, on the helper thread
     # The floor rows: the training_step call (and its self.model lookup) and a hook per batch on top of their loops,
     # and the Trainer's own bookkeeping on top of the Accelerator floor.

@@ -350,7 +350,7 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     shared, own = _parts(contents, rank)
     if any(name not in files for name, _, _ in own):
         own = _parts(contents, 0)[1]
-    if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it starts a fresh one
+    if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it keeps its own
         shared = [part for part in shared if part[0] != SCALER_NAME]
     parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
     kept = list(contents.models)
