@@ -7,10 +7,11 @@ hidden behind per-sample collation. Runners take turns, after warm-up rounds. A 
 end) per round; within a round the runners alternate in *blocks* of ``--block`` steps (default: the whole epoch),
 in a fresh random order every block (never the same runner twice in a row). Short blocks put the runners' work
 close together in time, so slow drifts of the machine's speed (on a shared VM the raw step's time can move by half
-within seconds) hit every runner alike; the per-round totals are what is compared. The figure is the median over rounds of the time per step; ratios are
-against the ``raw`` runner, and the ``raw-again`` runner (a second raw loop) shows how much two identical loops
-differ on this machine today. Two clocks are reported: wall time (what a user waits) and the process's CPU time
-(less disturbed when other programs share the machine, though in a VM it still counts time stolen by the host).
+within seconds) hit every runner alike; the per-round totals are what is compared. The figure is the median over
+rounds of the time per step; ratios are against the ``raw`` runner, and the ``raw-again`` runner (a second raw
+loop) shows how much two identical loops differ on this machine today. Two clocks are reported: wall time (what a
+user waits) and the process's CPU time (less disturbed when other programs share the machine, though in a VM it
+still counts time stolen by the host).
 
 Workloads:
     micro one 4x4 linear layer, batch 4: nearly all loop; the difference to raw is the per-step overhead in us.

@@ -135,9 +135,10 @@ class FitLoop:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
         acc, loader, model = t.accelerator, run.train_loader, run.model
-        results, step, automatic = t._train_results, functools.partial(self._training_step, run), run.automatic
-        if not automatic:  # manual optimization: training_step does backward and steps (manual.py)
-            step = functools.partial(manual_training_step, run, acc)
+        results, automatic = t._train_results, run.automatic
+        # Manual optimization: training_step does backward and steps itself (manual.py).
+        step = (functools.partial(self._training_step, run) if automatic
+                else functools.partial(manual_training_step, run, acc))
         # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
         hooks = t._hooks
         start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
