@@ -238,7 +238,8 @@ class Accelerator:
                 "accelerator.prepare(...) first."
             )
         loss = self._window.loss_for_backward(loss, num_items)
-        self.precision.scale_loss(loss).backward(**kwargs)
+        precision = self.precision
+        (precision.scale_loss(loss) if precision.scales_loss else loss).backward(**kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""

@@ -73,7 +73,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not window.sync_gradients:
             return
         window.finish(self.optimizer)  # unscale + normalise, unless clipping already did (the window knows)
-        stepped = self._precision.step(self.optimizer, closure)
+        precision = self._precision
+        if precision.scales_loss:  # fp16: the grad scaler steps, or skips on overflow
+            stepped = precision.step(self.optimizer, closure)
+        else:  # no loss scale: Precision.step is the plain step (see Precision.scales_loss), called directly
+            self.optimizer.step() if closure is None else self.optimizer.step(closure)
+            stepped = True
         self._step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
 

@@ -62,7 +62,9 @@ class Precision:
     name = "no"
     dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
-    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
+    # scale_loss, unscale_ and step must be this class's (identity, no-op, plain step): the hot path (backward,
+    # the window's finish, AcceleratedOptimizer.step) skips calling them (tests/accelerator check the rule).
     scales_loss = False
     # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
     # that enters it every step (the Trainer's) may skip entering it.

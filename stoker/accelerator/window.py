@@ -61,7 +61,10 @@ class GradientWindow:
         if steps == 1:  # every micro-step is a whole window: the common case, kept to a few attribute writes
             self.micro_step = 1
             self.sync_gradients = self.in_window = True
-            self.new_gradients()
+            # new_gradients(), inlined: this runs every step (benchmarks/step_calls.py counts the calls)
+            self.done = False
+            self.finished.clear()
+            self.items = self.normaliser = None
             return
         if self.sync_gradients:  # the previous window closed: this micro-step opens a new one
             self.micro_step = 0
@@ -116,7 +119,9 @@ class GradientWindow:
             needs_factor = self.items is not None or self.steps > 1
             self.factor = self._factor() if needs_factor else None
         self.finished.add(id(optimizer))
-        self.precision.unscale_(optimizer)
+        precision = self.precision
+        if precision.scales_loss:  # only a loss scale has anything to undo (see Precision.scales_loss)
+            precision.unscale_(optimizer)
         if self.factor is not None:
             grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
             if grads:

@@ -324,12 +324,15 @@ class Preemption:
         self._previous: dict[int, Any] = {}
         self._agreement = SignalAgreement()
         self._several = False  # several processes: signals are agreed on (set by install)
+        # Whether check() has work after the next optimizer step: several processes (the agreement runs every
+        # step) or a signal received. The loop reads it every step instead of calling check() (the hot path).
+        self.due = False
 
     def install(self, num_processes: int) -> None:
         """Starts watching for signals for a run of ``num_processes`` processes (no default: with more than one,
         a signal must be agreed on by every process before anyone stops, so the count cannot be assumed)."""
         self.received = None
-        self._several = num_processes > 1
+        self._several = self.due = num_processes > 1
         self._agreement.reset()
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach only the main thread; a Trainer run elsewhere cannot be preempted cleanly
@@ -346,6 +349,7 @@ class Preemption:
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise KeyboardInterrupt  # pressed twice: stop now, without the checkpoint
         self.received = signum if self.received is None else max(self.received, signum)
+        self.due = True
 
     def check(self, trainer: Any, blocking: bool = False) -> None:
         """After an optimizer step: saves and exits once the processes agreed on a signal. ``blocking`` (epoch

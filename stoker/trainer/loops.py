@@ -149,6 +149,7 @@ class FitLoop:
         # The precision's autocast around training_step, or None where it is a no-op (full precision).
         self._autocast = acc.autocast if acc.precision.autocasts else None
         val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
+        preemption = t._preemption
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -175,10 +176,14 @@ class FitLoop:
                 self.total_batches += 1
                 if synced:
                     applied = acc.step
-                    self._log_step(applied, has_loggers)
+                    # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
+                    if not applied % t.log_every_n_steps and applied != self.last_logged_step:
+                        self._log_step(applied, has_loggers)
                 if val_enabled and not last and self._val_due(run, batch_idx):
                     self.validate(run)
-                if synced and self._stop_now(applied):
+                # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
+                if synced and (t.should_stop or preemption.due
+                               or t.max_steps is not None and applied >= t.max_steps) and self._stop_now(applied):
                     stopped = not last
                     break
                 batch_idx += 1
@@ -256,11 +261,9 @@ class FitLoop:
             optimizer.zero_grad(set_to_none=True)
 
     def _log_step(self, step: int, has_loggers: bool) -> None:
-        """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them: the
-        non-finite check and the step values to the loggers."""
+        """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them (the
+        batch loop tests the cadence before calling): the non-finite check and the step values to the loggers."""
         t = self.trainer
-        if step == self.last_logged_step or step % t.log_every_n_steps:
-            return
         self.last_logged_step = step
         t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
         if not has_loggers:

@@ -215,3 +215,40 @@ def test_preparing_a_model_twice_wraps_its_forward_once() -> None:
     accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     model(torch.randn(2, 8))
     assert seen[-1] == torch.float32 and "forward" not in model.__dict__
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def test_a_precision_without_a_loss_scale_keeps_the_plain_scale_unscale_and_step() -> None:
+    # backward, the window's finish and AcceleratedOptimizer.step skip these three calls when scales_loss is False
+    # (the hot path): a precision that overrides one of them must say scales_loss = True.
+    import stoker.accelerator.fsdp  # noqa: F401  (any precision class defined there is a subclass too)
+    from stoker.accelerator.precision import Precision
+
+    classes = [Precision, *_subclasses(Precision)]
+    assert len(classes) >= 5  # full, mixed, bf16, fp16, true half precision
+    for cls in classes:
+        overridden = [name for name in ("scale_loss", "unscale_", "step")
+                      if getattr(cls, name) is not getattr(Precision, name)]
+        assert cls.scales_loss == bool(overridden), (cls.__name__, overridden)
+
+
+def test_fp16_still_scales_the_loss_and_steps_through_the_scaler() -> None:
+    accelerator = Accelerator(cpu=True, mixed_precision="fp16")
+    model = make_mlp()
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    calls = []
+    precision = accelerator.precision
+    for name in ("scale_loss", "unscale_", "step"):
+        original = getattr(precision, name)
+        setattr(precision, name, lambda *a, _n=name, _f=original, **k: (calls.append(_n), _f(*a, **k))[1])
+    with accelerator.accumulate(model):
+        accelerator.backward(model(torch.randn(4, 8)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    assert calls == ["scale_loss", "unscale_", "step"] and accelerator.step == 1
