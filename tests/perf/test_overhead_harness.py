@@ -100,3 +100,21 @@ def test_checkpoint_cpu_compares_fits_with_and_without_checkpoints(overhead: obj
     checkpoint_cpu.main(["--epochs", "2", "--pairs", "1", "--dir", str(tmp_path)])
     assert "one checkpoint costs" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_the_parts_runners_each_run_their_own_variant(overhead: object, capsys: pytest.CaptureFixture) -> None:
+    parts = importlib.import_module("overhead_parts")
+    accelerator_parts = ["raw-detach", "part-loader", "part-accumulate", "part-optimizer", "part-scheduler"]
+    trainer_parts = ["trainer-stripped", "trainer-step-fn", "trainer-opt-fn", "trainer-no-watch"]
+    parts.EPOCHS_RUN.clear()
+    overhead.main(["--workloads", "micro-300", "--runners", ",".join(["raw", *accelerator_parts, *trainer_parts,
+                   "trainer-bare"]), "--reps", "1", "--block", "150", "--threads", "1"])
+    out = capsys.readouterr().out
+    for name in [*accelerator_parts, *trainer_parts]:
+        assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
+    # Every Trainer row ran its own loop, every epoch (the warm-up epochs, the timed one, the one it paused in);
+    # trainer-bare, in the same process, kept the real loop, as trainer-no-watch did (without the watch).
+    assert set(parts.EPOCHS_RUN) == {"real", "trainer-stripped", "trainer-step-fn", "trainer-opt-fn",
+                                     "trainer-no-watch"}
+    assert parts.EPOCHS_RUN["real"] == parts.EPOCHS_RUN["trainer-stripped"] >= 3
+    assert len(set(parts.EPOCHS_RUN.values())) == 1
