@@ -102,8 +102,6 @@ def _accelerator_part(name: str, loader: bool = False, accumulate: bool = False,
     overhead.runner(name)(build)
 
 
-
-
 @overhead.runner("raw-detach")
 def raw_detach_runner(w: overhead.Workload) -> Callable[[int], None]:
     """The ``raw`` loop plus one ``loss.detach()`` per step, dropped at once: what one more small tensor operation
