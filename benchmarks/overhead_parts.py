@@ -178,7 +178,7 @@ def _patch() -> None:
     from stoker.trainer.loops import FitLoop
 
     real = FitLoop._run_batches
-    if getattr(real, "_overhead_parts", False):
+    if getattr(real, "_overhead_parts", None) is not None:
         return
 
     def run_batches(self: Any, run: Any) -> bool:
@@ -190,8 +190,18 @@ def _patch() -> None:
             return real(self, run)
         return _stripped_batches(self, run, variant)
 
-    run_batches._overhead_parts = True  # type: ignore[attr-defined]
+    run_batches._overhead_parts = real  # type: ignore[attr-defined]
     FitLoop._run_batches = run_batches
+
+
+def unpatch() -> None:
+    """Puts the real batch loop back (for a process that goes on after measuring, e.g. a test run). The training
+    threads of trainer-part runners built before must be finished or abandoned: they would run the real loop."""
+    from stoker.trainer.loops import FitLoop
+
+    real = getattr(FitLoop._run_batches, "_overhead_parts", None)
+    if real is not None:
+        FitLoop._run_batches = real
 
 
 def _trainer_part(name: str) -> None:

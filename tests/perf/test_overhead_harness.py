@@ -107,8 +107,14 @@ def test_the_parts_runners_each_run_their_own_variant(overhead: object, capsys: 
     accelerator_parts = ["raw-detach", "part-loader", "part-accumulate", "part-optimizer", "part-scheduler"]
     trainer_parts = ["trainer-stripped", "trainer-step-fn", "trainer-opt-fn", "trainer-no-watch"]
     parts.EPOCHS_RUN.clear()
-    overhead.main(["--workloads", "micro-300", "--runners", ",".join(["raw", *accelerator_parts, *trainer_parts,
-                   "trainer-bare"]), "--reps", "1", "--block", "150", "--threads", "1"])
+    try:
+        overhead.main(["--workloads", "micro-300", "--runners", ",".join(["raw", *accelerator_parts, *trainer_parts,
+                       "trainer-bare"]), "--reps", "1", "--block", "150", "--threads", "1"])
+    finally:
+        parts.unpatch()  # the tests after this one run the real FitLoop, not the dispatcher
+    from stoker.trainer.loops import FitLoop
+
+    assert not hasattr(FitLoop._run_batches, "_overhead_parts")
     out = capsys.readouterr().out
     for name in [*accelerator_parts, *trainer_parts]:
         assert any(line.split()[:2] == [name, "cpu"] for line in out.splitlines()), out
