@@ -11,8 +11,11 @@ Accelerator parts, each the ``raw-module`` loop with more of it going through th
     part-optimizer     + the prepared optimizer and ``accelerator.backward`` (raw loader and scheduler).
     part-scheduler     + the prepared scheduler: everything but the loader (``accelerator-module`` adds it).
 
-Calibration: ``raw-detach`` is the ``raw`` loop plus one ``loss.detach()`` per step (about 1 us when timed alone
-inside the loop): what one more small tensor operation per step shows as here.
+Calibration, each the ``raw`` loop plus a known amount of work per step, between the forward and the backward:
+    raw-detach             one ``loss.detach()`` (about 1 us when timed alone inside the loop).
+    raw-calls-50           50 calls of one trivial Python function (about 1.4 us when timed alone).
+    raw-calls-50-distinct  50 calls of 50 distinct trivial functions (the same work, spread over 50 code objects,
+                           as a framework's Python is).
 
 Trainer parts, each the bare Trainer (``trainer-bare``'s Trainer, callbacks and pacing) with its batch loop
 (``FitLoop._run_batches``) replaced on that runner's own training thread only; other Trainer rows in the same
@@ -33,6 +36,8 @@ Run (``micro-300``: the 4x4 layer in 300-step epochs, where the step is nearly a
     python benchmarks/overhead_parts.py --threads 1 --workloads micro-300 --block 30 --reps 20 --repeat 4 --runners \
 raw,raw-again,raw-detach,raw-module,part-loader,part-accumulate,part-optimizer,part-scheduler,accelerator-module,\
 trainer-stripped,trainer-step-fn,trainer-opt-fn,trainer-no-watch,trainer-bare
+    python benchmarks/overhead_parts.py --threads 1 --workloads micro-300,tiny-300 --block 30 --reps 20 --repeat 3 \
+        --runners raw,raw-again,raw-detach,raw-calls-50,raw-calls-50-distinct
 """
 
 from __future__ import annotations
@@ -127,6 +132,49 @@ def raw_detach_runner(w: overhead.Workload) -> Callable[[int], None]:
 
     return overhead.stepper(loop())
 
+
+def _noop(a: object, b: object) -> object:
+    return a
+
+
+# Fifty functions with the same body and distinct code objects: Python work spread over as many places as a
+# framework's is, instead of one function called again and again.
+_DISTINCT: list[Callable[[object, object], object]] = []
+for _i in range(50):
+    _namespace: dict[str, Any] = {}
+    exec(f"def f{_i}(a, b):\n    c = a\n    return c\n", _namespace)
+    _DISTINCT.append(_namespace[f"f{_i}"])
+
+
+def _raw_calls(name: str, functions: list[Callable[[object, object], object]]) -> None:
+    def build(w: overhead.Workload) -> Callable[[int], None]:
+        import torch.nn.functional as F
+
+        device = torch.device("cpu")
+        model = w.make_model().to(device)
+        optimizer, scheduler = w.make_optimizer(model)
+        loader = w.make_loader()
+
+        def loop() -> Iterator[None]:
+            while True:
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    loss = F.mse_loss(model(x), y)
+                    for function in functions:
+                        function(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    yield
+
+        return overhead.stepper(loop())
+
+    overhead.runner(name)(build)
+
+
+_raw_calls("raw-calls-50", [_noop] * 50)
+_raw_calls("raw-calls-50-distinct", _DISTINCT)
 
 _accelerator_part("part-loader", loader=True)
 _accelerator_part("part-accumulate", accumulate=True)

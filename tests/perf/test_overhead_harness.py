@@ -104,7 +104,8 @@ def test_checkpoint_cpu_compares_fits_with_and_without_checkpoints(overhead: obj
 
 def test_the_parts_runners_each_run_their_own_variant(overhead: object, capsys: pytest.CaptureFixture) -> None:
     parts = importlib.import_module("overhead_parts")
-    accelerator_parts = ["raw-detach", "part-loader", "part-accumulate", "part-optimizer", "part-scheduler"]
+    accelerator_parts = ["raw-detach", "raw-calls-50", "raw-calls-50-distinct", "part-loader", "part-accumulate",
+                         "part-optimizer", "part-scheduler"]
     trainer_parts = ["trainer-stripped", "trainer-step-fn", "trainer-opt-fn", "trainer-no-watch"]
     parts.EPOCHS_RUN.clear()
     try:
