@@ -211,6 +211,7 @@ class DDPStrategy(SingleDevice):
         if self.comm_hook is not None:
             self.comm_hook(wrapped)
         self._wrapped.add(wrapped)
+        made_in_this_process(wrapped)
         return wrapped
 
     def no_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -288,18 +289,43 @@ class DDPStrategy(SingleDevice):
             _release(group, self._wrapped)
 
 
+# Every DDP/FSDP wrapper and device mesh that any strategy made in this process, by id (weakly: a DeviceMesh compares
+# equal to another of the same shape, so a WeakSet would keep only one of two). Destroying the default group
+# destroys every group, so all of them must let go first, not only the creating strategy's: an Accelerator that
+# joined an existing group (Accelerate's scripts make several), or a wrapper that is garbage in a reference cycle
+# not yet collected, would otherwise keep the group, and gloo's threads, to the interpreter's finalization.
+_MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def made_in_this_process(thing: Any) -> None:
+    """Records a wrapper or device mesh for :func:`_release` (DDP and FSDP strategies, when they make one)."""
+    _MADE[id(thing)] = thing
+
+
 def _release(group: Any, wrapped: weakref.WeakSet) -> None:
     """Destroys ``group`` if it is still the live default group (not if the user destroyed or replaced it).
 
     DDP wrappers made on it let go of their reducer first: it holds the last all-reduce's work and buckets, whose
     destruction during interpreter finalization can abort the process. (The wrappers cannot sync any more anyway.)
+    When the group is destroyed now, so is every other group, and every wrapper and mesh made in this process by
+    any strategy lets go too (see ``_MADE``).
     """
-    for ddp in list(wrapped):
+    destroying = dist.is_available() and dist.is_initialized() and dist.group.WORLD is group
+    things = {id(t): t for t in wrapped}
+    if destroying:
+        things.update(_MADE.items())
+    for thing in things.values():
+        registry = getattr(thing, "_pg_registry", None)
+        if isinstance(registry, dict):  # a DeviceMesh (FSDP2): its registry holds the groups it spans
+            registry.clear()
+            continue
         for name in ("reducer", "logger", "process_group"):  # each would keep the group alive
-            if name in ddp.__dict__:
-                del ddp.__dict__[name]
-        _drop_fsdp_groups(ddp)
-    if dist.is_available() and dist.is_initialized() and dist.group.WORLD is group:
+            if name in thing.__dict__:
+                del thing.__dict__[name]
+        if thing.__dict__.get("_comm_hooks"):  # (hook, state) pairs; a hook's state may be a group
+            thing.__dict__["_comm_hooks"] = []
+        _drop_fsdp_groups(thing)
+    if destroying:
         dist.destroy_process_group()
 
 

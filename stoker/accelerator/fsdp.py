@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .ddp import DDPStrategy
+from .ddp import DDPStrategy, made_in_this_process
 
 Policy = Callable[[nn.Module], bool] | Iterable[type | str] | None
 
@@ -94,6 +94,7 @@ class FSDPStrategy(DDPStrategy):
         module = module.to(self.device)
         if self._mesh is None:
             self._mesh = init_device_mesh(self.device.type, (self.num_processes,))
+            made_in_this_process(self._mesh)
         before = {name: p for name, p in module.named_parameters()}
         kwargs = dict(self.fsdp_kwargs, mesh=self._mesh, mp_policy=self._mp_policy())
         if self.reshard_after_forward is not None:
@@ -108,6 +109,7 @@ class FSDPStrategy(DDPStrategy):
             if name in after and after[name] is not old:
                 self._replaced[id(old)] = (weakref.ref(old), after[name])
         self._wrapped.add(module)  # released with the group (ddp._release): its mesh infos hold the group
+        made_in_this_process(module)
         return module
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

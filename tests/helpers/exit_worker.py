@@ -138,6 +138,20 @@ def loop() -> tuple:
     return acc, model, opt, loader
 
 
+def second_accelerator() -> None:
+    """``second``: another Accelerator joins the existing group (as Accelerate's test scripts make several) and
+    trains a DDP model that ends as garbage in a reference cycle, not collected before exit: neither its strategy
+    nor the wrapper's reducer may keep the group to the interpreter's finalization."""
+    other = Accelerator(cpu=True)
+    model = torch.nn.Linear(8, 1)
+    model.__dict__["_cycle"] = [model]  # freed only by the collector
+    prepared = other.prepare(model)
+    x, y = data().tensors
+    other.backward(F.mse_loss(prepared(x[:4]), y[:4]))
+    if not grads_equal(other, prepared):
+        raise SystemExit("the second Accelerator's gradients differ after backward")
+
+
 def trainer() -> None:
     from stoker import Trainer, TrainingModule
 
@@ -187,6 +201,8 @@ elif CASE.startswith("example-"):
 else:
     # Module globals, as in a training script: they live until the interpreter's finalization clears them.
     accelerator, model, optimizer, loader = loop()
+    if CASE == "second":
+        second_accelerator()
     if CASE == "kept":  # the negative control: a reference the script keeps holds the group to finalization
         KEPT_GROUP = dist.group.WORLD
     if ENDING in ("end", "both"):
