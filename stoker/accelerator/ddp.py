@@ -302,6 +302,20 @@ def made_in_this_process(thing: Any) -> None:
     _MADE[id(thing)] = thing
 
 
+def _release_made_at_exit() -> None:
+    """Every wrapper and mesh made in this process lets go of its groups, whoever created the group. Covers a group
+    the script created itself (stoker's strategies then own nothing to destroy): after the script's own
+    ``destroy_process_group()``, wrappers still alive, or garbage not yet collected, would keep it, and gloo's
+    threads, to the interpreter's finalization. Registered when this module is imported, so that it runs after
+    the exit handlers registered later (atexit runs them last-in, first-out), the script's among them, which may
+    still use a wrapper."""
+    with contextlib.suppress(Exception):  # at exit a broken wrapper must not turn a clean exit into a crash
+        _let_go(list(_MADE.values()))
+
+
+atexit.register(_release_made_at_exit)
+
+
 def _release(group: Any, wrapped: weakref.WeakSet) -> None:
     """Destroys ``group`` if it is still the live default group (not if the user destroyed or replaced it).
 
@@ -314,7 +328,15 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
     things = {id(t): t for t in wrapped}
     if destroying:
         things.update(_MADE.items())
-    for thing in things.values():
+    _let_go(list(things.values()))
+    if destroying:
+        dist.destroy_process_group()
+
+
+def _let_go(things: list[Any]) -> None:
+    """Makes each DDP/FSDP wrapper or device mesh in ``things`` drop its references to process groups (it cannot
+    communicate afterwards)."""
+    for thing in things:
         registry = getattr(thing, "_pg_registry", None)
         if isinstance(registry, dict):  # a DeviceMesh (FSDP2): its registry holds the groups it spans
             registry.clear()
@@ -325,8 +347,6 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
         if thing.__dict__.get("_comm_hooks"):  # (hook, state) pairs; a hook's state may be a group
             thing.__dict__["_comm_hooks"] = []
         _drop_fsdp_groups(thing)
-    if destroying:
-        dist.destroy_process_group()
 
 
 def _drop_fsdp_groups(module: torch.nn.Module) -> None:

@@ -13,6 +13,7 @@ barrier times out, the remaining cases are reported as not run.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -56,6 +57,10 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     store = None
     if world > 1:  # a short timeout: a collective left waiting by a failed case fails instead of hanging
+        # Before the group, as the README asks of scripts that create it themselves: imported while a group
+        # exists, torch._dynamo keeps it (and gloo's threads) to the interpreter's finalization, where exiting
+        # can abort (the cases' DDP wrappers import it).
+        importlib.import_module("torch._dynamo")  # (an `import torch._dynamo` here would make `torch` local)
         dist.init_process_group("gloo", timeout=timedelta(seconds=STEP_TIMEOUT))
         store = dist.distributed_c10d._get_default_store()
     warnings.simplefilter("ignore")

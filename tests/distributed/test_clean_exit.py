@@ -10,7 +10,8 @@ with ``destroy_process_group()``, ``end_training()``, both or neither; a collect
 ``Trainer(devices=2)`` ending with nothing or with ``end_training()`` + ``destroy_process_group()``; Accelerate's
 ``multi_process_metrics.py`` and its checkpointing example (``complete_nlp_example.py --checkpointing_steps 3
 --use_stateful_dataloader``, tests/compat's copies, run as scripts); FSDP2 on gloo; ``second``: the DDP loop, then a
-second Accelerator that joins the group and trains a DDP model left as garbage in a reference cycle.
+second Accelerator that joins the group and trains a DDP model left as garbage in a reference cycle; ``own-group``:
+the script creates the group itself, runs the DDP loop (its wrapper a global) and destroys the group.
 
 Cause (torch 2.13, gloo): a process group whose Python object is still referenced when the interpreter finalizes
 keeps gloo's C++ threads (``pt_gloo_runloop`` x2, ``gloo_tcp_loop``, and ``pt_tcpstore_uv`` on rank 0) running
@@ -24,8 +25,10 @@ and FSDP2's mesh infos and ``DeviceMesh._pg_registry`` (threads alive after ``en
 release). With several Accelerators in one process (Accelerate's test scripts make several), the wrappers and
 meshes of those that did not create the group held it too (gloo's threads alive at exit in every run of the 2-process
 surface checks, which aborted once in a full CI run, 4 December 2026): every wrapper and mesh any strategy made is
-now released when the group is destroyed. A script that keeps the group itself (``kept``, the control) still
-leaves the threads alive.
+now released when the group is destroyed. A group the script created and destroyed itself was still held by
+stoker's wrappers (no strategy owned it, so none released them): every wrapper and mesh made in the process now
+lets go at exit, in an exit handler registered when stoker's DDP module is imported (so it runs after the
+script's own). A script that keeps the group itself (``kept``, the control) still leaves the threads alive.
 
 Proxy (``test_gloo_threads_are_gone_before_interpreter_exit``, default suite): the thread count at the worker's
 last exit handler equals the count before the group existed, after waiting up to 5 s for threads already ending.
@@ -72,7 +75,8 @@ WORKER = REPO / "tests" / "helpers" / "exit_worker.py"
 ENDINGS = ("destroy", "end", "both", "neither")
 CASES = ([(c, e) for c in ("ddp", "stateful") for e in ENDINGS]
          + [("inflight", "destroy"), ("trainer", "neither"), ("trainer", "both"), ("example-checkpointing", "neither"),
-            ("example-metrics", "neither"), ("fsdp", "end"), ("fsdp", "neither"), ("second", "end")])
+            ("example-metrics", "neither"), ("fsdp", "end"), ("fsdp", "neither"), ("second", "end"),
+            ("own-group", "destroy")])
 _THREADS = re.compile(r"exit-worker threads: (\d+) before the group, (\d+) at the last exit handler, (\d+) after")
 
 
@@ -173,7 +177,7 @@ def test_two_process_runs_always_exit_cleanly(tmp_path: Path) -> None:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("case,ending", [("stateful", "end"), ("trainer", "neither"), ("second", "end"),
-                                         ("kept", "neither")])
+                                         ("own-group", "destroy"), ("kept", "neither")])
 def test_gloo_threads_are_gone_before_interpreter_exit(tmp_path: Path, case: str, ending: str) -> None:
     """The mechanism behind the abort, checked on every run: by the last exit handler the group is destroyed and
     gloo's threads joined, so the thread count returns to what it was before the group existed (within the

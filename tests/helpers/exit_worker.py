@@ -199,6 +199,10 @@ elif CASE.startswith("example-"):
     if ENDING in ("destroy", "both") and dist.is_initialized():
         dist.destroy_process_group()
 else:
+    if CASE == "own-group":  # the script creates the group (torch._dynamo first, as the README asks): no strategy
+        import torch._dynamo  # noqa: F401  owns it, and the DDP wrapper, a global below, still holds it at exit
+
+        dist.init_process_group("gloo")
     # Module globals, as in a training script: they live until the interpreter's finalization clears them.
     accelerator, model, optimizer, loader = loop()
     if CASE == "second":
