@@ -55,6 +55,12 @@ tests/distributed/test_clean_exit.py`` over the 13 cases then listed (all above 
   threads; after it, ``STOKER_STRESS_CASES="fsdp:end,fsdp:neither" STOKER_STRESS_SECONDS=840``: 50 runs, 100
   processes, every exit code 0, 0 aborts, 0 threads left, 861 s (load had dropped).
   ``test_end_training_leaves_no_reference_to_the_fsdp_group`` fails without the fix.
+- Several Accelerators and script-made groups (``second``, ``own-group``; 4 December 2026, quiet machine, main at
+  21239aa): ``STOKER_STRESS_RUNS=60 STOKER_STRESS_SECONDS=420`` over all 17 cases: 60 runs, 114 processes, every
+  exit code 0, 0 aborts, 0 threads left (6 settled within the wait), 162 s; and
+  ``STOKER_STRESS_CASES="second:end,own-group:destroy,ddp:neither,stateful:end" STOKER_STRESS_RUNS=24``: 48
+  processes, 0 aborts, 0 left, 62 s. Without the fixes the proxy test fails on ``second:end`` and on
+  ``own-group:destroy`` (gloo's threads left), as the 2-process surface checks left them in each of 3 runs.
 """
 
 from __future__ import annotations
