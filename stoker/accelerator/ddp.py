@@ -185,6 +185,9 @@ class DDPStrategy(SingleDevice):
             # destroyed during interpreter finalization, where this can abort. DistributedDataParallel imports
             # it anyway; imported before the group exists, it holds none.
             import torch._dynamo  # noqa: F401
+            # The same for ShardedGradScaler (FSDP with fp16, whichever Accelerator prepares it later): its __init__
+            # takes process_group=dist.group.WORLD as a default argument, evaluated when its module is imported.
+            import torch.distributed.fsdp.sharded_grad_scaler  # noqa: F401
             if launched_world_size() > 1 or "MASTER_ADDR" in os.environ:
                 dist.init_process_group(backend=backend, timeout=self.timeout)
             else:  # one process (e.g. FSDP on one GPU): an in-memory store, no port to collide on
@@ -289,11 +292,12 @@ class DDPStrategy(SingleDevice):
             _release(group, self._wrapped)
 
 
-# Every DDP/FSDP wrapper and device mesh that any strategy made in this process, by id (weakly: a DeviceMesh compares
-# equal to another of the same shape, so a WeakSet would keep only one of two). Destroying the default group
-# destroys every group, so all of them must let go first, not only the creating strategy's: an Accelerator that
-# joined an existing group (Accelerate's scripts make several), or a wrapper that is garbage in a reference cycle
-# not yet collected, would otherwise keep the group, and gloo's threads, to the interpreter's finalization.
+# Every DDP/FSDP wrapper, device mesh and sharded grad scaler that any strategy made in this process, by id
+# (weakly: a DeviceMesh compares equal to another of the same shape, so a WeakSet would keep only one of two).
+# Destroying the default group destroys every group, so all of them must let go first, not only the creating
+# strategy's: an Accelerator that joined an existing group (Accelerate's scripts make several), or a wrapper that
+# is garbage in a reference cycle not yet collected, would otherwise keep the group, and gloo's threads, to the
+# interpreter's finalization.
 _MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -334,8 +338,8 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
 
 
 def _let_go(things: list[Any]) -> None:
-    """Makes each DDP/FSDP wrapper or device mesh in ``things`` drop its references to process groups (it cannot
-    communicate afterwards)."""
+    """Makes each DDP/FSDP wrapper, device mesh or sharded grad scaler in ``things`` drop its references to
+    process groups (it cannot communicate afterwards)."""
     for thing in things:
         registry = getattr(thing, "_pg_registry", None)
         if isinstance(registry, dict):  # a DeviceMesh (FSDP2): its registry holds the groups it spans
@@ -346,7 +350,8 @@ def _let_go(things: list[Any]) -> None:
                 del thing.__dict__[name]
         if thing.__dict__.get("_comm_hooks"):  # (hook, state) pairs; a hook's state may be a group
             thing.__dict__["_comm_hooks"] = []
-        _drop_fsdp_groups(thing)
+        if isinstance(thing, torch.nn.Module):
+            _drop_fsdp_groups(thing)
 
 
 def _drop_fsdp_groups(module: torch.nn.Module) -> None:

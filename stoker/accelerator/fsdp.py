@@ -214,7 +214,12 @@ def _sharded_grad_scaler(device_type: str) -> Any:
                 warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
                 return super()._unscale_grads_(*args, **kwargs)
 
-    return QuietShardedGradScaler(device_type)
+    import torch.distributed as dist
+
+    # The group explicitly: the default argument is whatever group existed when torch's module was imported.
+    scaler = QuietShardedGradScaler(device_type, process_group=dist.group.WORLD)
+    made_in_this_process(scaler)  # it holds the default group (its process_group): released with the wrappers
+    return scaler
 
 
 @contextlib.contextmanager

@@ -246,3 +246,27 @@ def test_end_training_releases_the_group_from_every_accelerator_in_the_process()
     acc.end_training()
     assert not dist.is_initialized()
     assert sys.getrefcount(group) == 2, "references left besides `group` and getrefcount's argument"
+
+
+def test_fp16_fsdp_leaves_no_reference_to_the_group() -> None:
+    """FSDP2 with fp16 (a ShardedGradScaler) in a fresh process: after ``end_training()`` nothing holds the group.
+    torch 2.13's ShardedGradScaler takes ``process_group=dist.group.WORLD`` as a default argument, so importing its
+    module after the group exists kept the group in the function's defaults (invisible to gc) for good; the strategy
+    that creates the group imports it first, and the FSDP strategy passes the group explicitly."""
+    script = """
+import sys, torch, torch.distributed as dist
+from stoker import Accelerator
+acc = Accelerator(cpu=True, strategy="fsdp", mixed_precision="fp16")
+group = dist.group.WORLD
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+acc.backward(model(torch.randn(2, 4)).float().sum())
+opt.step()
+assert type(acc.precision.scaler).__name__ == "QuietShardedGradScaler"
+acc.end_training()
+print("initialized", dist.is_initialized(), "extra references", sys.getrefcount(group) - 2)
+"""
+    done = subprocess.run([sys.executable, "-c", script], env=base_env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "initialized False extra references 0" in done.stdout, done.stdout[-2000:]
