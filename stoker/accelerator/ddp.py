@@ -213,9 +213,13 @@ class DDPStrategy(SingleDevice):
         wrapped = DistributedDataParallel(module, device_ids=ids, **self.ddp_kwargs)
         if self.comm_hook is not None:
             self.comm_hook(wrapped)
-        self._wrapped.add(wrapped)
-        made_in_this_process(wrapped)
+        self._keep_for_release(wrapped)
         return wrapped
+
+    def _keep_for_release(self, wrapper: torch.nn.Module) -> None:
+        """A wrapper made here: released with this strategy's group, and with any group destroyed (``_MADE``)."""
+        self._wrapped.add(wrapper)
+        made_in_this_process(wrapper)
 
     def no_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         sync_off = getattr(module, "no_sync", None)
@@ -302,7 +306,7 @@ _MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def made_in_this_process(thing: Any) -> None:
-    """Records a wrapper or device mesh for :func:`_release` (DDP and FSDP strategies, when they make one)."""
+    """Records a wrapper, device mesh or sharded grad scaler for :func:`_release` and the exit handler."""
     _MADE[id(thing)] = thing
 
 
@@ -329,10 +333,7 @@ def _release(group: Any, wrapped: weakref.WeakSet) -> None:
     any strategy lets go too (see ``_MADE``).
     """
     destroying = dist.is_available() and dist.is_initialized() and dist.group.WORLD is group
-    things = {id(t): t for t in wrapped}
-    if destroying:
-        things.update(_MADE.items())
-    _let_go(list(things.values()))
+    _let_go(list(_MADE.values() if destroying else wrapped))  # _MADE holds every strategy's wrappers
     if destroying:
         dist.destroy_process_group()
 

@@ -108,8 +108,7 @@ class FSDPStrategy(DDPStrategy):
         for name, old in before.items():
             if name in after and after[name] is not old:
                 self._replaced[id(old)] = (weakref.ref(old), after[name])
-        self._wrapped.add(module)  # released with the group (ddp._release): its mesh infos hold the group
-        made_in_this_process(module)
+        self._keep_for_release(module)  # its mesh infos hold the group
         return module
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
