@@ -9,7 +9,8 @@ Sections (each row in the table is one measurement; the rows are in ``gpu_check_
   b. sync     host-device syncs per optimizer step of the Accelerator loop and of the bare Trainer, counted with
               ``torch.cuda.set_sync_debug_mode`` on CUDA (on CPU with the test suite's SyncCounter).
   c. speed    step time of stoker / raw loop on a launch-bound MLP and a ~100M-parameter bf16 transformer stack,
-              eager and ``torch.compile`` (compile rows: CUDA only).
+              eager and ``torch.compile`` (compile rows: CUDA only); ``aa_ratio`` times a second raw loop against the
+              first, the noise of the row.
   d. dist     DDP and FSDP2 in one process (NCCL on CUDA, gloo on CPU): train, save_state, load_state elsewhere,
               compare weights.
   e. memory   peak CUDA memory of stoker / raw loop on the transformer stack (CUDA only).
@@ -121,7 +122,7 @@ def environment(setup: rows.Setup, args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
-_SUMMARY_KEYS = ("verdict", "ratio", "syncs_per_step", "accelerator_max_diff", "trainer_max_diff",
+_SUMMARY_KEYS = ("verdict", "ratio", "aa_ratio", "bound", "syncs_per_step", "accelerator_max_diff", "trainer_max_diff",
                  "max_diff_after_load", "raw_ms", "stoker_ms", "raw_loss", "accelerator_skipped", "raw_MiB",
                  "stoker_MiB", "backend")
 

@@ -68,8 +68,10 @@ class DataLoaderConfiguration:
         use_stateful_dataloader: ``save_state``/``load_state`` record and restore each prepared loader's position,
             so a resumed run continues with the next batch of the same epoch.
         non_blocking: Copy batches to the device with ``non_blocking=True``. ``None`` (the default) means "where
-            it is safe": on a CUDA device, where prepared loaders then also pin their batches (``pin_memory``) so
-            the copy overlaps with compute; elsewhere off. ``False`` turns it off on CUDA too.
+            it is safe": on a CUDA device, where prepared loaders with worker processes (``num_workers > 0``) then
+            also pin their batches (``pin_memory``, on the loader's own thread) so the copy overlaps with compute;
+            elsewhere off. Without workers nothing is pinned (a dataset may hold CUDA tensors, which cannot be
+            pinned); set ``pin_memory=True`` on your loader to pin anyway. ``False`` turns both off on CUDA too.
         dispatch_batches: Accepted for Accelerate compatibility, and ``True`` behaves as ``False``: stoker never
             dispatches batches from the main process; every process reads the data itself and keeps its own
             share (Accelerate's non-dispatching behaviour, what one machine needs).

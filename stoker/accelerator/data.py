@@ -47,7 +47,8 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
         if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, seed + rank)
             seed = int(context.strategy.broadcast_object(seed))
     kwargs = _loader_kwargs(loader)
-    kwargs["pin_memory"], non_blocking = transfer_settings(device, config.non_blocking, loader.pin_memory)
+    kwargs["pin_memory"], non_blocking = transfer_settings(device, config.non_blocking, loader.pin_memory,
+                                                           loader.num_workers)
     generator = torch.Generator()
     if isinstance(loader.dataset, IterableDataset):
         return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking)
@@ -71,22 +72,28 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
 
 
 def transfer_settings(device: torch.device | None, non_blocking: bool | None,
-                      pin_memory: bool) -> tuple[bool, bool]:
+                      pin_memory: bool, num_workers: int = 0) -> tuple[bool, bool]:
     """``(pin_memory, non_blocking)`` of a prepared loader that places its batches on ``device``.
 
-    On CUDA an asynchronous copy is safe (later kernels on the stream wait for it) and, from pinned memory, lets
-    the copy overlap with compute; so ``non_blocking=None`` means on there, with pinned batches. Elsewhere nothing
-    changes unless asked: the loader's own ``pin_memory``, and ``non_blocking`` only when it is True.
+    On CUDA an asynchronous copy is safe (later kernels on the stream wait for it), so ``non_blocking=None`` means
+    on there. Pinned memory lets that copy overlap with compute, and the loader pins for you when it has worker
+    processes: it pins on its own thread then, and workers always hand over host tensors. Without workers it does
+    not: pinning would run on the training thread anyway, and a dataset that already holds CUDA tensors (common
+    for small data) cannot be pinned at all (torch raises "cannot pin 'torch.cuda.FloatTensor'"); an asynchronous
+    copy from unpinned host memory is still correct. Elsewhere nothing changes unless asked: the loader's own
+    ``pin_memory``, and ``non_blocking`` only when it is True.
 
     Example:
-        >>> transfer_settings(torch.device("cuda", 0), None, pin_memory=False)
+        >>> transfer_settings(torch.device("cuda", 0), None, pin_memory=False, num_workers=2)
         (True, True)
+        >>> transfer_settings(torch.device("cuda", 0), None, pin_memory=False, num_workers=0)
+        (False, True)
     """
     if device is None:  # no placement: batches stay where the loader made them
         return pin_memory, False
     if device.type == "cuda":
         copy_async = True if non_blocking is None else non_blocking
-        return pin_memory or copy_async, copy_async
+        return pin_memory or (copy_async and num_workers > 0), copy_async
     return pin_memory, bool(non_blocking)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import weakref
 from datetime import timedelta
@@ -184,10 +185,12 @@ class DDPStrategy(SingleDevice):
             # for the life of the process (gc cannot see them), so the group and gloo's threads would only be
             # destroyed during interpreter finalization, where this can abort. DistributedDataParallel imports
             # it anyway; imported before the group exists, it holds none.
-            import torch._dynamo  # noqa: F401
+            # (import_module, not an import statement: `import torch._dynamo` here would make `torch` a local name
+            # of this whole function, unbound at the torch.cuda.set_device call above: found on a GPU.)
+            importlib.import_module("torch._dynamo")
             # The same for ShardedGradScaler (FSDP with fp16, whichever Accelerator prepares it later): its __init__
             # takes process_group=dist.group.WORLD as a default argument, evaluated when its module is imported.
-            import torch.distributed.fsdp.sharded_grad_scaler  # noqa: F401
+            importlib.import_module("torch.distributed.fsdp.sharded_grad_scaler")
             if launched_world_size() > 1 or "MASTER_ADDR" in os.environ:
                 dist.init_process_group(backend=backend, timeout=self.timeout)
             else:  # one process (e.g. FSDP on one GPU): an in-memory store, no port to collide on

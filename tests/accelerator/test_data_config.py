@@ -57,20 +57,23 @@ def test_data_seed_fixes_the_shuffle_whatever_the_global_rng_and_does_not_consum
     assert loader.state_dict()["seed"] == 1234
 
 
-@pytest.mark.parametrize("device, non_blocking, pin_memory, expected", [
-    (torch.device("cuda", 0), None, False, (True, True)),   # CUDA: async copies from pinned memory by default
-    (torch.device("cuda"), True, False, (True, True)),
-    (torch.device("cuda", 0), False, False, (False, False)),  # turned off: the loader's own pin_memory
-    (torch.device("cuda", 0), False, True, (True, False)),
-    (torch.device("cpu"), None, False, (False, False)),     # CPU: nothing changes
-    (torch.device("cpu"), None, True, (True, False)),
-    (torch.device("cpu"), True, False, (False, True)),      # asked for explicitly: honoured (a no-op on CPU)
-    (torch.device("mps"), None, False, (False, False)),     # other accelerators: off unless asked
-    (None, None, False, (False, False)),                    # device_placement=False: batches are not moved
+@pytest.mark.parametrize("device, non_blocking, pin_memory, workers, expected", [
+    (torch.device("cuda", 0), None, False, 2, (True, True)),   # CUDA: async copies from pinned memory by default
+    (torch.device("cuda"), True, False, 2, (True, True)),
+    # no workers: async copies, nothing pinned for you (a dataset of CUDA tensors cannot be pinned)
+    (torch.device("cuda", 0), None, False, 0, (False, True)),
+    (torch.device("cuda", 0), None, True, 0, (True, True)),    # the loader's own pin_memory is kept
+    (torch.device("cuda", 0), False, False, 2, (False, False)),  # turned off: the loader's own pin_memory
+    (torch.device("cuda", 0), False, True, 0, (True, False)),
+    (torch.device("cpu"), None, False, 2, (False, False)),     # CPU: nothing changes
+    (torch.device("cpu"), None, True, 0, (True, False)),
+    (torch.device("cpu"), True, False, 0, (False, True)),      # asked for explicitly: honoured (a no-op on CPU)
+    (torch.device("mps"), None, False, 2, (False, False)),     # other accelerators: off unless asked
+    (None, None, False, 2, (False, False)),                    # device_placement=False: batches are not moved
 ])
-def test_transfer_settings(device: torch.device | None, non_blocking: bool | None, pin_memory: bool,
+def test_transfer_settings(device: torch.device | None, non_blocking: bool | None, pin_memory: bool, workers: int,
                            expected: tuple[bool, bool]) -> None:
-    assert transfer_settings(device, non_blocking, pin_memory) == expected
+    assert transfer_settings(device, non_blocking, pin_memory, workers) == expected
 
 
 class _Stream(IterableDataset):
@@ -81,10 +84,15 @@ class _Stream(IterableDataset):
 @pytest.mark.parametrize("dataset", [TensorDataset(torch.arange(4)), _Stream()])
 def test_a_loader_prepared_for_cuda_pins_memory_and_copies_asynchronously(dataset: object) -> None:
     accelerator = Accelerator(cpu=True)
-    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2), accelerator, torch.device("cuda", 0))
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), accelerator,
+                                   torch.device("cuda", 0))
     assert prepared.base_loader.pin_memory is True and prepared.non_blocking is True
+    # Without workers: an asynchronous copy, but no pinning (found on a GPU: a TensorDataset of CUDA tensors made
+    # every prepared loader raise "cannot pin 'torch.cuda.FloatTensor'" on its first batch)
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2), accelerator, torch.device("cuda", 0))
+    assert prepared.base_loader.pin_memory is False and prepared.non_blocking is True
     off = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(non_blocking=False))
-    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2), off, torch.device("cuda", 0))
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), off, torch.device("cuda", 0))
     assert prepared.base_loader.pin_memory is False and prepared.non_blocking is False
 
 

@@ -41,9 +41,14 @@ def test_tiny_run_on_cpu_measures_every_cpu_row(gpu_check: ModuleType, tmp_path:
         parity = rows[f"parity-{precision}"]
         assert parity["verdict"] == "pass" and parity["accelerator_max_diff"] == 0, parity
         assert rows[f"sync-accelerator-{precision}"]["syncs_per_step"] == (1 if precision == "fp16" else 0)
+        # the Trainer: the same per step, plus its one non-finite check at the epoch's end
+        trainer = rows[f"sync-trainer-{precision}"]
+        assert trainer["syncs"] == trainer["steps"] * (1 if precision == "fp16" else 0) + 1, trainer
+    assert all(r["verdict"] == "pass" for n, r in rows.items() if n.startswith("sync-")), rows
     assert rows["dist-ddp-1proc"]["backend"] == "gloo" and rows["dist-ddp-1proc"]["verdict"] == "pass"
     assert rows["dist-fsdp2-1proc"]["verdict"] == "pass"
-    assert rows["speed-mlp-eager"]["ratio"] > 0
+    for name in ("speed-mlp-eager", "speed-transformer-eager"):
+        assert rows[name]["ratio"] > 0 and rows[name]["aa_ratio"] > 0 and rows[name]["bound"], rows[name]
     assert report["environment"]["device"] == "cpu" and report["environment"]["tiny"] is True
     table = capsys.readouterr().out
     assert all(name in table for name in rows)
