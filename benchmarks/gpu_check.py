@@ -59,6 +59,8 @@ def all_rows() -> list[Row]:
                                                                        precision=precision)))
         out.append((f"sync-{runner}-host-input-fp32", "b", 5, partial(rows.sync_check, runner=runner,
                                                                        precision="fp32", host_input=True)))
+    for precision in ("bf16", "fp16"):
+        out.append((f"sync-trainer-logged-{precision}", "b", 10, partial(rows.sync_check_logged, precision=precision)))
     for kind in ("mlp", "transformer"):
         for compiled in (False, True):
             name = f"speed-{kind}-{'compile' if compiled else 'eager'}"
@@ -122,7 +124,8 @@ def environment(setup: rows.Setup, args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
-_SUMMARY_KEYS = ("verdict", "ratio", "aa_ratio", "bound", "syncs_per_step", "accelerator_max_diff", "trainer_max_diff",
+_SUMMARY_KEYS = ("verdict", "ratio", "aa_ratio", "bound", "syncs_per_step", "syncs_off_log_steps",
+                 "syncs_per_log_step", "syncs_last_step_and_epoch_end", "accelerator_max_diff", "trainer_max_diff",
                  "max_diff_after_load", "raw_ms", "stoker_ms", "raw_loss", "accelerator_skipped", "raw_MiB",
                  "stoker_MiB", "backend")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -192,6 +193,13 @@ def parity(setup: Setup, precision: str) -> dict[str, Any]:
 
 
 # -- (b) host-device syncs per optimizer step -----------------------------------------------------------------
+def _is_sync(record: warnings.WarningMessage) -> bool:
+    """A sync-debug report ("called a synchronizing CUDA operation"), not torch's one-time notice on the first
+    ``set_sync_debug_mode`` call of a process ("Synchronization debug mode is a prototype feature ...", which an
+    earlier version counted as a sync when a sync row was the first to switch the mode)."""
+    return "called a synchronizing cuda operation" in str(record.message).lower()
+
+
 class CudaSyncProbe:
     """Counts CUDA's sync-debug warnings (``torch.cuda.set_sync_debug_mode("warn")``) between start and stop."""
 
@@ -215,11 +223,14 @@ class CudaSyncProbe:
         self._set_mode("default")
         self._catch.__exit__(None, None, None)
         self.active = False
-        hits = [w for w in self._records if "synchroniz" in str(w.message).lower()]
+        hits = [w for w in self._records if _is_sync(w)]
         self.sites = [f"{w.filename}:{w.lineno}: {str(w.message)[:80]}" for w in hits]
 
     @property
     def count(self) -> int:
+        """Syncs seen so far (while active) or in the whole region (after ``stop``)."""
+        if self.active:
+            return sum(_is_sync(w) for w in self._records)
         return len(self.sites)
 
 
@@ -273,6 +284,68 @@ def sync_check(setup: Setup, runner: str, precision: str, host_input: bool = Fal
             "syncs": probe.count, "syncs_per_step": probe.count / counted,
             "expect": f"{expected} per step" + (" + 1 at the epoch's end" if runner == "trainer" else ""),
             "sites": probe.sites[:8], "verdict": "pass" if probe.count == expected_total else "FAIL"}
+
+
+def sync_check_logged(setup: Setup, precision: str) -> dict[str, Any]:
+    """The Trainer with what a user runs: ``self.log(..., prog_bar=True)`` every step, the progress bar, a
+    TensorBoard logger (``log_every_n_steps=10``) and ``ModelCheckpoint`` at the epoch's end. Syncs are counted
+    per optimizer step; values may reach the host only on log steps and at the epoch's end (the bar is given an
+    hour between redraws, so its time-based reads fall outside the span)."""
+    if precision == "bf16" and setup.cuda and not torch.cuda.is_bf16_supported():
+        raise Skip("this GPU has no bf16")
+    from stoker import Callback, ProgressBar, Trainer, TrainingModule
+
+    warmup, counted, every = 3, setup.pick(40, 20, 4), setup.pick(10, 5, 2)
+    loader = DataLoader(regression_data(warmup + counted, device=setup.device), batch_size=16, shuffle=True)
+    probe = CudaSyncProbe() if setup.cuda else CounterProbe()
+    per_step: dict[int, int] = {}  # optimizer step -> syncs from its batch's start to the next batch's start
+    marks: list[tuple[int, int]] = []  # (step the batch applies, syncs so far) at each counted batch's start
+
+    class Module(TrainingModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = F.mse_loss(self.net(x), y)
+            self.log("train/loss", loss, prog_bar=True)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    class Probe(Callback):
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx == warmup:
+                probe.start()
+            if probe.active:
+                marks.append((trainer.global_step + 1, probe.count))
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            marks.append((-1, probe.count))  # the last interval holds the epoch's end (checkpoint, logger flush)
+            probe.stop()
+
+    with tempfile.TemporaryDirectory() as root:
+        trainer = Trainer(max_epochs=1, precision=precision, logger="tensorboard", log_every_n_steps=every,
+                          default_root_dir=root, accelerator="cpu" if not setup.cuda else "auto",
+                          callbacks=[Probe(), ProgressBar(refresh_rate=3600)])
+        trainer.fit(Module(), loader)
+        checkpoint = trainer.checkpoint_callback.best_model_path  # written at the epoch's end
+        checkpoints = int(bool(checkpoint) and os.path.exists(checkpoint))
+    for (step, before), (_, after) in zip(marks, marks[1:]):
+        per_step[step] = after - before
+    last_step = marks[-2][0]
+    epoch_end = per_step.pop(last_step)  # the last batch's interval runs to the end of training
+    scaler = 1 if precision == "fp16" else 0  # GradScaler's read per step
+    off_log = {k: v - scaler for k, v in per_step.items() if k % every and v != scaler}
+    on_log = {k: v - scaler for k, v in per_step.items() if not k % every}
+    return {"method": "cuda sync-debug" if setup.cuda else "SyncCounter (CPU stand-in)", "steps": counted,
+            "log_every_n_steps": every, "syncs": probe.count, "syncs_off_log_steps": sum(off_log.values()),
+            "syncs_per_log_step": sorted(set(on_log.values())), "syncs_last_step_and_epoch_end": epoch_end,
+            "checkpoint_written": checkpoints > 0, "sites": probe.sites[:8],
+            "expect": f"{scaler} per step, more only on log steps and at the epoch's end",
+            "verdict": "pass" if not off_log and checkpoints > 0 else "FAIL"}
 
 
 # -- (c) step time against a raw loop --------------------------------------------------------------------------
@@ -362,8 +435,6 @@ def step_time(setup: Setup, kind: str, compile: bool) -> dict[str, Any]:
 
 # -- (d) DDP and FSDP2 with one process, save_state/load_state round trip -------------------------------------
 def one_process_strategy(setup: Setup, kind: str) -> dict[str, Any]:
-    import os
-
     import torch.distributed as dist
 
     from stoker import Accelerator, DDPStrategy, FSDPStrategy

@@ -9,7 +9,7 @@ resume. The script trains three times on generated data:
 3. resumed with ``fit(ckpt_path="last")`` -- and checks that the model *and* the EMA match run 1 exactly.
 
 Run:
-    python examples/custom_callback.py                      # writes under ./custom_callback_runs
+    python examples/custom_callback.py                      # writes under ./custom_callback_runs (emptied first)
     python examples/custom_callback.py --root /tmp/ema --epochs 3 --crash-at 7
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -121,6 +122,10 @@ def main() -> None:
     parser.add_argument("--crash-at", type=int, default=13, help="optimizer step after which run 2 crashes")
     args = parser.parse_args()
 
+    # Both runs start from empty folders: checkpoints left by an earlier run of this script would sit beside the
+    # new ones (ModelCheckpoint warns), and the comparison below is about this run's crash and resume.
+    for name in ("reference", "interrupted"):
+        shutil.rmtree(os.path.join(args.root, name), ignore_errors=True)
     reference, reference_ema = run(os.path.join(args.root, "reference"), args.epochs, [])
     interrupted = os.path.join(args.root, "interrupted")
     try:
@@ -135,6 +140,8 @@ def main() -> None:
     print(f"model identical to the uninterrupted run: {same_model}")
     print(f"EMA identical to the uninterrupted run: {same_ema}")
     x, y = make_loader().dataset.tensors
+    device = next(module.parameters()).device  # the Trainer's device (a GPU when there is one)
+    x, y = x.to(device), y.to(device)
     with torch.no_grad():
         raw = torch.nn.functional.mse_loss(module.net(x), y).item()
         ema.copy_to(module)

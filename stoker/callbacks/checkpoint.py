@@ -30,7 +30,8 @@ import torch
 from stoker.accelerator import checkpoint_io
 from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
-from stoker.callbacks.checkpoint_files import LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path
+from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path,
+                                               warn_if_earlier_run)
 from stoker.callbacks.checkpoint_ranking import admit, kept
 from stoker.callbacks.checkpoint_writer import CheckpointWriter
 
@@ -221,6 +222,8 @@ class ModelCheckpoint(Callback):
             self._apply_state(state)
 
     def on_fit_start(self, trainer: Any, module: Any) -> None:
+        if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
+            warn_if_earlier_run(self.dirpath)
         self._last_step_seen = trainer.global_step
         self._last_time_save = time.monotonic()
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from typing import Any
 
 import torch
 
-from stoker.accelerator import aside_path, copy_checkpoint, put_in_place, remove_checkpoint
+from stoker.accelerator import aside_path, checkpoint_step, copy_checkpoint, put_in_place, remove_checkpoint
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -105,3 +106,21 @@ def check_dirpath(dirpath: str, what: str) -> None:
         where = "is a file" if path == dirpath else f"cannot be created: {path!r} is a file"
         raise ValueError(f"{what}: {dirpath!r} {where}. Checkpoints are folders written inside dirpath; pass a "
                          "folder path (it is created if missing).")
+
+
+def warn_if_earlier_run(dirpath: str) -> None:
+    """Warns when a fresh ``fit`` is about to write into ``dirpath`` while it holds complete checkpoints already
+    (an earlier run's): they stay beside the new ones (a taken name gets a ``-v1`` suffix, ``last`` is replaced),
+    and ``ckpt_path="last"`` takes whichever was saved last. (Lightning warns too: "Checkpoint directory ...
+    exists and is not empty".)"""
+    try:
+        found = sorted(e.name for e in os.scandir(dirpath) if e.is_dir() and not e.name.startswith(".")
+                       and checkpoint_step(e.path) is not None)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        warnings.warn(f"ModelCheckpoint: {dirpath} already holds checkpoints of an earlier run ({shown}). This fresh "
+                      "run writes its own beside them (a taken name gets a -v1 suffix; 'last' is replaced), and "
+                      "fit(ckpt_path='last') resumes the checkpoint saved last. Use another default_root_dir (or dirpath) to keep runs apart, or "
+                      "fit(ckpt_path='last') to continue the earlier run.", UserWarning, stacklevel=3)

@@ -136,8 +136,8 @@ class TrainerAttributes:
     def find_last_checkpoint(self) -> str | None:
         """The newest complete checkpoint for ``ckpt_path="last"``, or None.
 
-        Looks in ``{default_root_dir}/checkpoints`` and the ModelCheckpoint's ``dirpath``; picks the most
-        optimizer steps, preferring the ``last`` folder on ties, then the most recently written.
+        Looks in ``{default_root_dir}/checkpoints`` and the ModelCheckpoint's ``dirpath``; picks the one saved
+        last (by the time each save records), preferring the ``last`` folder on ties, then more optimizer steps.
         """
         folders = [os.path.join(self.default_root_dir, "checkpoints")]
         callback = self.checkpoint_callback

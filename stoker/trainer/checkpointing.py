@@ -11,7 +11,10 @@ Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default
     {default_root_dir}/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
 
 ``ckpt_path="last"`` takes, among the complete checkpoint folders there (and in the ModelCheckpoint's own
-``dirpath``), the one with the most optimizer steps; ties go to ``last``, then to the newest folder.
+``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to more optimizer steps).
+Not the one with the most steps: a folder may still hold an earlier run's checkpoints (a fresh ``fit`` into the
+same ``default_root_dir``, or a run continued from an older checkpoint), and a crash of the new run must resume the
+new run, not jump to the old one's end.
 """
 
 from __future__ import annotations
@@ -191,8 +194,10 @@ def checkpoint_step(path: str) -> int | None:
 
 
 def find_last_checkpoint(folders: Iterable[str]) -> str | None:
-    """The complete checkpoint with the most steps among the sub-folders of ``folders`` (see module docstring)."""
-    best: tuple[int, int, float] | None = None
+    """The complete checkpoint saved last among the sub-folders of ``folders`` (see module docstring)."""
+    from ..accelerator import checkpoint_written
+
+    best: tuple[float, int, int] | None = None
     found = None
     for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
         try:
@@ -200,10 +205,12 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            step = checkpoint_step(entry.path)
-            if step is None:
+            written = checkpoint_written(entry.path)
+            if written is None:
                 continue
-            key = (step, int(entry.name == LAST), entry.stat().st_mtime)
+            step, saved_at = written
+            # The time recorded in the checkpoint; the folder's own time for one written before it was recorded.
+            key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name == LAST), step)
             if best is None or key > best:
                 best, found = key, entry.path
     return found

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stoker.accelerator import background, checkpoint
-from stoker.accelerator.checkpoint import MANIFEST_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
+from stoker.accelerator.checkpoint import MANIFEST_NAME, STATE_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
 from stoker.trainer.checkpointing import find_last_checkpoint
 from tests.accelerator.test_checkpoint_state import make, run, visible
 from tests.helpers.weights import assert_same_weights, state_of
@@ -24,6 +24,17 @@ def hidden(folder):
 def manifest(path):
     with open(os.path.join(path, MANIFEST_NAME)) as f:
         return json.load(f)["files"]
+
+
+def content(path):
+    """What two saves of the same state share: every file's record, and the state file's contents except the time
+    of the save (``saved_at``, which makes each save's ``stoker_state.json`` its own)."""
+    files = manifest(path)
+    files.pop(STATE_NAME)
+    with open(os.path.join(path, STATE_NAME)) as f:
+        state = json.load(f)
+    assert isinstance(state.pop("saved_at"), float)
+    return files, state
 
 
 @pytest.fixture
@@ -133,7 +144,7 @@ def test_async_save_writes_the_same_files_as_a_synchronous_one(tmp_path):
     returned = parts[0].save_state(tmp_path / "async", async_save=True)
     assert returned == str(tmp_path / "async")
     parts[0].end_training()
-    assert manifest(tmp_path / "async") == manifest(tmp_path / "sync")
+    assert content(tmp_path / "async") == content(tmp_path / "sync")
 
 
 def test_async_save_keeps_the_state_of_the_moment_it_was_called(tmp_path, monkeypatch):
@@ -260,7 +271,7 @@ def test_background_commit_writes_the_same_files_as_a_synchronous_one(tmp_path):
     assert parts[0].save_state(tmp_path / "later", background_commit=True) == str(tmp_path / "later")
     parts[0].end_training()
     verify_checkpoint(tmp_path / "later")
-    assert manifest(tmp_path / "later") == manifest(tmp_path / "sync")
+    assert content(tmp_path / "later") == content(tmp_path / "sync")
 
 
 def test_background_commit_appears_only_when_durable_with_the_state_of_its_call(tmp_path, held_fsyncs):

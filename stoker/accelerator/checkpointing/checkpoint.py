@@ -27,10 +27,10 @@ from .background import CheckpointIO, sweep_trash
 from .contents import CheckpointContents
 from .rng import capture_rng_state, restore_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
+from .state_file import _KINDS, STATE_NAME, checkpoint_step, checkpoint_written, encode_state, read_state  # noqa: F401
 from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
-STATE_NAME = "stoker_state.json"
 SCALER_NAME = "scaler.safetensors"
 
 
@@ -186,9 +186,8 @@ def _encode_state(contents: CheckpointContents, filed_models: list, model_states
     if main:
         if auto:
             counters["iteration"] = contents.project.iteration + 1  # the state after this save
-        state = {"counters": counters, "num_processes": contents.num_processes,
-                 "counts": {k: contents.count(k) for k in _KINDS}}
-        files.append((STATE_NAME, None, {"json": json.dumps(state, indent=1)}))
+        state = encode_state(counters, contents.num_processes, {k: contents.count(k) for k in _KINDS})
+        files.append((STATE_NAME, None, {"json": state}))
     return files
 
 
@@ -251,57 +250,6 @@ def _write_failed(error: OSError, target: str) -> OSError:
     where = f" (writing {error.filename})" if error.filename else ""
     return OSError(error.errno, f"save_state could not write the checkpoint {target}: {detail}{where}. Nothing was "
                                 f"replaced: {intact}. Free disk space (or fix the cause) and save again.")
-
-
-_KINDS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
-
-
-def read_state(path: str) -> dict[str, Any]:
-    """The checked contents of ``{path}/stoker_state.json`` (counters, process count, object counts).
-
-    Raises:
-        CheckpointError: the file is not JSON, nests absurdly deep, or a key is missing or has the wrong type or
-            a negative value; the message names the file and the key.
-    """
-    file = os.path.join(path, STATE_NAME)
-    state = _read_json(file, "stoker state")
-
-    def bad(key: str, value: Any, expected: str) -> CheckpointError:
-        found = "missing" if value is _MISSING else f"{value!r:.80}"
-        return CheckpointError(f"{file}: key {key!r} is {found}, expected {expected}. The checkpoint was altered or "
-                               "written by another tool; load another checkpoint or re-save this one.")
-
-    def count(key: str, value: Any, least: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise bad(key, value, "a non-negative integer" if least == 0 else f"an integer >= {least}")
-        return value
-
-    if not isinstance(state, dict):
-        raise bad("(top level)", state, "an object")
-    for key in ("counters", "counts"):
-        if not isinstance(state.get(key, _MISSING), dict):
-            raise bad(key, state.get(key, _MISSING), "an object")
-    for key in ("step", "micro_step", "iteration"):
-        if key in state["counters"] or key == "step":
-            count(f"counters.{key}", state["counters"].get(key, _MISSING))
-    count("num_processes", state.get("num_processes", _MISSING), least=1)
-    for kind in _KINDS:
-        count(f"counts.{kind}", state["counts"].get(kind, _MISSING))
-    return state
-
-
-_MISSING = object()
-
-
-def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """Optimizer steps recorded in the complete ``save_state`` folder ``path``; None when it is not one (missing,
-    incomplete, altered, or not a checkpoint at all)."""
-    path = os.fspath(path)
-    try:
-        verify_checkpoint(path, files=[STATE_NAME])
-        return int(read_state(path)["counters"]["step"])
-    except (CheckpointError, OSError):
-        return None
 
 
 def _source(contents: CheckpointContents, input_dir: str | None) -> str:
