@@ -1,7 +1,7 @@
 """Callbacks: the `Callback` base class and the built-in callbacks.
 
 Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `EarlyStopping`
-(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` (progress.py),
+(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` and Lightning's `TQDMProgressBar` (progress.py),
 `Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
 `OnExceptionCheckpoint` (on_exception.py) and `StochasticWeightAveraging` (swa.py). The last six are
@@ -15,7 +15,7 @@ from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint import ModelCheckpoint
 from stoker.callbacks.early_stopping import EarlyStopping
 from stoker.callbacks.lr_monitor import LearningRateMonitor
-from stoker.callbacks.progress import ProgressBar
+from stoker.callbacks.progress import ProgressBar, TQDMProgressBar
 from stoker.callbacks.timer import Timer
 
 _LAZY = {
@@ -41,4 +41,5 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "Timer", *_LAZY]
+__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "TQDMProgressBar",
+           "Timer", *_LAZY]

@@ -311,3 +311,30 @@ class ProgressBar(Callback):
 
     def teardown(self, trainer: Any, module: Any, stage: str) -> None:
         self._close_all(trainer)
+
+
+class TQDMProgressBar(ProgressBar):
+    """Lightning's name and arguments for the progress bar, so that ``TQDMProgressBar(refresh_rate=20)`` runs.
+
+    ``refresh_rate`` is Lightning's number of batches between redraws: ``0`` disables the bar, any other value turns
+    it on. stoker still redraws on time, at most every ``seconds`` (0.5), because each redraw reads the shown values
+    from the device; redrawing every n batches would wait for the device every n steps. ``leave`` defaults to
+    False, as in Lightning (:class:`ProgressBar`'s to True). ``process_position`` is accepted; stoker draws one bar
+    at a time, always in the first position.
+
+    Example:
+        >>> from stoker.callbacks import TQDMProgressBar
+        >>> TQDMProgressBar(refresh_rate=20).refresh_rate  # seconds, not batches
+        0.5
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False,
+                 seconds: float = 0.5) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(f"TQDMProgressBar(refresh_rate={refresh_rate!r}) must be a number of batches >= 0 "
+                             "(0 disables the bar).")
+        if isinstance(process_position, bool) or not isinstance(process_position, int) or process_position < 0:
+            raise ValueError(f"TQDMProgressBar(process_position={process_position!r}) must be an integer >= 0.")
+        super().__init__(refresh_rate=seconds if refresh_rate else 0, leave=leave)
+        self.batches_per_refresh = refresh_rate
+        self.process_position = process_position

@@ -3,4 +3,6 @@
 from .module import TrainingModule
 from .trainer import Trainer
 
-__all__ = ["Trainer", "TrainingModule"]
+LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
+
+__all__ = ["LightningModule", "Trainer", "TrainingModule"]

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .module import AttributeDict, _init_arguments
 
-__all__ = ["DataModule", "defines", "prepare_data_once"]
+__all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
 
 LOADER_HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
@@ -228,6 +228,9 @@ def defines(datamodule: Any, hook: str) -> bool:
         return True
     impl = getattr(type(datamodule), hook, None)
     return impl is not None and impl is not getattr(DataModule, hook)
+
+
+LightningDataModule = DataModule  # Lightning's name (a script's `pl.LightningDataModule` after renaming its imports)
 
 
 def prepare_data_once(obj: Any, accelerator: Any) -> None:
