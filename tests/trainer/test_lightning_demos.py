@@ -1,0 +1,44 @@
+"""Lightning's own demo code on stoker: ``pytorch_lightning.demos.lstm.LightningLSTM`` (see
+``lightning_demo_script.py``) trains to bit-identical weights under pytorch_lightning and, ported, under stoker.
+
+With dropout the two agree within the first epoch only: torch's DataLoader draws one number from the global RNG
+each time it is iterated (its workers' base seed), so Lightning's loop moves the global RNG once per epoch, while
+stoker's prepared loaders draw from their own generator, seeded once at ``prepare`` (what makes mid-epoch resume
+exact; README, "Prepared loaders draw their randomness ..."). From the second epoch on, dropout masks differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("lightning_demo_script.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def train(framework: str, out: Path, epochs: int, dropout: bool) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(SCRIPT), framework, str(out), str(epochs),
+                           "dropout" if dropout else "none"], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.compat
+@pytest.mark.slow
+@pytest.mark.parametrize("epochs, dropout", [(2, False), (1, True)])
+def test_lightnings_lstm_demo_trains_to_the_same_weights(tmp_path: Path, epochs: int, dropout: bool) -> None:
+    import pytorch_lightning  # noqa: F401 - in the test extra: missing, this fails (never a silent skip)
+    lightning = train("lightning", tmp_path / "lightning.pt", epochs, dropout)
+    stoker = train("stoker", tmp_path / "stoker.pt", epochs, dropout)
+    assert lightning == stoker and stoker["global_step"] == 9 * epochs and stoker["hidden_reset"] is True
+    a, b = torch.load(tmp_path / "lightning.pt"), torch.load(tmp_path / "stoker.pt")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
