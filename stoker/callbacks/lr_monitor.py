@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import torch
+
 from stoker.callbacks.base import Callback
 
 __all__ = ["LearningRateMonitor"]
@@ -110,6 +112,8 @@ class LearningRateMonitor(Callback):
             return
         for name, value in values.items():
             self.lrs[name].append(value)
+            # As Lightning's: also a callback metric (ModelCheckpoint/EarlyStopping can watch it); a host tensor
+            trainer.callback_metrics[name] = torch.tensor(value)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step + 1)

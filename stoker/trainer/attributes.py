@@ -30,6 +30,29 @@ class TrainerAttributes:
     def is_global_zero(self) -> bool:
         return self.accelerator.is_main_process
 
+    # Lightning's process facts, read from the Accelerator (which owns them)
+    @property
+    def global_rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def local_rank(self) -> int:
+        return self.accelerator.local_process_index
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index: the processes' global rank divided by the processes per node."""
+        return self.accelerator.process_index // max(1, self.num_devices)
+
+    @property
+    def num_devices(self) -> int:
+        """Processes (devices) per node."""
+        return max(1, self.accelerator.num_processes // max(1, self.num_nodes))
+
     @property
     def logger(self) -> Any:
         return self.loggers[0] if self.loggers else None
@@ -42,9 +65,26 @@ class TrainerAttributes:
     @property
     def checkpoint_callback(self) -> Any:
         """The first ``ModelCheckpoint`` among the callbacks, or None."""
+        return next(iter(self.checkpoint_callbacks), None)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        """Every ``ModelCheckpoint`` among the callbacks."""
         from ..callbacks import ModelCheckpoint
 
-        return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
+        return [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        """The first ``EarlyStopping`` among the callbacks, or None."""
+        return next(iter(self.early_stopping_callbacks), None)
+
+    @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        """Every ``EarlyStopping`` among the callbacks."""
+        from ..callbacks import EarlyStopping
+
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
 
     @property
     def lightning_module(self) -> Any:

@@ -185,6 +185,16 @@ class TrainingModule(torch.nn.Module):
         return torch.device("cpu")
 
     @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes (0 without a Trainer)."""
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node (0 without a Trainer)."""
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
     def global_step(self) -> int:
         """Optimizer steps applied so far (0 without a Trainer)."""
         return self._trainer.global_step if self._trainer is not None else 0
@@ -241,8 +251,11 @@ class TrainingModule(torch.nn.Module):
         return opts[0] if len(opts) == 1 else opts
 
     def lr_schedulers(self) -> Any:
-        """The scheduler (one), a list of them, or None; under manual optimization step them yourself."""
-        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        """The scheduler (one), a list of them, or None; under manual optimization step them yourself.
+
+        Your own scheduler objects, as in Lightning, so ``isinstance(sch, ReduceLROnPlateau)`` holds (the Trainer's
+        wrappers step them straight through and only add them to checkpoints)."""
+        schedulers = [getattr(c.scheduler, "scheduler", c.scheduler) for c in self.trainer.lr_scheduler_configs]
         if not schedulers:
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers

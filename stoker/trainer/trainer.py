@@ -336,11 +336,11 @@ class Trainer(TrainerAttributes):
     def _send_to_loggers(self, values: dict[str, Any]) -> None:
         if not values:
             return
+        self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
         values = dict(values)
         # Outside fit (validate/test after it) the label is the epoch that produced the weights, as in the fit's
         # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
         values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
-        self.logged_metrics.update(values)
         if self.is_global_zero:
             step = self.global_step
             for logger in self.loggers:
