@@ -9,7 +9,9 @@ possibly sharded, parameters), batch limits, and the validation schedule in batc
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,7 +71,7 @@ class RunSetup:
         module = module if model is None else model
         if module is None and required:
             raise TypeError(f"Trainer.{fn}() needs the TrainingModule to train: Trainer.{fn}(module, ...).")
-        return module
+        return from_compiled(module)
 
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
         module = module if module is not None else self.trainer.module
@@ -311,3 +313,21 @@ class RunSetup:
                 routed.forward = inner
         if module is not None:
             self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)
+
+
+def from_compiled(module: Any) -> Any:
+    """``torch.compile(module)`` of a TrainingModule (Lightning's recipe: ``trainer.fit(torch.compile(model))``): the
+    module itself, with its ``forward`` compiled by the same compiler settings, so ``self(x)`` in the steps runs
+    compiled while hooks, ``self.log`` and checkpoints see the module. Done once per compiled wrapper, and kept
+    after the call. Anything else is returned as it is."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # not imported: nothing can have been compiled
+    if eval_frame is None or not isinstance(module, eval_frame.OptimizedModule):
+        return module
+    inner = module._orig_mod
+    if not isinstance(inner, TrainingModule):
+        return module  # check_module says what is wrong
+    compiled_by = inner.__dict__.get("_stoker_compiled_by")
+    if compiled_by is None or compiled_by() is not module:
+        inner.forward = module.dynamo_ctx(type(inner).forward.__get__(inner))
+        inner.__dict__["_stoker_compiled_by"] = weakref.ref(module)  # not a submodule (nn.Module's setattr would)
+    return inner
