@@ -99,7 +99,8 @@ class Callback:
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """After one (micro-)batch, including the optimizer step when it closed an accumulation window.
 
-        ``outputs`` is what ``training_step`` returned (a loss tensor or a dict with ``"loss"``).
+        ``outputs`` is what ``training_step`` returned, as Lightning passes it: a loss tensor arrives as
+        ``{"loss": loss}``, a dict as it is, and None as None.
         """
 
     def on_before_backward(self, trainer: Any, module: Any, loss: Any) -> None:

@@ -170,8 +170,12 @@ class FitLoop:
                     if synced and automatic:  # the window is complete: the optimizer step, inside the window
                         self._optimizer_step(run)
                 self.window_closed = synced
-                for hook in end_hooks:
-                    hook(outputs, batch, batch_idx)
+                if end_hooks:
+                    # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
+                    # outputs["loss"] works either way; a dict (or None) as it is.
+                    outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
+                    for hook in end_hooks:
+                        hook(outputs, batch, batch_idx)
                 results.in_batch = False
                 self.total_batches += 1
                 if synced:

@@ -63,14 +63,27 @@ class Model(pl.LightningModule):
     def on_train_epoch_end(self):
         self.print(f"epoch {self.current_epoch} step {self.global_step} rank {self.global_rank} device {self.device.type}")
 
+class Recorder(pl.Callback):  # a user's callback: reads outputs["loss"], logs through the module
+    def __init__(self):
+        self.outputs = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.outputs.append(sorted(outputs) if isinstance(outputs, dict) else type(outputs).__name__)
+        pl_module.log("cb_loss", outputs["loss"], on_step=False, on_epoch=True)
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        pl_module.log("cb_val", float(trainer.current_epoch))
+
+
 g = torch.Generator().manual_seed(0)
 x = torch.randn(120, 4, generator=g); y = (x[:, 0] > 0).long() + (x[:, 1] > 1).long()
 train = DataLoader(TensorDataset(x[:96], y[:96]), batch_size=16)  # (shuffle orders differ by design)
 val = DataLoader(TensorDataset(x[96:], y[96:]), batch_size=16)
 pl.seed_everything(0)
 model = Model()
+recorder = Recorder()
 ckpt = ModelCheckpoint(dirpath=os.path.join(OUT, "ck"), filename="{epoch}-{val_loss:.2f}", monitor="val_loss", save_top_k=2)
-trainer = pl.Trainer(max_epochs=4, callbacks=[ckpt, EarlyStopping(monitor="val_loss", patience=3), LearningRateMonitor()],
+trainer = pl.Trainer(max_epochs=4, callbacks=[ckpt, EarlyStopping(monitor="val_loss", patience=3), LearningRateMonitor(), recorder],
                      logger=CSVLogger(OUT), accelerator="cpu", devices=1, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=True)
 trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
 check("global_step", lambda: trainer.global_step)
@@ -100,6 +113,7 @@ check("checkpoint_callbacks", lambda: len(trainer.checkpoint_callbacks))
 check("lightning_module", lambda: trainer.lightning_module is model)
 check("model.trainer", lambda: model.trainer is trainer)
 check("csv files", lambda: sorted(os.listdir(trainer.log_dir)))
+check("callback outputs", lambda: recorder.outputs[:2])
 check("module ranks", lambda: [model.global_rank, model.local_rank])
 check("trainer ranks", lambda: [trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.num_devices])
 

@@ -8,7 +8,9 @@ Found this way and fixed: ``self.global_rank``/``local_rank`` and ``trainer.glob
 ``num_devices``/``world_size`` were missing, as were ``trainer.early_stopping_callback(s)`` and
 ``checkpoint_callbacks``; ``lr_schedulers()`` returned the Trainer's wrapper, so the documented
 ``isinstance(sch, ReduceLROnPlateau)`` test was False and the scheduler silently never stepped; ``logged_metrics``
-held the loggers' "epoch" label; ``LearningRateMonitor`` values were not callback metrics.
+held the loggers' "epoch" label; ``LearningRateMonitor`` values were not callback metrics; a callback's
+``on_train_batch_end`` got the loss tensor itself where Lightning passes ``{"loss": loss}``, so the common
+``outputs["loss"]`` failed.
 """
 
 from __future__ import annotations
