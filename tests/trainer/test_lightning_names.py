@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.test_manual_port import run
+from tests.trainer.test_manual_port import run_both
 
 SCRIPT = Path(__file__).with_name("lightning_names_script.py")
 
@@ -22,13 +22,7 @@ SCRIPT = Path(__file__).with_name("lightning_names_script.py")
 @pytest.mark.compat
 @pytest.mark.slow
 def test_a_script_with_lightnings_names_runs_after_renaming_only_the_package(tmp_path: Path) -> None:
-    import pytorch_lightning  # noqa: F401 - in the test extra: missing, this fails (never a silent skip)
-    ported = tmp_path / "names_stoker.py"
-    ported.write_text(SCRIPT.read_text().replace("pytorch_lightning", "stoker"))
-    (tmp_path / "pl").mkdir()
-    (tmp_path / "st").mkdir()
-    lightning = run(SCRIPT, tmp_path / "pl" / "weights.pt")
-    stoker = run(ported, tmp_path / "st" / "weights.pt")
+    lightning, stoker = run_both(SCRIPT, tmp_path, "weights.pt")
     assert lightning == stoker == {"global_step": 24, "epoch": 3, "lr": 0.0125, "val_loss": stoker["val_loss"]}
     a, b = torch.load(tmp_path / "pl" / "weights.pt"), torch.load(tmp_path / "st" / "weights.pt")
     assert a.keys() == b.keys()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.test_manual_port import run
+from tests.trainer.test_manual_port import run_both
 
 SCRIPT = Path(__file__).with_name("lightning_surface_script.py")
 
@@ -27,13 +27,7 @@ SCRIPT = Path(__file__).with_name("lightning_surface_script.py")
 @pytest.mark.compat
 @pytest.mark.slow
 def test_a_lightning_scripts_reads_of_trainer_and_module_agree(tmp_path: Path) -> None:
-    import pytorch_lightning  # noqa: F401 - in the test extra: missing, this fails (never a silent skip)
-    ported = tmp_path / "surface_stoker.py"
-    ported.write_text(SCRIPT.read_text().replace("pytorch_lightning", "stoker"))
-    (tmp_path / "pl").mkdir()
-    (tmp_path / "st").mkdir()
-    lightning = run(SCRIPT, tmp_path / "pl")
-    stoker = run(ported, tmp_path / "st")
+    lightning, stoker = run_both(SCRIPT, tmp_path)
     assert not [k for k, v in lightning.items() if isinstance(v, str) and v.startswith("ERROR")], lightning
     assert stoker == lightning
     assert lightning["manual plateau lr"] < 0.05 and lightning["global_step"] == 24  # the checks check something
