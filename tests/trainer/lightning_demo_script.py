@@ -1,10 +1,14 @@
-"""Lightning's own demo module ``pytorch_lightning.demos.lstm.LightningLSTM`` (an LSTM language model that carries
-its hidden state from step to step, resets it in ``on_train_epoch_end``, and reads batches through a custom batch
-sampler), trained under pytorch_lightning or, with the demo's source ported (its ``LightningModule`` import renamed
-to stoker's), under stoker.
+"""Lightning's own demo modules, trained under pytorch_lightning or, with the demo's source ported (its
+``LightningModule`` import renamed to stoker's), under stoker:
 
-``python lightning_demo_script.py {lightning|stoker} OUT.pt EPOCHS DROPOUT``; prints global_step, the last loss and
-whether the hidden state was reset. WikiText2 (a download) is replaced by generated token ids of the same shape.
+- ``lstm``: ``pytorch_lightning.demos.lstm.LightningLSTM``, an LSTM language model that carries its hidden state from
+  step to step, resets it in ``on_train_epoch_end`` and reads batches through a custom batch sampler;
+- ``transformer``: ``pytorch_lightning.demos.transformer.LightningTransformer``, an encoder-decoder ``nn.Transformer``
+  language model (batches of one sequence, as the demo's loader gives).
+
+``python lightning_demo_script.py {lightning|stoker} {lstm|transformer} OUT.pt EPOCHS {dropout|none}``; prints
+global_step, the last logged loss (None when the demo logs none) and whether the LSTM's hidden state was reset.
+WikiText2 (a download) is replaced by generated token ids of the same shape.
 """
 
 import importlib.util
@@ -15,23 +19,25 @@ import types
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-FRAMEWORK, OUT, EPOCHS, DROPOUT = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "dropout"
-SPEC = importlib.util.find_spec("pytorch_lightning.demos.lstm")
+FRAMEWORK, DEMO, OUT, EPOCHS, DROPOUT = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "dropout"
+SPEC = importlib.util.find_spec(f"pytorch_lightning.demos.{DEMO}")
 if FRAMEWORK == "lightning":
     import pytorch_lightning as pl
-    from pytorch_lightning.demos.lstm import LightningLSTM, SequenceSampler
+
+    demo = importlib.import_module(SPEC.name)
 else:
     import stoker as pl
 
     with open(SPEC.origin) as f:
         source = f.read()
-    for old, new in (("from pytorch_lightning.core import LightningModule", "from stoker import LightningModule"),
-                     ("from pytorch_lightning.demos.transformer import WikiText2", "WikiText2 = None")):
+    renames = {"lstm": (("from pytorch_lightning.core import LightningModule", "from stoker import LightningModule"),
+                        ("from pytorch_lightning.demos.transformer import WikiText2", "WikiText2 = None")),
+               "transformer": (("from pytorch_lightning import LightningModule", "from stoker import LightningModule"),)}
+    for old, new in renames[DEMO]:
         assert old in source, old
         source = source.replace(old, new)
-    demo = types.ModuleType("lstm_demo_on_stoker")
+    demo = types.ModuleType(f"{DEMO}_demo_on_stoker")
     exec(compile(source, SPEC.origin, "exec"), demo.__dict__)  # noqa: S102 - the peer's own demo, ported
-    LightningLSTM, SequenceSampler = demo.LightningLSTM, demo.SequenceSampler
 
 
 class Tokens(Dataset):
@@ -49,23 +55,33 @@ class Tokens(Dataset):
         return self.data[s:s + self.block], self.data[s + 1:s + 1 + self.block]
 
 
-class Local(LightningLSTM):
-    def prepare_data(self) -> None:  # the demo downloads WikiText2 here
-        pass
+def local(base: type) -> type:
+    class Local(base):
+        def prepare_data(self) -> None:  # the demos download WikiText2 here
+            pass
 
-    def train_dataloader(self) -> DataLoader:
-        data = Tokens()
-        return DataLoader(data, batch_sampler=SequenceSampler(data, batch_size=20))
+        def train_dataloader(self) -> DataLoader:
+            if DEMO == "lstm":
+                data = Tokens()
+                return DataLoader(data, batch_sampler=demo.SequenceSampler(data, batch_size=20))
+            return DataLoader(Tokens(blocks=48))  # the demo's loader: one sequence per batch
+
+    return Local
 
 
 if __name__ == "__main__":
     pl.seed_everything(0)
-    model = Local(vocab_size=200)
+    model = local(demo.LightningLSTM if DEMO == "lstm" else demo.LightningTransformer)(vocab_size=200)
     if not DROPOUT:
-        model.model.rnn.dropout, model.model.drop.p = 0.0, 0.0
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Dropout):
+                layer.p = 0.0
+            if isinstance(layer, (torch.nn.LSTM, torch.nn.MultiheadAttention)):
+                layer.dropout = 0.0
     trainer = pl.Trainer(max_epochs=EPOCHS, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", devices=1)
     trainer.fit(model)
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, OUT)
-    print(json.dumps({"global_step": trainer.global_step, "loss": float(trainer.callback_metrics["train_loss"]),
-                      "hidden_reset": model.hidden is None}))
+    loss = trainer.callback_metrics.get("train_loss")
+    print(json.dumps({"global_step": trainer.global_step, "loss": None if loss is None else float(loss),
+                      "hidden_reset": getattr(model, "hidden", None) is None}))
