@@ -2,11 +2,12 @@
 ``Trainer(strategy=...)``, so that ``from pytorch_lightning.strategies import DDPStrategy`` runs after renaming.
 
 ``DDPStrategy`` takes Lightning's common arguments: ``process_group_backend`` (stoker's ``backend``), ``timeout``,
-and every ``DistributedDataParallel`` keyword (``find_unused_parameters``, ``static_graph``, ``gradient_as_bucket_view``,
-...). Lightning's plumbing arguments (``accelerator``, ``parallel_devices``, ``cluster_environment``, ``checkpoint_io``,
-``precision_plugin``, ``ddp_comm_*``, ``model_averaging_period``, ``start_method``) are refused with what to use
-instead. ``FSDPStrategy`` is stoker's FSDP2 strategy (``fully_shard``), not Lightning's FSDP1 one: its arguments are
-``auto_wrap_policy``, ``mixed_precision``, ``reshard_after_forward`` and ``fully_shard`` keywords.
+and every ``DistributedDataParallel`` keyword (``find_unused_parameters``, ``static_graph``,
+``gradient_as_bucket_view``, ...). Lightning's plumbing arguments (``accelerator``, ``parallel_devices``,
+``cluster_environment``, ``checkpoint_io``, ``precision_plugin``, ``ddp_comm_*``, ``model_averaging_period``,
+``start_method``) are refused with what to use instead. ``FSDPStrategy`` is stoker's FSDP2 strategy
+(``fully_shard``), not Lightning's FSDP1 one: its arguments are ``auto_wrap_policy``, ``mixed_precision``,
+``reshard_after_forward`` and ``fully_shard`` keywords.
 
 Example:
     >>> from stoker.strategies import DDPStrategy

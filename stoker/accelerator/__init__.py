@@ -28,8 +28,8 @@ __all__ = [
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, copy, replace, remove; background writes and deletions) ...
     "CheckpointError", "CheckpointIO", "MANIFEST_NAME", "STATE_NAME", "aside_path", "checkpoint_io", "checkpoint_step",
-    "checkpoint_written", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place", "read_state",
-    "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
+    "checkpoint_written", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place",
+    "read_state", "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",
     "ensure_processes",

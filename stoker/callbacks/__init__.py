@@ -1,8 +1,8 @@
 """Callbacks: the `Callback` base class and the built-in callbacks.
 
 Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `EarlyStopping`
-(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` and Lightning's `TQDMProgressBar` (progress.py),
-`Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
+(early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` and Lightning's `TQDMProgressBar`
+(progress.py), `Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
 `OnExceptionCheckpoint` (on_exception.py) and `StochasticWeightAveraging` (swa.py). The last six are
 imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.

@@ -122,5 +122,6 @@ def warn_if_earlier_run(dirpath: str) -> None:
         shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         warnings.warn(f"ModelCheckpoint: {dirpath} already holds checkpoints of an earlier run ({shown}). This fresh "
                       "run writes its own beside them (a taken name gets a -v1 suffix; 'last' is replaced), and "
-                      "fit(ckpt_path='last') resumes the checkpoint saved last. Use another default_root_dir (or dirpath) to keep runs apart, or "
-                      "fit(ckpt_path='last') to continue the earlier run.", UserWarning, stacklevel=3)
+                      "fit(ckpt_path='last') resumes the checkpoint saved last. Use another default_root_dir (or "
+                      "dirpath) to keep runs apart, or fit(ckpt_path='last') to continue the earlier run.",
+                      UserWarning, stacklevel=3)

@@ -25,9 +25,9 @@ class OnExceptionCheckpoint(Callback):
     optimizer/scheduler/scaler states, RNG states and the loop's position *after* the batch that was being
     processed (that batch is not run again on resume). Gradients of an accumulation window that was not finished
     are not saved. Resume with ``trainer.fit(..., ckpt_path=callback.ckpt_path)``; ``ckpt_path="last"`` also finds
-    it when ``dirpath`` is the checkpoint folder (it is the checkpoint saved last). A failure while saving is reported as a
-    warning and never replaces the original exception. After a later ``fit`` with this callback ends without an
-    exception, the folder is deleted.
+    it when ``dirpath`` is the checkpoint folder (it is the checkpoint saved last). A failure while saving is
+    reported as a warning and never replaces the original exception. After a later ``fit`` with this callback ends
+    without an exception, the folder is deleted.
 
     A ``SystemExit`` (a preemption: the Trainer has already saved ``last``, or ``sys.exit``) is not saved again.
     Only single-process runs save: with several processes an exception usually reaches one process only, and the

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from stoker.accelerator import background, checkpoint
-from stoker.accelerator.checkpoint import MANIFEST_NAME, STATE_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
+from stoker.accelerator.checkpoint import (MANIFEST_NAME, STATE_NAME, list_checkpoints, newest_checkpoint,
+                                           verify_checkpoint)
 from stoker.trainer.checkpointing import find_last_checkpoint
 from tests.accelerator.test_checkpoint_state import make, run, visible
 from tests.helpers.weights import assert_same_weights, state_of

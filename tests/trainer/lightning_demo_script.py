@@ -19,7 +19,8 @@ import types
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-FRAMEWORK, DEMO, OUT, EPOCHS, DROPOUT = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "dropout"
+FRAMEWORK, DEMO, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
+EPOCHS, DROPOUT = int(sys.argv[4]), sys.argv[5] == "dropout"
 SPEC = importlib.util.find_spec(f"pytorch_lightning.demos.{DEMO}")
 if FRAMEWORK == "lightning":
     import pytorch_lightning as pl
@@ -32,7 +33,8 @@ else:
         source = f.read()
     renames = {"lstm": (("from pytorch_lightning.core import LightningModule", "from stoker import LightningModule"),
                         ("from pytorch_lightning.demos.transformer import WikiText2", "WikiText2 = None")),
-               "transformer": (("from pytorch_lightning import LightningModule", "from stoker import LightningModule"),)}
+               "transformer": (("from pytorch_lightning import LightningModule",
+                                "from stoker import LightningModule"),)}
     for old, new in renames[DEMO]:
         assert old in source, old
         source = source.replace(old, new)

@@ -61,7 +61,8 @@ def report(trainer, model, out):
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save(weights, out)
     return {"global_step": trainer.global_step, "epoch": trainer.current_epoch,
-            "lr": trainer.optimizers[0].param_groups[0]["lr"], "val_loss": round(float(trainer.callback_metrics["val_loss"]), 6)}
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            "val_loss": round(float(trainer.callback_metrics["val_loss"]), 6)}
 
 
 if __name__ == "__main__":
@@ -69,7 +70,8 @@ if __name__ == "__main__":
     strategy = DDPStrategy(find_unused_parameters=False)  # built as Lightning scripts do; this run has one process
     assert strategy is not None
     trainer = pl.Trainer(max_epochs=3, callbacks=[TQDMProgressBar(refresh_rate=4), LearningRateMonitor()],
-                         logger=CSVLogger(os.path.dirname(sys.argv[1])), enable_checkpointing=False, enable_model_summary=False, accelerator="cpu",
+                         logger=CSVLogger(os.path.dirname(sys.argv[1])), enable_checkpointing=False,
+                         enable_model_summary=False, accelerator="cpu",
                          devices=1, num_sanity_val_steps=0)
     model = Model()
     trainer.fit(model, datamodule=Data())

@@ -8,13 +8,14 @@ import os
 import sys
 
 import torch
+import torchmetrics
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, LearningRateMonitor
+from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
-import torchmetrics
 
 OUT = sys.argv[1]
 results = {}
@@ -39,7 +40,8 @@ class Model(pl.LightningModule):
         x, y = batch
         logits = self(x)
         loss = F.cross_entropy(logits, y)
-        self.log_dict({"train_loss": loss, "train_acc": self.acc(logits, y)}, prog_bar=True, on_step=True, on_epoch=True)
+        self.log_dict({"train_loss": loss, "train_acc": self.acc(logits, y)}, prog_bar=True, on_step=True,
+                      on_epoch=True)
         return loss
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -61,7 +63,8 @@ class Model(pl.LightningModule):
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}
     def on_train_epoch_end(self):
-        self.print(f"epoch {self.current_epoch} step {self.global_step} rank {self.global_rank} device {self.device.type}")
+        self.print(f"epoch {self.current_epoch} step {self.global_step} rank {self.global_rank} "
+                   f"device {self.device.type}")
 
 class Recorder(pl.Callback):  # a user's callback: reads outputs["loss"], logs through the module
     def __init__(self):
@@ -82,9 +85,12 @@ val = DataLoader(TensorDataset(x[96:], y[96:]), batch_size=16)
 pl.seed_everything(0)
 model = Model()
 recorder = Recorder()
-ckpt = ModelCheckpoint(dirpath=os.path.join(OUT, "ck"), filename="{epoch}-{val_loss:.2f}", monitor="val_loss", save_top_k=2)
-trainer = pl.Trainer(max_epochs=4, callbacks=[ckpt, EarlyStopping(monitor="val_loss", patience=3), LearningRateMonitor(), recorder],
-                     logger=CSVLogger(OUT), accelerator="cpu", devices=1, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=True)
+ckpt = ModelCheckpoint(dirpath=os.path.join(OUT, "ck"), filename="{epoch}-{val_loss:.2f}", monitor="val_loss",
+                       save_top_k=2)
+trainer = pl.Trainer(max_epochs=4, callbacks=[ckpt, EarlyStopping(monitor="val_loss", patience=3),
+                                              LearningRateMonitor(), recorder],
+                     logger=CSVLogger(OUT), accelerator="cpu", devices=1, log_every_n_steps=2,
+                     enable_progress_bar=False, enable_model_summary=True)
 trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
 check("global_step", lambda: trainer.global_step)
 check("current_epoch", lambda: trainer.current_epoch)
