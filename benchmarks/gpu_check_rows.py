@@ -298,7 +298,6 @@ def sync_check_logged(setup: Setup, precision: str) -> dict[str, Any]:
     warmup, counted, every = 3, setup.pick(40, 20, 4), setup.pick(10, 5, 2)
     loader = DataLoader(regression_data(warmup + counted, device=setup.device), batch_size=16, shuffle=True)
     probe = CudaSyncProbe() if setup.cuda else CounterProbe()
-    per_step: dict[int, int] = {}  # optimizer step -> syncs from its batch's start to the next batch's start
     marks: list[tuple[int, int]] = []  # (step the batch applies, syncs so far) at each counted batch's start
 
     class Module(TrainingModule):
@@ -332,9 +331,9 @@ def sync_check_logged(setup: Setup, precision: str) -> dict[str, Any]:
                           callbacks=[Probe(), ProgressBar(refresh_rate=3600)])
         trainer.fit(Module(), loader)
         checkpoint = trainer.checkpoint_callback.best_model_path  # written at the epoch's end
-        checkpoints = int(bool(checkpoint) and os.path.exists(checkpoint))
-    for (step, before), (_, after) in zip(marks, marks[1:]):
-        per_step[step] = after - before
+        checkpoint_written = bool(checkpoint) and os.path.exists(checkpoint)
+    # optimizer step -> syncs from its batch's start to the next batch's start
+    per_step = {step: after - before for (step, before), (_, after) in zip(marks, marks[1:])}
     last_step = marks[-2][0]
     epoch_end = per_step.pop(last_step)  # the last batch's interval runs to the end of training
     scaler = 1 if precision == "fp16" else 0  # GradScaler's read per step
@@ -343,9 +342,9 @@ def sync_check_logged(setup: Setup, precision: str) -> dict[str, Any]:
     return {"method": "cuda sync-debug" if setup.cuda else "SyncCounter (CPU stand-in)", "steps": counted,
             "log_every_n_steps": every, "syncs": probe.count, "syncs_off_log_steps": sum(off_log.values()),
             "syncs_per_log_step": sorted(set(on_log.values())), "syncs_last_step_and_epoch_end": epoch_end,
-            "checkpoint_written": checkpoints > 0, "sites": probe.sites[:8],
+            "checkpoint_written": checkpoint_written, "sites": probe.sites[:8],
             "expect": f"{scaler} per step, more only on log steps and at the epoch's end",
-            "verdict": "pass" if not off_log and checkpoints > 0 else "FAIL"}
+            "verdict": "pass" if not off_log and checkpoint_written else "FAIL"}
 
 
 # -- (c) step time against a raw loop --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from .arguments import InvalidArgumentError, check_accumulation_steps, check_see
 from .checkpointing.atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints,
                                    newest_checkpoint, put_in_place, remove_checkpoint, verify_checkpoint)
 from .checkpointing.background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
-from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, checkpoint_written, read_state
+from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
@@ -28,7 +28,7 @@ __all__ = [
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, copy, replace, remove; background writes and deletions) ...
     "CheckpointError", "CheckpointIO", "MANIFEST_NAME", "STATE_NAME", "aside_path", "checkpoint_io", "checkpoint_step",
-    "checkpoint_written", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place",
+    "checkpoint_written", "checkpoints_in", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place",
     "read_state", "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",

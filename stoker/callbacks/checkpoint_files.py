@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from stoker.accelerator import aside_path, checkpoint_step, copy_checkpoint, put_in_place, remove_checkpoint
+from stoker.accelerator import aside_path, checkpoints_in, copy_checkpoint, put_in_place, remove_checkpoint
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -113,11 +113,7 @@ def warn_if_earlier_run(dirpath: str) -> None:
     (an earlier run's): they stay beside the new ones (a taken name gets a ``-v1`` suffix, ``last`` is replaced),
     and ``ckpt_path="last"`` takes whichever was saved last. (Lightning warns too: "Checkpoint directory ...
     exists and is not empty".)"""
-    try:
-        found = sorted(e.name for e in os.scandir(dirpath) if e.is_dir() and not e.name.startswith(".")
-                       and checkpoint_step(e.path) is not None)
-    except (FileNotFoundError, NotADirectoryError):
-        return
+    found = sorted(entry.name for entry, _, _ in checkpoints_in(dirpath))
     if found:
         shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         warnings.warn(f"ModelCheckpoint: {dirpath} already holds checkpoints of an earlier run ({shown}). This fresh "

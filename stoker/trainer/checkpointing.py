@@ -195,20 +195,12 @@ def checkpoint_step(path: str) -> int | None:
 
 def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     """The complete checkpoint saved last among the sub-folders of ``folders`` (see module docstring)."""
-    from ..accelerator import checkpoint_written
+    from ..accelerator import checkpoints_in
 
     best: tuple[float, int, int] | None = None
     found = None
     for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
-        try:
-            entries = [e for e in os.scandir(folder) if e.is_dir() and not e.name.startswith(".")]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            written = checkpoint_written(entry.path)
-            if written is None:
-                continue
-            step, saved_at = written
+        for entry, step, saved_at in checkpoints_in(folder):
             # The time recorded in the checkpoint; the folder's own time for one written before it was recorded.
             key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name == LAST), step)
             if best is None or key > best:

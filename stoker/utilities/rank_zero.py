@@ -65,24 +65,20 @@ class _RankZeroOnly:
 rank_zero_only = _RankZeroOnly()
 
 
-def _rank() -> int:
-    return rank_zero_only.rank
-
-
 def rank_zero_info(message: str, *args: Any, **kwargs: Any) -> None:
     """``logging.info`` on the ``stoker`` logger, on the global-zero process only."""
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         log.info(message, *args, **kwargs)
 
 
 def rank_zero_debug(message: str, *args: Any, **kwargs: Any) -> None:
     """``logging.debug`` on the ``stoker`` logger, on the global-zero process only."""
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         log.debug(message, *args, **kwargs)
 
 
 def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4,
                    **kwargs: Any) -> None:
     """``warnings.warn`` on the global-zero process only."""
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         warnings.warn(message, category, stacklevel=stacklevel, **kwargs)

@@ -27,7 +27,8 @@ from .background import CheckpointIO, sweep_trash
 from .contents import CheckpointContents
 from .rng import capture_rng_state, restore_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
-from .state_file import _KINDS, STATE_NAME, checkpoint_step, checkpoint_written, encode_state, read_state  # noqa: F401
+from .state_file import (_KINDS, STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in,  # noqa: F401
+                         encode_state, read_state)
 from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 

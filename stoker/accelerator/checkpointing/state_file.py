@@ -88,3 +88,19 @@ def checkpoint_written(path: str | os.PathLike) -> tuple[int, float | None] | No
         return None
     saved_at = state.get("saved_at")
     return int(state["counters"]["step"]), None if saved_at is None else float(saved_at)
+
+
+def checkpoints_in(folder: str | os.PathLike) -> list[tuple[os.DirEntry, int, float | None]]:
+    """The complete ``save_state`` folders directly inside ``folder`` (hidden temporary ones skipped), each as
+    ``(entry, optimizer steps, saved_at)`` (see :func:`checkpoint_written`); empty when ``folder`` is missing."""
+    try:
+        with os.scandir(folder) as it:
+            entries = [e for e in it if e.is_dir() and not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for entry in entries:
+        written = checkpoint_written(entry.path)
+        if written is not None:
+            found.append((entry, *written))
+    return found
