@@ -1,8 +1,10 @@
 """`TensorBoardLogger`: scalars and hyperparameters in TensorBoard event files.
 
-This module owns one `torch.utils.tensorboard.SummaryWriter` per logger. It
-imports tensorboard only when the writer is first needed, because importing it
-costs about a second and pulls in protobuf; `import stoker` must stay cheap.
+This module owns which file a `TensorBoardLogger` writes into: its own event file (``tb_event_file.py``, written
+on the calling thread) until the user asks for ``experiment``, and from then on the ``SummaryWriter`` that
+``experiment`` returns, so that one file of the run is being written at a time. It imports tensorboard only when
+the first file is opened, because importing it costs about a second and pulls in protobuf; `import stoker` must
+stay cheap.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from stoker.loggers.base import Logger, check_log_folder, flatten_params, params
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
+    from stoker.loggers.tb_event_file import EventFile
+
 __all__ = ["TensorBoardLogger"]
+
+# SummaryWriter's arguments other than log_dir; the logger's own event file honours the same ones.
+_WRITER_ARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
 
 
 class TensorBoardLogger(Logger):
@@ -34,18 +41,29 @@ class TensorBoardLogger(Logger):
     sub-run): nested mappings are flattened with ``"/"`` and values that are not
     ``bool``/``int``/``float``/``str`` are stored as their ``str()``.
 
-    The writer, and with it the run folder, is created on the first write.
-    ``finalize`` flushes and closes it and may be called any number of times;
-    logging after ``finalize`` opens a new writer that appends a new event file
-    to the same folder, so ``fit`` followed by ``test`` ends up in one run.
+    The event file, and with it the run folder, is created on the first write.
+    Scalars and hyperparameters are written on the calling thread, without
+    ``SummaryWriter``'s writer thread (whose wake-ups cost the training loop
+    about 0.35 ms per call): records reach the file when ``max_queue`` (10) are
+    pending, every ``flush_secs`` (120), at ``flush()`` and at ``finalize()``,
+    which the Trainer calls at the end of every run, also a failed one.
+    ``experiment`` opens a ``SummaryWriter`` for everything else (images,
+    histograms, graphs); from then on the scalars go through it too, into its
+    file, so the run's files are written one after the other and TensorBoard
+    reads them in order. ``finalize`` flushes and closes whichever is open and
+    may be called any number of times; logging after ``finalize`` appends a new
+    event file to the same folder, so ``fit`` followed by ``test`` ends up in
+    one run.
 
     Args:
         save_dir: Root folder for all runs. A file there (or above it) is an
             error here, at construction, not at the first write.
         name: Experiment name (sub-folder of ``save_dir``).
         version: ``None`` for the next free ``version_{n}``, an int, or a folder name.
-        **summary_writer_kwargs: Passed to ``SummaryWriter`` (e.g. ``flush_secs``,
-            ``max_queue``, ``filename_suffix``); ``log_dir`` is chosen by the logger.
+        **summary_writer_kwargs: ``SummaryWriter``'s options (``flush_secs``,
+            ``max_queue``, ``filename_suffix``, ``purge_step``, ``comment``),
+            honoured by the logger's own event file too and passed to the
+            ``SummaryWriter`` of ``experiment``; ``log_dir`` is chosen by the logger.
 
     Example:
         >>> logger = TensorBoardLogger("runs", name="mnist")
@@ -70,15 +88,32 @@ class TensorBoardLogger(Logger):
                 "TensorBoardLogger(log_dir=...) is not supported: the folder is "
                 "{save_dir}/{name}/version_{n}. Pass save_dir, name and version instead."
             )
+        unknown = sorted(set(summary_writer_kwargs) - set(_WRITER_ARGS))
+        if unknown:
+            raise TypeError(f"TensorBoardLogger got unknown options {unknown}; it takes save_dir, name, version and "
+                            f"SummaryWriter's {', '.join(_WRITER_ARGS)}.")
         self._writer_kwargs = summary_writer_kwargs
         self._writer: SummaryWriter | None = None
+        self._events: EventFile | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        # An open SummaryWriter holds a thread and a file handle; a pickled
-        # copy (e.g. sent to spawned workers) reopens its own on first write.
+        # An open file (and a SummaryWriter's thread) cannot travel; a pickled
+        # copy (e.g. sent to spawned workers) opens its own on first write.
         state = self.__dict__.copy()
-        state["_writer"] = None
+        state["_writer"] = state["_events"] = None
         return state
+
+    def _file(self) -> Any:
+        """Where a summary goes now: the SummaryWriter's file once ``experiment`` was used, else the own one."""
+        if self._writer is not None:
+            return self._writer.file_writer
+        if self._events is None:
+            from stoker.loggers.tb_event_file import EventFile
+
+            kwargs = {k: v for k, v in self._writer_kwargs.items() if k != "comment"}  # comment: log_dir's name only
+            _wait_for_a_later_second(self.log_dir)
+            self._events = EventFile(self.log_dir, **kwargs)
+        return self._events
 
     @property
     def experiment(self) -> SummaryWriter:
@@ -90,6 +125,9 @@ class TensorBoardLogger(Logger):
             # Lazy on purpose: see the module docstring.
             from torch.utils.tensorboard import SummaryWriter
 
+            if self._events is not None:  # its records first, then the writer's file after it
+                self._events.close()
+                self._events = None
             _wait_for_a_later_second(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
         return self._writer
@@ -97,19 +135,21 @@ class TensorBoardLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
         """Add each metric as a scalar at ``step``.
 
-        All of them go into one event (one ``Summary`` holding a value per metric, as ``add_scalar`` would write
-        each): one hand-over to the writer thread per call instead of one per metric. TensorBoard reads them as
-        the same scalar series.
+        All of them go into one event (one ``Summary`` holding a ``simple_value`` per metric, as ``add_scalar``
+        would write each). TensorBoard reads them as the same scalar series.
         """
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from torch.utils.tensorboard.summary import scalar
-
         values = to_scalars(metrics)
         step = self._resolve_step(step)
-        writer = self.experiment
-        if values:
-            summary = Summary(value=[scalar(key, value).value[0] for key, value in values.items()])
-            writer.file_writer.add_summary(summary, step)
+        file = self._file()
+        if not values:
+            return
+        if file is self._events:  # the logger's own file: encoded with the next records written
+            file.add_scalars(values, step)
+            return
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        file.add_summary(Summary(value=[Summary.Value(tag=key, simple_value=value) for key, value in values.items()]),
+                         step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Record hyperparameters for TensorBoard's HPARAMS tab (flattened with ``"/"``)."""
@@ -119,17 +159,22 @@ class TensorBoardLogger(Logger):
         # An empty metric dict is allowed: the tab then lists the run's
         # hyperparameters and the user picks metrics from the scalar tags.
         experiment, session_start, session_end = hparams(flat, {})
-        file_writer = self.experiment.file_writer
+        file = self._file()
         for summary in (experiment, session_start, session_end):
-            file_writer.add_summary(summary)
+            file.add_summary(summary)
 
     def flush(self) -> None:
         """Push pending events to the event file (no-op before the first write)."""
+        if self._events is not None:
+            self._events.flush()
         if self._writer is not None:
             self._writer.flush()
 
     def finalize(self, status: str) -> None:
-        """Flush and close the writer. Safe to call repeatedly; later logging reopens."""
+        """Flush and close the event file (and the writer). Safe to call repeatedly; later logging reopens."""
+        if self._events is not None:
+            self._events.close()
+            self._events = None
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
