@@ -1,0 +1,67 @@
+"""A Lightning 2.x script that logs to TensorBoard both ways users do: ``self.log`` (scalars every
+``log_every_n_steps`` and per epoch) and ``self.logger.experiment`` (the ``SummaryWriter``: a histogram and a text
+per epoch, a scalar of its own). The compat test runs it under pytorch_lightning and, with its imports renamed,
+under stoker; the script reads its event files back with TensorBoard's own ``EventAccumulator`` and prints what
+it finds."""
+
+import json
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import TensorBoardLogger
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self.layer(x), y))
+
+    def on_train_epoch_end(self):
+        writer = self.logger.experiment
+        writer.add_histogram("weight", self.layer.weight.detach(), self.current_epoch)
+        writer.add_text("note", f"epoch {self.current_epoch} done", self.current_epoch)
+        writer.add_scalar("custom/epoch_times_two", 2.0 * self.current_epoch, self.global_step)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def main(out):
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+    logger = TensorBoardLogger(out, name="tb")
+    trainer = pl.Trainer(max_epochs=3, logger=logger, log_every_n_steps=4, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(Model(), DataLoader(data, batch_size=8), DataLoader(data, batch_size=16))
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    scalars = {tag: [(e.step, round(e.value, 5)) for e in events.Scalars(tag)] for tag in sorted(tags["scalars"])}
+    print(json.dumps({
+        "scalars": scalars,
+        "histograms": {tag: [e.step for e in events.Histograms(tag)] for tag in sorted(tags["histograms"])},
+        "texts": sorted(t for t in tags["tensors"] if t.startswith("note")),
+    }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
