@@ -10,7 +10,8 @@ hand-over wakes that thread, and the training thread then waits for the interpre
 0.35 ms per ``log_metrics`` call on a 2-core machine (benchmarks/README.md, 5 December 2026), several times what
 building and framing the event costs here. Records are buffered and written to the file (no fsync, as
 ``SummaryWriter``) when ``max_queue`` of them are pending, when ``flush_secs`` have passed since the last write,
-and at :meth:`EventFile.flush` / :meth:`EventFile.close`. Scalars (:meth:`EventFile.add_scalars`) are kept as
+and at :meth:`EventFile.flush` / :meth:`EventFile.close`, and at interpreter exit (a script that never
+calls ``finalize``/``end_training`` keeps every value; ``SummaryWriter`` loses what it had not flushed). Scalars (:meth:`EventFile.add_scalars`) are kept as
 plain numbers until then and encoded together: built one at a time between training steps, each event's protobuf
 and CRC cost several times more than in a batch. Does not own the folder, the choice between this file and
 a ``SummaryWriter`` (``tensorboard.py``), nor what a summary holds.
@@ -18,10 +19,13 @@ a ``SummaryWriter`` (``tensorboard.py``), nor what a summary holds.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import socket
 import struct
 import time
+import weakref
 from typing import Any
 
 __all__ = ["EventFile", "crc32c", "masked_crc32c"]
@@ -83,6 +87,8 @@ class EventFile:
         self.path = self._file.name
         self._pending: list[Any] = []  # framed records, or (wall_time, step, {tag: number}) to encode at flush
         self._last_write = float("-inf")  # the first record is written at once, as SummaryWriter does
+        self._at_exit = functools.partial(_flush_if_alive, weakref.ref(self))
+        atexit.register(self._at_exit)
         self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_step is not None:  # SummaryWriter(purge_step=...): TensorBoard drops the earlier run's later steps
             self.add_event(Event(wall_time=time.time(), step=purge_step,
@@ -145,6 +151,14 @@ class EventFile:
     def close(self) -> None:
         """Writes what is pending and closes the file; later calls do nothing."""
         if self._file is not None:
+            atexit.unregister(self._at_exit)
             self.flush()
             self._file.close()
             self._file = None
+
+
+def _flush_if_alive(ref: weakref.ref) -> None:
+    """At interpreter exit: writes what an event file still holds, if the file is still open."""
+    events = ref()
+    if events is not None:
+        events.flush()

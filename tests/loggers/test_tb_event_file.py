@@ -144,3 +144,16 @@ def test_purge_step_is_written_as_tensorboard_expects(tmp_path):
 def test_unknown_writer_options_fail_at_construction(tmp_path):
     with pytest.raises(TypeError, match=r"unknown options \['flush_sec'\]"):
         TensorBoardLogger(tmp_path, flush_sec=5)
+
+
+def test_values_pending_at_interpreter_exit_are_written(tmp_path):
+    """A script that never calls finalize (Accelerate scripts often skip end_training) keeps every value."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom stoker.loggers import TensorBoardLogger\nlogger = TensorBoardLogger(sys.argv[1])\n"
+            "for step in range(5):\n    logger.log_metrics({'x': float(step)}, step=step)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [log_dir] = glob.glob(str(tmp_path / "stoker_logs" / "version_*"))
+    assert tensorboard_scalars(log_dir)["x"] == [(s, float(s)) for s in range(5)]
