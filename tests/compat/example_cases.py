@@ -90,7 +90,45 @@ def complete_nlp_example(cwd: Path) -> dict[str, Any]:
             "checkpoints": sorted(p.name for p in (cwd / "full").glob("step_*"))}
 
 
+def complete_nlp_example_tracking(cwd: Path) -> dict[str, Any]:
+    """``--with_tracking``: ``Accelerator(log_with="all", project_dir=...)`` with every tracker installed
+    (TensorBoard, CSV, W&B offline, MLflow in a local store), ``init_trackers``, ``accelerator.log`` per epoch and
+    ``end_training``. Returns what each tracker's own reader finds (TensorBoard's ``EventAccumulator``, the CSV file,
+    ``MlflowClient``) once the run has ended on every process."""
+    import csv
+    import glob
+
+    from tests.helpers.trackers_readback import tensorboard_scalars
+
+    saved = os.environ.get("WANDB_MODE")
+    os.environ["WANDB_MODE"] = "offline"  # no network: W&B writes its run folder only
+    try:
+        observed = _run("complete_nlp_example", "--with_tracking", "--project_dir", "tracked", "--output_dir",
+                        "tracked_out")
+    finally:
+        if saved is None:
+            os.environ.pop("WANDB_MODE")
+        else:
+            os.environ["WANDB_MODE"] = saved
+    [log_dir] = glob.glob(str(cwd / "tracked" / "complete_nlp_example" / "version_*"))
+    with open(os.path.join(log_dir, "metrics.csv"), newline="") as f:
+        csv_rows = [(int(row["step"]), sorted(k for k, v in row.items() if v and k != "step"))
+                    for row in csv.DictReader(f)]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'tracked' / 'mlflow.db'}")
+    [experiment] = [e for e in client.search_experiments() if e.name == "complete_nlp_example"]
+    [run] = client.search_runs([experiment.experiment_id])
+    return {**observed,
+            "tensorboard": {tag: [step for step, _ in series] for tag, series in tensorboard_scalars(log_dir).items()},
+            "csv": csv_rows,
+            "mlflow": {key: [m.step for m in client.get_metric_history(run.info.run_id, key)]
+                       for key in sorted(run.data.metrics)},
+            "wandb_runs": len(glob.glob(os.path.join(log_dir, "wandb", "offline-run-*")))}
+
+
 EXAMPLES: dict[str, Callable[[Path], dict[str, Any]]] = {
-    f.__name__: f for f in (nlp_example, complete_nlp_example, early_stopping, memory, ddp_comm_hook,
+    f.__name__: f for f in (nlp_example, complete_nlp_example, complete_nlp_example_tracking, early_stopping, memory,
+                            ddp_comm_hook,
                             gradient_accumulation, multi_process_metrics, profiler, local_sgd)
 }

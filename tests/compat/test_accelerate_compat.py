@@ -106,6 +106,11 @@ def _check_example(run: dict[str, Any], name: str, processes: int) -> None:
             # Saved at every step, resumed from step_3 with stateful loaders: the same final weights.
             assert seen["same_final_weights"] and len(seen["checkpoints"]) == 12 // processes
             seen = seen["first"]
+        if name == "complete_nlp_example_tracking":  # every tracker's own reader finds the three epochs
+            metrics = ["accuracy", "epoch", "f1", "train_loss"]
+            assert seen["tensorboard"] == {m: [0, 1, 2] for m in metrics}, seen["tensorboard"]
+            assert seen["csv"] == [[e, metrics] for e in range(3)], seen["csv"]  # (JSON made the pairs lists)
+            assert seen["mlflow"] == {m: [0, 1, 2] for m in metrics} and seen["wandb_runs"] == 1, seen
         # 40 evaluation samples, counted once each in every epoch's metric (gather_for_metrics drops the repeats).
         assert seen["metric_counts"] == [40, 40, 40], (name, rank, seen)
         if name == "memory":  # batches of 16 ran "out of memory"; find_executable_batch_size went on with 8
