@@ -339,9 +339,9 @@ def _trainer_runner(w: Workload, parts: Parts) -> Callable[[int], None]:
     The first pause is in the middle of the first epoch, so a round (``w.steps`` steps) runs from the middle of one
     epoch to the middle of the next and holds exactly one epoch end (epoch metrics, the per-epoch checkpoint) and
     one epoch start (iterator set-up). Work that the checkpoint leaves to background threads (its commit: fsyncs and
-    rename; deleting replaced folders) overlaps with the next half epoch, as in a real run, and the round's last
-    block waits for whatever is still pending before it ends: all of it is charged to this runner, none to the
-    next runner's block. The main thread only waits meanwhile; CPU time counts every thread.
+    rename; deleting replaced folders) overlaps with the rest of the block, as in a real run, and every block waits
+    for whatever is still pending before it ends: all of it is charged to this runner, none to the next runner's
+    block. The main thread only waits meanwhile; CPU time counts every thread.
     """
     import atexit
     import shutil
@@ -365,10 +365,12 @@ def _trainer_runner(w: Workload, parts: Parts) -> Callable[[int], None]:
                 self.since_start += 1
                 if self.left:
                     return
-                if self.since_start % w.steps == 0:
-                    # The end of a round: the previous epoch's background checkpoint work (commit, deletions) is
-                    # finished inside this runner's round, which it overlapped, not in another runner's block.
-                    wait_for_checkpoints(trainer.accelerator)
+                # The end of a block: checkpoint work still running in the background (commit, fsyncs, deletions)
+                # is finished inside this runner's block, which it overlapped, not during another runner's block
+                # (its fsyncs slow whatever runs meanwhile, even in another process: benchmarks/README.md, 5 December
+                # 2026). Until then only the round's end waited, and the rest of the work spilled into the next
+                # runner's block, charged to that runner.
+                wait_for_checkpoints(trainer.accelerator)
                 pacing.finished()
             elif batch_idx != w.steps // 2:
                 return

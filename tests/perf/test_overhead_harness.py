@@ -125,3 +125,11 @@ def test_the_parts_runners_each_run_their_own_variant(overhead: object, capsys: 
                                      "trainer-no-watch"}
     assert parts.EPOCHS_RUN["real"] == parts.EPOCHS_RUN["trainer-stripped"] >= 3
     assert len(set(parts.EPOCHS_RUN.values())) == 1
+
+
+def test_step_times_groups_the_intervals_of_a_fit(overhead: object) -> None:
+    """benchmarks/step_times.py: one fit of the full configuration is timed and grouped (no figure asserted)."""
+    step_times = importlib.import_module("step_times")
+    figures = step_times.measure("full", epochs=3)
+    assert list(figures) == ["middle step", "log", "after-log", "edge", "after-edge", "per epoch"]
+    assert figures["middle step"] > 0 and all(isinstance(v, float) for v in figures.values())

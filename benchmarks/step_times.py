@@ -1,0 +1,123 @@
+"""Where in an epoch the Trainer's time goes: every optimizer step timed on its own, grouped by its position.
+
+``overhead.py`` says how much slower a configuration is than raw PyTorch over whole rounds; this script says *when*
+the extra time is spent. It trains the tiny MLP of ``overhead.py`` (``tiny-300``: 300-step epochs) with
+``Trainer.fit`` in one process per configuration, records ``time.perf_counter()`` at every ``on_train_batch_end``,
+drops the first two epochs (warm-up), and times each interval from one step's batch end to the next: what the
+loop does after step n's hooks (logging, the epoch's end) plus step n + 1. Against the median interval in the
+middle of the epochs it reports:
+
+- ``log``: the extra time of the interval after a step that sends values to the loggers (every
+  ``log_every_n_steps``, 50);
+- ``after-log``: the extra time of the next three intervals, summed (work a logging call left to other threads);
+- ``edge``: the extra time of the interval after an epoch's last step: the epoch's end (epoch metrics, the
+  checkpoint's work on the training thread), the next epoch's start and its first step;
+- ``after-edge``: the extra time of the next 80 intervals, summed (work left to other threads: a checkpoint's
+  commit, fsyncs and deletions);
+- ``per epoch``: the mean extra time per epoch of the whole run, all of the above together.
+
+Configurations (comma-separated ``--configs``): ``bare`` (no logger, bar or checkpoint), ``log`` (``self.log``
+every step), ``tb`` (``log`` plus a TensorBoard logger), ``ckpt`` (``bare`` plus ``ModelCheckpoint``'s default
+checkpoint per epoch), ``full`` (``tb`` plus a progress bar to /dev/null plus ``ckpt``). Each runs in its own
+process, in turns, ``--repeat`` times; the table shows the median over the repeats.
+
+Run:
+    python benchmarks/step_times.py --configs bare,log,tb,ckpt,full --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = ("bare", "log", "tb", "ckpt", "full")
+WARMUP_EPOCHS = 2
+
+
+def measure(config: str, epochs: int) -> dict[str, float]:
+    """One fit of ``config`` in this process; the figures of the module docstring, in microseconds."""
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import overhead
+
+    from stoker import Callback, ModelCheckpoint, ProgressBar, Trainer
+
+    torch.set_num_threads(1)
+    w = overhead.WORKLOADS["tiny-300"]
+    steps = w.steps
+
+    class Clock(Callback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def on_train_batch_end(self, *args: object) -> None:
+            self.times.append(time.perf_counter())
+
+    clock = Clock()
+    callbacks: list[object] = [clock]
+    if config == "full":
+        callbacks.append(ProgressBar(file=open(os.devnull, "w")))
+    if config in ("ckpt", "full"):
+        callbacks.append(ModelCheckpoint())
+    trainer = Trainer(max_epochs=epochs, accelerator="cpu", default_root_dir=tempfile.mkdtemp(prefix="step-times-"),
+                      logger=config in ("tb", "full"), enable_progress_bar=config == "full",
+                      enable_checkpointing=config in ("ckpt", "full"), enable_model_summary=False,
+                      callbacks=callbacks)
+    trainer.fit(overhead.trainer_module(w, log=config != "bare" and config != "ckpt"), w.make_loader())
+    first = WARMUP_EPOCHS * steps  # clock.times[i] is the batch end of step i + 1
+    durations = [(b - a) * 1e6 for a, b in zip(clock.times[first - 1:], clock.times[first:])]
+    numbers = range(first, first + len(durations))  # the step whose batch end starts each interval
+    middle = statistics.median(d for d, n in zip(durations, numbers) if 100 < n % steps < steps - 20)
+
+    def excess(select: object) -> float:
+        chosen = [d for d, n in zip(durations, numbers) if select(n)]
+        return statistics.mean(chosen) - middle if chosen else 0.0
+
+    every = trainer.log_every_n_steps
+    return {
+        "middle step": middle,
+        "log": excess(lambda n: n % every == 0 and n % steps),
+        "after-log": sum(excess(lambda n, k=k: n % every == k and n % steps != k) for k in (1, 2, 3)),
+        "edge": excess(lambda n: n % steps == 0),
+        "after-edge": sum(excess(lambda n, k=k: n % steps == k) for k in range(1, 81)),
+        "per epoch": (sum(durations) - middle * len(durations)) / (len(durations) / steps),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--epochs", type=int, default=14)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one configuration, print JSON
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.epochs)))
+        return
+    configs = args.configs.split(",")
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown configurations {unknown}; choose from {', '.join(CONFIGS)}")
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
+    for _ in range(args.repeat):
+        for config in configs:
+            done = subprocess.run([sys.executable, __file__, "--one", config, "--epochs", str(args.epochs)],
+                                  capture_output=True, text=True, check=True)
+            runs[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    keys = list(runs[configs[0]][0])
+    print(f"tiny-300, {args.epochs} epochs ({WARMUP_EPOCHS} dropped), median of {args.repeat} processes; "
+          "microseconds beyond the middle step")
+    print(f"{'config':8s}" + "".join(f"{k:>13s}" for k in keys))
+    for config in configs:
+        print(f"{config:8s}" + "".join(f"{statistics.median(r[k] for r in runs[config]):13.0f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
