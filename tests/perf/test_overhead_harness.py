@@ -133,3 +133,13 @@ def test_step_times_groups_the_intervals_of_a_fit(overhead: object) -> None:
     figures = step_times.measure("full", epochs=3)
     assert list(figures) == ["middle step", "log", "after-log", "edge", "after-edge", "per epoch"]
     assert figures["middle step"] > 0 and all(isinstance(v, float) for v in figures.values())
+
+
+def test_fsync_interference_runs_each_mode_and_cleans_up(overhead: object, tmp_path: Path) -> None:
+    """benchmarks/fsync_interference.py: the file work leaves nothing behind, and the helper-process mode runs."""
+    module = importlib.import_module("fsync_interference")
+    for fsync in ("each", "none", "syncfs"):
+        module.file_work(str(tmp_path), fsync, fsync)
+    assert list(tmp_path.iterdir()) == []
+    figures = module.measure("process", epochs=3)
+    assert list(figures) == ["middle step", "edge", "after-edge"] and figures["middle step"] > 0
