@@ -36,6 +36,10 @@ def build_trackers(log_with: Any, root: str | os.PathLike, project_name: str, co
     """The loggers for ``init_trackers``; ``config`` is logged as their hyperparameters."""
     from ..loggers import build_loggers
 
+    # Accelerate's TensorBoard tracker writes the config without Lightning's placeholder metric (hp_metric = -1);
+    # init_kwargs={"tensorboard": {"default_hp_metric": True}} asks for it.
+    init_kwargs = {str(k).lower(): dict(v) for k, v in (init_kwargs or {}).items()}
+    init_kwargs["tensorboard"] = {"default_hp_metric": False, **init_kwargs.get("tensorboard", {})}
     trackers = build_loggers(log_with, root, name=project_name, init_kwargs=init_kwargs)
     if config is not None:
         for tracker in trackers:

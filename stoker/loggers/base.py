@@ -134,6 +134,9 @@ class Logger:
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Record the run's hyperparameters. The default does nothing."""
 
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Record the model's graph; the Trainer calls it when ``fit`` starts. The default does nothing."""
+
     def flush(self) -> None:
         """Write buffered data to disk. The default does nothing."""
 

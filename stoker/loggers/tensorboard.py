@@ -55,11 +55,24 @@ class TensorBoardLogger(Logger):
     event file to the same folder, so ``fit`` followed by ``test`` ends up in
     one run.
 
+    Lightning's options work as there: ``log_graph`` (the Trainer calls
+    :meth:`log_graph` when ``fit`` starts; it traces ``module.example_input_array``
+    through the module into the SummaryWriter), ``default_hp_metric`` (with no
+    metrics, ``log_hyperparams`` logs ``hp_metric = -1`` so that the HPARAMS tab
+    has a column), ``prefix`` (``"{prefix}-{name}"`` for every metric) and
+    ``sub_dir`` (a folder inside the version folder). Unlike Lightning's, this
+    logger writes no ``hparams.yaml`` (``CSVLogger`` does): the hyperparameters
+    are in the event file.
+
     Args:
         save_dir: Root folder for all runs. A file there (or above it) is an
             error here, at construction, not at the first write.
         name: Experiment name (sub-folder of ``save_dir``).
         version: ``None`` for the next free ``version_{n}``, an int, or a folder name.
+        log_graph: Add the module's graph at the start of ``fit`` (needs ``example_input_array``).
+        default_hp_metric: Log ``hp_metric = -1`` with hyperparameters given without metrics.
+        prefix: Put ``"{prefix}-"`` before every metric name.
+        sub_dir: Write into ``{save_dir}/{name}/version_{n}/{sub_dir}``.
         **summary_writer_kwargs: ``SummaryWriter``'s options (``flush_secs``,
             ``max_queue``, ``filename_suffix``, ``purge_step``, ``comment``),
             honoured by the logger's own event file too and passed to the
@@ -79,9 +92,22 @@ class TensorBoardLogger(Logger):
         save_dir: str | os.PathLike,
         name: str | None = "stoker_logs",
         version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
         **summary_writer_kwargs: Any,
     ) -> None:
         super().__init__(save_dir, name, version)
+        for arg, value in (("log_graph", log_graph), ("default_hp_metric", default_hp_metric)):
+            if not isinstance(value, bool):
+                raise TypeError(f"TensorBoardLogger({arg}={value!r}) must be True or False.")
+        if not isinstance(prefix, str):
+            raise TypeError(f"TensorBoardLogger(prefix={prefix!r}) must be a string.")
+        if sub_dir is not None and not isinstance(sub_dir, (str, os.PathLike)):
+            raise TypeError(f"TensorBoardLogger(sub_dir={sub_dir!r}) must be a folder name (a str or path) or None.")
+        self._log_graph, self._default_hp_metric, self._prefix = log_graph, default_hp_metric, prefix
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         check_log_folder(self)
         if "log_dir" in summary_writer_kwargs:
             raise TypeError(
@@ -102,6 +128,16 @@ class TensorBoardLogger(Logger):
         state = self.__dict__.copy()
         state["_writer"] = state["_events"] = None
         return state
+
+    @property
+    def log_dir(self) -> str:
+        """``{save_dir}/{name}/version_{n}``, plus ``sub_dir`` when given."""
+        folder = super().log_dir
+        return os.path.join(folder, self._sub_dir) if self._sub_dir else folder
+
+    @property
+    def sub_dir(self) -> str | None:
+        return self._sub_dir
 
     def _file(self) -> Any:
         """Where a summary goes now: the SummaryWriter's file once ``experiment`` was used, else the own one."""
@@ -138,8 +174,11 @@ class TensorBoardLogger(Logger):
         All of them go into one event (one ``Summary`` holding a ``simple_value`` per metric, as ``add_scalar``
         would write each). TensorBoard reads them as the same scalar series.
         """
-        values = to_scalars(metrics)
-        step = self._resolve_step(step)
+        self._write_scalars(to_scalars(metrics), self._resolve_step(step))
+
+    def _write_scalars(self, values: dict[str, float | int], step: int) -> None:
+        if self._prefix:
+            values = {f"{self._prefix}-{key}": value for key, value in values.items()}
         file = self._file()
         if not values:
             return
@@ -151,17 +190,52 @@ class TensorBoardLogger(Logger):
         file.add_summary(Summary(value=[Summary.Value(tag=key, simple_value=value) for key, value in values.items()]),
                          step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
-        """Record hyperparameters for TensorBoard's HPARAMS tab (flattened with ``"/"``)."""
+    def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace, metrics: Any = None,
+                        step: int | None = None) -> None:
+        """Record hyperparameters for TensorBoard's HPARAMS tab (flattened with ``"/"``).
+
+        ``metrics`` (a dict, or one number logged as ``hp_metric``) are logged at ``step`` too and become the tab's
+        columns; without them, ``default_hp_metric`` logs ``hp_metric = -1`` (Lightning's placeholder).
+        """
         from torch.utils.tensorboard.summary import hparams
 
         flat = flatten_params(params_to_dict(params))
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        values = to_scalars(metrics)
+        if values:  # at step 0 without a step, and without moving where log_metrics(step=None) continues
+            self._write_scalars(values, 0 if step is None else int(step))
         # An empty metric dict is allowed: the tab then lists the run's
         # hyperparameters and the user picks metrics from the scalar tags.
-        experiment, session_start, session_end = hparams(flat, {})
+        experiment, session_start, session_end = hparams(flat, {f"{self._prefix}-{k}" if self._prefix else k: v
+                                                                for k, v in values.items()})
         file = self._file()
         for summary in (experiment, session_start, session_end):
             file.add_summary(summary)
+
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """With ``log_graph=True``: traces ``model`` on ``input_array`` (default: ``model.example_input_array``,
+        moved to the model's device) into the SummaryWriter's graph tab. Warns and does nothing without an input."""
+        if not self._log_graph:
+            return
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None or not isinstance(input_array, (torch.Tensor, tuple)):
+            import warnings
+
+            what = "is not set" if input_array is None else f"is a {type(input_array).__name__}"
+            warnings.warn(f"TensorBoardLogger(log_graph=True) cannot add the graph: the input ({what}) must be a "
+                          "tensor or a tuple of forward()'s positional arguments; set module.example_input_array.",
+                          RuntimeWarning, stacklevel=2)
+            return
+        device = next((p.device for p in model.parameters()), None)
+        if device is not None:
+            moved = [t.to(device) if isinstance(t, torch.Tensor) else t
+                     for t in (input_array if isinstance(input_array, tuple) else (input_array,))]
+            input_array = tuple(moved) if isinstance(input_array, tuple) else moved[0]
+        self.experiment.add_graph(model, input_array)
 
     def flush(self) -> None:
         """Push pending events to the event file (no-op before the first write)."""

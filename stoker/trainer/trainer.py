@@ -347,10 +347,17 @@ class Trainer(TrainerAttributes):
                 logger.log_metrics(values, step=step)
 
     def _log_hyperparams(self) -> None:
+        """At the start of ``fit``: the module's hyperparameters (when it has any), then its graph, to each logger
+        (Lightning's order; a logger without ``log_graph`` is skipped)."""
+        if not self.is_global_zero:
+            return
         hparams = dict(getattr(self.module, "hparams", {}) or {})
-        if hparams and self.is_global_zero:
-            for logger in self.loggers:
+        for logger in self.loggers:
+            if hparams:
                 logger.log_hyperparams(hparams)
+            log_graph = getattr(logger, "log_graph", None)
+            if callable(log_graph):
+                log_graph(self.module)
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> str:

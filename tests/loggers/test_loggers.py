@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from stoker.loggers import CSVLogger, Logger, TensorBoardLogger, build_loggers
-from tests.helpers.trackers_readback import tensorboard_events
+from tests.helpers.trackers_readback import tensorboard_events, tensorboard_scalars
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -391,3 +391,48 @@ def test_tensorboard_reopened_writer_sorts_after_the_first_whatever_the_writer_c
     names = sorted(os.listdir(logger.log_dir))
     assert len(names) == 2
     assert [(e.step, e.value) for e in tensorboard_events(logger.log_dir).Scalars("x")] == [(0, 1.0), (1, 2.0)], names
+
+
+# --- TensorBoard: Lightning's options ------------------------------------------------------------------------
+
+
+def test_tensorboard_lightning_options_prefix_sub_dir_and_hp_metric(tmp_path):
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    logger = TensorBoardLogger(tmp_path, name="exp", version=0, prefix="train", sub_dir="fold_1")
+    assert logger.log_dir == os.path.join(str(tmp_path), "exp", "version_0", "fold_1") and logger.sub_dir == "fold_1"
+    logger.log_hyperparams({"lr": 0.1})  # no metrics: Lightning's placeholder hp_metric = -1, at step 0
+    logger.log_metrics({"loss": 0.5})  # step=None: still the first step (the placeholder took none)
+    logger.finalize("success")
+    assert tensorboard_scalars(logger.log_dir) == {"train-hp_metric": [(0, -1.0)], "train-loss": [(0, 0.5)]}
+    content = tensorboard_events(logger.log_dir).PluginTagToContent("hparams")
+    experiment = HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert [m.name.tag for m in experiment.metric_infos] == ["train-hp_metric"]
+
+    quiet = TensorBoardLogger(tmp_path, name="quiet", default_hp_metric=False)
+    quiet.log_hyperparams({"lr": 0.1})
+    quiet.log_hyperparams({"lr": 0.1}, metrics=0.75, step=3)  # one number: hp_metric
+    quiet.finalize("success")
+    assert tensorboard_scalars(quiet.log_dir) == {"hp_metric": [(3, 0.75)]}
+
+
+def test_tensorboard_log_graph_traces_the_example_input(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    off = TensorBoardLogger(tmp_path, name="off")
+    off.log_graph(model, torch.zeros(2, 4))  # log_graph=False: nothing, no folder
+    assert not os.path.exists(off.log_dir)
+    logger = TensorBoardLogger(tmp_path, name="on", log_graph=True)
+    with pytest.warns(RuntimeWarning, match="example_input_array"):
+        logger.log_graph(model)  # no input: a warning, nothing written
+    model.example_input_array = torch.zeros(2, 4)
+    logger.log_graph(model)
+    logger.finalize("success")
+    graph = tensorboard_events(logger.log_dir).Graph()
+    assert any("Linear" in node.op or "linear" in node.op for node in graph.node), [n.op for n in graph.node]
+
+
+@pytest.mark.parametrize("kwargs, match", [({"log_graph": 1}, "log_graph=1"), ({"prefix": 3}, "prefix=3"),
+                                           ({"sub_dir": 2}, "sub_dir=2"), ({"default_hp_metric": "no"}, "default_hp")])
+def test_tensorboard_lightning_options_are_checked(tmp_path, kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        TensorBoardLogger(tmp_path, **kwargs)
