@@ -26,8 +26,6 @@ Run:
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
@@ -36,6 +34,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_times import command_line, intervals  # noqa: E402
 
 MODES = ("none", "thread", "process", "thread-nofsync", "thread-syncfs")
 FILES = 9
@@ -123,10 +124,7 @@ def measure(mode: str, epochs: int) -> dict[str, float]:
         helper.stdin.close()
         helper.wait()
     shutil.rmtree(root, ignore_errors=True)
-    first = 2 * steps
-    durations = [(b - a) * 1e6 for a, b in zip(clock.times[first - 1:], clock.times[first:])]
-    numbers = range(first, first + len(durations))
-    middle = statistics.median(d for d, n in zip(durations, numbers) if 100 < n % steps < steps - 20)
+    durations, numbers, middle = intervals(clock.times, steps)
 
     def excess(k: int) -> float:
         return statistics.mean(d for d, n in zip(durations, numbers) if n % steps == k) - middle
@@ -135,36 +133,10 @@ def measure(mode: str, epochs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--epochs", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--helper", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.helper:
-        helper_process(args.helper)
+    if sys.argv[1:2] == ["--helper"]:  # internal: the process mode's helper
+        helper_process(sys.argv[2])
         return
-    if args.one:
-        print(json.dumps(measure(args.one, args.epochs)))
-        return
-    modes = args.modes.split(",")
-    unknown = sorted(set(modes) - set(MODES))
-    if unknown:
-        parser.error(f"unknown modes {unknown}; choose from {', '.join(MODES)}")
-    runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
-    for _ in range(args.repeat):
-        for mode in modes:
-            done = subprocess.run([sys.executable, __file__, "--one", mode, "--epochs", str(args.epochs)],
-                                  capture_output=True, text=True, check=True)
-            runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"tiny-300, bare Trainer, {args.epochs} epochs (2 dropped), median of {args.repeat} processes; "
-          "microseconds beyond the middle step")
-    print(f"{'mode':16s}{'middle step':>13s}{'edge':>10s}{'after-edge':>12s}")
-    for mode in modes:
-        r = runs[mode]
-        print(f"{mode:16s}{statistics.median(x['middle step'] for x in r):13.0f}"
-              f"{statistics.median(x['edge'] for x in r):10.0f}{statistics.median(x['after-edge'] for x in r):12.0f}")
+    command_line(__file__, __doc__.splitlines()[0], measure, "mode", MODES, 16, "tiny-300, bare Trainer")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 CONFIGS = ("bare", "log", "tb", "ckpt", "full")
 WARMUP_EPOCHS = 2
@@ -71,10 +72,7 @@ def measure(config: str, epochs: int) -> dict[str, float]:
                       enable_checkpointing=config in ("ckpt", "full"), enable_model_summary=False,
                       callbacks=callbacks)
     trainer.fit(overhead.trainer_module(w, log=config != "bare" and config != "ckpt"), w.make_loader())
-    first = WARMUP_EPOCHS * steps  # clock.times[i] is the batch end of step i + 1
-    durations = [(b - a) * 1e6 for a, b in zip(clock.times[first - 1:], clock.times[first:])]
-    numbers = range(first, first + len(durations))  # the step whose batch end starts each interval
-    middle = statistics.median(d for d, n in zip(durations, numbers) if 100 < n % steps < steps - 20)
+    durations, numbers, middle = intervals(clock.times, steps)
 
     def excess(select: object) -> float:
         chosen = [d for d, n in zip(durations, numbers) if select(n)]
@@ -91,33 +89,63 @@ def measure(config: str, epochs: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--epochs", type=int, default=14)
+def intervals(times: list[float], steps: int) -> tuple[list[float], range, float]:
+    """From the batch-end times of a fit (``times[i]``: the end of step i + 1) with ``steps``-step epochs: the
+    intervals after the warm-up epochs in microseconds, the step whose batch end starts each, and the median
+    interval in the middle of the epochs."""
+    first = WARMUP_EPOCHS * steps
+    durations = [(b - a) * 1e6 for a, b in zip(times[first - 1:], times[first:])]
+    numbers = range(first, first + len(durations))
+    middle = statistics.median(d for d, n in zip(durations, numbers) if 100 < n % steps < steps - 20)
+    return durations, numbers, middle
+
+
+def run_in_turns(script: str, names: list[str], epochs: int, repeat: int) -> dict[str, list[dict[str, float]]]:
+    """``script --one NAME --epochs N`` in a fresh process per name, the names in turns, ``repeat`` rounds; the
+    JSON each printed last, by name."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for _ in range(repeat):
+        for name in names:
+            done = subprocess.run([sys.executable, script, "--one", name, "--epochs", str(epochs)],
+                                  capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def print_medians(title: str, label: str, runs: dict[str, list[dict[str, float]]]) -> None:
+    """A table of the median of every figure over the repeats, a row per name."""
+    keys = list(next(iter(runs.values()))[0])
+    width = max(len(label), *(len(name) for name in runs)) + 2
+    print(title)
+    print(f"{label:{width}s}" + "".join(f"{k:>13s}" for k in keys))
+    for name, results in runs.items():
+        print(f"{name:{width}s}" + "".join(f"{statistics.median(r[k] for r in results):13.0f}" for k in keys))
+
+
+def command_line(script: str, description: str, measure: Callable[[str, int], dict[str, float]], kind: str,
+                 choices: tuple[str, ...], epochs: int, title: str) -> None:
+    """The command line of this script and of ``fsync_interference.py``: ``--{kind}s`` (comma-separated
+    ``choices``), ``--epochs``, ``--repeat``; each name measured in its own process (``--one``), in turns."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(f"--{kind}s", default=",".join(choices))
+    parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one configuration, print JSON
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one name, print JSON
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.one, args.epochs)))
         return
-    configs = args.configs.split(",")
-    unknown = sorted(set(configs) - set(CONFIGS))
+    names = getattr(args, f"{kind}s").split(",")
+    unknown = sorted(set(names) - set(choices))
     if unknown:
-        parser.error(f"unknown configurations {unknown}; choose from {', '.join(CONFIGS)}")
-    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
-    for _ in range(args.repeat):
-        for config in configs:
-            done = subprocess.run([sys.executable, __file__, "--one", config, "--epochs", str(args.epochs)],
-                                  capture_output=True, text=True, check=True)
-            runs[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    keys = list(runs[configs[0]][0])
-    print(f"tiny-300, {args.epochs} epochs ({WARMUP_EPOCHS} dropped), median of {args.repeat} processes; "
-          "microseconds beyond the middle step")
-    print(f"{'config':8s}" + "".join(f"{k:>13s}" for k in keys))
-    for config in configs:
-        print(f"{config:8s}" + "".join(f"{statistics.median(r[k] for r in runs[config]):13.0f}" for k in keys))
+        parser.error(f"unknown {kind}s {unknown}; choose from {', '.join(choices)}")
+    runs = run_in_turns(script, names, args.epochs, args.repeat)
+    print_medians(f"{title}, {args.epochs} epochs ({WARMUP_EPOCHS} dropped), median of {args.repeat} processes; "
+                  "microseconds beyond the middle step", kind, runs)
 
+
+def main() -> None:
+    command_line(__file__, __doc__.splitlines()[0], measure, "config", CONFIGS, 14, "tiny-300")
 
 if __name__ == "__main__":
     main()
