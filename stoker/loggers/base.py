@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["Logger"]
+__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
+
+HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -313,3 +315,30 @@ def flatten_params(params: Mapping[str, Any], sep: str = "/") -> dict[str, bool 
         else:
             flat[key] = str(value)
     return flat
+
+
+def jsonable_params(value: Any) -> Any:
+    """Nested params with scalar tensors as numbers, Namespaces as dicts and str keys."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable_params(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable_params(v) for v in value]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value
+
+
+def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
+    """``hparams`` as ``{folder}/hparams.yaml``, written as JSON (a subset of YAML: ``yaml.safe_load`` and
+    ``json.load`` both read it; other values as their ``str``), replacing the file in one step. The CSV and
+    TensorBoard loggers of one run share the folder and write the same content."""
+    import json
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, HPARAMS_YAML)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(hparams, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -18,7 +17,8 @@ from typing import Any
 
 import torch
 
-from stoker.loggers.base import Logger, check_log_folder, params_to_dict, to_scalars
+from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, params_to_dict,
+                                 to_scalars, write_hparams_yaml)
 
 __all__ = ["CSVLogger"]
 
@@ -64,7 +64,7 @@ class CSVLogger(Logger):
     """
 
     METRICS_FILE = "metrics.csv"
-    HPARAMS_FILE = "hparams.yaml"
+    HPARAMS_FILE = HPARAMS_YAML
 
     def __init__(
         self,
@@ -117,10 +117,8 @@ class CSVLogger(Logger):
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Merge ``params`` into ``hparams.yaml`` (written immediately; it is small and rare)."""
-        self._hparams.update(_jsonable(params_to_dict(params)))
-        os.makedirs(self.log_dir, exist_ok=True)
-        path = os.path.join(self.log_dir, self.HPARAMS_FILE)
-        _replace_file(path, json.dumps(self._hparams, indent=2, default=str) + "\n")
+        self._hparams.update(jsonable_params(params_to_dict(params)))
+        write_hparams_yaml(self.log_dir, self._hparams)
 
     def flush(self) -> None:
         """Write every buffered row to ``metrics.csv``."""
@@ -186,23 +184,3 @@ def _same(old: Any, new: Any) -> bool:
     if old == new:
         return True
     return isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)
-
-
-def _jsonable(value: Any) -> Any:
-    """Nested params with scalar tensors as numbers, Namespaces as dicts and str keys."""
-    if isinstance(value, argparse.Namespace):
-        value = vars(value)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    return value
-
-
-def _replace_file(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, to_scalars
+from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
+                                 to_scalars, write_hparams_yaml)
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -60,9 +61,9 @@ class TensorBoardLogger(Logger):
     through the module into the SummaryWriter), ``default_hp_metric`` (with no
     metrics, ``log_hyperparams`` logs ``hp_metric = -1`` so that the HPARAMS tab
     has a column), ``prefix`` (``"{prefix}-{name}"`` for every metric) and
-    ``sub_dir`` (a folder inside the version folder). Unlike Lightning's, this
-    logger writes no ``hparams.yaml`` (``CSVLogger`` does): the hyperparameters
-    are in the event file.
+    ``sub_dir`` (a folder inside the version folder). As Lightning's, it also
+    keeps the hyperparameters in ``{log_dir}/hparams.yaml`` (merged over calls;
+    ``load_from_checkpoint(hparams_file=...)`` reads it).
 
     Args:
         save_dir: Root folder for all runs. A file there (or above it) is an
@@ -121,6 +122,7 @@ class TensorBoardLogger(Logger):
         self._writer_kwargs = summary_writer_kwargs
         self._writer: SummaryWriter | None = None
         self._events: EventFile | None = None
+        self._hparams: dict[str, Any] = {}  # what hparams.yaml holds
 
     def __getstate__(self) -> dict[str, Any]:
         # An open file (and a SummaryWriter's thread) cannot travel; a pickled
@@ -199,7 +201,10 @@ class TensorBoardLogger(Logger):
         """
         from torch.utils.tensorboard.summary import hparams
 
-        flat = flatten_params(params_to_dict(params))
+        nested = params_to_dict(params)
+        self._hparams.update(jsonable_params(nested))
+        write_hparams_yaml(self.log_dir, self._hparams)
+        flat = flatten_params(nested)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else {}
         elif not isinstance(metrics, Mapping):

@@ -139,8 +139,40 @@ def _device(map_location: Any) -> torch.device | None:
                     "torch.device) or None (the weights stay where the new module's parameters are: the CPU).")
 
 
+def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
+    """The hyperparameters in ``load_from_checkpoint(hparams_file=...)``: Lightning's forms, a ``.yaml``/``.yml``
+    file (the CSV logger's ``hparams.yaml``; JSON is YAML too), a ``.json`` file, or a ``.csv`` file of ``key,value``
+    rows (each value read as YAML: ``0.1``, ``true``, ``[1, 2]``, text)."""
+    import csv
+
+    import yaml
+
+    if not isinstance(hparams_file, (str, os.PathLike)):
+        raise TypeError(f"load_from_checkpoint(hparams_file={hparams_file!r}) must be a path (str or os.PathLike).")
+    path = os.fspath(hparams_file)
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in (".yaml", ".yml", ".json", ".csv"):
+        raise ValueError(f"load_from_checkpoint(hparams_file={path!r}): expected a .yaml, .yml, .json or .csv file "
+                         "(e.g. the CSVLogger's hparams.yaml).")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"load_from_checkpoint(hparams_file={path!r}): no such file.")
+    with open(path, newline="" if extension == ".csv" else None, encoding="utf-8") as f:
+        if extension == ".csv":
+            rows = list(csv.DictReader(f))
+            if rows and not {"key", "value"} <= set(rows[0]):
+                raise ValueError(f"{path} has no 'key' and 'value' columns; a .csv hparams_file holds key,value rows.")
+            hparams = {row["key"]: yaml.safe_load(row["value"]) if row["value"] else None for row in rows}
+        else:
+            hparams = yaml.safe_load(f)
+    if hparams is None:
+        return {}
+    if not isinstance(hparams, dict):
+        raise ValueError(f"{path} holds a {type(hparams).__name__}, not a mapping of hyperparameter names to values.")
+    return {str(k): v for k, v in hparams.items()}
+
+
 def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool,
-                overrides: dict[str, Any]) -> Any:
+                overrides: dict[str, Any], hparams_file: Any = None) -> Any:
     """See ``TrainingModule.load_from_checkpoint``."""
     if not isinstance(checkpoint_path, (str, os.PathLike)):
         raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
@@ -151,6 +183,9 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     path = os.path.abspath(os.fspath(checkpoint_path))
     device = _device(map_location)
     weights, hparams, not_stored, checkpoint = locate(path)
+    if hparams_file is not None:  # Lightning's rule: the file's hyperparameters replace the checkpoint's
+        hparams = read_hparams_file_for_loading(hparams_file)
+        not_stored = [n for n in not_stored if n not in hparams]
     kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides)
     module = cls(**kwargs)
     if checkpoint is not None:

@@ -307,7 +307,7 @@ class TrainingModule(torch.nn.Module):
     # -- loading --------------------------------------------------------------------------------------------------
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool = True,
-                             **hparam_overrides: Any) -> Any:
+                             *, hparams_file: str | os.PathLike | None = None, **hparam_overrides: Any) -> Any:
         """Builds the module from its saved hyperparameters (``hparam_overrides`` win) and loads its weights.
 
         Args:
@@ -316,6 +316,8 @@ class TrainingModule(torch.nn.Module):
                 ``hparams.json``.
             map_location: Device for the weights (``"cpu"``, ``"cuda:0"``, a ``torch.device``); default: CPU.
             strict: Fail on missing or unexpected keys.
+            hparams_file: Hyperparameters to build the module from instead of the saved ones, as in Lightning: a
+                ``.yaml``/``.yml`` (e.g. the CSV logger's ``hparams.yaml``), ``.json`` or ``key,value`` ``.csv``.
             **hparam_overrides: Constructor arguments that replace the saved ones.
 
         Example:
@@ -323,7 +325,7 @@ class TrainingModule(torch.nn.Module):
         """
         from .loading import load_module
 
-        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides)
+        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the local main process only."""

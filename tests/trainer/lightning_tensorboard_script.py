@@ -6,6 +6,7 @@ under stoker; the script reads its event files back with TensorBoard's own ``Eve
 it finds."""
 
 import json
+import os
 import sys
 
 import torch
@@ -54,7 +55,12 @@ def main(out):
     logger = TensorBoardLogger(out, name="tb", log_graph=True)
     trainer = pl.Trainer(max_epochs=3, logger=logger, log_every_n_steps=4, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
-    trainer.fit(Model(), DataLoader(data, batch_size=8), DataLoader(data, batch_size=16))
+    model = Model()
+    trainer.fit(model, DataLoader(data, batch_size=8), DataLoader(data, batch_size=16))
+    # Lightning's way back to a module: the checkpoint plus the logger's hparams.yaml.
+    trainer.save_checkpoint(os.path.join(out, "final.ckpt"))
+    loaded = Model.load_from_checkpoint(os.path.join(out, "final.ckpt"),
+                                        hparams_file=os.path.join(logger.log_dir, "hparams.yaml"))
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -71,6 +77,9 @@ def main(out):
         "texts": sorted(t for t in tags["tensors"] if t.startswith("note")),
         "hparams": {k: v.number_value for k, v in start.session_start_info.hparams.items()},
         "graph": bool(tags["graph"]) and len(events.Graph().node) > 0,
+        "loaded": {"lr": loaded.hparams.lr, "same_weights": all(torch.equal(a, b) for a, b in
+                                                                 zip(loaded.state_dict().values(),
+                                                                     model.state_dict().values()))},
     }))
 
 

@@ -1,6 +1,6 @@
 """Port check for TensorBoard logging: a Lightning script that logs with ``self.log`` and writes through
 ``self.logger.experiment`` (histogram, text, its own scalar), saves its hyperparameters and asks for its graph
-(``log_graph=True``), runs under pytorch_lightning and, with its imports renamed, under stoker; TensorBoard's
+(``log_graph=True``), and loads itself back with the logger's ``hparams.yaml``, runs under pytorch_lightning and, with its imports renamed, under stoker; TensorBoard's
 ``EventAccumulator`` reads back the same series, hyperparameters and graph from both runs' folders.
 
 stoker writes ``self.log`` values at ``step=global_step`` (the optimizer steps done, the same number the script's
@@ -34,6 +34,8 @@ def test_tensorboard_logging_reads_back_the_same_under_both(tmp_path: Path) -> N
         == [[8, 0.0], [16, 2.0], [24, 4.0]]
     assert stoker["hparams"] == lightning["hparams"] == {"lr": 0.05}
     assert stoker["graph"] and lightning["graph"]
+    # load_from_checkpoint(path, hparams_file=<the logger's hparams.yaml>) rebuilds the trained module in both.
+    assert stoker["loaded"] == lightning["loaded"] == {"lr": 0.05, "same_weights": True}
     # Lightning's placeholder for the HPARAMS tab (default_hp_metric=True), at step 0 in both.
     assert stoker["scalars"].pop("hp_metric") == lightning["scalars"].pop("hp_metric") == [[0, -1.0]]
     assert sorted(stoker["scalars"]) == sorted(lightning["scalars"]) == ["epoch", "train_loss", "val_loss"]

@@ -98,3 +98,31 @@ def test_unusable_paths_and_mismatched_weights(tmp_path: Any) -> None:
     Accelerator(cpu=True).save_model(NeedsWidth(3), tmp_path / "other")
     with pytest.raises(Exception, match="missing keys"):
         Regressor.load_from_checkpoint(tmp_path / "other")
+
+
+def test_hparams_file_replaces_the_saved_hyperparameters(tmp_path: Any) -> None:
+    """Lightning's hparams_file: the CSV logger's hparams.yaml, a .json or a key,value .csv builds the module;
+    keyword overrides still win."""
+    from stoker.loggers import CSVLogger
+
+    trained = Regressor(lr=0.1, momentum=0.5, seed=3)
+    train(tmp_path, trained)
+    path = os.path.join(tmp_path, "checkpoints", "last")
+    logger = CSVLogger(tmp_path / "logs")
+    logger.log_hyperparams({"lr": 0.25, "momentum": 0.5, "seed": 3})
+    yaml_file = os.path.join(logger.log_dir, "hparams.yaml")
+    loaded = Regressor.load_from_checkpoint(path, hparams_file=yaml_file)
+    assert loaded.hparams.lr == 0.25 and loaded.hparams.seed == 3
+    assert_same_weights(loaded, trained)
+    (tmp_path / "h.csv").write_text("key,value\nlr,0.5\nmomentum,0.0\nseed,3\n")
+    from_csv = Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "h.csv", momentum=0.9)
+    assert (from_csv.hparams.lr, from_csv.hparams.momentum, from_csv.hparams.seed) == (0.5, 0.9, 3)
+    (tmp_path / "h.json").write_text(json.dumps({"lr": 0.75, "momentum": 0.1, "seed": 3}))
+    assert Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "h.json").hparams.lr == 0.75
+    with pytest.raises(ValueError, match=r"expected a \.yaml, \.yml, \.json or \.csv file"):
+        Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "h.txt")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="holds a list, not a mapping"):
+        Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "list.yaml")
