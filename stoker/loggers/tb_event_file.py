@@ -10,11 +10,12 @@ hand-over wakes that thread, and the training thread then waits for the interpre
 0.35 ms per ``log_metrics`` call on a 2-core machine (benchmarks/README.md, 5 December 2026), several times what
 building and framing the event costs here. Records are buffered and written to the file (no fsync, as
 ``SummaryWriter``) when ``max_queue`` of them are pending, when ``flush_secs`` have passed since the last write,
-and at :meth:`EventFile.flush` / :meth:`EventFile.close`, and at interpreter exit (a script that never
-calls ``finalize``/``end_training`` keeps every value; ``SummaryWriter`` loses what it had not flushed). Scalars (:meth:`EventFile.add_scalars`) are kept as
-plain numbers until then and encoded together: built one at a time between training steps, each event's protobuf
-and CRC cost several times more than in a batch. Does not own the folder, the choice between this file and
-a ``SummaryWriter`` (``tensorboard.py``), nor what a summary holds.
+at :meth:`EventFile.flush` / :meth:`EventFile.close`, and at interpreter exit (a script that never calls
+``finalize``/``end_training`` keeps every value; ``SummaryWriter`` loses what it had not flushed; a forked child
+leaves the file to its parent). Scalars (:meth:`EventFile.add_scalars`) are kept as plain numbers until then and
+encoded together: built one at a time between training steps, each event's protobuf and CRC cost several times
+more than in a batch. Does not own the folder, the choice between this file and a ``SummaryWriter``
+(``tensorboard.py``), nor what a summary holds.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class EventFile:
         self.path = self._file.name
         self._pending: list[Any] = []  # framed records, or (wall_time, step, {tag: number}) to encode at flush
         self._last_write = float("-inf")  # the first record is written at once, as SummaryWriter does
-        self._at_exit = functools.partial(_flush_if_alive, weakref.ref(self))
+        self._at_exit = functools.partial(_flush_if_alive, weakref.ref(self), os.getpid())
         atexit.register(self._at_exit)
         self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_step is not None:  # SummaryWriter(purge_step=...): TensorBoard drops the earlier run's later steps
@@ -157,8 +158,9 @@ class EventFile:
             self._file = None
 
 
-def _flush_if_alive(ref: weakref.ref) -> None:
-    """At interpreter exit: writes what an event file still holds, if the file is still open."""
+def _flush_if_alive(ref: weakref.ref, pid: int) -> None:
+    """At interpreter exit: writes what an event file still holds, if the file is still open and this is the
+    process that opened it (a forked child holds a copy of the pending records: writing them would repeat them)."""
     events = ref()
-    if events is not None:
+    if events is not None and os.getpid() == pid:
         events.flush()

@@ -157,3 +157,22 @@ def test_values_pending_at_interpreter_exit_are_written(tmp_path):
     assert done.returncode == 0, done.stderr
     [log_dir] = glob.glob(str(tmp_path / "stoker_logs" / "version_*"))
     assert tensorboard_scalars(log_dir)["x"] == [(s, float(s)) for s in range(5)]
+
+
+def test_a_forked_child_does_not_repeat_the_parents_pending_values(tmp_path):
+    """A child forked while values are pending exits normally (its atexit handlers run); the file holds each value
+    once."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\nfrom stoker.loggers import TensorBoardLogger\nlogger = TensorBoardLogger(sys.argv[1])\n"
+        "logger.log_metrics({'x': 0.0}, step=0)\nlogger.log_metrics({'x': 1.0}, step=1)  # pending\n"
+        "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\nassert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status\n"
+        "logger.finalize('success')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [log_dir] = glob.glob(str(tmp_path / "stoker_logs" / "version_*"))
+    assert tensorboard_scalars(log_dir)["x"] == [(0, 0.0), (1, 1.0)]
