@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import numbers
 import os
 import re
@@ -334,8 +335,6 @@ def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
     """``hparams`` as ``{folder}/hparams.yaml``, written as JSON (a subset of YAML: ``yaml.safe_load`` and
     ``json.load`` both read it; other values as their ``str``), replacing the file in one step. The CSV and
     TensorBoard loggers of one run share the folder and write the same content."""
-    import json
-
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, HPARAMS_YAML)
     tmp = f"{path}.tmp"

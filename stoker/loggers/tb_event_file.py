@@ -107,19 +107,19 @@ class EventFile:
                 continue
 
     def add_event(self, event: Any) -> None:
-        """Frames ``event``; writes what is pending when ``max_queue`` records or ``flush_secs`` say so."""
-        if self._file is None:
-            raise ValueError(f"{self.path} is closed; open a new EventFile to write more events.")
-        self._pending.append(frame(event.SerializeToString()))
-        if len(self._pending) >= self.max_queue or time.monotonic() - self._last_write >= self.flush_secs:
-            self.flush()
+        """Frames ``event``; written with the pending records."""
+        self._queue(frame(event.SerializeToString()))
 
     def add_scalars(self, values: dict[str, float | int], step: int) -> None:
         """One event holding a ``simple_value`` per tag (``values``: Python numbers) at ``step``; encoded when
         the pending records are written."""
+        self._queue((time.time(), int(step), values))
+
+    def _queue(self, item: Any) -> None:
+        """Adds a record; writes what is pending when ``max_queue`` records or ``flush_secs`` say so."""
         if self._file is None:
             raise ValueError(f"{self.path} is closed; open a new EventFile to write more events.")
-        self._pending.append((time.time(), int(step), values))
+        self._pending.append(item)
         if len(self._pending) >= self.max_queue or time.monotonic() - self._last_write >= self.flush_secs:
             self.flush()
 

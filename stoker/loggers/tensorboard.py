@@ -178,9 +178,12 @@ class TensorBoardLogger(Logger):
         """
         self._write_scalars(to_scalars(metrics), self._resolve_step(step))
 
+    def _prefixed(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` under the names they are written with (``"{prefix}-{name}"`` with a prefix)."""
+        return {f"{self._prefix}-{key}": value for key, value in values.items()} if self._prefix else values
+
     def _write_scalars(self, values: dict[str, float | int], step: int) -> None:
-        if self._prefix:
-            values = {f"{self._prefix}-{key}": value for key, value in values.items()}
+        values = self._prefixed(values)
         file = self._file()
         if not values:
             return
@@ -214,8 +217,7 @@ class TensorBoardLogger(Logger):
             self._write_scalars(values, 0 if step is None else int(step))
         # An empty metric dict is allowed: the tab then lists the run's
         # hyperparameters and the user picks metrics from the scalar tags.
-        experiment, session_start, session_end = hparams(flat, {f"{self._prefix}-{k}" if self._prefix else k: v
-                                                                for k, v in values.items()})
+        experiment, session_start, session_end = hparams(flat, self._prefixed(values))
         file = self._file()
         for summary in (experiment, session_start, session_end):
             file.add_summary(summary)

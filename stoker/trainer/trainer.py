@@ -348,16 +348,14 @@ class Trainer(TrainerAttributes):
 
     def _log_hyperparams(self) -> None:
         """At the start of ``fit``: the module's hyperparameters (when it has any), then its graph, to each logger
-        (Lightning's order; a logger without ``log_graph`` is skipped)."""
+        (Lightning's order; ``Logger.log_graph`` does nothing unless a logger records graphs)."""
         if not self.is_global_zero:
             return
         hparams = dict(getattr(self.module, "hparams", {}) or {})
         for logger in self.loggers:
             if hparams:
                 logger.log_hyperparams(hparams)
-            log_graph = getattr(logger, "log_graph", None)
-            if callable(log_graph):
-                log_graph(self.module)
+            logger.log_graph(self.module)
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> str:

@@ -100,16 +100,11 @@ def complete_nlp_example_tracking(cwd: Path) -> dict[str, Any]:
 
     from tests.helpers.trackers_readback import tensorboard_scalars
 
-    saved = os.environ.get("WANDB_MODE")
-    os.environ["WANDB_MODE"] = "offline"  # no network: W&B writes its run folder only
-    try:
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"WANDB_MODE": "offline"}):  # no network: W&B writes its run folder only
         observed = _run("complete_nlp_example", "--with_tracking", "--project_dir", "tracked", "--output_dir",
                         "tracked_out")
-    finally:
-        if saved is None:
-            os.environ.pop("WANDB_MODE")
-        else:
-            os.environ["WANDB_MODE"] = saved
     [log_dir] = glob.glob(str(cwd / "tracked" / "complete_nlp_example" / "version_*"))
     with open(os.path.join(log_dir, "metrics.csv"), newline="") as f:
         csv_rows = [(int(row["step"]), sorted(k for k, v in row.items() if v and k != "step"))
@@ -129,6 +124,5 @@ def complete_nlp_example_tracking(cwd: Path) -> dict[str, Any]:
 
 EXAMPLES: dict[str, Callable[[Path], dict[str, Any]]] = {
     f.__name__: f for f in (nlp_example, complete_nlp_example, complete_nlp_example_tracking, early_stopping, memory,
-                            ddp_comm_hook,
-                            gradient_accumulation, multi_process_metrics, profiler, local_sgd)
+                            ddp_comm_hook, gradient_accumulation, multi_process_metrics, profiler, local_sgd)
 }
