@@ -9,9 +9,12 @@ in a fresh random order every block (never the same runner twice in a row). Shor
 close together in time, so slow drifts of the machine's speed (on a shared VM the raw step's time can move by half
 within seconds) hit every runner alike; the per-round totals are what is compared. The figure is the median over
 rounds of the time per step; ratios are against the ``raw`` runner, and the ``raw-again`` runner (a second raw
-loop) shows how much two identical loops differ on this machine today. Two clocks are reported: wall time (what a
-user waits) and the process's CPU time (less disturbed when other programs share the machine, though in a VM it
-still counts time stolen by the host).
+loop) shows how much two identical loops differ on this machine today. stoker's prepared loaders and optimizers
+call torch's stock ``next``/``step``/``zero_grad`` without the profiler ranges those open on every call (see
+stoker/accelerator/torch_shortcuts.py), which a hand-written loop pays; ``raw-lean`` is the raw loop taking the
+same shortcuts, so a stoker row's ratio to ``raw-lean`` is the framework's own cost. Two clocks are reported: wall
+time (what a user waits) and the process's CPU time (less disturbed when other programs share the machine, though
+in a VM it still counts time stolen by the host).
 
 Workloads:
     micro one 4x4 linear layer, batch 4: nearly all loop; the difference to raw is the per-step overhead in us.
@@ -192,6 +195,37 @@ def raw_runner(w: Workload) -> Callable[[int], None]:
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
+                yield
+
+    return stepper(loop())
+
+
+@runner("raw-lean")
+def raw_lean_runner(w: Workload) -> Callable[[int], None]:
+    """The raw loop taking the shortcuts stoker's loaders and optimizers take (stoker/accelerator/torch_shortcuts.py:
+    torch's stock calls without their profiler ranges): its ratio is what those shortcuts save, and a stoker
+    row's ratio *to this row* is the framework's own cost."""
+    from stoker.accelerator.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
+
+    device = torch.device("cpu")
+    model = w.make_model().to(device)
+    optimizer, scheduler = w.make_optimizer(model)
+    loader = w.make_loader()
+
+    def loop() -> Iterator[None]:
+        while True:  # one epoch per pass
+            _, fetch = next_batch_function(loader)
+            while True:
+                try:
+                    x, y = fetch()
+                except StopIteration:
+                    break
+                x, y = x.to(device), y.to(device)
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                optimizer_step(optimizer)
+                scheduler.step()
+                zero_grad(optimizer)
                 yield
 
     return stepper(loop())

@@ -16,7 +16,8 @@ middle of the epochs it reports:
   commit, fsyncs and deletions);
 - ``per epoch``: the mean extra time per epoch of the whole run, all of the above together.
 
-Configurations (comma-separated ``--configs``): ``bare`` (no logger, bar or checkpoint), ``log`` (``self.log``
+Configurations (comma-separated ``--configs``): ``raw`` (the control: ``overhead.py``'s raw loop, timed after
+every step the same way; its "log" positions are every 50th step, where it does nothing), ``bare`` (no logger, bar or checkpoint), ``log`` (``self.log``
 every step), ``tb`` (``log`` plus a TensorBoard logger), ``ckpt`` (``bare`` plus ``ModelCheckpoint``'s default
 checkpoint per epoch), ``full`` (``tb`` plus a progress bar to /dev/null plus ``ckpt``). Each runs in its own
 process, in turns, ``--repeat`` times; the table shows the median over the repeats.
@@ -37,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-CONFIGS = ("bare", "log", "tb", "ckpt", "full")
+CONFIGS = ("raw", "bare", "log", "tb", "ckpt", "full")
 WARMUP_EPOCHS = 2
 
 
@@ -62,6 +63,10 @@ def measure(config: str, epochs: int) -> dict[str, float]:
             self.times.append(time.perf_counter())
 
     clock = Clock()
+    if config == "raw":  # the control: overhead.py's raw loop, its time taken where the Trainer calls the hook
+        raw_times(w, epochs, clock.on_train_batch_end)
+        durations, numbers, middle = intervals(clock.times, steps)
+        return figures(durations, numbers, middle, steps, every=50)
     callbacks: list[object] = [clock]
     if config == "full":
         callbacks.append(ProgressBar(file=open(os.devnull, "w")))
@@ -73,12 +78,34 @@ def measure(config: str, epochs: int) -> dict[str, float]:
                       callbacks=callbacks)
     trainer.fit(overhead.trainer_module(w, log=config != "bare" and config != "ckpt"), w.make_loader())
     durations, numbers, middle = intervals(clock.times, steps)
+    return figures(durations, numbers, middle, steps, trainer.log_every_n_steps)
+
+
+def raw_times(w: object, epochs: int, batch_end: Callable[[], None]) -> None:
+    """``epochs`` epochs of overhead.py's raw loop over ``w``, calling ``batch_end`` after every step."""
+    import torch
+    import torch.nn.functional as F
+
+    model = w.make_model()
+    optimizer, scheduler = w.make_optimizer(model)
+    loader = w.make_loader()
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            batch_end()
+
+
+def figures(durations: list[float], numbers: range, middle: float, steps: int, every: int) -> dict[str, float]:
+    """The table's figures (see the module docstring) from :func:`intervals`; ``every``: the logging cadence."""
 
     def excess(select: object) -> float:
         chosen = [d for d, n in zip(durations, numbers) if select(n)]
         return statistics.mean(chosen) - middle if chosen else 0.0
 
-    every = trainer.log_every_n_steps
     return {
         "middle step": middle,
         "log": excess(lambda n: n % every == 0 and n % steps),

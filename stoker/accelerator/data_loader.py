@@ -15,6 +15,8 @@ from torch.utils.data import DataLoader
 
 from .data_samplers import ShardedBatchSampler
 from .operations import send_to_device
+from .torch_shortcuts import next_batch_function
+
 _END = object()
 
 
@@ -164,9 +166,10 @@ class PreparedDataLoader:
             if limit is not None and skip >= limit:
                 finished = True
                 return
-            it = iter(self.base_loader)
-            current = next(it, _END)
-            if current is _END:
+            it, fetch = next_batch_function(self.base_loader)
+            try:
+                current = fetch()
+            except StopIteration:
                 finished = True
                 return
             self.batches_yielded = skip
@@ -178,7 +181,10 @@ class PreparedDataLoader:
                 else:
                     if track_inner:  # the position *before* the look-ahead is the one a resume needs
                         self._inner_state = self.base_loader.state_dict()
-                    upcoming = next(it, _END)
+                    try:
+                        upcoming = fetch()
+                    except StopIteration:
+                        upcoming = _END
                 self.end_of_dataloader = upcoming is _END
                 self._last_handed_out = self.end_of_dataloader
                 self.batches_yielded += 1

@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .torch_shortcuts import optimizer_step, zero_grad
+
 if TYPE_CHECKING:
     from .precision import Precision
     from .window import GradientWindow
+
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -65,8 +68,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     # step/zero_grad/scheduler.step run every micro-step: they read the window's attributes directly rather
     # than through properties (a Python call each), which shows on small models (benchmarks/overhead.py).
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self._window.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+        if not self._window.sync_gradients:
+            return
+        if set_to_none:
+            zero_grad(self.optimizer)
+        else:
+            self.optimizer.zero_grad(set_to_none=False)
 
     def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
         window = self._window
@@ -77,7 +84,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if precision.scales_loss:  # fp16: the grad scaler steps, or skips on overflow
             stepped = precision.step(self.optimizer, closure)
         else:  # no loss scale: Precision.step is the plain step (see Precision.scales_loss), called directly
-            self.optimizer.step() if closure is None else self.optimizer.step(closure)
+            optimizer_step(self.optimizer) if closure is None else self.optimizer.step(closure)
             stepped = True
         self._step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
