@@ -8,13 +8,16 @@ calls per step and, with ``--diff``, which functions a runner calls that raw doe
 
 What calls explain, and what not: ``--cold`` times one small hot-path call (``GradientWindow.loss_for_backward``)
 in a ``timeit`` loop and between forward/backward passes of a 4x4 layer; on the 2-vCPU VM of benchmarks/README.md
-that was 139 ns warm and +0.56 us between passes. At that price the Accelerator's ~25 calls beyond raw account for
-roughly 12-15 us of the ~45 us per step that ``overhead.py`` measures for it on the tiny MLP; the rest is not in
-stoker's own lines (a py-spy profile shows the Trainer's backward, optimizer step and ``zero_grad`` each running
-a little slower than raw's), so fewer calls is necessary but not sufficient for a lower ratio.
+that was 139 ns warm and +0.56 us between passes. At that price the Accelerator's ~25 calls beyond raw accounted for
+roughly 12-15 us of the ~45 us per step that ``overhead.py`` measured for it on the tiny MLP; fewer calls is
+necessary but not sufficient for a lower ratio. Since stoker's loaders and optimizers skip torch's profiler ranges
+(stoker/accelerator/torch_shortcuts.py) its rows make fewer calls than ``raw``; compare them with ``raw-lean`` (the
+raw loop taking the same shortcuts): 5 December 2026, raw 276.3, raw-lean 201.2, accelerator 223.3, trainer-bare
+239.0, trainer-full 266.7 calls per step.
 
 Run:
     python benchmarks/step_calls.py
+    python benchmarks/step_calls.py --runners raw,raw-lean,accelerator,trainer-bare,trainer-full
     python benchmarks/step_calls.py --runners raw,trainer-bare --diff
 """
 
