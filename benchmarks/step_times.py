@@ -83,7 +83,6 @@ def measure(config: str, epochs: int) -> dict[str, float]:
 
 def raw_times(w: object, epochs: int, batch_end: Callable[[], None]) -> None:
     """``epochs`` epochs of overhead.py's raw loop over ``w``, calling ``batch_end`` after every step."""
-    import torch
     import torch.nn.functional as F
 
     model = w.make_model()

@@ -24,7 +24,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .module import AttributeDict, _init_arguments
+from .hparams import AttributeDict, caller_init_arguments
 
 __all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
 
@@ -116,23 +116,13 @@ class DataModule:
             ...     self.save_hyperparameters()  # self.hparams == {"batch_size": 32, "root": "data"}
         """
         frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is None:
-            raise RuntimeError("save_hyperparameters() could not find the calling __init__ (no frame information).")
         try:
-            values = _init_arguments(caller)
+            values = caller_init_arguments(self, frame, names, ignore)
         finally:
-            del frame, caller
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        if names:
-            unknown = [n for n in names if n not in values]
-            if unknown:
-                raise ValueError(f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments "
-                                 f"of {type(self).__name__}.__init__; its arguments are {sorted(values)}.")
-            values = {n: values[n] for n in names}
+            del frame
         if "hparams" not in self.__dict__:  # a subclass that did not call super().__init__() first
             self.hparams = AttributeDict()
-        self.hparams.update({k: v for k, v in values.items() if k not in ignored})
+        self.hparams.update(values)
 
     # -- construction from datasets -------------------------------------------------------------------------------
     @classmethod

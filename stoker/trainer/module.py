@@ -16,18 +16,7 @@ from typing import Any
 
 import torch
 
-
-class AttributeDict(dict):
-    """A dict whose keys are also attributes: ``hparams.lr`` is ``hparams["lr"]``."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"hparams has no {name!r}; it holds: {sorted(self)}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
+from .hparams import AttributeDict, caller_init_arguments
 
 
 class TrainingModule(torch.nn.Module):
@@ -59,6 +48,9 @@ class TrainingModule(torch.nn.Module):
 
     #: False: ``training_step`` does its own backward and optimizer steps (manual optimization).
     automatic_optimization: bool = True
+    # Not compiled by torch.jit.script (to_torchscript): they read the Trainer, which is no part of the model.
+    __jit_unused_properties__ = ["trainer", "device", "global_rank", "local_rank", "global_step", "current_epoch",
+                                 "logger", "loggers", "example_input_array"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -148,27 +140,17 @@ class TrainingModule(torch.nn.Module):
             ...     self.save_hyperparameters()  # self.hparams == {"hidden": 64, "lr": 0.001}
         """
         frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is None:
-            raise RuntimeError("save_hyperparameters() could not find the calling __init__ (no frame information).")
         try:
-            values = _init_arguments(caller)
+            values = caller_init_arguments(self, frame, names, ignore)
         finally:
-            del frame, caller
-        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        if names:
-            unknown = [n for n in names if n not in values]
-            if unknown:
-                raise ValueError(f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments "
-                                 f"of {type(self).__name__}.__init__; its arguments are {sorted(values)}.")
-            values = {n: values[n] for n in names}
-        self.hparams.update({k: v for k, v in values.items() if k not in ignored})
+            del frame
+        self.hparams.update(values)
 
     # -- properties -----------------------------------------------------------------------------------------------
     @property
     def trainer(self) -> Any:
         """The Trainer running this module (raises when there is none)."""
-        if self._trainer is None:
+        if self._trainer is None and not self.__dict__.get("_jit_is_scripting"):  # to_torchscript reads it
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; self.trainer exists only while "
                                "Trainer.fit/validate/test/predict runs it (and after).")
         return self._trainer
@@ -327,6 +309,33 @@ class TrainingModule(torch.nn.Module):
 
         return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file)
 
+    # -- export ---------------------------------------------------------------------------------------------------
+    def to_onnx(self, file_path: str | os.PathLike | Any | None = None, input_sample: Any = None,
+                **kwargs: Any) -> Any:
+        """Exports the module to ONNX with ``torch.onnx.export`` (needs ``onnx``, and ``onnxscript`` for torch's
+        default exporter), in eval mode, on ``input_sample`` (default: ``example_input_array``) moved to the
+        module's device; ``kwargs`` go to ``torch.onnx.export``. Returns what it returns.
+
+        Example:
+            >>> model.to_onnx("model.onnx", torch.randn(1, 64))  # doctest: +SKIP
+        """
+        from .export import to_onnx
+
+        return to_onnx(self, file_path, input_sample, **kwargs)
+
+    def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str | None = "script",
+                       example_inputs: Any = None, **kwargs: Any) -> Any:
+        """The module as TorchScript (``method="script"``: ``torch.jit.script``; ``"trace"``: ``torch.jit.trace`` on
+        ``example_inputs``, default ``example_input_array``), in eval mode; saved with ``torch.jit.save`` to
+        ``file_path`` when given. (TorchScript is deprecated in recent torch: prefer ``to_onnx`` or ``torch.export``.)
+
+        Example:
+            >>> scripted = model.to_torchscript("model.pt")  # doctest: +SKIP
+        """
+        from .export import to_torchscript
+
+        return to_torchscript(self, file_path, method, example_inputs, **kwargs)
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the local main process only."""
         if self._trainer is not None:
@@ -372,22 +381,3 @@ class TrainingModule(torch.nn.Module):
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
-
-
-def _init_arguments(frame: Any) -> dict[str, Any]:
-    """The named arguments (and ``**kwargs``) of the function running in ``frame``, without ``self``."""
-    code = frame.f_code
-    local = frame.f_locals
-    count = code.co_argcount + code.co_kwonlyargcount
-    names = list(code.co_varnames[:count])
-    values = {n: local[n] for n in names[1:] if n in local}  # names[0] is self
-    flags = code.co_flags
-    position = count
-    if flags & inspect.CO_VARARGS:
-        star = code.co_varnames[position]
-        if local.get(star):
-            values[star] = list(local[star])
-        position += 1
-    if flags & inspect.CO_VARKEYWORDS:
-        values.update(local.get(code.co_varnames[position], {}))
-    return values
