@@ -1,9 +1,10 @@
 """Prepared data loaders: ``prepare`` rebuilds a user's ``DataLoader`` for this process.
 
 ``prepare`` rebuilds a user's ``DataLoader`` around a batch sampler it controls. Shuffling uses a sampler whose
-order depends only on (seed, epoch), and the loader's own generator seeds its workers, so iterating never touches
-the global RNG — which is what makes mid-epoch resume exact. A restored position skips batches at the sampler
-level: skipped samples are never loaded.
+order depends only on (seed, epoch), and the loader's own generator seeds its workers, so a restored position
+replays the same order — which is what makes mid-epoch resume exact. The global RNG still moves as the user's own
+loader would move it (``GlobalDraws``): dropout sees the numbers of a plain loop. A restored position skips batches
+at the sampler level: skipped samples are never loaded.
 
 This module owns the rebuild (which sampler, which loader arguments); the samplers live in ``data_samplers.py``,
 the loader it returns in ``data_loader.py``, the sharding of iterable datasets in ``iterable_shard.py``. Every
@@ -15,9 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from .data_loader import _END, LoaderContext, PreparedDataLoader, SkipView  # noqa: F401 (_END: importable as before)
+from .data_loader import (  # noqa: F401 (_END: importable as before)
+    _END,
+    GlobalDraws,
+    LoaderContext,
+    PreparedDataLoader,
+    SkipView,
+)
 from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
 
 
@@ -41,17 +48,28 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
     config = context.dataloader_config
     n, rank = context.num_processes, context.process_index
     seed = config.data_seed
-    if seed is None:
-        # The shuffle seed comes from the global RNG once, here, so set_seed() before prepare fixes every order.
+    iterable = isinstance(loader.dataset, IterableDataset)
+    shuffled = None if iterable or not config.use_seedable_sampler else _random_sampler(loader)
+    # What iterating the user's loader drew from the global RNG each epoch: the base seed (unless it has a
+    # generator), its RandomSampler's seed (unless that has one); the prepared loader draws the same (GlobalDraws).
+    draws = GlobalDraws(base=loader.generator is None, sampler=shuffled is not None and shuffled.generator is None,
+                        persistent=loader.persistent_workers and loader.num_workers > 0)
+    if seed is None and (shuffled is not None or loader.num_workers > 0 or n > 1):
+        # The shuffle (and worker) seed comes from the global RNG once, here, so set_seed() before prepare fixes
+        # every order; it counts as the first epoch's first draw. A loader that nothing random reads the seed of
+        # (no shuffle, no workers, one process) draws nothing here: its epochs draw what the user's loader did.
         seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
+        draws.prepaid = 1
         if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, seed + rank)
             seed = int(context.strategy.broadcast_object(seed))
+    elif seed is None:
+        seed = 0
     kwargs = _loader_kwargs(loader)
     kwargs["pin_memory"], non_blocking = transfer_settings(device, config.non_blocking, loader.pin_memory,
                                                            loader.num_workers)
     generator = torch.Generator()
-    if isinstance(loader.dataset, IterableDataset):
-        return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking)
+    if iterable:
+        return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking, draws)
     sampler = seedable(loader.sampler, seed) if config.use_seedable_sampler else loader.sampler
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
@@ -68,7 +86,18 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
         )
     batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
-    return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking)
+    return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking, draws)
+
+
+def _random_sampler(loader: DataLoader) -> RandomSampler | None:
+    """The plain ``RandomSampler`` that :func:`seedable` replaces in ``loader`` (its sampler, or the one inside
+    the user's ``BatchSampler``), or None."""
+    if loader.batch_sampler is None or loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
+        sampler = loader.sampler
+    else:
+        sampler = getattr(loader.batch_sampler, "sampler", None) if isinstance(loader.batch_sampler, BatchSampler) \
+            else None
+    return sampler if type(sampler) is RandomSampler else None
 
 
 def transfer_settings(device: torch.device | None, non_blocking: bool | None,
@@ -110,7 +139,8 @@ def _first_only(collate: Any) -> _FirstOnly:
 
 
 def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.device | None, seed: int,
-                      kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool) -> PreparedDataLoader:
+                      kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool,
+                      draws: GlobalDraws) -> PreparedDataLoader:
     dataset, batch_size = loader.dataset, loader.batch_size
     if context.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
@@ -123,7 +153,7 @@ def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.
         rebuilt: DataLoader = StatefulDataLoader(dataset, **kwargs)
     else:
         rebuilt = DataLoader(dataset, **kwargs)
-    return PreparedDataLoader(rebuilt, context, None, seed, device, non_blocking)
+    return PreparedDataLoader(rebuilt, context, None, seed, device, non_blocking, draws)
 
 
 def skip_first_batches(loader: Any, num_batches: int) -> Any:

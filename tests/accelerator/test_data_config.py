@@ -43,14 +43,13 @@ def test_dispatch_batches_true_gives_the_same_batches_as_false() -> None:
     assert dispatched == _order(Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=False)))
 
 
-def test_data_seed_fixes_the_shuffle_whatever_the_global_rng_and_does_not_consume_it() -> None:
+def test_data_seed_fixes_the_shuffle_whatever_the_global_rng() -> None:
     config = DataLoaderConfiguration(data_seed=1234)
     torch.manual_seed(0)
     first = _order(Accelerator(cpu=True, dataloader_config=config))
     torch.manual_seed(99)
-    state = torch.get_rng_state()
     second = _order(Accelerator(cpu=True, dataloader_config=config))
-    assert torch.equal(torch.get_rng_state(), state)  # neither prepare nor iterating drew from the global RNG
+    # (What iterating draws from the global RNG, as a plain loader does: tests/accelerator/test_data_global_rng.py.)
     assert first == second
     assert first != _order(Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(data_seed=1235)))
     loader = Accelerator(cpu=True, dataloader_config=config).prepare(DataLoader(TensorDataset(torch.arange(4))))
