@@ -56,13 +56,13 @@ def test_with_data_seed_prepare_draws_nothing_and_epochs_draw_as_plain() -> None
     assert all(torch.equal(a, b) for a, b in zip(plain, prepared))
 
 
-def _train(prepared: bool, epochs: int = 3) -> list[torch.Tensor]:
+def _train(prepared: bool, epochs: int = 3, shuffle: bool = False, **accelerator_kwargs) -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loader = DataLoader(DATA, batch_size=4)
+    loader = DataLoader(DATA, batch_size=4, shuffle=shuffle)
     val = DataLoader(DATA, batch_size=6)
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True, **accelerator_kwargs)
     if prepared:
         model, optimizer, loader, val = accelerator.prepare(model, optimizer, loader, val)
     for _ in range(epochs):
@@ -81,6 +81,14 @@ def _train(prepared: bool, epochs: int = 3) -> list[torch.Tensor]:
 
 def test_dropout_model_matches_the_plain_loop_in_every_epoch() -> None:
     for a, b in zip(_train(False), _train(True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_shuffled_with_torchs_own_sampler_matches_the_plain_loop_too() -> None:
+    """use_seedable_sampler=False keeps the user's RandomSampler (Accelerate's default): its order, and with the
+    loader's base-seed draws every dropout mask, are the plain loop's (mid-epoch resume cannot replay it then)."""
+    config = DataLoaderConfiguration(use_seedable_sampler=False)
+    for a, b in zip(_train(False, shuffle=True), _train(True, shuffle=True, dataloader_config=config)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
