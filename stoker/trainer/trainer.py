@@ -91,7 +91,7 @@ class Trainer(TrainerAttributes):
     training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (stoker's default 0:
     no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
     ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
-    shards), ``float32_matmul_precision`` ("highest" | "high" | "medium": ``torch.set_float32_matmul_precision``).
+    shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" | "high" | "medium": ``torch.set_float32_matmul_precision``).
     An alias together with its stoker name is an error; an unknown name gets a did-you-mean over both sets.
 
     Example:
@@ -167,7 +167,9 @@ class Trainer(TrainerAttributes):
             mixed_precision=self.precision, gradient_accumulation_steps=accumulate,
             project_dir=self.default_root_dir, cpu=cpu, strategy=strategy,
             # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
-            dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
+            # use_distributed_sampler=False (one process): the user's own samplers are kept, a RandomSampler too.
+            dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True,
+                                                      use_seedable_sampler=self.use_distributed_sampler),
             step_scheduler_with_optimizer=False,
         )
         self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
