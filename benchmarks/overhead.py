@@ -178,13 +178,18 @@ def stepper(loop: Iterator[None]) -> Callable[[int], None]:
     return run
 
 
-@runner("raw")
-def raw_runner(w: Workload) -> Callable[[int], None]:
-    """The baseline: plain PyTorch in the canonical order."""
+def _raw_objects(w: Workload) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, Any, DataLoader]:
+    """The raw loops' device, model, optimizer, scheduler and loader."""
     device = torch.device("cpu")
     model = w.make_model().to(device)
     optimizer, scheduler = w.make_optimizer(model)
-    loader = w.make_loader()
+    return device, model, optimizer, scheduler, w.make_loader()
+
+
+@runner("raw")
+def raw_runner(w: Workload) -> Callable[[int], None]:
+    """The baseline: plain PyTorch in the canonical order."""
+    device, model, optimizer, scheduler, loader = _raw_objects(w)
 
     def loop() -> Iterator[None]:
         while True:  # one epoch per pass
@@ -207,10 +212,7 @@ def raw_lean_runner(w: Workload) -> Callable[[int], None]:
     row's ratio *to this row* is the framework's own cost."""
     from stoker.accelerator.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
 
-    device = torch.device("cpu")
-    model = w.make_model().to(device)
-    optimizer, scheduler = w.make_optimizer(model)
-    loader = w.make_loader()
+    device, model, optimizer, scheduler, loader = _raw_objects(w)
 
     def loop() -> Iterator[None]:
         while True:  # one epoch per pass

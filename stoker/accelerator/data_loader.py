@@ -190,12 +190,13 @@ class PreparedDataLoader:
         generator = self.base_loader.generator
         if generator is not None:
             generator.manual_seed(self.seed + self.epoch + 1)  # worker seeds: a function of the epoch alone
+        continued = skip > 0 or self._pending_inner_state is not None  # a restored or unfinished epoch
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
         context = self._context
         context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
-        if skip == 0 and self._pending_inner_state is None:  # an epoch starts (a continued one draws nothing)
+        if not continued:  # an epoch starts: the user's loader would draw now (a continued one draws nothing)
             self._draws.epoch_started()
         stack = context.stack
         stack.append(self)

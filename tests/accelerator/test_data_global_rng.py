@@ -46,6 +46,28 @@ def test_each_epoch_draws_what_the_plain_loader_draws(kwargs) -> None:
         assert torch.equal(a, b), f"the global RNG differs after epoch {epoch}"
 
 
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(10.0))
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_iterable_datasets_draw_as_plain_and_a_continued_epoch_draws_nothing(stateful: bool) -> None:
+    def make():
+        return DataLoader(Stream(), batch_size=4)
+
+    config = DataLoaderConfiguration(use_stateful_dataloader=stateful)
+    plain = _states_per_epoch(make, False)
+    assert all(torch.equal(a, b) for a, b in zip(plain, _states_per_epoch(make, True, dataloader_config=config)))
+    if stateful:  # torchdata keeps a stream's position: a loop left early is continued by the next one
+        loader = Accelerator(cpu=True, dataloader_config=config).prepare(make())
+        for _ in loader:
+            break
+        state = torch.get_rng_state()
+        assert len(list(loader)) == 2  # the rest of the epoch (3 batches of 10 items in all)
+        assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_with_data_seed_prepare_draws_nothing_and_epochs_draw_as_plain() -> None:
     def make():
         return DataLoader(DATA, batch_size=4, shuffle=True)
