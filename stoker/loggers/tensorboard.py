@@ -1,18 +1,20 @@
 """`TensorBoardLogger`: scalars and hyperparameters in TensorBoard event files.
 
-This module owns which file a `TensorBoardLogger` writes into: its own event file (``tb_event_file.py``, written
-on the calling thread) until the user asks for ``experiment``, and from then on the ``SummaryWriter`` that
-``experiment`` returns, so that one file of the run is being written at a time. It imports tensorboard only when
-the first file is opened, because importing it costs about a second and pulls in protobuf; `import stoker` must
-stay cheap.
+This module owns when a `TensorBoardLogger` opens and closes TensorBoard's own ``SummaryWriter`` (the one that
+``experiment`` returns; every scalar and hyperparameter goes through it) and that what it still holds reaches the
+file at interpreter exit. It imports tensorboard only when the first file is opened, because importing it costs
+about a second and pulls in protobuf; `import stoker` must stay cheap.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import glob
 import os
 import time
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +26,9 @@ from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsona
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-    from stoker.loggers.tb_event_file import EventFile
-
 __all__ = ["TensorBoardLogger"]
 
-# SummaryWriter's arguments other than log_dir; the logger's own event file honours the same ones.
+# SummaryWriter's arguments other than log_dir.
 _WRITER_ARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
 
 
@@ -42,19 +42,15 @@ class TensorBoardLogger(Logger):
     sub-run): nested mappings are flattened with ``"/"`` and values that are not
     ``bool``/``int``/``float``/``str`` are stored as their ``str()``.
 
-    The event file, and with it the run folder, is created on the first write.
-    Scalars and hyperparameters are written on the calling thread, without
-    ``SummaryWriter``'s writer thread (whose wake-ups cost the training loop
-    about 0.35 ms per call): records reach the file when ``max_queue`` (10) are
-    pending, every ``flush_secs`` (120), at ``flush()`` and at ``finalize()``,
-    which the Trainer calls at the end of every run, also a failed one.
-    ``experiment`` opens a ``SummaryWriter`` for everything else (images,
-    histograms, graphs); from then on the scalars go through it too, into its
-    file, so the run's files are written one after the other and TensorBoard
-    reads them in order. ``finalize`` flushes and closes whichever is open and
-    may be called any number of times; logging after ``finalize`` appends a new
-    event file to the same folder, so ``fit`` followed by ``test`` ends up in
-    one run.
+    The event file, and with it the run folder, is created on the first write,
+    by the ``SummaryWriter`` that ``experiment`` returns (use it for images,
+    histograms, graphs). Records reach the file when ``max_queue`` (10) are
+    pending, every ``flush_secs`` (120), at ``flush()``, at ``finalize()``
+    (which the Trainer calls at the end of every run, also a failed one) and at
+    interpreter exit, so a script that never calls ``finalize`` keeps every
+    value. ``finalize`` may be called any number of times; logging after it
+    appends a new event file to the same folder, so ``fit`` followed by
+    ``test`` ends up in one run.
 
     Lightning's options work as there: ``log_graph`` (the Trainer calls
     :meth:`log_graph` when ``fit`` starts; it traces ``module.example_input_array``
@@ -76,8 +72,7 @@ class TensorBoardLogger(Logger):
         sub_dir: Write into ``{save_dir}/{name}/version_{n}/{sub_dir}``.
         **summary_writer_kwargs: ``SummaryWriter``'s options (``flush_secs``,
             ``max_queue``, ``filename_suffix``, ``purge_step``, ``comment``),
-            honoured by the logger's own event file too and passed to the
-            ``SummaryWriter`` of ``experiment``; ``log_dir`` is chosen by the logger.
+            passed to the ``SummaryWriter``; ``log_dir`` is chosen by the logger.
 
     Example:
         >>> logger = TensorBoardLogger("runs", name="mnist")
@@ -121,14 +116,14 @@ class TensorBoardLogger(Logger):
                             f"SummaryWriter's {', '.join(_WRITER_ARGS)}.")
         self._writer_kwargs = summary_writer_kwargs
         self._writer: SummaryWriter | None = None
-        self._events: EventFile | None = None
+        self._at_exit: functools.partial | None = None
         self._hparams: dict[str, Any] = {}  # what hparams.yaml holds
 
     def __getstate__(self) -> dict[str, Any]:
         # An open file (and a SummaryWriter's thread) cannot travel; a pickled
         # copy (e.g. sent to spawned workers) opens its own on first write.
         state = self.__dict__.copy()
-        state["_writer"] = state["_events"] = None
+        state["_writer"] = state["_at_exit"] = None
         return state
 
     @property
@@ -141,18 +136,6 @@ class TensorBoardLogger(Logger):
     def sub_dir(self) -> str | None:
         return self._sub_dir
 
-    def _file(self) -> Any:
-        """Where a summary goes now: the SummaryWriter's file once ``experiment`` was used, else the own one."""
-        if self._writer is not None:
-            return self._writer.file_writer
-        if self._events is None:
-            from stoker.loggers.tb_event_file import EventFile
-
-            kwargs = {k: v for k, v in self._writer_kwargs.items() if k != "comment"}  # comment: log_dir's name only
-            _wait_for_a_later_second(self.log_dir)
-            self._events = EventFile(self.log_dir, **kwargs)
-        return self._events
-
     @property
     def experiment(self) -> SummaryWriter:
         """The underlying ``SummaryWriter``, created (with the run folder) on first access.
@@ -163,11 +146,11 @@ class TensorBoardLogger(Logger):
             # Lazy on purpose: see the module docstring.
             from torch.utils.tensorboard import SummaryWriter
 
-            if self._events is not None:  # its records first, then the writer's file after it
-                self._events.close()
-                self._events = None
             _wait_for_a_later_second(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            # SummaryWriter's thread is a daemon: what it still queues at exit would be lost without this.
+            self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self._writer), os.getpid())
+            atexit.register(self._at_exit)
         return self._writer
 
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
@@ -184,16 +167,13 @@ class TensorBoardLogger(Logger):
 
     def _write_scalars(self, values: dict[str, float | int], step: int) -> None:
         values = self._prefixed(values)
-        file = self._file()
+        writer = self.experiment.file_writer  # opened even without values: the run folder exists after a call
         if not values:
-            return
-        if file is self._events:  # the logger's own file: encoded with the next records written
-            file.add_scalars(values, step)
             return
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        file.add_summary(Summary(value=[Summary.Value(tag=key, simple_value=value) for key, value in values.items()]),
-                         step)
+        writer.add_summary(Summary(value=[Summary.Value(tag=key, simple_value=value) for key, value in values.items()]),
+                           step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace, metrics: Any = None,
                         step: int | None = None) -> None:
@@ -218,9 +198,8 @@ class TensorBoardLogger(Logger):
         # An empty metric dict is allowed: the tab then lists the run's
         # hyperparameters and the user picks metrics from the scalar tags.
         experiment, session_start, session_end = hparams(flat, self._prefixed(values))
-        file = self._file()
         for summary in (experiment, session_start, session_end):
-            file.add_summary(summary)
+            self.experiment.file_writer.add_summary(summary)
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """With ``log_graph=True``: traces ``model`` on ``input_array`` (default: ``model.example_input_array``,
@@ -246,20 +225,15 @@ class TensorBoardLogger(Logger):
 
     def flush(self) -> None:
         """Push pending events to the event file (no-op before the first write)."""
-        if self._events is not None:
-            self._events.flush()
         if self._writer is not None:
             self._writer.flush()
 
     def finalize(self, status: str) -> None:
-        """Flush and close the event file (and the writer). Safe to call repeatedly; later logging reopens."""
-        if self._events is not None:
-            self._events.close()
-            self._events = None
+        """Flush and close the writer and its file. Safe to call repeatedly; later logging reopens."""
         if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
-            self._writer = None
+            atexit.unregister(self._at_exit)
+            self._writer.close()  # flushes first
+            self._writer = self._at_exit = None
 
 
 def _wait_for_a_later_second(log_dir: str) -> None:
@@ -281,3 +255,12 @@ def _wait_for_a_later_second(log_dir: str) -> None:
     newest = max(stamps)
     while int(time.time()) <= newest:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.001)
+
+
+def _flush_at_exit(ref: weakref.ref, pid: int) -> None:
+    """At interpreter exit: writes what a writer still holds, if it is open and this is the process that opened it
+    (a forked child holds a copy of the queued records but not the thread that writes them: flushing would wait
+    forever, and writing them would repeat them)."""
+    writer = ref()
+    if writer is not None and os.getpid() == pid:
+        writer.flush()
