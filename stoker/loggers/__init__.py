@@ -190,7 +190,7 @@ def build_loggers(
         item if isinstance(item, Logger) else make_logger(item, save_dir, name, **init_kwargs.get(item, {}))
         for item in resolve_logger_spec(spec, argument=argument)
     ]
-    share_version(loggers)  # asks each member's _next_free_version: folders, or MLflow's store
+    share_version(loggers)  # asks each member's next_free_version: folders, or MLflow's store
     return loggers
 
 

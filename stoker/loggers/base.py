@@ -68,7 +68,7 @@ class Logger:
     # Loggers of one run share one version number (see `share_version`): they
     # ask a shared `VersionGroup` instead of scanning their own folder (which
     # would see a sibling's new folder and pick the next number).
-    _version_leader: VersionGroup | Logger | None = None
+    _version_group: VersionGroup | None = None
     _last_step: int = -1
 
     def __init__(
@@ -77,16 +77,9 @@ class Logger:
         name: str | None = "stoker_logs",
         version: int | str | None = None,
     ) -> None:
-        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
-            raise TypeError(
-                f"version={version!r} is not a valid logger version. Expected None (next free), "
-                "an int n (folder 'version_{n}') or a str (the folder name)."
-            )
-        if isinstance(version, int) and version < 0:
-            raise ValueError(f"version={version!r} must be >= 0.")
         self._save_dir = _path_text(save_dir, type(self).__name__)
         self._name = name or ""
-        self._version = version
+        self._version = None if version is None else _checked_version(version)
 
     @property
     def name(self) -> str:
@@ -107,16 +100,30 @@ class Logger:
     def version(self) -> int | str:
         """The run's version; resolved on first access when constructed with ``None``."""
         if self._version is None:
-            leader = self._version_leader
-            self._version = leader.version if leader is not None else self._next_free_version()
+            group = self._version_group
+            self._version = group.version if group is not None else self.next_free_version()
         return self._version
 
-    def _next_free_version(self) -> int:
+    @version.setter
+    def version(self, version: int | str) -> None:
+        """Fixes the version before anything is written (every process of a run takes the main process's)."""
+        self._version = _checked_version(version)
+
+    @property
+    def version_chosen(self) -> bool:
+        """Whether the version is known already (given, set, or resolved), so no folder will be scanned for it."""
+        return self._version is not None
+
+    def next_free_version(self) -> int:
         """The number a new run would take: one past the largest ``version_{n}`` folder under ``root_dir``.
 
         Loggers that keep runs elsewhere (MLflow's store) override it; a `VersionGroup` takes the largest answer.
         """
-        return next_free_version(self.root_dir)
+        return free_version_under(self.root_dir)
+
+    def join_version_group(self, group: VersionGroup) -> None:
+        """Take the version that ``group`` chooses (on first need) instead of scanning this logger's own folder."""
+        self._version_group = group
 
     @property
     def log_dir(self) -> str:
@@ -175,7 +182,7 @@ class VersionGroup:
     @property
     def version(self) -> int:
         if self._version is None:
-            self._version = max(lg._next_free_version() for lg in self.loggers)
+            self._version = max(lg.next_free_version() for lg in self.loggers)
         return self._version
 
 
@@ -186,11 +193,22 @@ def share_version(loggers: list[Logger]) -> None:
     resolved) keep theirs. Resolution stays lazy: no folder is scanned until a
     logger first needs its ``log_dir``.
     """
-    pending = [lg for lg in loggers if lg._version is None]
+    pending = [lg for lg in loggers if not lg.version_chosen]
     if len(pending) > 1:
         group = VersionGroup(pending)
         for logger in pending:
-            logger._version_leader = group
+            logger.join_version_group(group)
+
+
+def _checked_version(version: Any) -> int | str:
+    if isinstance(version, bool) or not isinstance(version, (int, str)):
+        raise TypeError(
+            f"version={version!r} is not a valid logger version. Expected None (next free), "
+            "an int n (folder 'version_{n}') or a str (the folder name)."
+        )
+    if isinstance(version, int) and version < 0:
+        raise ValueError(f"version={version!r} must be >= 0.")
+    return version
 
 
 def _path_text(save_dir: Any, owner: str) -> str:
@@ -235,7 +253,7 @@ def check_log_folder(logger: Logger) -> None:
         )
 
 
-def next_free_version(root_dir: str | os.PathLike) -> int:
+def free_version_under(root_dir: str | os.PathLike) -> int:
     """One more than the largest ``version_{n}`` folder in ``root_dir`` (0 if none)."""
     try:
         entries = os.scandir(root_dir)

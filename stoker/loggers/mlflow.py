@@ -171,7 +171,7 @@ class MLFlowLogger(Logger):
             self._finished = False
         return run_id
 
-    def _next_free_version(self) -> int:
+    def next_free_version(self) -> int:
         """One past the largest ``stoker.version`` tag among the experiment's runs (0 for a new experiment)."""
         client = self.experiment
         found = client.get_experiment_by_name(self._name)

@@ -60,4 +60,4 @@ def agree_on_log_dirs(accelerator: Any, loggers: list[Any]) -> None:
         main = accelerator.is_main_process
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
         for lg, version in zip(loggers, versions):
-            lg._version = version  # resolved once, before anything is written
+            lg.version = version  # resolved once, before anything is written
