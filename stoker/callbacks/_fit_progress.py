@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 
-def agreed_mean(trainer: Any, value: float) -> float:
+def agreed_mean(trainer: TrainerView, value: float) -> float:
     """``value`` averaged over the processes (one small all-reduce; nothing in a single process).
 
     Call it at the same point on every process. A NaN anywhere gives NaN everywhere.
@@ -26,14 +26,14 @@ def agreed_mean(trainer: Any, value: float) -> float:
     return float(accelerator.reduce(tensor, "mean").item())
 
 
-def agreed_any(trainer: Any, flag: bool) -> bool:
+def agreed_any(trainer: TrainerView, flag: bool) -> bool:
     """True on every process when ``flag`` is True on any of them."""
     if trainer.accelerator.num_processes == 1:
         return flag
     return agreed_mean(trainer, 1.0 if flag else 0.0) > 0
 
 
-def fit_validates(trainer: Any) -> bool:
+def fit_validates(trainer: TrainerView) -> bool:
     """True when the fit has validation batches and a module whose class defines ``validation_step``."""
     if not any(getattr(trainer, "num_val_batches", None) or []):
         return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["GradientAccumulationScheduler"]
 
@@ -64,7 +64,7 @@ class GradientAccumulationScheduler(Callback):
                 steps = self.scheduling[start]
         return steps
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._before = trainer.accelerator.gradient_accumulation_steps
         if not getattr(module, "automatic_optimization", True):
             raise RuntimeError("GradientAccumulationScheduler needs automatic optimization: with "
@@ -76,20 +76,20 @@ class GradientAccumulationScheduler(Callback):
                              "sets the start) or remove the callback.")
         self._apply(trainer)  # a run resumed in the middle of an epoch continues with that epoch's value
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         self._apply(trainer)
 
-    def _apply(self, trainer: Any) -> None:
+    def _apply(self, trainer: TrainerView) -> None:
         trainer.accelerator.gradient_accumulation_steps = self.get_accumulate_grad_batches(trainer.current_epoch)
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         # Later evaluation, or a Trainer reused without the schedule's epoch, sees the starting value again.
         self._restore(trainer)
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         self._restore(trainer)
 
-    def _restore(self, trainer: Any) -> None:
+    def _restore(self, trainer: TrainerView) -> None:
         if self._before is not None:
             trainer.accelerator.gradient_accumulation_steps, self._before = self._before, None
 

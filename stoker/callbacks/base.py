@@ -10,12 +10,53 @@ loop.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["HOOKS", "NOT_HOOKS", "Callback"]
+if TYPE_CHECKING:
+    import torch
+
+    from stoker.accelerator import Accelerator
+    from stoker.loggers import Logger
+
+__all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
 NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
+
+
+class TrainerView(Protocol):
+    """What a callback reads and calls on the Trainer that its hooks receive: public attributes and the facts of the
+    fit in progress. ``stoker.Trainer`` has every member. Written here as a structural type because callbacks sit
+    below the Trainer in the layers and never import it.
+    """
+
+    accelerator: Accelerator
+    module: Any
+    loggers: list[Logger]
+    optimizers: list[torch.optim.Optimizer]
+    lr_scheduler_configs: list[Any]
+    callback_metrics: dict[str, Any]
+    num_val_batches: list[int | float]
+    default_root_dir: str
+    state: Any  # .fn: "fit", "validate", "test" or "predict"
+    global_step: int
+    current_epoch: int
+    max_epochs: int | None
+    max_steps: int
+    log_every_n_steps: int
+    estimated_stepping_batches: int | float
+    accumulate: int
+    should_stop: bool
+    is_global_zero: bool
+    training: bool
+    sanity_checking: bool
+    fitting: bool
+    window_closed: bool
+    epoch_finished: bool
+    validation_count: int
+
+    def save_checkpoint(self, path: str | os.PathLike) -> str: ...
 
 
 class Callback:
@@ -59,130 +100,130 @@ class Callback:
         """Restores what :meth:`state_dict` returned."""
 
     # -- run boundaries -------------------------------------------------------------------------------------------
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         """Start of ``fit``/``validate``/``test``/``predict`` (``stage``), before the optimizers are configured."""
 
-    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
         """End of ``fit``/``validate``/``test``/``predict``, also after an exception."""
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         """Start of ``fit``, after the optimizers are prepared and a checkpoint (if any) is restored."""
 
-    def on_fit_end(self, trainer: Any, module: Any) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: Any) -> None:
         """End of ``fit``."""
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
 
-    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_start(self, trainer: TrainerView, module: Any) -> None:
         """Before the ``num_sanity_val_steps`` validation that precedes training (none by default)."""
 
-    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+    def on_sanity_check_end(self, trainer: TrainerView, module: Any) -> None:
         """After that validation."""
 
     # -- training -------------------------------------------------------------------------------------------------
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         """Training begins (after ``on_fit_start``)."""
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         """Training ended (before ``on_fit_end``)."""
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         """A training epoch begins (also when a run resumes in the middle of one)."""
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         """A training epoch ended, after its end-of-epoch validation; epoch metrics are in ``callback_metrics``."""
 
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int) -> None:
         """Before ``training_step`` of one (micro-)batch."""
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """After one (micro-)batch, including the optimizer step when it closed an accumulation window.
 
         ``outputs`` is what ``training_step`` returned, as Lightning passes it: a loss tensor arrives as
         ``{"loss": loss}``, a dict as it is, and None as None.
         """
 
-    def on_before_backward(self, trainer: Any, module: Any, loss: Any) -> None:
+    def on_before_backward(self, trainer: TrainerView, module: Any, loss: Any) -> None:
         """Before ``backward`` of the loss ``training_step`` returned."""
 
-    def on_after_backward(self, trainer: Any, module: Any) -> None:
+    def on_after_backward(self, trainer: TrainerView, module: Any) -> None:
         """After ``backward``; gradients may still be incomplete inside an accumulation window."""
 
-    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
         """Gradients are complete and unscaled (fp16), before clipping and ``optimizer.step()``."""
 
-    def on_before_zero_grad(self, trainer: Any, module: Any, optimizer: Any) -> None:
+    def on_before_zero_grad(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
         """After the optimizer step, before ``optimizer.zero_grad()``."""
 
     # -- validation -----------------------------------------------------------------------------------------------
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         """Validation begins (the module is in eval mode, gradients off)."""
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         """Validation ended; its epoch metrics are in ``callback_metrics``."""
 
-    def on_validation_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         """Before the first validation batch."""
 
-    def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         """After the last validation batch, before its epoch metrics are computed."""
 
-    def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Before ``validation_step``."""
 
-    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """After ``validation_step`` (``outputs`` is what it returned)."""
 
     # -- test -----------------------------------------------------------------------------------------------------
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         """Testing begins."""
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         """Testing ended; its epoch metrics are in ``callback_metrics``."""
 
-    def on_test_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_test_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         """Before the first test batch."""
 
-    def on_test_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_test_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         """After the last test batch."""
 
-    def on_test_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         """Before ``test_step``."""
 
-    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """After ``test_step``."""
 
     # -- predict --------------------------------------------------------------------------------------------------
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         """Prediction begins."""
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         """Prediction ended."""
 
-    def on_predict_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         """Before the first predict batch."""
 
-    def on_predict_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         """After the last predict batch."""
 
-    def on_predict_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         """Before ``predict_step``."""
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """After ``predict_step``."""
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
-    def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
         """A checkpoint is being written: add entries to ``checkpoint`` (tensors, numbers, strings, lists, dicts)."""
 
-    def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
         """A checkpoint was restored; ``checkpoint`` holds what ``on_save_checkpoint`` hooks added."""
 
 

@@ -29,7 +29,7 @@ import torch
 
 from stoker.accelerator import checkpoint_io
 from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path,
                                                warn_if_earlier_run)
 from stoker.callbacks.checkpoint_ranking import admit, kept
@@ -213,7 +213,7 @@ class ModelCheckpoint(Callback):
         return self.monitor is not None and self.mode == "min"
 
     # -- schedule -----------------------------------------------------------------------------------------------
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = os.path.abspath(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints"))
             check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({default_root_dir}/checkpoints)")
@@ -221,13 +221,13 @@ class ModelCheckpoint(Callback):
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
             warn_if_earlier_run(self.dirpath)
         self._last_step_seen = trainer.global_step
         self._last_time_save = time.monotonic()
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check (num_sanity_val_steps): it trains nothing, so there is
         # nothing new to save, and its metrics are dropped before training starts.
         if trainer.fitting and not trainer.sanity_checking:
@@ -235,7 +235,7 @@ class ModelCheckpoint(Callback):
             if self.save_on_train_epoch_end is False and self._epoch_due(trainer):
                 self._save(trainer)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         # The step triggers count applied optimizer steps, i.e. global_step moving: not a batch inside an accumulation
         # window, nor one whose step was skipped (fp16 overflow, a non-finite loss), which trainer.window_closed counts.
         step = trainer.global_step
@@ -248,7 +248,7 @@ class ModelCheckpoint(Callback):
         elif self.train_time_interval is not None and self._time_due(trainer, step):
             self._save(trainer)
 
-    def _time_due(self, trainer: Any, step: int) -> bool:
+    def _time_due(self, trainer: TrainerView, step: int) -> bool:
         from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
 
         if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
@@ -259,23 +259,23 @@ class ModelCheckpoint(Callback):
         self._last_time_save = now
         return True
 
-    def _epoch_due(self, trainer: Any) -> bool:
+    def _epoch_due(self, trainer: TrainerView) -> bool:
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if not trainer.epoch_finished:
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
         elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
             self._save(trainer)
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         if getattr(trainer, "fast_dev_run", 0):
             return
         if self.save_last and self._last_save_step != trainer.global_step:
             self.save_last_now(trainer)
 
-    def save_last_now(self, trainer: Any) -> str:
+    def save_last_now(self, trainer: TrainerView) -> str:
         """Writes ``{dirpath}/last`` now (even with ``save_last=False``); returns its path.
 
         Used by `Timer` and anyone who must stop with a resumable checkpoint: always synchronous, the folder is
@@ -287,7 +287,7 @@ class ModelCheckpoint(Callback):
         return self.last_model_path
 
     # -- saving -------------------------------------------------------------------------------------------------
-    def _save(self, trainer: Any, rank: bool = True) -> None:
+    def _save(self, trainer: TrainerView, rank: bool = True) -> None:
         if getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing (Lightning's rule)
             return
         self._require_dirpath()
@@ -312,7 +312,7 @@ class ModelCheckpoint(Callback):
             print(f"ModelCheckpoint: saved {topk_path or self.last_model_path} (epoch {trainer.current_epoch}, "
                   f"step {step}){' and last' if topk_path and self.save_last else ''}.", flush=True)
 
-    def _score(self, trainer: Any, metrics: dict[str, Any], step: int) -> float | None:
+    def _score(self, trainer: TrainerView, metrics: dict[str, Any], step: int) -> float | None:
         if self.monitor is None:
             return float(step)
         if self.monitor not in metrics:
@@ -346,7 +346,7 @@ class ModelCheckpoint(Callback):
         return admit(self.best_k_models, self.save_top_k, score, self._minimize, lambda replaceable: unique_path(
             self.dirpath, format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name), replaceable))
 
-    def _write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+    def _write(self, trainer: TrainerView, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
         # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
         CheckpointWriter(self.dirpath, self.save_last, self.export_weights, self.save_weights_only,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from stoker.callbacks._fit_progress import agreed_mean, fit_validates
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["EarlyStopping"]
 
@@ -107,18 +107,18 @@ class EarlyStopping(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
         if trainer.fitting and not trainer.sanity_checking and self.check_on_train_epoch_end is not True:
             self._run_check(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
         when = self.check_on_train_epoch_end
         if (when is True or (when is None and not fit_validates(trainer))) and trainer.epoch_finished:
             self._run_check(trainer)
 
-    def _run_check(self, trainer: Any) -> None:
+    def _run_check(self, trainer: TrainerView) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             message = (

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["LearningRateMonitor"]
 
@@ -64,7 +64,7 @@ class LearningRateMonitor(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(logging_interval=self.logging_interval)
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         loggers = getattr(trainer, "loggers", None)
         if not loggers and trainer.is_global_zero:
             raise RuntimeError(
@@ -73,7 +73,7 @@ class LearningRateMonitor(Callback):
             )
         self._targets = self._plan(trainer)
 
-    def _plan(self, trainer: Any) -> list[tuple[Any, str, str]]:
+    def _plan(self, trainer: TrainerView) -> list[tuple[Any, str, str]]:
         configs = list(getattr(trainer, "lr_scheduler_configs", None) or [])
         seen: dict[str, int] = defaultdict(int)
         targets = []
@@ -91,16 +91,16 @@ class LearningRateMonitor(Callback):
             targets.append((optimizer, prefix, interval))
         return targets
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         self._log(trainer, "epoch")
 
-    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
         # The step this update will complete; the Trainer logs its loss at the same x.
         every = max(int(getattr(trainer, "log_every_n_steps", 1) or 1), 1)
         if (trainer.global_step + 1) % every == 0:
             self._log(trainer, "step", only=optimizer)
 
-    def _log(self, trainer: Any, interval: str, only: Any = None) -> None:
+    def _log(self, trainer: TrainerView, interval: str, only: Any = None) -> None:
         values: dict[str, float] = {}
         for optimizer, prefix, target_interval in self._targets:
             if target_interval != interval:

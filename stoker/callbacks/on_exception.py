@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import Any
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.checkpoint_files import remove_folder, safe_name
 
 __all__ = ["OnExceptionCheckpoint"]
@@ -64,14 +64,14 @@ class OnExceptionCheckpoint(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(dirpath=self.dirpath, filename=self.filename)
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if stage == "fit":
             self._training = self._failed = False
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._training = True  # from here on the prepared state is complete enough to save
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         if getattr(trainer.state, "fn", None) != "fit":
             return
         self._failed = True
@@ -94,7 +94,7 @@ class OnExceptionCheckpoint(Callback):
               f"{trainer.current_epoch}); saved {self.ckpt_path}. Resume with "
               f"trainer.fit(..., ckpt_path={self.ckpt_path!r}).", file=sys.stderr, flush=True)
 
-    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if stage != "fit":
             return
         finished = not self._failed

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["BasePredictionWriter"]
 
@@ -61,7 +61,7 @@ class BasePredictionWriter(Callback):
         return self.write_interval
 
     # -- what subclasses define -----------------------------------------------------------------------------------
-    def write_on_batch_end(self, trainer: Any, module: Any, prediction: Any, batch_indices: Sequence[int] | None,
+    def write_on_batch_end(self, trainer: TrainerView, module: Any, prediction: Any, batch_indices: Sequence[int] | None,
                            batch: Any, batch_idx: int, dataloader_idx: int) -> None:
         """Writes the prediction of one batch (``write_interval`` ``"batch"`` or ``"batch_and_epoch"``)."""
         raise NotImplementedError(
@@ -70,7 +70,7 @@ class BasePredictionWriter(Callback):
             "module, prediction, batch_indices, batch, batch_idx, dataloader_idx), or use write_interval='epoch'."
         )
 
-    def write_on_epoch_end(self, trainer: Any, module: Any, predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: TrainerView, module: Any, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Writes all predictions of this process once ``predict`` is done (``"epoch"`` or ``"batch_and_epoch"``).
 
@@ -84,10 +84,10 @@ class BasePredictionWriter(Callback):
         )
 
     # -- hooks ----------------------------------------------------------------------------------------------------
-    def on_predict_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         self._predictions = []
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         if self._on_batch:
             self.write_on_batch_end(trainer, module, outputs, None, batch, batch_idx, dataloader_idx)
@@ -96,7 +96,7 @@ class BasePredictionWriter(Callback):
                 self._predictions.append([])
             self._predictions[dataloader_idx].append(outputs)  # a reference: predict keeps these objects anyway
 
-    def on_predict_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if not self._on_epoch:
             return
         loaders = max(len(getattr(trainer, "num_predict_batches", None) or [1]), len(self._predictions), 1)

@@ -17,11 +17,11 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any, IO
 
 import torch
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["ProgressBar"]
 
@@ -47,7 +47,7 @@ def _total(value: Any) -> int | None:
     return int(value)
 
 
-def _epoch_total(trainer: Any, done: int) -> int | float | None:
+def _epoch_total(trainer: TrainerView, done: int) -> int | float | None:
     """Batches this epoch will run: its length, or fewer when ``max_steps`` ends the run inside it."""
     total = _total(getattr(trainer, "num_training_batches", None))
     max_steps = getattr(trainer, "max_steps", None)
@@ -59,7 +59,7 @@ def _epoch_total(trainer: Any, done: int) -> int | float | None:
     return by_steps if total is None else min(total, by_steps)
 
 
-def _run_ends_mid_epoch(trainer: Any, bar: _Bar) -> bool:
+def _run_ends_mid_epoch(trainer: TrainerView, bar: _Bar) -> bool:
     """Whether the run stops with this epoch unfinished (``max_steps``, ``should_stop``, a `Timer`)."""
     max_steps = getattr(trainer, "max_steps", None)
     stopping = bool(getattr(trainer, "should_stop", False)) or (
@@ -183,7 +183,7 @@ class ProgressBar(Callback):
     def enable(self) -> None:
         self._enabled = self.refresh_rate > 0
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         self._active = bool(trainer.is_global_zero)
         self._file = self._file_arg or sys.stderr
 
@@ -198,7 +198,7 @@ class ProgressBar(Callback):
         self._next_draw = time.monotonic() + self.refresh_rate
         return _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval, initial)
 
-    def _postfix(self, trainer: Any, with_loss: bool) -> dict[str, str]:
+    def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, str]:
         postfix: dict[str, str] = {}
         outputs = self._outputs
         metrics = getattr(trainer, "progress_bar_metrics", None) or {}
@@ -211,7 +211,7 @@ class ProgressBar(Callback):
         return postfix
 
     # -- training -----------------------------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if self.is_enabled:
             self._close_train(trainer)
             self._outputs = None
@@ -219,7 +219,7 @@ class ProgressBar(Callback):
             self._train = self._new_bar(f"Epoch {trainer.current_epoch}", _epoch_total(trainer, done), self.leave,
                                         initial=done)
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train
         if bar is None:
             return
@@ -230,18 +230,18 @@ class ProgressBar(Callback):
             self._next_draw = now + self.refresh_rate
             bar.show(self._postfix(trainer, with_loss=True), now)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if self._train is not None and _run_ends_mid_epoch(trainer, self._train):
             self._train.end_here()
         self._close_train(trainer)
 
-    def _close_train(self, trainer: Any) -> None:
+    def _close_train(self, trainer: TrainerView) -> None:
         if self._train is not None:
             bar, self._train = self._train, None
             bar.close(self._postfix(trainer, with_loss=True))
 
     # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
-    def _eval_start(self, trainer: Any, desc: str, counts: Any) -> None:
+    def _eval_start(self, trainer: TrainerView, desc: str, counts: Any) -> None:
         if not self.is_enabled:
             return
         self._close_eval(trainer, refresh_train=False)
@@ -249,7 +249,7 @@ class ProgressBar(Callback):
             counts = None if any(_total(c) is None for c in counts) else sum(int(c) for c in counts)
         self._eval = self._new_bar(desc, counts, leave=False)
 
-    def _eval_batch(self, trainer: Any) -> None:
+    def _eval_batch(self, trainer: TrainerView) -> None:
         bar = self._eval
         if bar is None:
             return
@@ -259,7 +259,7 @@ class ProgressBar(Callback):
             self._next_draw = now + self.refresh_rate
             bar.show({}, now)
 
-    def _close_eval(self, trainer: Any, refresh_train: bool = True) -> None:
+    def _close_eval(self, trainer: TrainerView, refresh_train: bool = True) -> None:
         if self._eval is not None:
             bar, self._eval = self._eval, None
             bar.close(self._postfix(trainer, with_loss=False) if bar.tqdm is None else {})
@@ -267,49 +267,49 @@ class ProgressBar(Callback):
             # Show fresh validation metrics on the epoch bar right away.
             self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "Validation", getattr(trainer, "num_val_batches", None))
 
-    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._close_eval(trainer)
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "Testing", getattr(trainer, "num_test_batches", None))
 
-    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer)
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         self._close_eval(trainer)
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "Predicting", getattr(trainer, "num_predict_batches", None))
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer)
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         self._close_eval(trainer)
 
     # -- ending ---------------------------------------------------------------------------------------------------
-    def _close_all(self, trainer: Any) -> None:
+    def _close_all(self, trainer: TrainerView) -> None:
         self._close_eval(trainer, refresh_train=False)
         self._close_train(trainer)
         self._outputs = None
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._close_all(trainer)
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         self._close_all(trainer)
 
-    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
         self._close_all(trainer)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["ModelSummary", "SummaryTable", "summarize"]
 
@@ -184,7 +184,7 @@ class ModelSummary(Callback):
         self.max_depth = max_depth
         self.table: SummaryTable | None = None
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         if self.max_depth == 0 or not trainer.is_global_zero:
             return
         accelerator = trainer.accelerator

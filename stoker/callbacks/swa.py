@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.scheduler_config import LRSchedulerConfig
 
 __all__ = ["StochasticWeightAveraging"]
@@ -90,12 +90,12 @@ class StochasticWeightAveraging(Callback):
         self._scheduler_state: dict[str, Any] | None = None
 
     # -- fit boundaries -------------------------------------------------------------------------------------------
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if stage == "fit" and trainer.accelerator.strategy.shards_parameters:
             raise ValueError("StochasticWeightAveraging does not support sharded parameters (FSDP): each process "
                              "holds only a shard of every weight. Use strategy='ddp' or drop the callback.")
 
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         if len(trainer.optimizers) != 1:
             raise ValueError(f"StochasticWeightAveraging works with one optimizer; configure_optimizers returned "
                              f"{len(trainer.optimizers)}.")
@@ -111,7 +111,7 @@ class StochasticWeightAveraging(Callback):
             )
         self._swa_scheduler = None  # configure_optimizers ran again: the new scheduler config needs the switch
 
-    def _first_epoch(self, trainer: Any) -> int:
+    def _first_epoch(self, trainer: TrainerView) -> int:
         max_epochs = trainer.max_epochs
         if max_epochs is None and trainer.max_steps is None:  # neither limit: the Trainer runs one epoch
             max_epochs = 1
@@ -127,28 +127,28 @@ class StochasticWeightAveraging(Callback):
                           f"{max_epochs} epochs: no weights will be averaged.", RuntimeWarning, stacklevel=3)
         return start
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         if trainer.current_epoch >= self.start_epoch:  # a resumed run already inside the averaging epochs
             self._switch_scheduler(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if trainer.current_epoch >= self.start_epoch and self._swa_scheduler is None:
             self._switch_scheduler(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         epoch = trainer.current_epoch
         if epoch >= self.start_epoch and epoch > self._latest_update_epoch and trainer.epoch_finished:
             self._update(module)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         if not self.n_averaged:
             return
         self._transfer(module)
         self._update_batch_norm(trainer, module)
 
     # -- the schedule ---------------------------------------------------------------------------------------------
-    def _switch_scheduler(self, trainer: Any) -> None:
+    def _switch_scheduler(self, trainer: TrainerView) -> None:
         from torch.optim.swa_utils import SWALR
 
         optimizer = trainer.optimizers[0]
@@ -212,7 +212,7 @@ class StochasticWeightAveraging(Callback):
             for name, value in self._average.items():
                 params[name].copy_(value.to(params[name].device))
 
-    def _update_batch_norm(self, trainer: Any, module: nn.Module) -> None:
+    def _update_batch_norm(self, trainer: TrainerView, module: nn.Module) -> None:
         norms = [m for m in module.modules() if isinstance(m, _BatchNorm)]
         loader = getattr(trainer, "train_dataloader", None)
         if not norms or loader is None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["ThroughputMonitor"]
 
@@ -129,7 +129,7 @@ class ThroughputMonitor(Callback):
             return None
         return float(value) if stage == "train" else float(value) / 3
 
-    def _compute(self, trainer: Any, stage: str) -> dict[str, float]:
+    def _compute(self, trainer: TrainerView, stage: str) -> dict[str, float]:
         """Rates since the previous computation of ``stage`` (the device synchronized first) and the totals."""
         accelerator = trainer.accelerator
         device = accelerator.device
@@ -161,21 +161,21 @@ class ThroughputMonitor(Callback):
             values[f"{stage}/device/mfu"] = rates["flops_per_sec"] / self.peak_flops
         return values
 
-    def _log(self, trainer: Any, values: dict[str, float]) -> None:
+    def _log(self, trainer: TrainerView, values: dict[str, float]) -> None:
         self.metrics.update(values)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
 
     # -- training -------------------------------------------------------------------------------------------------
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         meter = self._meters["train"]
         meter.started = None
         meter.resume()
         meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
         self._last_step = trainer.global_step
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._count("train", module, batch)
         step = trainer.global_step
         if step == self._last_step:  # inside an accumulation window: no optimizer step to report yet
@@ -185,54 +185,54 @@ class ThroughputMonitor(Callback):
         if step % every == 0:
             self._log(trainer, self._compute(trainer, "train"))
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._meters["train"].pause()
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         for meter in self._meters.values():
             meter.pause()
 
     # -- evaluation -----------------------------------------------------------------------------------------------
-    def _eval_start(self, trainer: Any, stage: str) -> None:
+    def _eval_start(self, trainer: TrainerView, stage: str) -> None:
         self._meters["train"].pause()  # validation inside fit is not training time
         meter = self._meters[stage]
         meter.resume()
         meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
 
-    def _eval_end(self, trainer: Any, stage: str) -> None:
+    def _eval_end(self, trainer: TrainerView, stage: str) -> None:
         self._log(trainer, self._compute(trainer, stage))
         self._meters[stage].pause()
         if trainer.training or getattr(trainer.state, "fn", None) == "fit":
             self._meters["train"].resume()
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "validate")
 
-    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._count("validate", module, batch)
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._eval_end(trainer, "validate")
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "test")
 
-    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._count("test", module, batch)
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         self._eval_end(trainer, "test")
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._eval_start(trainer, "predict")
 
-    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._count("predict", module, batch)
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         self._eval_end(trainer, "predict")
 
     # -- state ----------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from stoker.callbacks._fit_progress import agreed_any
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["Timer"]
 
@@ -136,34 +136,34 @@ class Timer(Callback):
         if self._start[stage] is not None and self._end[stage] is None:
             self._end[stage] = time.monotonic()
 
-    def on_train_start(self, trainer: Any, module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("train")
 
-    def on_train_end(self, trainer: Any, module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("train")
 
-    def on_validation_start(self, trainer: Any, module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("validate")
 
-    def on_validation_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("validate")
         if self._start["train"] is not None and self._end["train"] is None:  # validation inside fit
             self._check(trainer)
 
-    def on_test_start(self, trainer: Any, module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("test")
 
-    def on_test_end(self, trainer: Any, module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("test")
 
-    def on_predict_start(self, trainer: Any, module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("predict")
 
-    def on_predict_end(self, trainer: Any, module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("predict")
 
     # -- stopping -----------------------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.duration is None or self.interval != "step":
             return
         if not trainer.window_closed:  # inside an accumulation window: never stop between micro-steps
@@ -172,10 +172,10 @@ class Timer(Callback):
             return
         self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         self._check(trainer)
 
-    def _check(self, trainer: Any) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         if self.duration is None or self.stopped or self._start["train"] is None:
             return
         if not agreed_any(trainer, self.time_elapsed("train") >= self.duration.total_seconds()):
@@ -204,7 +204,7 @@ def _check_stage(stage: str) -> str:
     return stage
 
 
-def _save_last(trainer: Any) -> None:
+def _save_last(trainer: TrainerView) -> None:
     """Writes the ``last`` checkpoint now: through the `ModelCheckpoint` if any, else directly."""
     callback = getattr(trainer, "checkpoint_callback", None)
     if callback is not None and hasattr(callback, "save_last_now"):
