@@ -28,9 +28,7 @@ def agreed_mean(trainer: TrainerView, value: float) -> float:
 
 def agreed_any(trainer: TrainerView, flag: bool) -> bool:
     """True on every process when ``flag`` is True on any of them."""
-    if trainer.accelerator.num_processes == 1:
-        return flag
-    return agreed_mean(trainer, 1.0 if flag else 0.0) > 0
+    return trainer.accelerator.strategy.any_process(flag)
 
 
 def fit_validates(trainer: TrainerView) -> bool:

@@ -134,22 +134,9 @@ class ModelCheckpoint(Callback):
         train_time_interval: timedelta | None = None,
         verbose: bool = False,
     ) -> None:
-        if mode not in ("min", "max"):
-            raise ValueError(f"ModelCheckpoint(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
-        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be an int: -1 (all), 0 (none) or k >= 1.")
-        for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"ModelCheckpoint({name}={value!r}) must be None or an int >= 0 (0 or None: off).")
-        if monitor is not None and (not isinstance(monitor, str) or not monitor):
-            raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
-        if not (save_on_train_epoch_end is None or isinstance(save_on_train_epoch_end, bool)):
-            raise ValueError(f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, "
-                             "False or None.")
-        if train_time_interval is not None and (not isinstance(train_time_interval, timedelta)
-                                                or train_time_interval.total_seconds() <= 0):
-            raise ValueError(f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a positive "
-                             "datetime.timedelta, e.g. timedelta(minutes=30), or None.")
+        _check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps,
+                       every_n_epochs=every_n_epochs, monitor=monitor, save_on_train_epoch_end=save_on_train_epoch_end,
+                       train_time_interval=train_time_interval)
         self.auto_insert_metric_name = bool(auto_insert_metric_name)
         self.filename = filename or "{epoch}-{step}"
         try:  # fail now, not after the first epoch, on a template that cannot be filled
@@ -166,17 +153,12 @@ class ModelCheckpoint(Callback):
             every_n_epochs = 0 if self.every_n_train_steps or train_time_interval is not None else 1
         self.every_n_epochs = every_n_epochs or 0
         self.export_weights = export_weights and not save_weights_only  # weights-only folders are the export
-        self.async_save = bool(async_save)
-        self.save_on_train_epoch_end = save_on_train_epoch_end
-        self.save_weights_only = bool(save_weights_only)
-        self.train_time_interval = train_time_interval
-        self.verbose = bool(verbose)
-        self._last_time_save = 0.0
+        self.async_save, self.save_weights_only, self.verbose = bool(async_save), bool(save_weights_only), bool(verbose)
+        self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
         self.best_k_models: dict[str, float] = {}
         self.last_model_path = ""
-        self._last_topk_step = -1
-        self._last_save_step = -1
-        self._last_step_seen = -1  # global_step at the previous train batch's end (or the fit's start)
+        self._last_time_save = 0.0
+        self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._warned_missing = False
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
@@ -224,7 +206,6 @@ class ModelCheckpoint(Callback):
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
             warn_if_earlier_run(self.dirpath)
-        self._last_step_seen = trainer.global_step
         self._last_time_save = time.monotonic()
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
@@ -236,15 +217,16 @@ class ModelCheckpoint(Callback):
                 self._save(trainer)
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # The step triggers count applied optimizer steps, i.e. global_step moving: not a batch inside an accumulation
-        # window, nor one whose step was skipped (fp16 overflow, a non-finite loss), which trainer.window_closed counts.
+        # The step triggers count applied optimizer steps: batches that closed a window (trainer.window_closed) and
+        # moved global_step. A window whose step was skipped (fp16 overflow, a non-finite loss) leaves global_step
+        # at a step that is not due, or that its own batch already saved.
         step = trainer.global_step
-        if step == self._last_step_seen:
+        if not trainer.window_closed:
             return
-        self._last_step_seen = step
-        if self.every_n_train_steps and step % self.every_n_train_steps == 0:
-            self._save(trainer)
-            self._last_time_save = time.monotonic()
+        if self.every_n_train_steps and step and step % self.every_n_train_steps == 0:
+            if step != self._last_save_step:
+                self._save(trainer)
+                self._last_time_save = time.monotonic()
         elif self.train_time_interval is not None and self._time_due(trainer, step):
             self._save(trainer)
 
@@ -330,7 +312,9 @@ class ModelCheckpoint(Callback):
         value = metrics[self.monitor]
         if value is self._last_ranked:
             # The very object ranked before: no validation (or logging) has produced a new value since, e.g.
-            # check_val_every_n_epoch=2. Ranking it again would keep a checkpoint under a stale score.
+            # check_val_every_n_epoch=2. Ranking it again would keep a checkpoint under a stale score. No Trainer
+            # fact says this (validation_count misses a monitored training metric): a newly logged value is a new
+            # object.
             return None
         self._last_ranked = value
         if isinstance(value, torch.Tensor):
@@ -390,3 +374,25 @@ class ModelCheckpoint(Callback):
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
                 f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last})")
 
+
+def _check_options(**options: Any) -> None:
+    """Raises for the first bad constructor option, quoting it: at construction, not after the first epoch."""
+    def count(value: Any, low: int) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+    monitor, interval, when = options["monitor"], options["train_time_interval"], options["save_on_train_epoch_end"]
+    if monitor is not None and (not isinstance(monitor, str) or not monitor):
+        raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
+    off = "must be None or an int >= 0 (0 or None: off)."
+    rules = (
+        ("mode", options["mode"] in ("min", "max"), "is not a mode. Expected 'min' or 'max'."),
+        ("save_top_k", count(options["save_top_k"], -1), "must be an int: -1 (all), 0 (none) or k >= 1."),
+        ("every_n_train_steps", options["every_n_train_steps"] is None or count(options["every_n_train_steps"], 0), off),
+        ("every_n_epochs", options["every_n_epochs"] is None or count(options["every_n_epochs"], 0), off),
+        ("save_on_train_epoch_end", when is None or isinstance(when, bool), "must be True, False or None."),
+        ("train_time_interval", interval is None or (isinstance(interval, timedelta) and interval.total_seconds() > 0),
+         "must be a positive datetime.timedelta, e.g. timedelta(minutes=30), or None."),
+    )
+    for name, ok, rule in rules:
+        if not ok:
+            raise ValueError(f"ModelCheckpoint({name}={options[name]!r}) {rule}")

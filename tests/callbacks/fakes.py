@@ -33,11 +33,19 @@ def published_names() -> frozenset[str]:
         return frozenset(n for n in dir(trainer) if not n.startswith("_"))
 
 
+class FakeStrategy:
+    """One process: every agreement is the process's own value."""
+
+    def any_process(self, flag: bool) -> bool:
+        return bool(flag)
+
+
 class FakeAccelerator:
     """The Accelerator's face as the callbacks see it in one CPU process."""
 
     num_processes = 1
     device = torch.device("cpu")
+    strategy = FakeStrategy()
 
     def wait_for_everyone(self) -> None:
         pass

@@ -20,3 +20,12 @@ def test_a_name_the_trainer_does_not_publish_is_refused(tmp_path):
         fake.epoch_progress = 1
     fake.global_step = 3  # a published name: the test moves the run along
     assert fake.global_step == 3
+
+
+def test_what_callbacks_read_off_the_trainer_is_published_by_it():
+    """``TrainerView`` (the type of every hook's ``trainer``) names only what a real Trainer publishes."""
+    from stoker.callbacks.base import TrainerView
+
+    names = set(TrainerView.__annotations__) | {n for n in vars(TrainerView) if not n.startswith("_")}
+    assert names <= published_names(), sorted(names - published_names())
+    assert {"accelerator", "global_step", "window_closed", "save_checkpoint"} <= names
