@@ -11,6 +11,7 @@ loop.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from stoker.accelerator import Accelerator
     from stoker.loggers import Logger
 
-__all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView"]
+__all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
 NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
@@ -236,3 +237,23 @@ def _hook_names(cls: type) -> tuple[str, ...]:
 #: Every hook, in the order ``Callback`` defines them: ``setup``/``teardown`` and the ``on_*`` hooks. Both a
 #: ``TrainingModule`` and a ``Callback`` may define them (callbacks get ``(trainer, module, ...)`` first).
 HOOKS: tuple[str, ...] = _hook_names(Callback)
+
+
+def evaluation_hooks(stage: str) -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:
+    """The start, batch-end and end hooks of one evaluation ``stage`` (``"validate"``, ``"test"``, ``"predict"``) for
+    a callback that treats the three alike: they call its ``_eval_start(trainer, stage)``,
+    ``_eval_batch(trainer, module, batch, stage)`` and ``_eval_end(trainer, stage)``.
+
+    Example (in a class body): ``on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")``.
+    """
+    def start(self: Any, trainer: TrainerView, module: Any) -> None:
+        self._eval_start(trainer, stage)
+
+    def batch_end(self: Any, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+                  dataloader_idx: int = 0) -> None:
+        self._eval_batch(trainer, module, batch, stage)
+
+    def end(self: Any, trainer: TrainerView, module: Any) -> None:
+        self._eval_end(trainer, stage)
+
+    return start, batch_end, end

@@ -21,9 +21,12 @@ from typing import Any, IO
 
 import torch
 
-from stoker.callbacks.base import Callback, TrainerView
+from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
 
 __all__ = ["ProgressBar"]
+
+_EVAL_BARS = {"validate": ("Validation", "num_val_batches"), "test": ("Testing", "num_test_batches"),
+              "predict": ("Predicting", "num_predict_batches")}  # a bar's title, and the batch counts' attribute
 
 
 def _format_value(value: Any) -> str:
@@ -241,15 +244,17 @@ class ProgressBar(Callback):
             bar.close(self._postfix(trainer, with_loss=True))
 
     # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
-    def _eval_start(self, trainer: TrainerView, desc: str, counts: Any) -> None:
+    def _eval_start(self, trainer: TrainerView, stage: str) -> None:
         if not self.is_enabled:
             return
         self._close_eval(trainer, refresh_train=False)
+        desc, counts_name = _EVAL_BARS[stage]
+        counts = getattr(trainer, counts_name, None)
         if isinstance(counts, (list, tuple)):
             counts = None if any(_total(c) is None for c in counts) else sum(int(c) for c in counts)
         self._eval = self._new_bar(desc, counts, leave=False)
 
-    def _eval_batch(self, trainer: TrainerView) -> None:
+    def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
         bar = self._eval
         if bar is None:
             return
@@ -259,6 +264,9 @@ class ProgressBar(Callback):
             self._next_draw = now + self.refresh_rate
             bar.show({}, now)
 
+    def _eval_end(self, trainer: TrainerView, stage: str) -> None:
+        self._close_eval(trainer)
+
     def _close_eval(self, trainer: TrainerView, refresh_train: bool = True) -> None:
         if self._eval is not None:
             bar, self._eval = self._eval, None
@@ -267,35 +275,9 @@ class ProgressBar(Callback):
             # Show fresh validation metrics on the epoch bar right away.
             self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())
 
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "Validation", getattr(trainer, "num_val_batches", None))
-
-    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
-        self._eval_batch(trainer)
-
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
-        self._close_eval(trainer)
-
-    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "Testing", getattr(trainer, "num_test_batches", None))
-
-    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
-        self._eval_batch(trainer)
-
-    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
-        self._close_eval(trainer)
-
-    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "Predicting", getattr(trainer, "num_predict_batches", None))
-
-    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
-        self._eval_batch(trainer)
-
-    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
-        self._close_eval(trainer)
+    on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
+    on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")
+    on_predict_start, on_predict_batch_end, on_predict_end = evaluation_hooks("predict")
 
     # -- ending ---------------------------------------------------------------------------------------------------
     def _close_all(self, trainer: TrainerView) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks.base import Callback, TrainerView
+from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
 
 __all__ = ["ThroughputMonitor"]
 
@@ -205,35 +205,12 @@ class ThroughputMonitor(Callback):
         if trainer.training or getattr(trainer.state, "fn", None) == "fit":
             self._meters["train"].resume()
 
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "validate")
+    def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
+        self._count(stage, module, batch)
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
-        self._count("validate", module, batch)
-
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_end(trainer, "validate")
-
-    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "test")
-
-    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
-        self._count("test", module, batch)
-
-    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_end(trainer, "test")
-
-    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_start(trainer, "predict")
-
-    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
-        self._count("predict", module, batch)
-
-    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
-        self._eval_end(trainer, "predict")
+    on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
+    on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")
+    on_predict_start, on_predict_batch_end, on_predict_end = evaluation_hooks("predict")
 
     # -- state ----------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
