@@ -26,6 +26,15 @@ def agreed_mean(trainer: TrainerView, value: float) -> float:
     return float(accelerator.reduce(tensor, "mean").item())
 
 
+def monitored_value(value: Any, owner: str) -> float:
+    """A monitored metric as a float (one device-to-host read for a tensor); ``owner`` names the callback."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{owner} needs a scalar metric; got a tensor of shape {tuple(value.shape)}.")
+        return float(value.detach().double().item())
+    return float(value)
+
+
 def agreed_any(trainer: TrainerView, flag: bool) -> bool:
     """True on every process when ``flag`` is True on any of them."""
     return trainer.accelerator.strategy.any_process(flag)

@@ -25,10 +25,8 @@ import warnings
 from datetime import timedelta
 from typing import Any
 
-import torch
-
 from stoker.accelerator import checkpoint_io
-from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates
+from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates, monitored_value
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path,
                                                warn_if_earlier_run)
@@ -169,7 +167,8 @@ class ModelCheckpoint(Callback):
     def state_key(self) -> str:
         # train_time_interval only when set: the keys of checkpoints written before it existed stay valid.
         extra = {} if self.train_time_interval is None else {"train_time_interval": str(self.train_time_interval)}
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode, every_n_train_steps=self.every_n_train_steps,
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode,
+                                        every_n_train_steps=self.every_n_train_steps,
                                         every_n_epochs=self.every_n_epochs, **extra)
 
     @property
@@ -285,7 +284,8 @@ class ModelCheckpoint(Callback):
                 topk_path, evicted = self._admit(metrics, score)
                 if topk_path is not None:
                     self._last_topk_step = step
-        if topk_path is None and (not self.save_last or (step == self._last_save_step and not self._changed_since_save)):
+        unchanged = step == self._last_save_step and not self._changed_since_save
+        if topk_path is None and (not self.save_last or unchanged):
             return  # nothing to keep, or `last` already holds exactly this state
         if self.save_last:
             self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
@@ -317,13 +317,8 @@ class ModelCheckpoint(Callback):
             # object.
             return None
         self._last_ranked = value
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(f"ModelCheckpoint(monitor={self.monitor!r}) needs a scalar; got shape "
-                                 f"{tuple(value.shape)}.")
-            value = value.item()
         # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
-        return agreed_mean(trainer, float(value))
+        return agreed_mean(trainer, monitored_value(value, f"ModelCheckpoint(monitor={self.monitor!r})"))
 
     def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
@@ -383,12 +378,13 @@ def _check_options(**options: Any) -> None:
     monitor, interval, when = options["monitor"], options["train_time_interval"], options["save_on_train_epoch_end"]
     if monitor is not None and (not isinstance(monitor, str) or not monitor):
         raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
+    steps, epochs = options["every_n_train_steps"], options["every_n_epochs"]
     off = "must be None or an int >= 0 (0 or None: off)."
     rules = (
         ("mode", options["mode"] in ("min", "max"), "is not a mode. Expected 'min' or 'max'."),
         ("save_top_k", count(options["save_top_k"], -1), "must be an int: -1 (all), 0 (none) or k >= 1."),
-        ("every_n_train_steps", options["every_n_train_steps"] is None or count(options["every_n_train_steps"], 0), off),
-        ("every_n_epochs", options["every_n_epochs"] is None or count(options["every_n_epochs"], 0), off),
+        ("every_n_train_steps", steps is None or count(steps, 0), off),
+        ("every_n_epochs", epochs is None or count(epochs, 0), off),
         ("save_on_train_epoch_end", when is None or isinstance(when, bool), "must be True, False or None."),
         ("train_time_interval", interval is None or (isinstance(interval, timedelta) and interval.total_seconds() > 0),
          "must be a positive datetime.timedelta, e.g. timedelta(minutes=30), or None."),

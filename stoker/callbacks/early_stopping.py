@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import agreed_mean, fit_validates
+from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value
 from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["EarlyStopping"]
@@ -131,7 +131,8 @@ class EarlyStopping(Callback):
             warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning, stacklevel=2)
             return
         # The mean over processes: each decides the same, even for a metric logged without sync_dist.
-        current = agreed_mean(trainer, _to_float(metrics[self.monitor]))
+        value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")
+        current = agreed_mean(trainer, value)
         previous_best = self.best_score
         should_stop, reason = self._evaluate(current)
         if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
@@ -176,12 +177,5 @@ class EarlyStopping(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
-        self.best_score = _to_float(state_dict["best_score"])
+        self.best_score = monitored_value(state_dict["best_score"], "EarlyStopping")
 
-
-def _to_float(value: Any) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"A monitored metric must be a scalar; got a tensor of shape {tuple(value.shape)}.")
-        return float(value.detach().double().item())
-    return float(value)

@@ -61,8 +61,9 @@ class BasePredictionWriter(Callback):
         return self.write_interval
 
     # -- what subclasses define -----------------------------------------------------------------------------------
-    def write_on_batch_end(self, trainer: TrainerView, module: Any, prediction: Any, batch_indices: Sequence[int] | None,
-                           batch: Any, batch_idx: int, dataloader_idx: int) -> None:
+    def write_on_batch_end(self, trainer: TrainerView, module: Any, prediction: Any,
+                           batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
+                           dataloader_idx: int) -> None:
         """Writes the prediction of one batch (``write_interval`` ``"batch"`` or ``"batch_and_epoch"``)."""
         raise NotImplementedError(
             f"{type(self).__name__}(write_interval={self.write_interval!r}) calls write_on_batch_end after every "

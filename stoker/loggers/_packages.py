@@ -18,5 +18,5 @@ def is_installed(package: str) -> bool:
 def missing_package_error(owner: str, package: str, install: str) -> ModuleNotFoundError:
     """The error for a logger whose backend package is not installed: what is missing and what to install."""
     hint = f"`pip install '{install}'`" + (f" (or `pip install {package}`)" if install != package else "")
-    return ModuleNotFoundError(f"{owner} needs the {package!r} package, which is not installed. Install it with {hint}.",
-                               name=package)
+    return ModuleNotFoundError(
+        f"{owner} needs the {package!r} package, which is not installed. Install it with {hint}.", name=package)

@@ -97,7 +97,8 @@ class WandbLogger(Logger):
             if key in kwargs:
                 raise TypeError(f"WandbLogger(**kwargs) got {key!r}, which the logger sets itself; pass it "
                                 "as the logger's own argument (resume: pass id=... of the run).")
-        super().__init__(dir if dir is not None else save_dir, project or "stoker_logs", id if id is not None else version)
+        super().__init__(dir if dir is not None else save_dir, project or "stoker_logs",
+                         id if id is not None else version)
         check_log_folder(self)  # a file in the way fails now, not after an epoch of training
         self._display_name = name
         self._offline = offline
