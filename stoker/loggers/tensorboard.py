@@ -9,7 +9,7 @@ stay cheap.
 Why scalars are held and handed over in batches: each event given to ``SummaryWriter`` wakes its writer thread,
 which then competes with the training thread for the interpreter lock. One hand-over per ``log_metrics`` call
 cost ~250 us of training time (benchmarks/step_times.py, tiny-300 at the default ``log_every_n_steps=50``:
-~2.6 ms per 300-step epoch, ~2.4% of a step); handing ``max_queue`` of them over at once brings that to one wake-up
+~2.6 ms per 300-step epoch, ~2.3% of its time); handing ``max_queue`` of them over at once brings that to one wake-up
 per ``max_queue`` calls. Scalars are handed over when ``max_queue`` are held, when ``flush_secs`` have passed
 since the last hand-over, at ``flush``/``finalize``, before anything else is written, and at interpreter exit.
 """
