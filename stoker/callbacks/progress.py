@@ -113,12 +113,11 @@ class _Bar:
             self._line(postfix, now)
 
     def close(self, postfix: Mapping[str, str]) -> None:
-        if self.tqdm is not None:
-            self.tqdm.set_postfix(postfix, refresh=False)
-            self.tqdm.update(self.n - self.tqdm.n)
-            self.tqdm.close()
-        else:
+        if self.tqdm is None:
             self._line(postfix, time.monotonic())
+        else:
+            self.show(postfix, time.monotonic())
+            self.tqdm.close()
 
     def _line(self, postfix: Mapping[str, str], now: float) -> None:
         self.last_line = now

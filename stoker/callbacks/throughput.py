@@ -50,6 +50,11 @@ class _Meter:
         if self.started is None:
             self.started = time.perf_counter()
 
+    def read(self) -> tuple[float, int, int, int, float] | None:
+        """Takes a new reading; returns the previous one (None at the first)."""
+        previous, self.last = self.last, (self.elapsed(), self.batches, self.samples, self.items, self.flops)
+        return previous
+
 
 class ThroughputMonitor(Callback):
     """Measures training (and evaluation) throughput and logs it through the Trainer's loggers.
@@ -136,9 +141,8 @@ class ThroughputMonitor(Callback):
         if device.type == "cuda":  # the clock must see the work queued so far finish
             torch.cuda.synchronize(device)
         meter = self._meters[stage]
-        now = meter.elapsed()
-        reading = (now, meter.batches, meter.samples, meter.items, meter.flops)
-        previous, meter.last = meter.last, reading
+        previous = meter.read()
+        now = meter.last[0]
         values: dict[str, float] = {f"{stage}/time": now, f"{stage}/batches": float(meter.batches),
                                     f"{stage}/samples": float(meter.samples)}
         if self.length_fn is not None:
@@ -172,7 +176,7 @@ class ThroughputMonitor(Callback):
         meter = self._meters["train"]
         meter.started = None
         meter.resume()
-        meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
+        meter.read()
         self._last_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -197,7 +201,7 @@ class ThroughputMonitor(Callback):
         self._meters["train"].pause()  # validation inside fit is not training time
         meter = self._meters[stage]
         meter.resume()
-        meter.last = (meter.elapsed(), meter.batches, meter.samples, meter.items, meter.flops)
+        meter.read()
 
     def _eval_end(self, trainer: TrainerView, stage: str) -> None:
         self._log(trainer, self._compute(trainer, stage))

@@ -200,6 +200,11 @@ def share_version(loggers: list[Logger]) -> None:
             logger.join_version_group(group)
 
 
+def prefixed(key: str, prefix: str) -> str:
+    """A metric's name as a logger with ``prefix`` writes it: ``"{prefix}-{key}"`` (Lightning's separator)."""
+    return f"{prefix}-{key}" if prefix else key
+
+
 def _checked_version(version: Any) -> int | str:
     if isinstance(version, bool) or not isinstance(version, (int, str)):
         raise TypeError(

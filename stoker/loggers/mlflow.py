@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, flatten_params, params_to_dict, to_scalars
+from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["MLFlowLogger"]
 
 VERSION_TAG = "stoker.version"  # the shared version number of the run, as a tag (MLflow has no version folders)
-_JOIN = "-"  # prefix separator, as in Lightning
 _BAD_KEY_CHARS = re.compile(r"[^\w\-. :/]")  # what MLflow accepts in metric and param names
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_LEN = 1000, 100, 6000  # MLflow's per-request limits
 _STATUS = {"success": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
@@ -223,8 +222,7 @@ class MLFlowLogger(Logger):
         self._finished = True
 
     def _key(self, key: str) -> str:
-        key = f"{self._prefix}{_JOIN}{key}" if self._prefix else key
-        return _BAD_KEY_CHARS.sub("_", key)
+        return _BAD_KEY_CHARS.sub("_", prefixed(key, self._prefix))
 
     def _log_batch(self, run_id: str, **entries: Any) -> None:
         if self._synchronous is None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
-                                 to_scalars, write_hparams_yaml)
+                                 prefixed, to_scalars, write_hparams_yaml)
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -180,7 +180,7 @@ class TensorBoardLogger(Logger):
 
     def _prefixed(self, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` under the names they are written with (``"{prefix}-{name}"`` with a prefix)."""
-        return {f"{self._prefix}-{key}": value for key, value in values.items()} if self._prefix else values
+        return {prefixed(key, self._prefix): value for key, value in values.items()}
 
     def _write_scalars(self, values: dict[str, float | int], step: int) -> None:
         values = self._prefixed(values)

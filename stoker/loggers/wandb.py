@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict
+from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, prefixed
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
 
 __all__ = ["WandbLogger"]
 
-_JOIN = "-"  # prefix separator, as in Lightning
 
 
 class WandbLogger(Logger):
@@ -165,7 +164,7 @@ class WandbLogger(Logger):
                                  "first) or wrap it in a W&B type such as wandb.Histogram.")
             elif isinstance(value, numbers.Number) and hasattr(value, "item"):
                 value = value.item()  # NumPy scalars
-            values[f"{self._prefix}{_JOIN}{key}" if self._prefix else str(key)] = value
+            values[prefixed(str(key), self._prefix)] = value
         if values:
             self.experiment.log(values, step=self._resolve_step(step))
 
