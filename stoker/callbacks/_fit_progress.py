@@ -4,14 +4,17 @@ The Trainer publishes ``fitting``, ``window_closed``, ``epoch_finished`` and ``v
 those. This module owns the two questions left: does this fit validate at all (validation batches and a module
 whose class defines ``validation_step``), and what value do all processes agree on? Decisions that change the run
 (stop, save) must be the same on every process, or one process waits forever in a collective the others never
-enter.
+enter; the agreement itself is the engine's (``accelerator.reduce``, the strategy's ``any_process``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from stoker.callbacks.base import TrainerView
 
 
 def agreed_mean(trainer: TrainerView, value: float) -> float:

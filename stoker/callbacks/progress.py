@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, IO
+from typing import IO, Any
 
 import torch
 

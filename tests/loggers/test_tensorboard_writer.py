@@ -15,7 +15,9 @@ def _event_files(log_dir):
 
 
 def _records(path):
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.backend.event_processing.event_file_loader import (
+        LegacyEventFileLoader,
+    )
 
     return list(LegacyEventFileLoader(path).Load())  # the events as written (no migration)
 
