@@ -32,30 +32,53 @@ class TrainerView(Protocol):
     below the Trainer in the layers and never import it.
     """
 
-    accelerator: Accelerator
-    module: Any
-    loggers: list[Logger]
-    optimizers: list[torch.optim.Optimizer]
-    lr_scheduler_configs: list[Any]
-    callback_metrics: dict[str, Any]
-    num_val_batches: list[int | float]
-    default_root_dir: str
-    state: Any  # .fn: "fit", "validate", "test" or "predict"
-    global_step: int
-    current_epoch: int
-    max_epochs: int | None
-    max_steps: int
-    log_every_n_steps: int
-    estimated_stepping_batches: int | float
-    accumulate: int
-    should_stop: bool
-    is_global_zero: bool
-    training: bool
-    sanity_checking: bool
-    fitting: bool
-    window_closed: bool
-    epoch_finished: bool
-    validation_count: int
+    should_stop: bool  # callbacks set it to end the fit
+    accumulate: int  # micro-batches per optimizer step; GradientAccumulationScheduler sets it
+
+    @property
+    def accelerator(self) -> Accelerator: ...
+    @property
+    def module(self) -> Any: ...
+    @property
+    def loggers(self) -> list[Logger]: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def lr_scheduler_configs(self) -> list[Any]: ...
+    @property
+    def callback_metrics(self) -> dict[str, Any]: ...
+    @property
+    def num_val_batches(self) -> list[int | float]: ...
+    @property
+    def default_root_dir(self) -> str: ...
+    @property
+    def state(self) -> Any: ...  # .fn: "fit", "validate", "test" or "predict"
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def max_epochs(self) -> int | None: ...
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def log_every_n_steps(self) -> int: ...
+    @property
+    def estimated_stepping_batches(self) -> int | float: ...
+    @property
+    def is_global_zero(self) -> bool: ...
+    @property
+    def training(self) -> bool: ...
+    @property
+    def sanity_checking(self) -> bool: ...
+    @property
+    def fitting(self) -> bool: ...
+    @property
+    def window_closed(self) -> bool: ...
+    @property
+    def epoch_finished(self) -> bool: ...
+    @property
+    def validation_count(self) -> int: ...
 
     def save_checkpoint(self, path: str | os.PathLike) -> str: ...
 
@@ -91,7 +114,7 @@ class Callback:
 
     def _generate_state_key(self, **kwargs: Any) -> str:
         """``"ClassName{'monitor': 'val/loss', ...}"``: a state key that tells instances apart by their arguments."""
-        return f"{type(self).__qualname__}{repr(dict(sorted(kwargs.items())))}"
+        return f"{type(self).__qualname__}{dict(sorted(kwargs.items()))!r}"
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (tensors, numbers, strings, None, lists, dicts)."""

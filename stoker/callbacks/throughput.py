@@ -28,6 +28,9 @@ __all__ = ["ThroughputMonitor"]
 _STAGES = ("train", "validate", "test", "predict")
 
 
+_Reading = tuple[float, int, int, int, float]  # time, batches, samples, items, flops
+
+
 class _Meter:
     """Counts of one stage and the reading (time, counts) taken at the previous computation."""
 
@@ -36,7 +39,7 @@ class _Meter:
         self.batches = self.samples = self.items = 0
         self.flops = 0.0
         self.started: float | None = None  # perf_counter when the current stretch of timing began
-        self.last: tuple[float, int, int, int, float] | None = None
+        self.last: _Reading | None = None
 
     def elapsed(self) -> float:
         return self.time + (time.perf_counter() - self.started if self.started is not None else 0.0)
@@ -50,10 +53,10 @@ class _Meter:
         if self.started is None:
             self.started = time.perf_counter()
 
-    def read(self) -> tuple[float, int, int, int, float] | None:
-        """Takes a new reading; returns the previous one (None at the first)."""
+    def read(self) -> tuple[_Reading | None, _Reading]:
+        """Takes a new reading; returns the previous one (None at the first) and the new one."""
         previous, self.last = self.last, (self.elapsed(), self.batches, self.samples, self.items, self.flops)
-        return previous
+        return previous, self.last
 
 
 class ThroughputMonitor(Callback):
@@ -141,8 +144,7 @@ class ThroughputMonitor(Callback):
         if device.type == "cuda":  # the clock must see the work queued so far finish
             torch.cuda.synchronize(device)
         meter = self._meters[stage]
-        previous = meter.read()
-        now = meter.last[0]
+        previous, (now, *_) = meter.read()
         values: dict[str, float] = {f"{stage}/time": now, f"{stage}/batches": float(meter.batches),
                                     f"{stage}/samples": float(meter.samples)}
         if self.length_fn is not None:
