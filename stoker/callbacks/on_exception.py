@@ -72,7 +72,7 @@ class OnExceptionCheckpoint(Callback):
         self._training = True  # from here on the prepared state is complete enough to save
 
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
-        if getattr(trainer.state, "fn", None) != "fit":
+        if not trainer.fitting:
             return
         self._failed = True
         if not self._training or isinstance(exception, SystemExit):

@@ -208,7 +208,7 @@ class ThroughputMonitor(Callback):
     def _eval_end(self, trainer: TrainerView, stage: str) -> None:
         self._log(trainer, self._compute(trainer, stage))
         self._meters[stage].pause()
-        if trainer.training or getattr(trainer.state, "fn", None) == "fit":
+        if trainer.training or trainer.fitting:
             self._meters["train"].resume()
 
     def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
