@@ -45,9 +45,9 @@ def agreed_any(trainer: TrainerView, flag: bool) -> bool:
 
 def fit_validates(trainer: TrainerView) -> bool:
     """True when the fit has validation batches and a module whose class defines ``validation_step``."""
-    if not any(getattr(trainer, "num_val_batches", None) or []):
+    if not any(trainer.num_val_batches):
         return False
-    module = getattr(trainer, "module", None)
+    module = trainer.module
     return module is None or defines(module, "validation_step")
 
 

@@ -70,7 +70,7 @@ class GradientAccumulationScheduler(Callback):
             raise RuntimeError("GradientAccumulationScheduler needs automatic optimization: with "
                                "automatic_optimization = False the module steps its optimizers itself. Remove the "
                                "callback, or accumulate in training_step.")
-        if getattr(trainer, "accumulate", 1) != 1:
+        if trainer.accumulate != 1:
             raise ValueError(f"Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler both set "
                              "the accumulation: remove accumulate from the Trainer (the schedule's epoch 0 entry "
                              "sets the start) or remove the callback.")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from stoker.accelerator import Accelerator
+    from stoker.callbacks.checkpoint import ModelCheckpoint
     from stoker.loggers import Logger
 
 __all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
@@ -48,7 +49,13 @@ class TrainerView(Protocol):
     @property
     def callback_metrics(self) -> dict[str, Any]: ...
     @property
+    def num_training_batches(self) -> int | float: ...
+    @property
     def num_val_batches(self) -> list[int | float]: ...
+    @property
+    def progress_bar_metrics(self) -> dict[str, Any]: ...
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None: ...
     @property
     def default_root_dir(self) -> str: ...
     @property

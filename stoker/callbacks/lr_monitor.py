@@ -65,8 +65,7 @@ class LearningRateMonitor(Callback):
         return self._generate_state_key(logging_interval=self.logging_interval)
 
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
-        loggers = getattr(trainer, "loggers", None)
-        if not loggers and trainer.is_global_zero:
+        if not trainer.loggers and trainer.is_global_zero:
             raise RuntimeError(
                 "LearningRateMonitor has no logger to write to: the Trainer was built with logger=False. "
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."
@@ -74,7 +73,7 @@ class LearningRateMonitor(Callback):
         self._targets = self._plan(trainer)
 
     def _plan(self, trainer: TrainerView) -> list[tuple[Any, str, str]]:
-        configs = list(getattr(trainer, "lr_scheduler_configs", None) or [])
+        configs = trainer.lr_scheduler_configs
         seen: dict[str, int] = defaultdict(int)
         targets = []
         for optimizer in trainer.optimizers:
@@ -96,8 +95,7 @@ class LearningRateMonitor(Callback):
 
     def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
         # The step this update will complete; the Trainer logs its loss at the same x.
-        every = max(int(getattr(trainer, "log_every_n_steps", 1) or 1), 1)
-        if (trainer.global_step + 1) % every == 0:
+        if (trainer.global_step + 1) % trainer.log_every_n_steps == 0:
             self._log(trainer, "step", only=optimizer)
 
     def _log(self, trainer: TrainerView, interval: str, only: Any = None) -> None:

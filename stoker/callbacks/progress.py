@@ -52,21 +52,20 @@ def _total(value: Any) -> int | None:
 
 def _epoch_total(trainer: TrainerView, done: int) -> int | float | None:
     """Batches this epoch will run: its length, or fewer when ``max_steps`` ends the run inside it."""
-    total = _total(getattr(trainer, "num_training_batches", None))
-    max_steps = getattr(trainer, "max_steps", None)
+    total = _total(trainer.num_training_batches)
+    max_steps = trainer.max_steps
     if max_steps is None:
         return total
     # Windows start at the epoch's first batch, so from a step boundary each remaining step takes `accumulate`
     # batches (an fp16 step skipped for overflow takes more: the bar is then made full when the run ends).
-    by_steps = done + max(0, max_steps - int(trainer.global_step)) * int(getattr(trainer, "accumulate", 1))
+    by_steps = done + max(0, max_steps - trainer.global_step) * trainer.accumulate
     return by_steps if total is None else min(total, by_steps)
 
 
 def _run_ends_mid_epoch(trainer: TrainerView, bar: _Bar) -> bool:
     """Whether the run stops with this epoch unfinished (``max_steps``, ``should_stop``, a `Timer`)."""
-    max_steps = getattr(trainer, "max_steps", None)
-    stopping = bool(getattr(trainer, "should_stop", False)) or (
-        max_steps is not None and trainer.global_step >= max_steps)
+    max_steps = trainer.max_steps
+    stopping = trainer.should_stop or (max_steps is not None and trainer.global_step >= max_steps)
     return stopping and (bar.total is None or bar.n != bar.total)
 
 
@@ -203,7 +202,7 @@ class ProgressBar(Callback):
     def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, str]:
         postfix: dict[str, str] = {}
         outputs = self._outputs
-        metrics = getattr(trainer, "progress_bar_metrics", None) or {}
+        metrics = trainer.progress_bar_metrics
         if with_loss:
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if isinstance(loss, (torch.Tensor, float, int)) and not _logged(loss, metrics.values()):

@@ -187,7 +187,7 @@ class ThroughputMonitor(Callback):
         if step == self._last_step:  # inside an accumulation window: no optimizer step to report yet
             return
         self._last_step = step
-        every = self.log_every_n_steps or max(int(getattr(trainer, "log_every_n_steps", 1) or 1), 1)
+        every = self.log_every_n_steps or trainer.log_every_n_steps
         if step % every == 0:
             self._log(trainer, self._compute(trainer, "train"))
 

@@ -206,8 +206,8 @@ def _check_stage(stage: str) -> str:
 
 def _save_last(trainer: TrainerView) -> None:
     """Writes the ``last`` checkpoint now: through the `ModelCheckpoint` if any, else directly."""
-    callback = getattr(trainer, "checkpoint_callback", None)
-    if callback is not None and hasattr(callback, "save_last_now"):
+    callback = trainer.checkpoint_callback
+    if callback is not None:
         callback.save_last_now(trainer)
     else:
         trainer.save_checkpoint(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints", "last"))

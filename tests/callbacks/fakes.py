@@ -85,7 +85,7 @@ class FakeTrainer:
         self.should_stop, self.is_global_zero = False, True
         self.num_training_batches, self.num_val_batches = 4, []
         self.loggers, self.optimizers, self.lr_scheduler_configs = [], [], []
-        self.log_every_n_steps = 1
+        self.log_every_n_steps, self.max_steps, self.accumulate = 1, None, 1
         self.accelerator, self.module = FakeAccelerator(), FakeModule()
         self.training, self.validating = True, False
         # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
