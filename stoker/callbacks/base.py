@@ -18,13 +18,19 @@ if TYPE_CHECKING:
     import torch
 
     from stoker.accelerator import Accelerator
-    from stoker.callbacks.checkpoint import ModelCheckpoint
     from stoker.loggers import Logger
 
 __all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
 NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
+
+
+class LastSaver(Protocol):
+    """What `Timer` needs of the Trainer's ``checkpoint_callback`` (a `ModelCheckpoint`, not imported here: it
+    imports this module)."""
+
+    def save_last_now(self, trainer: TrainerView) -> str: ...
 
 
 class TrainerView(Protocol):
@@ -55,7 +61,7 @@ class TrainerView(Protocol):
     @property
     def progress_bar_metrics(self) -> dict[str, Any]: ...
     @property
-    def checkpoint_callback(self) -> ModelCheckpoint | None: ...
+    def checkpoint_callback(self) -> LastSaver | None: ...  # the first ModelCheckpoint
     @property
     def default_root_dir(self) -> str: ...
     @property
