@@ -23,13 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import (
-    Logger,
-    flatten_params,
-    params_to_dict,
-    prefixed,
-    to_scalars,
-)
+from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -138,9 +132,7 @@ class MLFlowLogger(Logger):
     def experiment(self) -> MlflowClient:
         """The logger's ``MlflowClient`` (for what the logger does not wrap: ``log_artifact``, ``set_tag``...)."""
         if self._client is None:
-            from mlflow.tracking import (
-                MlflowClient,  # lazy on purpose: see the module docstring
-            )
+            from mlflow.tracking import MlflowClient  # lazy on purpose: see the module docstring
 
             if self._default_store:
                 os.makedirs(self._save_dir, exist_ok=True)

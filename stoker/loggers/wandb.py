@@ -17,19 +17,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import (
-    Logger,
-    check_log_folder,
-    flatten_params,
-    params_to_dict,
-    prefixed,
-)
+from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, prefixed
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
 
 __all__ = ["WandbLogger"]
-
 
 
 class WandbLogger(Logger):
