@@ -5,7 +5,7 @@ The Trainer layer (Trainer, TrainingModule, callbacks, loggers) is imported on f
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .accelerator import (
     AcceleratedOptimizer,
@@ -79,3 +79,15 @@ __all__ = [
     "FSDPStrategy",
     "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed", *_LAZY,
 ]
+
+
+if TYPE_CHECKING:  # PEP 562's lazy names are invisible to type checkers and to the docs' API reference: name them
+    from stoker.callbacks import (
+        BasePredictionWriter, Callback, EarlyStopping, GradientAccumulationScheduler, LearningRateMonitor,
+        ModelCheckpoint, ModelSummary, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging,
+        ThroughputMonitor, Timer, TQDMProgressBar,
+    )
+    from stoker.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
+    from stoker.trainer import LightningModule, Trainer, TrainingModule
+    from stoker.trainer.datamodule import DataModule, LightningDataModule
+    from stoker.trainer.seed import seed_everything
