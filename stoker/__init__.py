@@ -81,13 +81,19 @@ __all__ = [
 ]
 
 
-if TYPE_CHECKING:  # PEP 562's lazy names are invisible to type checkers and to the docs' API reference: name them
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
     from stoker.callbacks import (
-        BasePredictionWriter, Callback, EarlyStopping, GradientAccumulationScheduler, LearningRateMonitor,
-        ModelCheckpoint, ModelSummary, OnExceptionCheckpoint, ProgressBar, StochasticWeightAveraging,
-        ThroughputMonitor, Timer, TQDMProgressBar,
+        BasePredictionWriter as BasePredictionWriter, Callback as Callback, EarlyStopping as EarlyStopping,
+        GradientAccumulationScheduler as GradientAccumulationScheduler, LearningRateMonitor as LearningRateMonitor,
+        ModelCheckpoint as ModelCheckpoint, ModelSummary as ModelSummary,
+        OnExceptionCheckpoint as OnExceptionCheckpoint, ProgressBar as ProgressBar,
+        StochasticWeightAveraging as StochasticWeightAveraging, ThroughputMonitor as ThroughputMonitor, Timer as Timer,
+        TQDMProgressBar as TQDMProgressBar,
     )
-    from stoker.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
-    from stoker.trainer import LightningModule, Trainer, TrainingModule
-    from stoker.trainer.datamodule import DataModule, LightningDataModule
-    from stoker.trainer.seed import seed_everything
+    from stoker.loggers import (
+        CSVLogger as CSVLogger, Logger as Logger, MLFlowLogger as MLFlowLogger, TensorBoardLogger as TensorBoardLogger,
+        WandbLogger as WandbLogger,
+    )
+    from stoker.trainer import LightningModule as LightningModule, Trainer as Trainer, TrainingModule as TrainingModule
+    from stoker.trainer.datamodule import DataModule as DataModule, LightningDataModule as LightningDataModule
+    from stoker.trainer.seed import seed_everything as seed_everything

@@ -45,10 +45,10 @@ __all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint"
            "Timer", *_LAZY]
 
 
-if TYPE_CHECKING:  # PEP 562's lazy names are invisible to type checkers and to the docs' API reference: name them
-    from stoker.callbacks.accumulation_scheduler import GradientAccumulationScheduler
-    from stoker.callbacks.on_exception import OnExceptionCheckpoint
-    from stoker.callbacks.prediction_writer import BasePredictionWriter
-    from stoker.callbacks.summary import ModelSummary
-    from stoker.callbacks.swa import StochasticWeightAveraging
-    from stoker.callbacks.throughput import ThroughputMonitor
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.callbacks.accumulation_scheduler import GradientAccumulationScheduler as GradientAccumulationScheduler
+    from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
+    from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
+    from stoker.callbacks.summary import ModelSummary as ModelSummary
+    from stoker.callbacks.swa import StochasticWeightAveraging as StochasticWeightAveraging
+    from stoker.callbacks.throughput import ThroughputMonitor as ThroughputMonitor

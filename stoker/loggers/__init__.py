@@ -212,6 +212,6 @@ def _entry(name: Any, argument: str) -> _Entry:
     return _REGISTRY[key]
 
 
-if TYPE_CHECKING:  # PEP 562's lazy names are invisible to type checkers and to the docs' API reference: name them
-    from stoker.loggers.mlflow import MLFlowLogger
-    from stoker.loggers.wandb import WandbLogger
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.loggers.mlflow import MLFlowLogger as MLFlowLogger
+    from stoker.loggers.wandb import WandbLogger as WandbLogger
