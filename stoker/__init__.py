@@ -5,7 +5,7 @@ The Trainer layer (Trainer, TrainingModule, callbacks, loggers) is imported on f
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .accelerator import (
     AcceleratedOptimizer,
@@ -79,3 +79,21 @@ __all__ = [
     "FSDPStrategy",
     "ProjectConfiguration", "load_checkpoint_in_model", "send_to_device", "set_seed", *_LAZY,
 ]
+
+
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.callbacks import (
+        BasePredictionWriter as BasePredictionWriter, Callback as Callback, EarlyStopping as EarlyStopping,
+        GradientAccumulationScheduler as GradientAccumulationScheduler, LearningRateMonitor as LearningRateMonitor,
+        ModelCheckpoint as ModelCheckpoint, ModelSummary as ModelSummary,
+        OnExceptionCheckpoint as OnExceptionCheckpoint, ProgressBar as ProgressBar,
+        StochasticWeightAveraging as StochasticWeightAveraging, ThroughputMonitor as ThroughputMonitor, Timer as Timer,
+        TQDMProgressBar as TQDMProgressBar,
+    )
+    from stoker.loggers import (
+        CSVLogger as CSVLogger, Logger as Logger, MLFlowLogger as MLFlowLogger, TensorBoardLogger as TensorBoardLogger,
+        WandbLogger as WandbLogger,
+    )
+    from stoker.trainer import LightningModule as LightningModule, Trainer as Trainer, TrainingModule as TrainingModule
+    from stoker.trainer.datamodule import DataModule as DataModule, LightningDataModule as LightningDataModule
+    from stoker.trainer.seed import seed_everything as seed_everything

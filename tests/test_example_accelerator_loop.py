@@ -46,21 +46,3 @@ def test_example_runs_and_learns_in_full_precision_and_fp16(session_launches: La
         steps = int(re.findall(r"optimizer steps so far: (\d+)", out)[-1])
         assert steps == 24 if mp == "no" else 20 <= steps <= 24, out
 
-
-README = SCRIPT.parents[1] / "README.md"
-
-
-def test_readme_quickstart_runs(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001 - pytest fixture
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    code = next(b for b in blocks if "accelerator.prepare(" in b and '"my_model"' in b)  # the Accelerator one
-    monkeypatch.chdir(tmp_path)  # it saves "my_model" in the working directory
-    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
-    assert (tmp_path / "my_model" / "model.safetensors").is_file()
-
-
-def test_readme_test_command_is_the_one_ci_runs() -> None:
-    command = 'pip install -e ".[test]" && python -m pytest -q'
-    ci = (SCRIPT.parents[1] / ".ci" / "run").read_text()
-    assert command in README.read_text()
-    assert any(line.strip() == command for line in ci.splitlines())
-    assert "pip install -e . && python examples/char_lm.py" in README.read_text()

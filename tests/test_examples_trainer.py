@@ -43,17 +43,3 @@ def test_train_regression(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     regression.main(["--root", str(tmp_path), "--epochs", "9", "--samples", "256"])  # resumes from `last`
     assert "epoch 9, 63 steps" in capsys.readouterr().out
 
-
-def test_readme_trainer_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture) -> None:
-    import re
-
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme.split("## Trainer quickstart", 1)[1]
-    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
-    assert "after 21 optimizer steps" in capsys.readouterr().out  # 14 micro-batches per epoch, windows of 2
-    assert (tmp_path / "runs" / "quick" / "checkpoints" / "last").is_dir()
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # resumes: max_epochs already reached
-    assert "after 21 optimizer steps" in capsys.readouterr().out

@@ -9,7 +9,7 @@ imported on first use. None of them imports tqdm, tensorboard or torchmetrics at
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint import ModelCheckpoint
@@ -43,3 +43,12 @@ def __dir__() -> list[str]:
 
 __all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "TQDMProgressBar",
            "Timer", *_LAZY]
+
+
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.callbacks.accumulation_scheduler import GradientAccumulationScheduler as GradientAccumulationScheduler
+    from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
+    from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
+    from stoker.callbacks.summary import ModelSummary as ModelSummary
+    from stoker.callbacks.swa import StochasticWeightAveraging as StochasticWeightAveraging
+    from stoker.callbacks.throughput import ThroughputMonitor as ThroughputMonitor

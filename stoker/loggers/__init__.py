@@ -17,7 +17,7 @@ import importlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, share_version
@@ -210,3 +210,8 @@ def _entry(name: Any, argument: str) -> _Entry:
             + ", a stoker Logger instance, or a list of these."
         )
     return _REGISTRY[key]
+
+
+if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.loggers.mlflow import MLFlowLogger as MLFlowLogger
+    from stoker.loggers.wandb import WandbLogger as WandbLogger
