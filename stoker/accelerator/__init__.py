@@ -15,7 +15,7 @@ from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .fsdp import FSDPStrategy
-from .launch import describe_failures, ensure_processes, resolve_num_processes
+from .launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
 from .operations import send_to_device, set_seed
 from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .precision import parse_precision
@@ -33,7 +33,7 @@ __all__ = [
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",
     "ensure_processes",
-    "resolve_num_processes", "restore_rng_state",
+    "resolve_num_processes", "restore_rng_state", "run_outcome",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",
 ]

@@ -193,17 +193,29 @@ def describe_failures(failures: Mapping[int, Any]) -> tuple[str, int]:
     usually the launcher stopping the others after the first failure: ``"rank 1 (exit code 7), rank 0 (stopped by
     signal 15)"``. The status is the first own failure's exit code, else 128 + the signal.
     """
-    def own(item: tuple[int, Any]) -> bool:
+    def order(item: tuple[int, Any]) -> tuple[int, int]:
         code = item[1].exitcode
-        return isinstance(code, int) and code > 0
+        if isinstance(code, int) and code > 0:
+            return 0, item[0]  # failed on its own
+        # SIGTERM is how the launcher stops the others: a worker killed by another signal (SIGKILL: the OOM
+        # killer, an operator) is the cause, whatever its rank.
+        return (2 if code == -signal.SIGTERM else 1), item[0]
 
-    ordered = sorted(failures.items(), key=lambda item: (not own(item), item[0]))
+    ordered = sorted(failures.items(), key=order)
     parts = []
     for rank, failure in ordered:
         code = failure.exitcode
         stopped = isinstance(code, int) and code < 0
         parts.append(f"rank {rank} (stopped by signal {-code})" if stopped else f"rank {rank} (exit code {code})")
     return ", ".join(parts), _status(ordered[0][1].exitcode) if ordered else 1
+
+
+def run_outcome(status: int) -> str:
+    """How a launcher reports a run whose status is ``status``: a worker that exited with 128 + a signal the
+    Trainer handles (it saved and stopped, e.g. after a scheduler's SIGTERM) *stopped*; anything else *failed*."""
+    if status > 128 and status - 128 in FORWARDED:
+        return f"stopped on {signal.Signals(status - 128).name} (exit code {status})"
+    return "failed"
 
 
 def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
@@ -239,7 +251,8 @@ def launch_script(num_processes: int, *, max_restarts: int = 0) -> NoReturn:
                       f"{code}.", file=sys.stderr, flush=True)
             else:
                 ranks, code = describe_failures(error.failures)
-                print(f"stoker: the {num_processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
+                print(f"stoker: the {num_processes}-process run {run_outcome(code)}: {ranks}.", file=sys.stderr,
+                      flush=True)
             raise SystemExit(code) from None
         except SignalException as signal_:  # SIGHUP/SIGQUIT: torch's launcher stopped the workers
             print(f"stoker: stopped by signal {int(signal_.sigval)}; the workers were asked to stop.",

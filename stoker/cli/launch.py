@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from ..accelerator import check_accumulation_steps, describe_failures
+from ..accelerator import check_accumulation_steps, describe_failures, run_outcome
 
 __all__ = ["add_parser", "launch_environment", "resolve", "run", "torchrun_args"]
 
@@ -200,7 +200,8 @@ def _run_torchrun(argv: list[str], processes: int) -> int:
         torchrun(parse_args(argv))
     except ChildFailedError as error:
         ranks, code = describe_failures(error.failures)  # a rank that failed on its own first
-        print(f"stoker launch: the {processes}-process run failed: {ranks}.", file=sys.stderr, flush=True)
+        print(f"stoker launch: the {processes}-process run {run_outcome(code)}: {ranks}.", file=sys.stderr,
+              flush=True)
         return code
     except SignalException as signal_:  # torch's agent has already sent the signal to every worker
         print(f"stoker launch: stopped by signal {int(signal_.sigval)}; the workers were sent it too.",

@@ -34,6 +34,9 @@ MODES = ("raise", "skip", "warn")
 # Losses held before they are looked at regardless of the logging cadence: bounds memory (a 0-d device tensor
 # each) for runs that log rarely, at the cost of one device->host read per this many micro-batches.
 _MAX_PENDING = 1024
+# "skip": a loss that stays non-finite would skip every step and never reach max_steps; this many skips in a row end
+# the run with an error (a transient NaN skips a few steps at most).
+MAX_SKIPS_IN_A_ROW = 100
 
 
 def check_mode(value: Any) -> str:
@@ -54,12 +57,20 @@ class NonFiniteLoss:
         >>> guard.check(trainer)                             # at log time: raises if any was NaN/inf
     """
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW) -> None:
         self.mode = check_mode(mode)
+        if isinstance(max_skips_in_a_row, bool) or not isinstance(max_skips_in_a_row, int):
+            raise TypeError(f"max_skips_in_a_row={max_skips_in_a_row!r} must be an int (optimizer steps).")
+        if max_skips_in_a_row < 1:
+            raise ValueError(f"max_skips_in_a_row={max_skips_in_a_row} must be at least 1.")
+        self.max_skips_in_a_row = max_skips_in_a_row
         self._pending: list[tuple[torch.Tensor, int, int, int]] = []
+        self._in_a_row = 0  # "skip": optimizer steps skipped since the last applied one
+        self._unreported: list[tuple[int, int, int]] = []  # "skip": where each skip since the last report was
+        self.skipped = 0  # "skip": optimizer steps skipped in this fit
 
     def reset(self) -> None:
-        self._pending = []
+        self._pending, self._in_a_row, self._unreported, self.skipped = [], 0, [], 0
 
     def watch(self, loss: torch.Tensor, step: int, epoch: int, batch_idx: int) -> bool:
         """Records a micro-batch's loss; True when enough are held that :meth:`check` should run now."""
@@ -69,15 +80,32 @@ class NonFiniteLoss:
         return len(pending) >= _MAX_PENDING and self.mode != "skip"
 
     def skip_step(self, trainer: Any) -> bool:
-        """``"skip"`` only: True (after warning) when the window that just closed had a non-finite loss."""
+        """``"skip"`` only: True when the window that just closed had a non-finite loss (counted; reported by
+        :meth:`check`). Raises once ``max_skips_in_a_row`` steps in a row were skipped: the run makes no progress."""
         first = self._first_bad(trainer)
         if first is None:
+            self._in_a_row = 0
             return False
-        if trainer.is_global_zero:  # every process skips; one says so
-            warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(first)} was not finite (NaN or inf); that "
-                          "optimizer step was skipped (no optimizer or scheduler step, gradients dropped).",
-                          RuntimeWarning, stacklevel=2)
+        self._in_a_row += 1
+        self.skipped += 1
+        self._unreported.append(first)
+        if self._in_a_row >= self.max_skips_in_a_row:
+            raise ValueError(
+                f"Trainer(on_nonfinite_loss='skip') skipped {self._in_a_row} optimizer steps in a row: the loss "
+                f"stays NaN or inf (last: {_where(first)}), so training makes no progress and would not end. Fix "
+                "the cause (learning rate, clipping, a numerically safe loss, the input data), or allow longer "
+                "streaks with Trainer(nonfinite_skip_limit=...).")
         return True
+
+    def _report(self, trainer: Any) -> None:
+        """``"skip"``: one warning for the steps skipped since the last report (log intervals, epoch ends)."""
+        skips, self._unreported = self._unreported, []
+        if not skips or not trainer.is_global_zero:  # every process skipped the same steps; one says so
+            return
+        more = f", and {len(skips) - 1} more since (the last at global_step {skips[-1][0]})" if len(skips) > 1 else ""
+        warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(skips[0])} was not finite (NaN or inf); that "
+                      f"optimizer step was skipped{more} (no optimizer or scheduler step, gradients dropped). "
+                      f"{self.skipped} skipped in this fit so far.", RuntimeWarning, stacklevel=3)
 
     def check(self, trainer: Any) -> None:
         """Raises or warns when a loss held since the last check was not finite (one device->host read).
@@ -85,6 +113,7 @@ class NonFiniteLoss:
         Collective with several processes: call it at the same point on every process.
         """
         if self.mode == "skip":  # looked at before each optimizer step (what is held is the open window)
+            self._report(trainer)
             return
         first = self._first_bad(trainer)
         if first is None:

@@ -133,6 +133,11 @@ def verify_checkpoint(path: str | os.PathLike, files: list[str] | None = None) -
     manifest = _read_manifest(path)
     listed = manifest["files"]
     extra = sorted(set(os.listdir(path)) - set(listed) - {MANIFEST_NAME})
+    missing = sorted(name for name in listed if not os.path.lexists(os.path.join(path, name)))
+    if extra and missing:  # a name in the manifest differs from the file's: the manifest is what changed
+        raise CheckpointError(f"{os.path.join(path, MANIFEST_NAME)} lists {missing}, which are not in the folder, and "
+                              f"not {extra}, which are: the manifest was altered (or files were renamed). Restore "
+                              "the folder from a copy, or resume from another checkpoint.")
     if extra:
         raise CheckpointError(f"{path} holds files its manifest does not list: {extra}. stoker refuses folders with "
                               "unknown files (nothing of them was read); move them out if you trust them.")

@@ -180,7 +180,9 @@ class CheckpointIO:
             future.result()
 
     def wait(self) -> None:
-        """Waits for the asynchronous save in flight and every pending deletion."""
+        """Waits for the asynchronous save in flight and every pending deletion, then ends the idle worker
+        threads (the next piece of work starts them again: a few threads per save, against a test harness or an
+        embedding program that finds threads left running after ``fit``)."""
         try:
             self.wait_for_save()
         finally:
@@ -188,6 +190,16 @@ class CheckpointIO:
                 pending = list(self._deleting.values())
             for future in pending:
                 future.result()
+            self._end_workers()
+
+    def _end_workers(self) -> None:
+        with self._lock:
+            if self._saving is not None or self._deleting:
+                return  # new work arrived meanwhile (another thread): its workers stay
+            workers = [w for w in (self._deleter, self._syncer, self._saver) if w is not None]
+            self._deleter = self._syncer = self._saver = None
+        for worker in workers:
+            worker.shutdown(wait=True)
 
 
 def checkpoint_io(accelerator: Any) -> CheckpointIO:

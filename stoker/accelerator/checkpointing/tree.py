@@ -151,6 +151,9 @@ def load_tree(path: str) -> Any:
                               "written by save_state().")
     try:
         return _decode(json.loads(metadata[TREE_KEY]), tensors)
+    except RecursionError as e:  # json.loads or _decode on a tree nested deeper than any state_dict is
+        raise CheckpointError(f"{path} holds a malformed stoker tree (it nests too deeply to be a saved state); "
+                              "the file was altered or written by another tool.") from e
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"{path} holds a malformed stoker tree ({type(e).__name__}: {e}); the file was altered "
                               "or written by another tool.") from e

@@ -1,0 +1,196 @@
+"""Lightning's own tests, run on stoker: how much of Lightning's public behaviour a renamed script gets.
+
+A measurement, not part of the test run. It takes Lightning's test suite at a tag (``tests/tests_pytorch`` and the
+demos its tests build on), makes two copies of it in a scratch folder and runs the chosen test files in both:
+
+* ``lightning``: Lightning's tests as they are, on the installed ``pytorch_lightning`` (only the package names of
+  the unified ``lightning`` distribution are mapped to the standalone ones: ``lightning.pytorch`` ->
+  ``pytorch_lightning``, ``lightning.fabric`` -> ``lightning_fabric``);
+* ``stoker``: the same files with the rename a user makes (``lightning.pytorch`` / ``pytorch_lightning`` ->
+  ``stoker``) and the demos (``BoringModel`` ...) re-based on stoker's module the same way. Lightning's test
+  infrastructure (``conftest.py``, ``helpers/runif.py``) stays Lightning's: it only provides fixtures.
+
+Every test's outcome under both is written to ``--out`` (JSON), with the table per file printed at the end.
+A test is *public* unless its source reads Lightning's internals (``PRIVATE_HINTS``: the loops' and connectors'
+insides, private names, mocks of Lightning's modules or ``torch.save``); those are counted apart, since a
+different framework cannot be expected to pass them.
+
+Usage (the Lightning source from ``git archive 2.6.5 tests/tests_pytorch src/lightning/pytorch/demos``)::
+
+    python benchmarks/lightning_suite.py --lightning-src /tmp/lt --out /tmp/lt/results.json
+    python benchmarks/lightning_suite.py --lightning-src /tmp/lt --files models/test_hooks.py --which stoker
+
+The default file list is the one issue 30 measured (Lightning 2.6.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FILES = [
+    "models/test_hooks.py",
+    "trainer/flags/test_min_max_epochs.py",
+    "trainer/flags/test_limit_batches.py",
+    "trainer/flags/test_val_check_interval.py",
+    "trainer/flags/test_check_val_every_n_epoch.py",
+    "trainer/flags/test_fast_dev_run.py",
+    "trainer/flags/test_overfit_batches.py",
+    "trainer/optimization/test_manual_optimization.py",
+    "callbacks/test_early_stopping.py",
+    "checkpointing/test_model_checkpoint.py",
+    "loggers/test_tensorboard.py",
+    "trainer/logging_/test_train_loop_logging.py",
+    "trainer/test_dataloaders.py",
+    "callbacks/test_gradient_accumulation_scheduler.py",
+]
+
+# A test whose source matches one of these reads Lightning's internals rather than its public behaviour.
+PRIVATE_HINTS = re.compile(
+    r"fit_loop\.|\.epoch_loop|_logger_connector|_results\b|_accelerator_connector|_checkpoint_connector|"
+    r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
+    r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
+    r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._")
+INFRA = {"conftest.py", os.path.join("helpers", "runif.py")}
+
+
+def lightning_names(text: str) -> str:
+    """The unified package's names mapped to the standalone packages that are installed."""
+    text = re.sub(r"\blightning\.fabric\b", "lightning_fabric", text)
+    return re.sub(r"\blightning\.pytorch\b", "pytorch_lightning", text)
+
+
+def stoker_names(text: str) -> str:
+    """A user's rename: Lightning's package -> stoker; the demos -> the stoker copy made beside the tests."""
+    text = re.sub(r"\blightning\.pytorch\.core\.optimizer\b", "pytorch_lightning.core.optimizer", text)
+    text = re.sub(r"\blightning\.pytorch\.demos\b", "stoker_demos", text)
+    text = re.sub(r"\bpytorch_lightning\.demos\b", "stoker_demos", text)
+    text = re.sub(r"\blightning\.fabric\b", "lightning_fabric", text)
+    text = re.sub(r"\blightning\.pytorch\b", "stoker", text)
+    return re.sub(r"\bpytorch_lightning\b(?!\.core\.optimizer)", "stoker", text)
+
+
+def build_tree(src: Path, dest: Path, flavour: str) -> None:
+    """``dest/tests_pytorch`` (and for stoker ``dest/stoker_demos``) renamed for ``flavour``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    tests = dest / "tests_pytorch"
+    shutil.copytree(src / "tests" / "tests_pytorch", tests)
+    rename = stoker_names if flavour == "stoker" else lightning_names
+    for path in tests.rglob("*.py"):
+        rel = str(path.relative_to(tests))
+        text = path.read_text(encoding="utf-8")
+        path.write_text(lightning_names(text) if rel in INFRA else rename(text), encoding="utf-8")
+    if flavour == "stoker":
+        demos = dest / "stoker_demos"
+        shutil.copytree(src / "src" / "lightning" / "pytorch" / "demos", demos)
+        for path in demos.rglob("*.py"):
+            path.write_text(stoker_names(path.read_text(encoding="utf-8")), encoding="utf-8")
+        # The package face names the LSTM and transformer demos too, whose imports reach Lightning's module
+        # paths (``lightning.pytorch.core``); the tests import the boring classes only.
+        (demos / "__init__.py").write_text("from stoker_demos.boring_classes import BoringDataModule, BoringModel, "
+                                           "DemoModel\n", encoding="utf-8")
+
+
+def run_file(root: Path, rel: str, xml: Path, timeout: int) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--timeout", "120",
+           f"--junitxml={xml}", "-o", "addopts=", f"tests_pytorch/{rel}"]
+    try:
+        subprocess.run(cmd, cwd=root, env=env, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pass  # the tests without a result in the XML count as not passed
+
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """test id -> "passed" | "failed" | "skipped" from a junit XML file (empty when the run died)."""
+    if not xml.exists():
+        return {}
+    result = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = case.get("name", "")
+        state = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                state = "failed"
+            elif child.tag == "skipped":
+                state = "skipped"
+        result[name] = state
+    return result
+
+
+def private_tests(path: Path) -> set[str]:
+    """Names of the test functions in ``path`` whose source reads Lightning's internals."""
+    source = path.read_text(encoding="utf-8")
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            if PRIVATE_HINTS.search(ast.get_source_segment(source, node) or ""):
+                names.add(node.name)
+    return names
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lightning-src", required=True, type=Path,
+                        help="folder holding Lightning's tests/tests_pytorch and src/lightning/pytorch/demos")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/stoker-lightning-suite"))
+    parser.add_argument("--files", nargs="*", default=FILES)
+    parser.add_argument("--which", default="lightning,stoker")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds per file and flavour")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    flavours = args.which.split(",")
+    for flavour in flavours:
+        build_tree(args.lightning_src, args.work / flavour, flavour)
+    results: dict[str, dict[str, dict[str, str]]] = {}
+    for rel in args.files:
+        results[rel] = {}
+        for flavour in flavours:
+            xml = args.work / f"{flavour}-{rel.replace('/', '_')}.xml"
+            xml.unlink(missing_ok=True)
+            run_file(args.work / flavour, rel, xml, args.timeout)
+            results[rel][flavour] = outcomes(xml)
+        private = private_tests(args.work / flavours[0] / "tests_pytorch" / rel)
+        results[rel]["private"] = {name: "private" for name in private}
+        print(row(rel, results[rel], private, flavours), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1, sort_keys=True))
+    print(total(results, flavours))
+    return 0
+
+
+def counts(per_file: dict[str, dict[str, str]], private: set[str], flavours: list[str]) -> tuple[int, int, int]:
+    """(public tests passing under Lightning, of those passing on stoker, private tests passing under Lightning)."""
+    base = per_file.get("lightning", {})
+    other = per_file.get("stoker", {})
+    public = [t for t, s in base.items() if s == "passed" and t.split("[")[0] not in private]
+    hidden = [t for t, s in base.items() if s == "passed" and t.split("[")[0] in private]
+    if "lightning" not in flavours:  # stoker alone: every test that ran counts as public
+        public = [t for t in other if t.split("[")[0] not in private]
+    return len(public), sum(other.get(t) == "passed" for t in public), len(hidden)
+
+
+def row(rel: str, per_file: dict[str, dict[str, str]], private: set[str], flavours: list[str]) -> str:
+    public, passing, hidden = counts(per_file, private, flavours)
+    return f"{rel:60s} public {public:4d}  pass on stoker {passing:4d}  (private, not counted: {hidden})"
+
+
+def total(results: dict[str, dict[str, dict[str, str]]], flavours: list[str]) -> str:
+    sums = [0, 0, 0]
+    for per_file in results.values():
+        for i, n in enumerate(counts(per_file, set(per_file.get("private", {})), flavours)):
+            sums[i] += n
+    return f"{'total':60s} public {sums[0]:4d}  pass on stoker {sums[1]:4d}  (private, not counted: {sums[2]})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
