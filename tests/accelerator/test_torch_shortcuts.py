@@ -12,8 +12,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import DataLoader, TensorDataset
 
 from stoker import Accelerator
-from stoker.accelerator import torch_shortcuts
-from stoker.accelerator.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
+from stoker.accelerator.step import torch_shortcuts
+from stoker.accelerator.step.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
 
 
 def _model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -96,7 +96,7 @@ def test_prepared_loader_iterates_through_the_shortcut(monkeypatch):
         calls.append(fetch is not it.__next__)
         return it, fetch
 
-    monkeypatch.setattr("stoker.accelerator.data_loader.next_batch_function", spy)
+    monkeypatch.setattr("stoker.accelerator.data.loader.next_batch_function", spy)
     accelerator = Accelerator(cpu=True)
     loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(6.0)), batch_size=2))
     assert [b[0].tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]

@@ -8,7 +8,7 @@ import torch
 
 from stoker import ModelCheckpoint, load_checkpoint_in_model
 from stoker.accelerator import wait_for_checkpoints
-from stoker.accelerator.checkpoint import verify_checkpoint
+from stoker.accelerator.checkpointing.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
@@ -121,7 +121,7 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
     import time
 
     import stoker.callbacks.checkpoint_writer as callback_module  # where a save removes evicted folders
-    from stoker.accelerator import checkpoint as accelerator_checkpoint
+    from stoker.accelerator.checkpointing import checkpoint as accelerator_checkpoint
 
     scores = [3.0, 1.0, 2.0, 0.5]
 

@@ -2,8 +2,8 @@
 
 Owns: a shuffle whose order depends only on (seed, epoch), the split of each epoch's batches between processes
 (round-robin or sliced, padded to even lengths), and starting an epoch some batches in without loading them.
-Does not own: iteration, device placement or the saved position (``data_loader.py``), nor rebuilding a user's
-``DataLoader`` (``data.py``).
+Does not own: iteration, device placement or the saved position (``loader.py``), nor rebuilding a user's
+``DataLoader`` (``prepare.py``).
 """
 
 from __future__ import annotations
