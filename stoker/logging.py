@@ -1,4 +1,5 @@
-"""``from stoker.logging import get_logger`` (Accelerate's ``accelerate.logging``); see ``stoker/compat/accelerate/logging.py``."""
+"""``from stoker.logging import get_logger`` (Accelerate's ``accelerate.logging``); a face over
+``stoker/compat/accelerate/logging.py``."""
 
 from .compat.accelerate.logging import MultiProcessAdapter, get_logger
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from .arguments import check_accumulation_steps
 from .checkpointing import checkpoint
-from .checkpointing.atomic import copy_checkpoint, remove_checkpoint
-from .checkpointing.background import CheckpointIO
+from .checkpointing.atomic import aside_path, copy_checkpoint, put_in_place, remove_checkpoint
+from .checkpointing.background import CheckpointIO, sweep_trash
 from .checkpointing.contents import CheckpointContents, StateHooks, checkpointable
 from .config import DataLoaderConfiguration, ProjectConfiguration, check_configurations
-from .data.prepare import LoaderContext, PreparedDataLoader, skip_first_batches
+from .data.prepare import LoaderContext, PreparedDataLoader
 from .distributed import collectives
 from .distributed.strategy import SingleDevice, make_strategy
 from .operations import apply_to_tensors, clear_device_cache
@@ -82,12 +82,7 @@ class Accelerator:
     local_process_index = property(lambda self: self.strategy.local_process_index)
     is_main_process = property(lambda self: self.strategy.process_index == 0)
     is_local_main_process = property(lambda self: self.strategy.local_process_index == 0)
-    is_last_process = property(lambda self: self.process_index == self.num_processes - 1)
-    use_distributed = property(lambda self: self.num_processes > 1)
     mixed_precision = property(lambda self: self.precision.name, doc="The precision's canonical name.")
-    project_dir = property(lambda self: self.project_configuration.project_dir)
-    logging_dir = property(lambda self: self.project_configuration.logging_dir)
-    save_iteration = property(lambda self: self.project_configuration.iteration)
     step = property(lambda self: self._window.optimizer_steps,
                     doc="Optimizer steps applied so far (skipped fp16 steps are not counted).")
     sync_gradients = property(lambda self: self._window.sync_gradients,
@@ -95,10 +90,6 @@ class Accelerator:
     # The DataLoaderConfiguration, held by the loaders' context: replacing it reaches loaders prepared after.
     dataloader_config = property(lambda self: self.loader_context.dataloader_config,
                                  lambda self, value: setattr(self.loader_context, "dataloader_config", value))
-    split_batches = property(lambda self: self.dataloader_config.split_batches)
-
-    even_batches = property(lambda self: self.dataloader_config.even_batches,
-                            lambda self, value: setattr(self.dataloader_config, "even_batches", value))
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -163,14 +154,6 @@ class Accelerator:
         """Prepares ``data_loader`` into the checkpointed slot of ``old`` (a loader prepared here), so checkpoints
         keep matching loaders by position (``reload_dataloaders_every_n_epochs``)."""
         return self._prepared.replace_dataloader(old, data_loader, self.device_placement)
-
-    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A loader that starts ``num_batches`` in, without loading the skipped samples."""
-        if isinstance(num_batches, bool) or not isinstance(num_batches, int):
-            raise TypeError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
-        if num_batches < 0:
-            raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
-        return skip_first_batches(dataloader, num_batches)
 
     # -- the step -----------------------------------------------------------------------------------------------
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -249,6 +232,25 @@ class Accelerator:
             save_model_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
         self.wait_for_everyone()
 
+    def save_model_folder(self, model: torch.nn.Module, target: str | os.PathLike,
+                          extra: Callable[[str], None] | None = None) -> None:
+        """:meth:`save_model` into ``target``, which appears complete or not at all (written aside, then renamed
+        into place; an old ``target`` is deleted in the background); ``extra(folder)`` adds files to it first on
+        the main process. Collective."""
+        target = os.fspath(target)
+        tmp = aside_path(target, "tmp")
+        if self.is_main_process:
+            if os.path.lexists(tmp):
+                self.checkpoint_io.discard(tmp)
+            os.makedirs(tmp)
+        self.wait_for_everyone()
+        self.save_model(model, tmp)
+        if self.is_main_process:
+            if extra is not None:
+                extra(tmp)
+            put_in_place(tmp, target, self.checkpoint_io)
+        self.wait_for_everyone()
+
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Adds objects with ``state_dict()``/``load_state_dict()`` to what ``save_state``/``load_state`` keep."""
         self._custom_objects.extend(checkpointable(objects))
@@ -262,7 +264,8 @@ class Accelerator:
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Restores what ``save_state`` wrote (the newest complete automatic checkpoint when no folder is given)."""
-        checkpoint.load_state(self._checkpoint_contents(), None if input_dir is None else os.fspath(input_dir), **kwargs)
+        source = None if input_dir is None else os.fspath(input_dir)
+        checkpoint.load_state(self._checkpoint_contents(), source, **kwargs)
 
     def _checkpoint_contents(self) -> CheckpointContents:
         """What ``save_state``/``load_state`` work on, described for checkpoint I/O (which never sees ``self``)."""
@@ -279,16 +282,17 @@ class Accelerator:
     def checkpoint_io(self) -> CheckpointIO:
         """The background writer/deleter of checkpoint folders (made again in a forked child or after a copy,
         where the parent's worker threads do not exist)."""
-        if self._checkpoint_io.pid != os.getpid():
-            self._checkpoint_io: CheckpointIO | None = CheckpointIO()
+        if self._checkpoint_io is None or self._checkpoint_io.pid != os.getpid():
+            self._checkpoint_io = CheckpointIO()
         return self._checkpoint_io
 
-    def wait_for_checkpoints(self) -> None:
-        """Waits for the asynchronous ``save_state`` in flight (raising its error here) and for the background
-        deletion of replaced or rotated-out checkpoint folders; returns at once when there is none."""
+    def wait_for_checkpoints(self, *, deletions: bool = True) -> None:
+        """Waits for the asynchronous ``save_state`` in flight (raising its error here) and, unless
+        ``deletions=False``, for the background deletion of replaced or rotated-out checkpoint folders; returns at
+        once when there is none."""
         io = self._checkpoint_io
         if io is not None and io.pid == os.getpid():  # a forked child does not wait for its parent's threads
-            io.wait()
+            io.wait() if deletions else io.wait_for_save()
 
     def copy_checkpoint(self, src: str | os.PathLike, dst: str | os.PathLike) -> None:
         """Makes ``dst`` a complete copy of the checkpoint folder ``src`` (hard links where possible); an old
@@ -299,6 +303,15 @@ class Accelerator:
         """Deletes the checkpoint folder ``path`` (moved aside at once, deleted in the background): no
         half-deleted folder is ever left under its name. Call it on one process."""
         remove_checkpoint(os.fspath(path), self.checkpoint_io)
+
+    def after_checkpoint(self, job: Callable[[], Any]) -> None:
+        """Runs ``job`` once the background save in flight is committed (now, without one), on the saver thread;
+        when that save failed, ``job`` does not run and :meth:`wait_for_checkpoints` raises the save's error."""
+        self.checkpoint_io.after_save(job)
+
+    def sweep_checkpoint_trash(self, folder: str | os.PathLike) -> None:
+        """Deletes, in the background, what a crash left half-written or half-deleted in ``folder``."""
+        sweep_trash(os.fspath(folder), self.checkpoint_io)
 
     def checkpoints_in_background(self, copy: bool = False) -> contextlib.AbstractContextManager:
         """``save_state`` calls inside finish in the background (with ``copy``: as ``async_save=True``, else only
@@ -313,18 +326,6 @@ class Accelerator:
         """``obj`` as process ``from_process`` has it, on every process (picklable objects; collective)."""
         return self.strategy.broadcast_object(obj, src=from_process)
 
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """The main process runs the block first (e.g. to download or cache), then the others."""
-        if not self.is_main_process:
-            self.wait_for_everyone()
-        yield
-        if self.is_main_process:
-            self.wait_for_everyone()
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
-        return collectives.split_between_processes(self.strategy, inputs, apply_padding)
-
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the local main process only."""
         if self.is_local_main_process:
@@ -333,27 +334,9 @@ class Accelerator:
     def gather(self, tensor: Any) -> Any:
         return collectives.gather(self.strategy, tensor)
 
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
-        if use_gather_object or not collectives.has_tensor(input_data):
-            parts = self.strategy.all_gather_object(input_data)
-            data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
-        else:
-            data = self.gather(input_data)
-        stack = self.loader_context.stack
-        drop = stack[-1].padding_samples if stack and stack[-1].end_of_dataloader else 0
-        if not drop:
-            return data
-        if isinstance(data, list):
-            return data[:len(data) - drop]
-        return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
-
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         out = collectives.reduce(self.strategy, tensor, reduction)
         return out if scale == 1.0 else apply_to_tensors(lambda t: t * scale, out)
-
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
 
     def end_training(self) -> None:
         """Waits for background checkpoint work (raising a failed save's error), then tears the process group down

@@ -17,7 +17,8 @@ class ProjectConfiguration:
     Attributes:
         project_dir: Root folder of the run.
         logging_dir: Folder for trackers; defaults to ``project_dir``.
-        automatic_checkpoint_naming: ``save_state()`` without a folder writes ``{project_dir}/checkpoints/checkpoint_{n}``.
+        automatic_checkpoint_naming: ``save_state()`` without a folder writes
+            ``{project_dir}/checkpoints/checkpoint_{n}``.
         total_limit: Keep at most this many automatically named checkpoints (the oldest go, after the new one is
             complete).
         iteration: The number the next automatic checkpoint gets; restored by ``load_state``.

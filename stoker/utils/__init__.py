@@ -1,6 +1,7 @@
 """``accelerate.utils``'s names that training scripts import, under the same names: ``from stoker.utils import X``.
 
-A face over ``stoker.compat.accelerate`` (where the code is). Imported lazily, name by name, so that ``import stoker.utils`` costs nothing until a name is used.
+A face over ``stoker.compat.accelerate`` (where the code is). Imported lazily, name by name, so that
+``import stoker.utils`` costs nothing until a name is used.
 
 Example:
     >>> from stoker.utils import DistributedDataParallelKwargs, find_executable_batch_size, gather_object, set_seed

@@ -183,7 +183,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
         total = len(self.inner)
         if self.num_shards == 1 or self.split_batches:
             return total
-        return math.ceil(total / self.num_shards) if self.even_batches else len(range(self.shard, total, self.num_shards))
+        if self.even_batches:
+            return math.ceil(total / self.num_shards)
+        return len(range(self.shard, total, self.num_shards))
 
 
 class _AlwaysSkip(Sampler[list[int]]):

@@ -36,7 +36,8 @@ def reduce(strategy: SingleDevice, data: Any, reduction: str = "sum") -> Any:
     return apply_to_tensors(lambda t: strategy.all_reduce(t, reduction), data)
 
 
-def pad_across_processes(strategy: SingleDevice, data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+def pad_across_processes(strategy: SingleDevice, data: Any, dim: int = 0, pad_index: int = 0,
+                         pad_first: bool = False) -> Any:
     """Pads every tensor along ``dim`` to the largest size any process has, so that it can be gathered."""
 
     def pad(t: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,10 @@ import torch
 from ...accelerator.accelerator import Accelerator as CoreAccelerator
 from ...accelerator.arguments import check_accumulation_steps
 from ...accelerator.config import DataLoaderConfiguration, ProjectConfiguration, check_configurations
+from ...accelerator.data.prepare import skip_first_batches
 from ...accelerator.data.samplers import ShardedBatchSampler
+from ...accelerator.distributed import collectives
+from ...accelerator.operations import apply_to_tensors
 from . import tools
 from .environment import settings_from_environment
 from .kwargs import ProfileKwargs
@@ -98,6 +101,15 @@ class Accelerator(CoreAccelerator):
         """Accepted for Accelerate compatibility; stoker's loaders never dispatch (each process loads its share)."""
         return getattr(self.dataloader_config, "dispatch_batches", None)
 
+    is_last_process = property(lambda self: self.process_index == self.num_processes - 1)
+    use_distributed = property(lambda self: self.num_processes > 1)
+    project_dir = property(lambda self: self.project_configuration.project_dir)
+    logging_dir = property(lambda self: self.project_configuration.logging_dir)
+    save_iteration = property(lambda self: self.project_configuration.iteration)
+    split_batches = property(lambda self: self.dataloader_config.split_batches)
+    even_batches = property(lambda self: self.dataloader_config.even_batches,
+                            lambda self, value: setattr(self.dataloader_config, "even_batches", value))
+
     # Accelerate's names of the prepared objects (scripts and Accelerate's tests read them).
     _models = property(lambda self: self._prepared.models)
     _optimizers = property(lambda self: self._prepared.optimizers)
@@ -114,11 +126,46 @@ class Accelerator(CoreAccelerator):
             models[next(i for i, m in enumerate(models) if m is prepared)] = compiled
         return compiled
 
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that starts ``num_batches`` in, without loading the skipped samples."""
+        if isinstance(num_batches, bool) or not isinstance(num_batches, int):
+            raise TypeError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
+        if num_batches < 0:
+            raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) must be an int >= 0.")
+        return skip_first_batches(dataloader, num_batches)
+
     # -- processes ----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first (e.g. to download or cache), then the others."""
+        with self.state.main_process_first():
+            yield
+
     @contextlib.contextmanager
     def local_main_process_first(self) -> Iterator[None]:
         with self.state.local_main_process_first():
             yield
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
+        return collectives.split_between_processes(self.strategy, inputs, apply_padding)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
+        if use_gather_object or not collectives.has_tensor(input_data):
+            parts = self.strategy.all_gather_object(input_data)
+            data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
+        else:
+            data = self.gather(input_data)
+        loaders = self.iterating_loaders
+        drop = loaders[-1].padding_samples if loaders and loaders[-1].end_of_dataloader else 0
+        if not drop:
+            return data
+        if isinstance(data, list):
+            return data[:len(data) - drop]
+        return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
 
     on_main_process = forward_to_state(AcceleratorState.on_main_process)
     on_local_main_process = forward_to_state(AcceleratorState.on_local_main_process)

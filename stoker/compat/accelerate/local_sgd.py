@@ -31,7 +31,8 @@ class LocalSGD:
         ...             local_sgd.step()
     """
 
-    def __init__(self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True) -> None:
+    def __init__(self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int,
+                 enabled: bool = True) -> None:
         if getattr(accelerator.strategy, "shards_parameters", False):
             raise NotImplementedError("LocalSGD averages whole parameters, but FSDP shards them: use DDP "
                                       "(strategy='ddp') with LocalSGD.")
