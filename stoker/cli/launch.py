@@ -70,7 +70,8 @@ def resolve(args: argparse.Namespace, gpu_count: int | None = None) -> dict[str,
 
     Raises:
         ValueError: a setting is out of range or settings contradict each other (the message says which); for
-            ``gradient_accumulation_steps`` it is the engine's ``InvalidArgumentError``, as from the Accelerator.
+            ``gradient_accumulation_steps`` the engine's ``InvalidArgumentError`` (a ``TypeError`` for a non-int),
+            as from the Accelerator.
     """
     settings: dict[str, Any] = {}
     if args.config_file:
@@ -116,7 +117,7 @@ def _check(s: dict[str, Any]) -> None:
     if precision is not None and str(precision).lower() not in _PRECISIONS:
         raise ValueError(f"stoker launch --mixed_precision {precision!r}: expected one of {', '.join(_PRECISIONS)}.")
     steps = s.get("gradient_accumulation_steps")
-    if steps is not None:  # the engine's check (an InvalidArgumentError is a ValueError: `run` reports it)
+    if steps is not None:  # the engine's check (a ValueError or TypeError: `run` reports both)
         s["gradient_accumulation_steps"] = check_accumulation_steps(
             _config_int(steps), argument="stoker launch --gradient_accumulation_steps ...")
     if s.get("rdzv_backend") not in (None, "static", "c10d"):
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``stoker launch``; returns the exit status (the script's, or ``128 + signal`` when stopped by one)."""
     try:
         settings = resolve(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     os.environ.update(launch_environment(settings))

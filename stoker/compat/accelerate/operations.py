@@ -32,6 +32,8 @@ def _world() -> Any:
     world.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
     on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
     world.device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
+    # Private reach, kept: this describes a group someone else created; marked joined so that setup_environment
+    # (if anything calls it) leaves this description alone rather than choosing a device of its own.
     world._connected = True
     return world
 
