@@ -75,7 +75,8 @@ def resolve(args: argparse.Namespace, gpu_count: int | None = None) -> dict[str,
     """
     settings: dict[str, Any] = {}
     if args.config_file:
-        from .config import read_accelerate_config
+        # Accelerate's file format is compat's; the command line is a face over the library, like stoker/__init__.
+        from ..compat.accelerate.config_file import read_accelerate_config
 
         settings, ignored = read_accelerate_config(args.config_file)
         if ignored:
@@ -109,7 +110,8 @@ def _check(s: dict[str, Any]) -> None:
         raise ValueError(f"stoker launch: --num_processes {processes} is the total over all machines and must be a "
                          f"multiple of --num_machines {machines} (each machine runs the same number).")
     if not 0 <= rank < machines:
-        raise ValueError(f"stoker launch: --machine_rank {rank} must be in 0..{machines - 1} (--num_machines {machines}).")
+        raise ValueError(f"stoker launch: --machine_rank {rank} must be in 0..{machines - 1} "
+                         f"(--num_machines {machines}).")
     if machines > 1 and not s.get("main_process_ip"):
         raise ValueError("stoker launch --num_machines > 1 needs --main_process_ip: the address of the machine "
                          "with --machine_rank 0, the same on every machine.")
