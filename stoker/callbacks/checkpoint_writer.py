@@ -21,15 +21,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from stoker.callbacks.checkpoint_files import LAST_NAME, WEIGHTS_DIR
 from stoker.callbacks.hparams_file import write_hparams
 
 if TYPE_CHECKING:
+    import torch
+
     from stoker.accelerator import Accelerator
 
 __all__ = ["CheckpointWriter"]
+
+
+class Saving(Protocol):
+    """What the writer uses of the Trainer (a callback's layer cannot import the Trainer's class)."""
+
+    accelerator: Accelerator
+    is_global_zero: bool
+    module: torch.nn.Module
+
+    def save_checkpoint(self, path: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ class CheckpointWriter:
         """Where ``export_weights`` puts the weights of the checkpoint at ``checkpoint_path``."""
         return os.path.join(self.dirpath, WEIGHTS_DIR, os.path.basename(checkpoint_path))
 
-    def write(self, trainer: Any, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+    def write(self, trainer: Saving, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
         """Saves (top-k folder and/or last), then deletes ``evicted``; collective across processes. Unless
         ``wait``, in one process the commit (with ``async_save`` also the writing), ``last`` and the deletions
         finish in the background."""
@@ -101,13 +113,13 @@ class CheckpointWriter:
             accelerator.remove_checkpoint(path)
             accelerator.remove_checkpoint(self.weights_path(path))
 
-    def _export(self, trainer: Any, checkpoint_path: str) -> None:
+    def _export(self, trainer: Saving, checkpoint_path: str) -> None:
         target = self.weights_path(checkpoint_path)
         if trainer.is_global_zero:
             trainer.accelerator.sweep_checkpoint_trash(os.path.dirname(target))  # a crash's leftovers
         self._write_weights(trainer, target)
 
-    def _write_weights(self, trainer: Any, target: str) -> None:
+    def _write_weights(self, trainer: Saving, target: str) -> None:
         """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all; with
         ``hparams.json``, from which load_from_checkpoint rebuilds the module."""
         module = trainer.module
