@@ -20,12 +20,15 @@ import torch
 from ..operations import convert_to_fp32
 from .torch_shortcuts import optimizer_step
 
-_ALIASES = {
-    "no": "no", "fp32": "no", "32": "no", "32-true": "no", "float32": "no",
-    "fp16": "fp16", "16": "fp16", "16-mixed": "fp16", "float16": "fp16",
-    "bf16": "bf16", "bf16-mixed": "bf16", "bfloat16": "bf16",
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+# Every precision name: (the mode, the dtype it names). The one table: parse_precision reads the mode, dtype_named
+# the dtype (FSDP's mixed-precision policy names dtypes this way; "no" keeps the parameters' dtype).
+_NAMES: dict[str, tuple[str, torch.dtype | None]] = {
+    "no": ("no", None), "fp32": ("no", _F32), "32": ("no", _F32), "32-true": ("no", _F32), "float32": ("no", _F32),
+    "fp16": ("fp16", _F16), "16": ("fp16", _F16), "16-mixed": ("fp16", _F16), "float16": ("fp16", _F16),
+    "bf16": ("bf16", _BF16), "bf16-mixed": ("bf16", _BF16), "bfloat16": ("bf16", _BF16),
     # True half precision (Lightning's names): the weights themselves are in that dtype, no autocast, no scaler.
-    "bf16-true": "bf16-true", "16-true": "fp16-true", "fp16-true": "fp16-true",
+    "bf16-true": ("bf16-true", _BF16), "16-true": ("fp16-true", _F16), "fp16-true": ("fp16-true", _F16),
 }
 PRECISION_CHOICES = ("no", "fp16", "bf16", "bf16-true", "fp16-true")
 
@@ -42,13 +45,22 @@ def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=
     """
     if value is None:  # Accelerate's own default: full precision unless configured
         return "no"
+    return _NAMES[_key(value, argument)][0]
+
+
+def dtype_named(value: Any, *, argument: str) -> torch.dtype | None:
+    """The dtype a precision name stands for (``"bf16"``, ``"float32"``, ...; None for ``"no"``)."""
+    return _NAMES[_key(value, argument)][1]
+
+
+def _key(value: Any, argument: str) -> str:
     key = value.lower() if isinstance(value, str) else str(value) if isinstance(value, int) else None
-    if key is None or key not in _ALIASES:
+    if key is None or key not in _NAMES:
         raise ValueError(
             f"{argument.replace('...', repr(value))} is not a precision. Expected one of: 'no' (or 'fp32', '32'), "
             "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed'), 'bf16-true', 'fp16-true' (or '16-true')."
         )
-    return _ALIASES[key]
+    return key
 
 
 # One shared no-op context: full precision pays one method call, not an object, per ``autocast()``.
@@ -217,18 +229,6 @@ class FP16Precision(MixedPrecision):
             self.scaler.load_state_dict(state["scaler"])
 
 
-def make_precision(value: Any, device: torch.device) -> Precision:
-    """Builds the precision object for a name or alias (see :func:`parse_precision`)."""
-    name = parse_precision(value)
-    if name == "fp16":
-        return FP16Precision(device)
-    if name == "bf16":
-        return BF16Precision(device)
-    if name in ("bf16-true", "fp16-true"):
-        return TruePrecision(device, name)
-    return Precision(device)
-
-
 class TruePrecision(Precision):
     """True half precision: a prepared module's parameters and buffers are converted to bf16/fp16, and the
     floating-point tensors passed to its forward too (no autocast, no loss scaling: fp16-true can overflow)."""
@@ -260,6 +260,18 @@ class TruePrecision(Precision):
         forward._stoker_autocast = ("true", dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
         module.forward = forward
+
+
+def make_precision(value: Any, device: torch.device) -> Precision:
+    """Builds the precision object for a name or alias (see :func:`parse_precision`)."""
+    name = parse_precision(value)
+    if name == "fp16":
+        return FP16Precision(device)
+    if name == "bf16":
+        return BF16Precision(device)
+    if name in ("bf16-true", "fp16-true"):
+        return TruePrecision(device, name)
+    return Precision(device)
 
 
 def unwrap_forward(module: torch.nn.Module) -> None:
