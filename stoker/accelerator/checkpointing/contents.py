@@ -12,11 +12,19 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .background import CheckpointIO
+
+if TYPE_CHECKING:
+    from ..config import ProjectConfiguration
+    from ..data.loader import PreparedDataLoader
+    from ..distributed.ddp import SingleDevice
+    from ..step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
+    from ..step.precision import Precision
+    from ..step.window import GradientWindow
 
 
 class StateHooks:
@@ -81,15 +89,15 @@ class CheckpointContents:
     """
 
     models: list[torch.nn.Module]
-    optimizers: list[Any]
-    schedulers: list[Any]
-    dataloaders: list[Any]
+    optimizers: list[AcceleratedOptimizer]
+    schedulers: list[AcceleratedScheduler]
+    dataloaders: list[PreparedDataLoader]
     custom_objects: list[Any]
-    precision: Any
-    window: Any
-    strategy: Any
-    project: Any
-    hooks: Any
+    precision: Precision
+    window: GradientWindow
+    strategy: SingleDevice
+    project: ProjectConfiguration
+    hooks: StateHooks
     io: CheckpointIO
     stateful_loaders: bool
     unwrap: Callable[[torch.nn.Module], torch.nn.Module]
