@@ -15,15 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["InvalidArgumentError", "check_accumulation_steps", "check_seed"]
+__all__ = ["InvalidArgumentError", "InvalidArgumentType", "InvalidArgumentValue", "check_accumulation_steps",
+           "check_seed"]
 
 
-class InvalidArgumentError(ValueError, TypeError):
-    """A bad argument value: of the wrong type, or out of range.
-
-    It is both a ``ValueError`` and a ``TypeError``, so that code written against either of the types these checks
-    raised before (``except ValueError``, ``pytest.raises(TypeError)``) keeps working, whichever entry point the
-    value came through.
+class InvalidArgumentError(Exception):
+    """A bad argument, refused by one of the checks here: catch this to catch both kinds below.
 
     Example:
         >>> try:
@@ -32,6 +29,22 @@ class InvalidArgumentError(ValueError, TypeError):
         ...     print(str(error).split(":")[0])
         Trainer(accumulate=0) must be an int >= 1
     """
+
+
+class InvalidArgumentType(InvalidArgumentError, TypeError):
+    """An argument of the wrong type (a float, a str, a bool where an int is needed)."""
+
+
+class InvalidArgumentValue(InvalidArgumentError, ValueError):
+    """An argument of the right kind with a value out of range (0 or 1.5 micro-batches)."""
+
+
+def _refuse(value: Any, message: str) -> InvalidArgumentError:
+    """The error for a bad count: ``ValueError`` for a number no count can be (0, -2, 1.5); ``TypeError`` for a
+    count given as another type (2.0, "2", True: the value would do, its type does not)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    impossible = number and (value < 1 or value != int(value))
+    return InvalidArgumentValue(message) if impossible else InvalidArgumentType(message)
 
 
 def _is_int(value: Any) -> bool:
@@ -53,7 +66,8 @@ def check_accumulation_steps(value: Any, *, argument: str = "Accelerator(gradien
             again with 4 as the example of a correct call.
 
     Raises:
-        InvalidArgumentError: ``value`` is not an int, or is below 1.
+        InvalidArgumentType: ``value`` is a whole number >= 1 of another type than int (a ``TypeError``).
+        InvalidArgumentValue: ``value`` is below 1 or not whole (a ``ValueError``).
 
     Example:
         >>> check_accumulation_steps(4)
@@ -61,7 +75,8 @@ def check_accumulation_steps(value: Any, *, argument: str = "Accelerator(gradien
     """
     if _is_int(value) and value >= 1:
         return value
-    raise InvalidArgumentError(
+    raise _refuse(
+        value,
         f"{argument.replace('...', repr(value))} must be an int >= 1: got {_got(value)}, expected an integer >= 1 "
         "(the number of micro-batches per optimizer step; 1 means no accumulation). Pass e.g. "
         f"{argument.replace('...', '4')} to update the weights every 4 micro-batches."
@@ -79,7 +94,7 @@ def check_seed(value: Any, *, argument: str = "set_seed(seed=...)", allow_none: 
         example: A correct call to quote (default: ``argument`` with 42).
 
     Raises:
-        InvalidArgumentError: ``value`` is not an int (nor None where that is allowed).
+        InvalidArgumentType: ``value`` is not an int (nor None where that is allowed).
 
     Example:
         >>> check_seed(None, argument="Trainer(seed=...)", allow_none=True) is None
@@ -88,7 +103,7 @@ def check_seed(value: Any, *, argument: str = "set_seed(seed=...)", allow_none: 
     if _is_int(value) or (value is None and allow_none):
         return value
     rule = "must be None or an int" if allow_none else "needs an int"
-    raise InvalidArgumentError(
+    raise InvalidArgumentType(
         f"{argument.replace('...', repr(value))} {rule}: got {_got(value)}, expected an integer such as 42. Pass "
         f"e.g. {example or argument.replace('...', '42')}."
     )

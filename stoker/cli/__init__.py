@@ -1,7 +1,8 @@
 """The ``stoker`` command: ``stoker launch`` (start a script in N processes) and ``stoker env`` (a bug report's facts).
 
 Installed as a console script by ``pip install stoker``; ``python -m stoker ...`` does the same. Each subcommand lives
-in its own module: `stoker.cli.launch` (with `stoker.cli.config` for Accelerate config files) and `stoker.cli.env`.
+in its own module: `stoker.cli.launch` (Accelerate config files: `stoker.compat.accelerate.config_file`) and
+`stoker.cli.env`.
 """
 
 from __future__ import annotations

@@ -70,11 +70,13 @@ def resolve(args: argparse.Namespace, gpu_count: int | None = None) -> dict[str,
 
     Raises:
         ValueError: a setting is out of range or settings contradict each other (the message says which); for
-            ``gradient_accumulation_steps`` it is the engine's ``InvalidArgumentError``, as from the Accelerator.
+            ``gradient_accumulation_steps`` the engine's ``InvalidArgumentError`` (a ``TypeError`` for a non-int),
+            as from the Accelerator.
     """
     settings: dict[str, Any] = {}
     if args.config_file:
-        from .config import read_accelerate_config
+        # Accelerate's file format is compat's; the command line is a face over the library, like stoker/__init__.
+        from ..compat.accelerate.config_file import read_accelerate_config
 
         settings, ignored = read_accelerate_config(args.config_file)
         if ignored:
@@ -108,7 +110,8 @@ def _check(s: dict[str, Any]) -> None:
         raise ValueError(f"stoker launch: --num_processes {processes} is the total over all machines and must be a "
                          f"multiple of --num_machines {machines} (each machine runs the same number).")
     if not 0 <= rank < machines:
-        raise ValueError(f"stoker launch: --machine_rank {rank} must be in 0..{machines - 1} (--num_machines {machines}).")
+        raise ValueError(f"stoker launch: --machine_rank {rank} must be in 0..{machines - 1} "
+                         f"(--num_machines {machines}).")
     if machines > 1 and not s.get("main_process_ip"):
         raise ValueError("stoker launch --num_machines > 1 needs --main_process_ip: the address of the machine "
                          "with --machine_rank 0, the same on every machine.")
@@ -116,7 +119,7 @@ def _check(s: dict[str, Any]) -> None:
     if precision is not None and str(precision).lower() not in _PRECISIONS:
         raise ValueError(f"stoker launch --mixed_precision {precision!r}: expected one of {', '.join(_PRECISIONS)}.")
     steps = s.get("gradient_accumulation_steps")
-    if steps is not None:  # the engine's check (an InvalidArgumentError is a ValueError: `run` reports it)
+    if steps is not None:  # the engine's check (a ValueError or TypeError: `run` reports both)
         s["gradient_accumulation_steps"] = check_accumulation_steps(
             _config_int(steps), argument="stoker launch --gradient_accumulation_steps ...")
     if s.get("rdzv_backend") not in (None, "static", "c10d"):
@@ -175,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``stoker launch``; returns the exit status (the script's, or ``128 + signal`` when stopped by one)."""
     try:
         settings = resolve(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     os.environ.update(launch_environment(settings))

@@ -94,21 +94,14 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     process; from every process its RNG states, loader positions, ``register_for_checkpointing`` objects and the
     gradients of an unfinished accumulation window. FSDP models and optimizers go through
     ``torch.distributed.checkpoint``. The folder appears complete or not at all; with ``total_limit`` the oldest
-    automatic checkpoints are deleted after it is complete. Folders a save replaces or rotates out leave their
-    names at once and are deleted in the background (``end_training()`` waits for that). ``safe_serialization``
-    is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
+    automatic checkpoints are deleted after it is complete, in the background like every replaced folder.
+    ``safe_serialization`` is accepted for Accelerate compatibility: stoker always writes safetensors and JSON.
 
-    With ``async_save=True`` (one process, not FSDP; otherwise the save is synchronous) the state is copied to
-    CPU memory before this returns and written, fsynced and committed by a background thread while training goes
-    on. The next ``save_state``, ``load_state`` and ``end_training()`` wait for it (and raise its error, if it
-    failed); until it is committed the previous checkpoints are the loadable ones, also after a crash.
-
-    With ``background_commit=True`` (same conditions) the files are written here, into the hidden temporary
-    folder (no copy of the state is kept in memory), and only the commit runs on the background thread: the
-    fsyncs, the manifest, the rename to ``output_dir`` and the rotation. The folder appears once it is durable
-    (complete or absent, as always); the next save, ``load_state`` and ``end_training()`` wait for it, as for
-    ``async_save``. This takes the disk's flush latency off the caller without holding a copy of the state.
-    (``CheckpointIO.in_background`` selects either mode for the saves made inside it.)
+    In one process, not FSDP (else the save is synchronous): ``async_save=True`` copies the state to CPU memory and
+    writes, fsyncs and commits it on a background thread; ``background_commit=True`` writes the files here and
+    leaves only the commit (fsyncs, manifest, rename, rotation) to that thread, holding no copy. The next save,
+    ``load_state`` and ``end_training()`` wait for either (and raise its error); until then the previous
+    checkpoints are the loadable ones, also after a crash. (``CheckpointIO.in_background`` selects a mode.)
 
     Example:
         >>> accelerator.save_state()  # ProjectConfiguration(automatic_checkpoint_naming=True)
@@ -119,39 +112,19 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
-    background = contents.num_processes == 1 and strategy.saves_in_background
-    async_save, background_commit = async_save or io.mode == "copy", background_commit or io.mode == "commit"
-    asynchronous, deferred = async_save and background, background_commit and background and not async_save
+    mode = _save_mode(contents, async_save, background_commit)
     # Mere references (collective where gathered): every process asks for them. FSDP: none, it saves its shards.
     filed_models = strategy.checkpoint_files_hold(contents.models, [])[0]
     model_states = [contents.model_state(m) for m in filed_models]
     if contents.is_main_process:
-        if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
-            raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
-                             "stoker replaces only its own checkpoints. Choose a new or empty folder.")
-        _sweep(os.path.dirname(target), io) if auto else _recover(target, io)
-        sweep_trash(os.path.dirname(target), io)
-        os.makedirs(tmp)
+        _make_room(contents, target, tmp, output_dir)
     strategy.barrier()
     rotate = (config.project_dir, config.total_limit) if auto and config.total_limit is not None else None
     try:
         # register_save_state_pre_hook: may save models its own way into the folder, removing their weights here.
         contents.hooks.run_save(contents.models, model_states, tmp)
         strategy.save_checkpoint_shards(tmp, contents.models, contents.optimizers)  # FSDP: DCP shards
-        files = _encode_state(contents, filed_models, model_states, auto)
-        if asynchronous:
-            files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
-            io.submit_save(lambda: _finish(tmp, target, lambda: _write_files(tmp, files), io, rotate))
-        elif deferred:  # written now (the state may change once this returns); durable and renamed meanwhile
-            records = _write_files(tmp, files)
-            io.submit_save(lambda: _finish(tmp, target, lambda: records, io, rotate))
-        else:
-            records = _write_files(tmp, files)
-            if not contents.is_main_process:  # the main process syncs its files with the manifest, at once
-                io.fsync(os.path.join(tmp, name) for name in records)
-            strategy.barrier()
-            if contents.is_main_process:
-                _commit(tmp, target, records, io, rotate)
+        _write(contents, tmp, target, _encode_state(contents, filed_models, model_states, auto), mode, rotate)
     except BaseException as error:
         if contents.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -162,6 +135,88 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     if auto:
         config.iteration += 1
     return target
+
+
+def _check_counts(contents: CheckpointContents, state: dict[str, Any], path: str) -> None:
+    for kind in _KINDS:
+        saved, have = state["counts"][kind], contents.count(kind)
+        if saved != have and (kind != "dataloaders" or contents.stateful_loaders):
+            raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
+                             "objects in the same order as when saving.")
+
+
+def _parts_to_load(contents: CheckpointContents, files: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The shared parts and this process's own (the main process's when the checkpoint has none for it)."""
+    shared, own = _parts(contents, contents.process_index)
+    if any(name not in files for name, _, _ in own):
+        own = _parts(contents, 0)[1]
+    if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it keeps its own
+        shared = [part for part in shared if part[0] != SCALER_NAME]
+    return shared + [p for p in own if contents.stateful_loaders or not p[0].startswith("dataloader")]
+
+
+def _load_models(contents: CheckpointContents, path: str, models: list[tuple[Any, str, str]],
+                 files: dict[str, Any], strict: bool) -> None:
+    """Weights, and the gradients of an open accumulation window where they were saved."""
+    for model, weights, grads in models:
+        module = contents.unwrap(model)
+        load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
+        saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}
+        for name, param in module.named_parameters():
+            if name in saved:
+                param.grad = saved[name].to(param.device, copy=True)
+
+
+def _restore_counters(contents: CheckpointContents, path: str, counters: dict[str, Any],
+                      window_file: str | None) -> None:
+    contents.window.load_state_dict(counters)
+    if window_file is not None:  # after the counters: they reopen the window this restores the item count of
+        contents.window.load_open_window_state(read_safetensors(os.path.join(path, window_file))[0])
+    iteration = int(counters.get("iteration", 0))
+    match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
+    if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded
+        iteration = max(iteration, int(match.group(1)) + 1)
+    contents.project.iteration = iteration
+
+
+def _save_mode(contents: CheckpointContents, async_save: bool, background_commit: bool) -> str | None:
+    """``"copy"`` (async_save), ``"commit"`` (background_commit) or None (synchronous), as the run allows."""
+    io = contents.io
+    if contents.num_processes != 1 or not contents.strategy.saves_in_background:
+        return None
+    if async_save or io.mode == "copy":
+        return "copy"
+    return "commit" if background_commit or io.mode == "commit" else None
+
+
+def _make_room(contents: CheckpointContents, target: str, tmp: str, output_dir: str | None) -> None:
+    """On the main process: refuse a foreign folder, clean up after a crash, create the temporary folder."""
+    if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
+        raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
+                         "stoker replaces only its own checkpoints. Choose a new or empty folder.")
+    io = contents.io
+    _sweep(os.path.dirname(target), io) if output_dir is None else _recover(target, io)
+    sweep_trash(os.path.dirname(target), io)
+    os.makedirs(tmp)
+
+
+def _write(contents: CheckpointContents, tmp: str, target: str, files: list[tuple[str, dict, dict]],
+           mode: str | None, rotate: tuple | None) -> None:
+    """Writes ``files`` into ``tmp`` and commits it to ``target``, now or (``mode``) on the saver thread."""
+    io = contents.io
+    if mode == "copy":
+        files = [(name, _snapshot(tensors), metadata) for name, tensors, metadata in files]
+        io.submit_save(lambda: _finish(tmp, target, lambda: _write_files(tmp, files), io, rotate))
+        return
+    records = _write_files(tmp, files)
+    if mode == "commit":  # written now (the state may change once this returns); durable and renamed meanwhile
+        io.submit_save(lambda: _finish(tmp, target, lambda: records, io, rotate))
+        return
+    if not contents.is_main_process:  # the main process syncs its files with the manifest, at once
+        io.fsync(os.path.join(tmp, name) for name in records)
+    contents.strategy.barrier()
+    if contents.is_main_process:
+        _commit(tmp, target, records, io, rotate)
 
 
 def _encode_state(contents: CheckpointContents, filed_models: list, model_states: list,
@@ -289,19 +344,9 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     strategy.barrier()
     files = verify_checkpoint(path, files=[STATE_NAME])["files"]
     state = read_state(path)
-    stateful = contents.stateful_loaders
-    for kind in _KINDS:
-        saved, have = state["counts"][kind], contents.count(kind)
-        if saved != have and (kind != "dataloaders" or stateful):
-            raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
-                             "objects in the same order as when saving.")
+    _check_counts(contents, state, path)
     rank = contents.process_index
-    shared, own = _parts(contents, rank)
-    if any(name not in files for name, _, _ in own):
-        own = _parts(contents, 0)[1]
-    if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it keeps its own
-        shared = [part for part in shared if part[0] != SCALER_NAME]
-    parts = shared + [p for p in own if stateful or not p[0].startswith("dataloader")]
+    parts = _parts_to_load(contents, files)
     kept = list(contents.models)
     contents.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
     position = {id(m): i for i, m in enumerate(contents.models)}  # gradients are saved by this position
@@ -315,23 +360,10 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     rng_name = f"random_states_{rank}.safetensors"
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
     strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
-    for model, weights, grads in models:
-        module = contents.unwrap(model)
-        load_checkpoint_in_model(module, os.path.join(path, weights), strict=strict)
-        saved = read_safetensors(os.path.join(path, grads))[0] if grads in files else {}
-        for name, param in module.named_parameters():
-            if name in saved:
-                param.grad = saved[name].to(param.device, copy=True)
+    _load_models(contents, path, models, files, strict)
     for name, obj, _ in parts:
         obj.load_state_dict(load_tree(os.path.join(path, name)))
-    contents.window.load_state_dict(state["counters"])
-    if window_name in files:  # after the counters: they reopen the window this restores the item count of
-        contents.window.load_open_window_state(read_safetensors(os.path.join(path, window_name))[0])
-    iteration = int(state["counters"].get("iteration", 0))
-    match = _CHECKPOINT_RE.fullmatch(os.path.basename(path))
-    if match:  # whatever the counter says, never reuse the number of the checkpoint just loaded
-        iteration = max(iteration, int(match.group(1)) + 1)
-    contents.project.iteration = iteration
+    _restore_counters(contents, path, state["counters"], window_name if window_name in files else None)
     if rng_name in files:
         restore_rng_state(load_tree(os.path.join(path, rng_name)))
     else:

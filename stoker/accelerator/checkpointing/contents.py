@@ -8,13 +8,64 @@ state hooks and the background writer.
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .background import CheckpointIO
+
+if TYPE_CHECKING:
+    from ..config import ProjectConfiguration
+    from ..data.loader import PreparedDataLoader
+    from ..distributed.ddp import SingleDevice
+    from ..step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
+    from ..step.precision import Precision
+    from ..step.window import GradientWindow
+
+
+class StateHooks:
+    """Functions run by ``save_state`` before it writes and by ``load_state`` before it reads the models.
+
+    A save hook is called as ``hook(models, weights, output_dir)``: ``weights`` holds one state dict per model,
+    and a hook that saves a model its own way removes that model's entry (then ``model_{i}`` numbers the rest).
+    A load hook is called as ``hook(models, input_dir)`` and removes the models it loaded itself.
+    """
+
+    def __init__(self) -> None:
+        self.save: OrderedDict[int, Callable] = OrderedDict()
+        self.load: OrderedDict[int, Callable] = OrderedDict()
+
+    def register(self, table: OrderedDict, hook: Callable, name: str) -> Any:
+        from torch.utils.hooks import RemovableHandle
+
+        if not callable(hook):
+            raise TypeError(f"{name}(hook) needs a callable, got {type(hook).__name__}.")
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        return handle
+
+    def run_save(self, models: list[torch.nn.Module], weights: list[dict], output_dir: str) -> None:
+        """Runs the save hooks; ``output_dir`` is the checkpoint's temporary folder (renamed when complete)."""
+        for hook in list(self.save.values()):
+            hook(models, weights, output_dir)
+        folders = [n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))] if self.save else []
+        if folders:
+            raise ValueError(
+                f"A save_state pre-hook created the folder(s) {folders} in the checkpoint; stoker checkpoints hold "
+                "files only (each is listed and checksummed in the manifest). Write files into output_dir, e.g. "
+                "model.save_pretrained(output_dir) or torch.save(..., os.path.join(output_dir, 'extra.pt'))."
+            )
+
+    def run_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
+        for hook in list(self.load.values()):
+            hook(models, input_dir)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"save": OrderedDict(), "load": OrderedDict()}  # hooks are often closures: not carried by pickle
 
 
 @dataclass
@@ -38,15 +89,15 @@ class CheckpointContents:
     """
 
     models: list[torch.nn.Module]
-    optimizers: list[Any]
-    schedulers: list[Any]
-    dataloaders: list[Any]
+    optimizers: list[AcceleratedOptimizer]
+    schedulers: list[AcceleratedScheduler]
+    dataloaders: list[PreparedDataLoader]
     custom_objects: list[Any]
-    precision: Any
-    window: Any
-    strategy: Any
-    project: Any
-    hooks: Any
+    precision: Precision
+    window: GradientWindow
+    strategy: SingleDevice
+    project: ProjectConfiguration
+    hooks: StateHooks
     io: CheckpointIO
     stateful_loaders: bool
     unwrap: Callable[[torch.nn.Module], torch.nn.Module]

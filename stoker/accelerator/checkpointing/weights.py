@@ -313,6 +313,36 @@ def _set_tensor(model: torch.nn.Module, name: str, value: torch.Tensor) -> None:
     (module._parameters if leaf in module._parameters else module._buffers)[leaf] = value
 
 
+def _provided_keys(files: list[str], tied: dict[str, str],
+                   loaded: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]]) -> set[str]:
+    """Every key the checkpoint's files provide (tied aliases included); ``.bin`` files read go into ``loaded``."""
+    provided = set(tied)
+    for path in files:
+        if path.endswith(".safetensors"):
+            names, meta = read_safetensors(path, data=False)
+            provided |= set(names) | set(json.loads(meta.get(TIED_KEY, "{}")))
+        else:  # a pickle-free .bin must be read to know its keys; keep it for the load below
+            loaded[path] = _read_weights(path)
+            provided |= set(loaded[path][0])
+    return {strip_compile_prefix(k) for k in provided}
+
+
+def _load_file(model: torch.nn.Module, read: tuple[dict[str, torch.Tensor], dict[str, str]], tied: dict[str, str],
+               actual: dict[str, str], placement: dict[str, Any] | None) -> None:
+    """Loads one file's tensors into ``model``; ``placement`` (meta parameters: assigned, not copied) or None."""
+    tensors, file_tied = read
+    tensors = {strip_compile_prefix(k): v for k, v in tensors.items()}
+    for alias, name in {**tied, **file_tied}.items():
+        if name in tensors:
+            tensors.setdefault(alias, tensors[name])
+    state = {actual[k]: v for k, v in tensors.items() if k in actual}
+    if placement is not None:  # meta parameters have no memory to copy into: take the tensors, in the model's dtype
+        target = model.state_dict(keep_vars=True)
+        state = {k: v.to(placement.get(k, "cpu") if target[k].is_meta else target[k].device, target[k].dtype)
+                 for k, v in state.items()}
+    model.load_state_dict(state, strict=False, assign=placement is not None)
+
+
 def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLike,
                              device_map: Mapping[str, Any] | None = None, strict: bool = False) -> LoadResult:
     """Loads weights written by ``save_model`` (or Hugging Face) into ``model``, one file at a time.
@@ -336,15 +366,7 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     files, tied = _checkpoint_files(os.fspath(checkpoint))
     placement = _placement(model, device_map) if device_map is not None else {}
     loaded: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]] = {}
-    provided = set(tied)
-    for path in files:
-        if path.endswith(".safetensors"):
-            names, meta = read_safetensors(path, data=False)
-            provided |= set(names) | set(json.loads(meta.get(TIED_KEY, "{}")))
-        else:  # a pickle-free .bin must be read to know its keys; keep it for the load below
-            loaded[path] = _read_weights(path)
-            provided |= set(loaded[path][0])
-    provided = {strip_compile_prefix(k) for k in provided}
+    provided = _provided_keys(files, tied, loaded)
     groups: dict[int, list[str]] = {}  # names of one tensor (tied weights) share a group
     for name, t in model.state_dict(keep_vars=True).items():
         groups.setdefault(id(t), []).append(strip_compile_prefix(name))
@@ -361,16 +383,7 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     actual = {strip_compile_prefix(k): k for k in target}
     assign = any(t.is_meta for t in target.values())
     for path in files:
-        tensors, file_tied = loaded.pop(path, None) or _read_weights(path)
-        tensors = {strip_compile_prefix(k): v for k, v in tensors.items()}
-        for alias, name in {**tied, **file_tied}.items():
-            if name in tensors:
-                tensors.setdefault(alias, tensors[name])
-        state = {actual[k]: v for k, v in tensors.items() if k in actual}
-        if assign:  # meta parameters have no memory to copy into: take the loaded tensors, in the model's dtype
-            state = {k: v.to(placement.get(k, "cpu") if target[k].is_meta else target[k].device, target[k].dtype)
-                     for k, v in state.items()}
-        model.load_state_dict(state, strict=False, assign=assign)
+        _load_file(model, loaded.pop(path, None) or _read_weights(path), tied, actual, placement if assign else None)
     if assign:  # assign=True wraps each name separately: make tied names one object again
         for names in groups.values():
             first = _get_tensor(model, actual[names[0]])

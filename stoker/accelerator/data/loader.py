@@ -2,20 +2,24 @@
 
 Owns: what an epoch is (when it starts, when it ends, what ``break`` keeps), ``end_of_dataloader``, the saved
 position (``state_dict``/``load_state_dict``) and ``limit_batches``. Does not own: which indices each process
-reads (``data_samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``data.py``).
+reads (``samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``prepare.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from .data_samplers import ShardedBatchSampler
-from .operations import send_to_device
-from .torch_shortcuts import next_batch_function
+from ..operations import send_to_device
+from ..step.torch_shortcuts import next_batch_function
+from .samplers import ShardedBatchSampler
+
+if TYPE_CHECKING:
+    from ..config import DataLoaderConfiguration
+    from ..distributed.ddp import SingleDevice
 
 _END = object()
 
@@ -32,7 +36,8 @@ class LoaderContext:
     ``gather_for_metrics`` read the innermost); a copy (pickling) starts with none.
     """
 
-    def __init__(self, strategy: Any, dataloader_config: Any, epoch_started: Callable[[Any], None]) -> None:
+    def __init__(self, strategy: SingleDevice, dataloader_config: DataLoaderConfiguration,
+                 epoch_started: Callable[[LoaderContext], None] | None = None) -> None:
         self.strategy = strategy
         self.dataloader_config = dataloader_config
         self.epoch_started = epoch_started
@@ -176,12 +181,27 @@ class PreparedDataLoader:
         self._last_handed_out = False
 
     def __iter__(self) -> Iterator[Any]:
-        return self._iterate(skip=0)
+        return self.iterate(skip=0)
 
-    def _iterate(self, skip: int) -> Iterator[Any]:
+    def iterate(self, skip: int) -> Iterator[Any]:
+        """An iteration that starts ``skip`` batches into the epoch (after a restored position)."""
         # (A generator: this body starts at the first next(), so an iterator made but never used changes nothing.)
         self._end_handed_out_epoch()  # e.g. next() called len(loader) times on an iterator that is still open
         owner = self._owner = object()
+        skip = self._start_epoch(skip)
+        stack = self._context.stack
+        stack.append(self)
+        self.end_of_dataloader = False
+        self._cut_short = False
+        finished = [False]  # set when the epoch ran to its end (or to its limit)
+        try:
+            yield from self._look_ahead(skip, finished)
+        finally:
+            self._leave(stack, owner, finished[0])
+
+    def _start_epoch(self, skip: int) -> int:
+        """Positions the sampler, seeds the workers and draws what the user's loader would; returns the batches to
+        skip (``skip`` plus a restored position)."""
         skip += self.batches_yielded  # a restored position
         self.batches_yielded = 0
         if self._batch_sampler is not None:
@@ -195,62 +215,66 @@ class PreparedDataLoader:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
         context = self._context
-        context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
+        if context.epoch_started is not None:
+            context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
         if not continued:  # an epoch starts: the user's loader would draw now (a continued one draws nothing)
             self._draws.epoch_started()
-        stack = context.stack
-        stack.append(self)
-        self.end_of_dataloader = False
-        device, non_blocking = self.device, self.non_blocking
+        return skip
+
+    def _look_ahead(self, skip: int, finished: list[bool]) -> Iterator[Any]:
+        """The batches, one fetched ahead so that the last one is known while it is processed."""
         limit = self.max_batches
-        self._cut_short = False
-        finished = False
-        track_inner = self._batch_sampler is None and hasattr(self.base_loader, "state_dict")
+        if limit is not None and skip >= limit:
+            finished[0] = True
+            return
+        it, fetch = next_batch_function(self.base_loader)  # noqa: F841 - `it` keeps the iterator alive
         try:
-            if limit is not None and skip >= limit:
-                finished = True
+            current = fetch()
+        except StopIteration:
+            finished[0] = True
+            return
+        self.batches_yielded = skip
+        device, non_blocking, track_inner = self.device, self.non_blocking, self._tracks_inner
+        while True:
+            if limit is not None and self.batches_yielded + 1 >= limit:
+                upcoming = _END  # the limit ends the epoch; the next batch is never loaded
+                self._cut_short = self._longer_than(limit)
+            else:
+                if track_inner:  # the position *before* the look-ahead is the one a resume needs
+                    self._inner_state = self.base_loader.state_dict()
+                try:
+                    upcoming = fetch()
+                except StopIteration:
+                    upcoming = _END
+            self.end_of_dataloader = upcoming is _END
+            self._last_handed_out = self.end_of_dataloader
+            self.batches_yielded += 1
+            yield current if device is None else send_to_device(current, device, non_blocking)
+            if upcoming is _END:
+                finished[0] = True
                 return
-            it, fetch = next_batch_function(self.base_loader)
-            try:
-                current = fetch()
-            except StopIteration:
-                finished = True
-                return
-            self.batches_yielded = skip
-            while True:
-                # one ahead, so the last batch is known while it is processed
-                if limit is not None and self.batches_yielded + 1 >= limit:
-                    upcoming = _END  # the limit ends the epoch; the next batch is never loaded
-                    self._cut_short = self._longer_than(limit)
-                else:
-                    if track_inner:  # the position *before* the look-ahead is the one a resume needs
-                        self._inner_state = self.base_loader.state_dict()
-                    try:
-                        upcoming = fetch()
-                    except StopIteration:
-                        upcoming = _END
-                self.end_of_dataloader = upcoming is _END
-                self._last_handed_out = self.end_of_dataloader
-                self.batches_yielded += 1
-                yield current if device is None else send_to_device(current, device, non_blocking)
-                if upcoming is _END:
-                    finished = True
-                    return
-                current = upcoming
-        finally:
-            if stack and stack[-1] is self:
-                stack.pop()
-            elif self in stack:
-                stack.remove(self)
-            if self._owner is owner:  # not superseded by a newer iteration or a load_state_dict
-                self._owner = None
-                # Leaving before the last batch (break, an exception) keeps the position, as a saved one would:
-                # save_state after the loop records it, and the next iteration continues the same epoch.
-                if finished or self._last_handed_out:
-                    self._next_epoch()
-                elif track_inner and self._inner_state is not None:
-                    self._pending_inner_state = self._inner_state
-                self.end_of_dataloader = False
+            current = upcoming
+
+    @property
+    def _tracks_inner(self) -> bool:
+        """An iterable dataset under torchdata: the inner loader keeps the position (``state_dict``)."""
+        return self._batch_sampler is None and hasattr(self.base_loader, "state_dict")
+
+    def _leave(self, stack: list[PreparedDataLoader], owner: object, finished: bool) -> None:
+        """The iteration ends: off the stack; a finished epoch moves on, an unfinished one keeps its position."""
+        if stack and stack[-1] is self:
+            stack.pop()
+        elif self in stack:
+            stack.remove(self)
+        if self._owner is owner:  # not superseded by a newer iteration or a load_state_dict
+            self._owner = None
+            # Leaving before the last batch (break, an exception) keeps the position, as a saved one would:
+            # save_state after the loop records it, and the next iteration continues the same epoch.
+            if finished or self._last_handed_out:
+                self._next_epoch()
+            elif self._tracks_inner and self._inner_state is not None:
+                self._pending_inner_state = self._inner_state
+            self.end_of_dataloader = False
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -332,7 +356,7 @@ class SkipView:
         self.num_batches = num_batches
 
     def __iter__(self) -> Iterator[Any]:
-        return self.loader._iterate(skip=self.num_batches)
+        return self.loader.iterate(skip=self.num_batches)
 
     def __len__(self) -> int:
         return max(len(self.loader) - self.num_batches, 0)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from .arguments import InvalidArgumentError, check_accumulation_steps
-from .precision import parse_precision
+from ...accelerator.arguments import InvalidArgumentValue, check_accumulation_steps
+from ...accelerator.step.precision import parse_precision
 
 __all__ = ["ACCUMULATION_VARS", "CPU_VARS", "PRECISION_VARS", "settings_from_environment"]
 
@@ -36,7 +36,7 @@ def settings_from_environment(mixed_precision: str | None, gradient_accumulation
         >>> del os.environ["STOKER_MIXED_PRECISION"]
 
     Raises:
-        InvalidArgumentError: the accumulation variable is not a positive integer (a ``ValueError``).
+        InvalidArgumentValue: the accumulation variable is not a positive integer (a ``ValueError``).
         ValueError: the precision variable is not a precision (``parse_precision``'s error, naming the variable).
     """
     if mixed_precision is None:
@@ -50,7 +50,7 @@ def settings_from_environment(mixed_precision: str | None, gradient_accumulation
             try:
                 gradient_accumulation_steps = int(value)
             except ValueError:
-                raise InvalidArgumentError(
+                raise InvalidArgumentValue(
                     f"{name}={value!r} is not a number of micro-batches. Set it to a positive integer such as 4 "
                     "(or pass Accelerator(gradient_accumulation_steps=...))."
                 ) from None

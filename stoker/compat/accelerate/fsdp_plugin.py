@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from ...accelerator.step.precision import dtype_named
+
 _RESHARD = {"FULL_SHARD": True, "1": True, "SHARD_GRAD_OP": False, "2": False}
-_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-           "fp32": torch.float32, "float32": torch.float32, "no": None}
 # Values that describe what FSDP2 does anyway: accepted without effect.
 _SAME_AS_FSDP2 = {"use_orig_params": (True,), "limit_all_gathers": (True,), "backward_prefetch": ("BACKWARD_PRE",),
                   "state_dict_type": ("SHARDED_STATE_DICT",), "fsdp_version": (2,)}
@@ -161,7 +161,7 @@ class FullyShardedDataParallelPlugin:
 
     def to_strategy(self, group_options: dict[str, Any] | None = None) -> Any:
         """The ``FSDPStrategy`` these settings describe (not yet connected to the process group)."""
-        from .fsdp import FSDPStrategy
+        from ...accelerator.distributed.fsdp import FSDPStrategy
 
         kwargs: dict[str, Any] = dict(group_options or {})
         if self.cpu_offload is not None and self.cpu_offload is not False:
@@ -203,7 +203,4 @@ def _name_of(value: Any) -> Any:
 def _dtype(value: Any) -> Any:
     if value is None or isinstance(value, torch.dtype):
         return value
-    if isinstance(value, str) and value.lower() in _DTYPES:
-        return _DTYPES[value.lower()]
-    raise ValueError(f"FullyShardedDataParallelPlugin(mixed_precision_policy=...): {value!r} is not a dtype. "
-                     f"Expected a torch.dtype or one of {sorted(_DTYPES)}.")
+    return dtype_named(value, argument="FullyShardedDataParallelPlugin(mixed_precision_policy=...): ...")

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .arguments import InvalidArgumentError, check_accumulation_steps
+from ...accelerator.arguments import InvalidArgumentValue, check_accumulation_steps
 
 
 class KwargsHandler:
@@ -243,7 +243,7 @@ class GradientAccumulationPlugin(KwargsHandler):
 
     def __post_init__(self) -> None:
         if self.num_steps is None:
-            raise InvalidArgumentError("GradientAccumulationPlugin(num_steps=...) is required: the number of "
+            raise InvalidArgumentValue("GradientAccumulationPlugin(num_steps=...) is required: the number of "
                                        "micro-batches per optimizer step, e.g. GradientAccumulationPlugin(num_steps=4).")
         check_accumulation_steps(self.num_steps, argument="GradientAccumulationPlugin(num_steps=...)")
         for name in ("adjust_scheduler", "sync_with_dataloader"):

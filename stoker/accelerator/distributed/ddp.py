@@ -164,6 +164,7 @@ class DDPStrategy(SingleDevice):
         self.comm_hook = comm_hook  # called with each DistributedDataParallel wrapper (registers a comm hook)
         self.ddp_kwargs = ddp_kwargs
         self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
+        self._exit_box: list = []  # what the exit handler destroys (emptied by teardown)
         self._wrapped: weakref.WeakSet = weakref.WeakSet()  # DDP wrappers made here (released at exit)
         self._connected = False
 
@@ -291,10 +292,14 @@ class DDPStrategy(SingleDevice):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _wrapped=weakref.WeakSet())
 
+    def forget_group(self) -> None:
+        """Drops the reference to the process group this strategy created, without destroying it."""
+        self._group = None
+
     def teardown(self) -> None:
         # Only the group we created is ours to destroy; the user may already have destroyed it (or made another).
         group, self._group = self._group, None
-        getattr(self, "_exit_box", []).clear()  # the exit handler must not keep the destroyed group alive
+        self._exit_box.clear()  # the exit handler must not keep the destroyed group alive
         if group is not None:
             _release(group, self._wrapped)
 
@@ -377,7 +382,7 @@ def _drop_fsdp_groups(module: torch.nn.Module) -> None:
 def _destroy_at_exit(owner: weakref.ref, box: list, wrapped: weakref.WeakSet) -> None:
     strategy = owner()
     if strategy is not None:  # a live strategy's reference would keep the group to the interpreter's finalization
-        strategy._group = None
+        strategy.forget_group()
     group = box.pop() if box else None
     with contextlib.suppress(Exception):  # at exit a broken group must not turn a clean exit into a crash
         _release(group, wrapped)

@@ -17,14 +17,18 @@ from typing import Any
 
 import torch
 
-from .operations import convert_to_fp32
+from ..operations import convert_to_fp32
+from .torch_shortcuts import optimizer_step
 
-_ALIASES = {
-    "no": "no", "fp32": "no", "32": "no", "32-true": "no", "float32": "no",
-    "fp16": "fp16", "16": "fp16", "16-mixed": "fp16", "float16": "fp16",
-    "bf16": "bf16", "bf16-mixed": "bf16", "bfloat16": "bf16",
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+# Every precision name: (the mode, the dtype it names). The one table: parse_precision reads the mode, dtype_named
+# the dtype (FSDP's mixed-precision policy names dtypes this way; "no" keeps the parameters' dtype).
+_NAMES: dict[str, tuple[str, torch.dtype | None]] = {
+    "no": ("no", None), "fp32": ("no", _F32), "32": ("no", _F32), "32-true": ("no", _F32), "float32": ("no", _F32),
+    "fp16": ("fp16", _F16), "16": ("fp16", _F16), "16-mixed": ("fp16", _F16), "float16": ("fp16", _F16),
+    "bf16": ("bf16", _BF16), "bf16-mixed": ("bf16", _BF16), "bfloat16": ("bf16", _BF16),
     # True half precision (Lightning's names): the weights themselves are in that dtype, no autocast, no scaler.
-    "bf16-true": "bf16-true", "16-true": "fp16-true", "fp16-true": "fp16-true",
+    "bf16-true": ("bf16-true", _BF16), "16-true": ("fp16-true", _F16), "fp16-true": ("fp16-true", _F16),
 }
 PRECISION_CHOICES = ("no", "fp16", "bf16", "bf16-true", "fp16-true")
 
@@ -41,16 +45,23 @@ def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=
     """
     if value is None:  # Accelerate's own default: full precision unless configured
         return "no"
+    return _NAMES[_key(value, argument)][0]
+
+
+def dtype_named(value: Any, *, argument: str) -> torch.dtype | None:
+    """The dtype a precision name stands for (``"bf16"``, ``"float32"``, ...; None for ``"no"``)."""
+    return _NAMES[_key(value, argument)][1]
+
+
+def _key(value: Any, argument: str) -> str:
     key = value.lower() if isinstance(value, str) else str(value) if isinstance(value, int) else None
-    if key is None or key not in _ALIASES:
+    if key is None or key not in _NAMES:
         raise ValueError(
             f"{argument.replace('...', repr(value))} is not a precision. Expected one of: 'no' (or 'fp32', '32'), "
             "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed'), 'bf16-true', 'fp16-true' (or '16-true')."
         )
-    return _ALIASES[key]
+    return key
 
-
-canonical_precision = parse_precision  # the name this parser had first
 
 # One shared no-op context: full precision pays one method call, not an object, per ``autocast()``.
 _NO_AUTOCAST = contextlib.nullcontext()
@@ -62,9 +73,7 @@ class Precision:
     name = "no"
     dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
-    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
-    # scale_loss, unscale_ and step must be this class's (identity, no-op, plain step): the hot path (backward,
-    # the window's finish, AcceleratedOptimizer.step) skips calling them (tests/accelerator check the rule).
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
     scales_loss = False
     # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
     # that enters it every step (the Trainer's) may skip entering it.
@@ -81,19 +90,26 @@ class Precision:
         arguments, for mixed precisions)."""
         return _NO_AUTOCAST
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
-        """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper."""
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+        """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper.
+
+        ``autocast=False``: no autocast wrapper (the caller enters :meth:`autocast` around its step itself); true
+        half precision still converts the module and its inputs (that is the data's dtype, not autocast)."""
         unwrap_forward(module)
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, of the scaled loss where this precision scales losses."""
+        loss.backward(**kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divides ``optimizer``'s gradients by the loss scale; the window calls it exactly once per step."""
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
         """Steps ``optimizer`` (whose gradients the window finished); False when skipped (fp16 overflow)."""
-        optimizer.step(closure) if closure is not None else optimizer.step()
+        optimizer_step(optimizer) if closure is None else optimizer.step(closure)
         return True
 
     def update(self) -> None:
@@ -120,7 +136,10 @@ class MixedPrecision(Precision):
     def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self._device_type, dtype=self.dtype, **{**self.autocast_kwargs, **overrides})
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+        if not autocast:
+            unwrap_forward(module)
+            return
         device_type, dtype, extra = self._device_type, self.dtype, self.autocast_kwargs
         current = module.__dict__.get("forward")
         if getattr(current, "_stoker_autocast", None) == (device_type, dtype):
@@ -170,6 +189,9 @@ class FP16Precision(MixedPrecision):
         self.update()
         return self.scaler.scale(loss)
 
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.scale_loss(loss).backward(**kwargs)
+
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.unscale_(optimizer)
 
@@ -207,18 +229,6 @@ class FP16Precision(MixedPrecision):
             self.scaler.load_state_dict(state["scaler"])
 
 
-def make_precision(value: Any, device: torch.device) -> Precision:
-    """Builds the precision object for a name or alias (see :func:`parse_precision`)."""
-    name = parse_precision(value)
-    if name == "fp16":
-        return FP16Precision(device)
-    if name == "bf16":
-        return BF16Precision(device)
-    if name in ("bf16-true", "fp16-true"):
-        return TruePrecision(device, name)
-    return Precision(device)
-
-
 class TruePrecision(Precision):
     """True half precision: a prepared module's parameters and buffers are converted to bf16/fp16, and the
     floating-point tensors passed to its forward too (no autocast, no loss scaling: fp16-true can overflow)."""
@@ -228,7 +238,7 @@ class TruePrecision(Precision):
         self.name = name
         self.dtype = torch.bfloat16 if name == "bf16-true" else torch.float16
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         dtype = self.dtype
         unwrap_forward(module)
         module.to(dtype)
@@ -250,6 +260,18 @@ class TruePrecision(Precision):
         forward._stoker_autocast = ("true", dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
         module.forward = forward
+
+
+def make_precision(value: Any, device: torch.device) -> Precision:
+    """Builds the precision object for a name or alias (see :func:`parse_precision`)."""
+    name = parse_precision(value)
+    if name == "fp16":
+        return FP16Precision(device)
+    if name == "bf16":
+        return BF16Precision(device)
+    if name in ("bf16-true", "fp16-true"):
+        return TruePrecision(device, name)
+    return Precision(device)
 
 
 def unwrap_forward(module: torch.nn.Module) -> None:
