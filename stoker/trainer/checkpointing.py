@@ -3,7 +3,7 @@
 Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop position, callback states by
 ``state_key``, ``on_save_checkpoint`` extras, hyperparameters, epoch accumulators of ``self.log``), applying it
 on resume, the ``ckpt_path="last"`` lookup, and the signal handling that turns a preemption into a checkpoint
-plus a non-zero exit. Does not own the folder format or its atomicity (``stoker/accelerator/checkpoint.py``).
+plus a non-zero exit. Does not own the folder format or its atomicity (``stoker/accelerator/checkpointing/``).
 
 Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
 
@@ -23,11 +23,16 @@ import os
 import signal
 import sys
 import threading
-import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+# checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
+from ..accelerator import SignalAgreement, agree_on_max, checkpoint_step  # noqa: F401 - checkpoint_step re-exported
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
 
 LAST = "last"
 BEST = "best"
@@ -186,13 +191,6 @@ def load_weights(trainer: Any, ckpt_path: Any, model: Any) -> None:
 
 
 # -- finding checkpoints ----------------------------------------------------------------------------------------------
-def checkpoint_step(path: str) -> int | None:
-    """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""
-    from ..accelerator import checkpoint_step as step
-
-    return step(path)
-
-
 def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     """The complete checkpoint saved last among the sub-folders of ``folders`` (see module docstring)."""
     from ..accelerator import checkpoints_in
@@ -209,99 +207,12 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
 
 
 # -- preemption -------------------------------------------------------------------------------------------------------
-def agree_on_signal(accelerator: Any, received: int | None) -> int | None:
+def agree_on_signal(accelerator: Accelerator, received: int | None) -> int | None:
     """The preemption signal every process acts on: the highest signal number any process received (None: none).
 
-    One small blocking all-reduce (MAX, not SUM: two processes with SIGTERM must agree on SIGTERM, not on signal
-    30). The Trainer uses it at epoch ends only; between steps :class:`SignalAgreement` agrees without waiting.
+    One small blocking all-reduce. The Trainer uses :class:`SignalAgreement` instead, which agrees without waiting.
     """
-    if accelerator.num_processes <= 1:
-        return received
-    code = torch.tensor(float(received or 0), device=accelerator.device)
-    return int(accelerator.strategy.all_reduce(code, "max").item()) or None
-
-
-def _read_host_flag(buffer: torch.Tensor) -> int:
-    """The agreed signal held in a host (CPU) buffer: a read of host memory, no device wait on any machine."""
-    return int(buffer.item())
-
-
-def _read_device_flag(buffer: torch.Tensor) -> int:
-    """The agreed signal held on the device (no gloo to agree on the host): this read waits for the device."""
-    return int(buffer.item())
-
-
-class SignalAgreement:
-    """Agrees on the preemption signal across processes without a per-step wait (one step late).
-
-    After each optimizer step every process posts its signal (0: none) as a non-blocking MAX all-reduce of a
-    one-number *host* tensor, on the default group when it is gloo and otherwise on a gloo group made once for
-    this purpose, and reads the result of the all-reduce it posted one optimizer step earlier. Every process posts
-    and reads at the same optimizer steps, so all of them see the same agreed value at the same step: a signal that
-    arrives before step ``n``'s check is acted on after step ``n + 1`` on every process. The wait for that result
-    is a host-to-host wait (the other processes posted it a step ago), never a wait for the GPU. Without gloo the
-    flag goes through the device group and the read waits for the device (one sync per step, the old cost).
-    :meth:`flush` (epoch ends) is blocking: it reads the pending result and agrees on the current signal at once.
-    """
-
-    def __init__(self) -> None:
-        self._pending: tuple[Any, torch.Tensor] | None = None  # (work, buffer) posted one step ago
-        # Weak references: a reference kept here would hold a destroyed group (and gloo's threads) alive until the
-        # interpreter's finalization, which can abort the process at exit (issue 16). torch's registry holds both
-        # groups for as long as they are live.
-        self._group: weakref.ref | None = None  # the gloo group made for the flag; None: the default group
-        self._world: weakref.ref | None = None  # the default group the above was set up for
-        self._on_host = True
-
-    def reset(self) -> None:
-        """Forgets a result posted by a previous fit (every process posted it, so it completes by itself)."""
-        self._pending = None
-
-    def _setup(self, accelerator: Any) -> None:
-        import torch.distributed as dist
-
-        world = dist.group.WORLD
-        if self._world is not None and self._world() is world:
-            return
-        self._world, self._group, self._on_host = weakref.ref(world), None, True
-        if dist.get_backend() == "gloo":
-            return  # the default group already works on host tensors
-        if dist.is_gloo_available():
-            self._group = weakref.ref(dist.new_group(backend="gloo"))  # collective: every process is at this same step
-        else:
-            self._on_host = False
-
-    def _post(self, accelerator: Any, received: int | None) -> None:
-        import torch.distributed as dist
-
-        device = "cpu" if self._on_host else accelerator.device
-        buffer = torch.full((), float(received or 0), device=device)
-        group = self._group() if self._group is not None else None
-        work = dist.all_reduce(buffer, op=dist.ReduceOp.MAX, group=group, async_op=True)
-        self._pending = (work, buffer)
-
-    def _take(self) -> int | None:
-        if self._pending is None:
-            return None
-        (work, buffer), self._pending = self._pending, None
-        work.wait()
-        return (_read_host_flag(buffer) if self._on_host else _read_device_flag(buffer)) or None
-
-    def step(self, accelerator: Any, received: int | None) -> int | None:
-        """After an optimizer step: the signal agreed one step ago (None: none); posts ``received`` for the next."""
-        self._setup(accelerator)
-        agreed = self._take()
-        if agreed is None:
-            self._post(accelerator, received)
-        return agreed
-
-    def flush(self, accelerator: Any, received: int | None) -> int | None:
-        """Blocking: the pending result and the current signals together (the highest)."""
-        self._setup(accelerator)
-        pending = self._take()
-        self._post(accelerator, received)
-        now = self._take()
-        return max(pending or 0, now or 0) or None
+    return agree_on_max(accelerator.strategy, received, accelerator.device, accelerator.num_processes)
 
 
 class Preemption:
@@ -359,9 +270,9 @@ class Preemption:
         if not self._several:
             flag = self.received
         elif blocking:
-            flag = self._agreement.flush(trainer.accelerator, self.received)
+            flag = self._agreement.flush(trainer.accelerator.device, self.received)
         else:
-            flag = self._agreement.step(trainer.accelerator, self.received)
+            flag = self._agreement.step(trainer.accelerator.device, self.received)
         if flag is None:
             return
         self.received = flag

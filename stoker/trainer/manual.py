@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ..accelerator import average_gradients
 from .args import clip_algorithm
 
 
@@ -50,11 +50,7 @@ class ManualOptimizer:
             return
         self._synced = True
         grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if not grads:
-            return
-        flat = self._trainer.accelerator.strategy.all_reduce(_flatten_dense_tensors(grads), "mean")
-        for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
-            grad.copy_(averaged)
+        average_gradients(self._trainer.accelerator.strategy, grads)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, as in Lightning."""
