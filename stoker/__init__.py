@@ -23,7 +23,7 @@ from .accelerator import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Trainer": "stoker.trainer",
+    "Trainer": "stoker.compat.lightning",  # the core stoker.trainer.Trainer plus Lightning's names
     "TrainingModule": "stoker.trainer",
     "DataModule": "stoker.trainer.datamodule",
     # Lightning's names for the same classes: `import pytorch_lightning as pl` -> `import stoker as pl` is the port

@@ -33,6 +33,7 @@ from ..accelerator import SignalAgreement, agree_on_max, checkpoint_step  # noqa
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
+    from .trainer import Trainer
 
 LAST = "last"
 BEST = "best"
@@ -40,10 +41,12 @@ _FORMAT = "stoker-trainer"
 
 
 class TrainerCheckpointState:
-    """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it."""
+    """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it, and
+    a ``load_state`` hands it back here (:meth:`take_loaded` gives it to the resume, once)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+        self.loaded: dict[str, Any] | None = None  # the state the last load_state read, until taken
 
     def state_dict(self) -> dict[str, Any]:
         return build_payload(self.trainer)
@@ -52,10 +55,15 @@ class TrainerCheckpointState:
         if state.get("format") != _FORMAT:
             raise ValueError(f"The Trainer state in this checkpoint has format {state.get('format')!r}, expected "
                              f"{_FORMAT!r}: it was not written by a stoker Trainer.")
-        self.trainer._loaded_payload = dict(state)
+        self.loaded = dict(state)
+
+    def take_loaded(self) -> dict[str, Any] | None:
+        """The state the last ``load_state`` read (None: it held none), forgotten here once taken."""
+        loaded, self.loaded = self.loaded, None
+        return loaded
 
 
-def build_payload(trainer: Any) -> dict[str, Any]:
+def build_payload(trainer: Trainer) -> dict[str, Any]:
     """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
     from .loading import not_checkpointable
 
@@ -67,7 +75,7 @@ def build_payload(trainer: Any) -> dict[str, Any]:
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
         "hyper_parameters_not_stored": not_checkpointable(dict(getattr(module, "hparams", {}) or {})),
-        "results": trainer._train_results.state_dict(),
+        "results": trainer.train_results.state_dict(),
         # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
@@ -76,12 +84,12 @@ def build_payload(trainer: Any) -> dict[str, Any]:
     if datamodule is not None:  # its state and hyperparameters travel with the run
         checkpoint["datamodule"] = datamodule.state_dict()
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
-    if trainer._hooks is not None:
-        trainer._hooks.call("on_save_checkpoint", checkpoint)
+    if trainer.hooks is not None:
+        trainer.hooks.call("on_save_checkpoint", checkpoint)
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
 
 
-def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
+def apply_payload(trainer: Trainer, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
     checkpoint = dict(payload["checkpoint"])
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
@@ -89,12 +97,12 @@ def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
     for callback in trainer.callbacks:
         if callback.state_key in states:
             callback.load_state_dict(states[callback.state_key])
-    trainer._train_results.load_state_dict(checkpoint.get("results", {}))
+    trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
-    trainer._hooks.call("on_load_checkpoint", checkpoint)
+    trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
 def storable(value: Any) -> Any:
@@ -109,7 +117,7 @@ def storable(value: Any) -> Any:
 
 
 # -- resuming -------------------------------------------------------------------------------------------------------
-def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
+def resolve_ckpt(trainer: Trainer, ckpt_path: Any) -> str | None:
     """``ckpt_path`` as a folder: None stays None, ``"last"`` is looked up (None when there is none)."""
     if ckpt_path is None:
         return None
@@ -129,7 +137,7 @@ def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
     return path
 
 
-def best_checkpoint(trainer: Any) -> str:
+def best_checkpoint(trainer: Trainer) -> str:
     """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
     callback = trainer.checkpoint_callback
     if callback is None:
@@ -146,7 +154,7 @@ def best_checkpoint(trainer: Any) -> str:
     return path
 
 
-def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
+def restore(trainer: Trainer, ckpt_path: Any, train_loader: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
     where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -154,15 +162,15 @@ def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
             print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
                   "starting from the beginning.", file=sys.stderr, flush=True)
-        trainer._setup.continue_position(train_loader)
+        trainer.run_setup.continue_position(train_loader)
         return
-    trainer._loaded_payload = None
+    trainer.checkpoint_state.loaded = None
     try:
         trainer.accelerator.load_state(path)
     except ValueError as error:
         raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer and "
                          "scheduler of configure_optimizers, the train loader and each val loader.)") from error
-    payload, trainer._loaded_payload = trainer._loaded_payload, None
+    payload = trainer.checkpoint_state.take_loaded()
     if payload is None:
         raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
@@ -175,7 +183,7 @@ def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
-def load_weights(trainer: Any, ckpt_path: Any, model: Any) -> None:
+def load_weights(trainer: Trainer, ckpt_path: Any, model: Any) -> None:
     """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
     ``ckpt_path``)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -261,7 +269,7 @@ class Preemption:
         self.received = signum if self.received is None else max(self.received, signum)
         self.due = True
 
-    def check(self, trainer: Any, blocking: bool = False) -> None:
+    def check(self, trainer: Trainer, blocking: bool = False) -> None:
         """After an optimizer step: saves and exits once the processes agreed on a signal. ``blocking`` (epoch
         ends, the run's last step): agree now on the pending and the current signals.
 
@@ -278,7 +286,7 @@ class Preemption:
         self.received = flag
         path = os.path.join(os.path.abspath(os.fspath(trainer.default_root_dir)), "checkpoints", LAST)
         trainer.save_checkpoint(path)
-        name = signal.Signals(flag).name if flag in signal.Signals._value2member_map_ else flag
+        name = signal.Signals(flag).name if flag in set(signal.Signals) else flag
         if trainer.is_global_zero:
             print(f"stoker: preempted by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); saved "
                   f"a resumable checkpoint to {path}. Resume with trainer.fit(..., ckpt_path='last').",

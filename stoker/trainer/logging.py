@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 _REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -99,7 +102,7 @@ class Results:
         >>> results.finish_epoch()  # {"val/loss": tensor(...)} for the loggers; callback_metrics updated
     """
 
-    def __init__(self, trainer: Any, stage: str) -> None:
+    def __init__(self, trainer: Trainer, stage: str) -> None:
         self.trainer = trainer
         self.stage = stage
         self.entries: dict[str, _Entry] = {}
@@ -274,3 +277,15 @@ class Results:
             entry.total = total.to(device) if isinstance(total, torch.Tensor) else total
             entry.weight, entry.updated = float(saved["weight"]), True
             self.entries[key] = entry
+
+
+def log_hyperparams(trainer: Trainer) -> None:
+    """At the start of ``fit``: the module's hyperparameters (when it has any), then its graph, to each logger
+    (Lightning's order; ``Logger.log_graph`` does nothing unless a logger records graphs)."""
+    if not trainer.is_global_zero:
+        return
+    hparams = dict(getattr(trainer.module, "hparams", {}) or {})
+    for logger in trainer.loggers:
+        if hparams:
+            logger.log_hyperparams(hparams)
+        logger.log_graph(trainer.module)

@@ -13,7 +13,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
@@ -24,6 +24,9 @@ from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
 from .stages import STAGES, TRAIN, VALIDATE, Stage
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 
 def _length(loader: Any) -> int | None:
@@ -46,13 +49,17 @@ def _overrides_any(module: Any, name: str) -> bool:
 class RunSetup:
     """The Trainer's set-up steps (one instance per Trainer)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None
 
     # -- checks -----------------------------------------------------------------------------------------------------
-    def check_module(self, module: Any, fit: bool) -> None:
+    def check_module(self, module: Any, fit: bool) -> TrainingModule:
+        """``module`` checked (a compiled module: the module itself, its forward compiled); returns it."""
+        if module is None and fit:
+            raise TypeError("Trainer.fit() needs the TrainingModule to train: Trainer.fit(module, ...).")
+        module = from_compiled(module)
         if not isinstance(module, TrainingModule):
             raise TypeError(f"Trainer expects a stoker.TrainingModule, got {type(module).__name__}. Subclass "
                             "TrainingModule and define training_step and configure_optimizers.")
@@ -62,22 +69,13 @@ class RunSetup:
                 if not _overrides(module, name):
                     raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
                                     f"{what}.")
-
-    def model_alias(self, fn: str, module: Any, model: Any, required: bool = True) -> Any:
-        """``module``, or Lightning's ``model=`` keyword for it (not both)."""
-        if model is not None and module is not None:
-            raise TypeError(f"Trainer.{fn}() got both module and model=; model is Lightning's name for the same "
-                            "argument. Pass one of them.")
-        module = module if model is None else model
-        if module is None and required:
-            raise TypeError(f"Trainer.{fn}() needs the TrainingModule to train: Trainer.{fn}(module, ...).")
-        return from_compiled(module)
+        return module
 
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
-        module = module if module is not None else self.trainer.module
+        module = from_compiled(module) if module is not None else self.trainer.module
         if module is None:
             raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
-        self.check_module(module, fit=False)
+        module = self.check_module(module, fit=False)
         stage = STAGES[fn]
         if stage.step_required and not _overrides(module, stage.step):
             raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
@@ -144,7 +142,7 @@ class RunSetup:
         """``reload_dataloaders_every_n_epochs``: at the start of every n-th epoch, the train and val loaders are
         asked for again from the data module / module hooks (loaders passed to ``fit`` are kept as they are)."""
         t = self.trainer
-        n = t.reload_dataloaders_every_n_epochs
+        n = t.options.reload_dataloaders_every_n_epochs
         if not n or epoch == 0 or epoch % n:
             return
         module, acc = t.module, t.accelerator
@@ -168,7 +166,7 @@ class RunSetup:
         automatic = bool(getattr(module, "automatic_optimization", True))
         if not automatic:
             check_manual(t, module)
-        t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
+        t.apply_seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
         acc.free_memory(reset_step=False)  # a second fit continues its step count
         model = self.last_model = acc.prepare_model(module)
         training_step = self._route(module, model, automatic)
@@ -265,7 +263,7 @@ class RunSetup:
         t = self.trainer
         n = t.num_training_batches
         per_epoch = math.inf if math.isinf(n) else math.ceil(n / t.accumulate)
-        epochs = t._max_epochs_effective
+        epochs = t.max_epochs_effective
         total = per_epoch * epochs if epochs is not None else math.inf
         if t.max_steps is not None:
             total = min(total, t.max_steps)
