@@ -64,9 +64,7 @@ def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
         main = accelerator.is_main_process
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
         for lg, version in zip(loggers, versions):
-            # The logger's own version slot (its public version is read-only), resolved once, before anything
-            # is written: the loggers have no setter for it.
-            lg._version = version
+            lg._version = version  # resolved once, before anything is written
 
 
 def make_accelerator(accelerator: str, devices: int | str | list[int], strategy: Any, accumulate: int,

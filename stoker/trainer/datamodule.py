@@ -24,6 +24,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .hooks import defines_hook
 from .hparams import AttributeDict, caller_init_arguments
 
 __all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
@@ -214,10 +215,7 @@ def defines(datamodule: Any, hook: str) -> bool:
     """
     if hook not in LOADER_HOOKS:
         raise ValueError(f"defines(..., {hook!r}): not a loader hook. Expected one of: {', '.join(LOADER_HOOKS)}.")
-    if hook in getattr(datamodule, "__dict__", {}):
-        return True
-    impl = getattr(type(datamodule), hook, None)
-    return impl is not None and impl is not getattr(DataModule, hook)
+    return defines_hook(datamodule, hook, DataModule)
 
 
 LightningDataModule = DataModule  # Lightning's name (a script's `pl.LightningDataModule` after renaming its imports)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -152,25 +152,23 @@ class FitLoop:
         results.reset_epoch()
 
     # -- batches --------------------------------------------------------------------------------------------------
-    def _run_batches(self, run: FitRun) -> bool:
-        """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
-        t = self.trainer
-        acc, loader, model = t.accelerator, run.train_loader, run.model
-        results, automatic = t.train_results, run.automatic
-        # Manual optimization: training_step does backward and steps itself (manual.py).
-        step = (functools.partial(self._training_step, run) if automatic
-                else functools.partial(manual_training_step, run, acc))
-        # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
-        hooks = t.hooks
-        start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
-        # The step's own hooks, also once per epoch.
+    def _epoch_step(self, run: FitRun) -> Callable[[Any, int], Any]:
+        """The call that runs one batch's step, with the step's hooks looked up once per epoch: the batch loop is
+        the hot path (see DESIGN.md, "Hot path budget")."""
+        hooks = self.trainer.hooks
         self._backward_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"))
         self._zero_grad_hooks = hooks.get("on_before_zero_grad")
         self._has_before_optimizer_step = hooks.has("on_before_optimizer_step")
-        # The precision's autocast around training_step, or None where it is a no-op (full precision).
-        self._autocast = acc.autocast if acc.precision.autocasts else None
-        val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
-        preemption = t.preemption
+        if run.automatic:
+            return functools.partial(self._training_step, run)
+        # Manual optimization: training_step does backward and steps itself (manual.py).
+        return functools.partial(manual_training_step, run, self.trainer.accelerator)
+
+    def _run_batches(self, run: FitRun) -> bool:
+        """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
+        t = self.trainer
+        acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
+        step, automatic, start_hooks = self._epoch_step(run), run.automatic, t.hooks.get("on_train_batch_start")
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -191,24 +189,7 @@ class FitLoop:
                     if synced and automatic:  # the window is complete: the optimizer step, inside the window
                         self._optimizer_step(run)
                 self.window_closed = synced
-                if end_hooks:
-                    # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
-                    # outputs["loss"] works either way; a dict (or None) as it is.
-                    outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
-                    for hook in end_hooks:
-                        hook(outputs, batch, batch_idx)
-                results.in_batch = False
-                self.total_batches += 1
-                if synced:
-                    applied = acc.step
-                    # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
-                    if not applied % t.log_every_n_steps and applied != self.last_logged_step:
-                        self._log_step(applied, has_loggers)
-                if val_enabled and not last and self._val_due(run, batch_idx):
-                    self.validate(run)
-                # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
-                if synced and (t.should_stop or preemption.due
-                               or t.max_steps is not None and applied >= t.max_steps) and self._stop_now(applied):
+                if self._after_batch(run, outputs, batch, batch_idx, synced, last):
                     stopped = not last
                     break
                 batch_idx += 1
@@ -222,6 +203,28 @@ class FitLoop:
                 "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
             )
         return stopped
+
+    def _after_batch(self, run: FitRun, outputs: Any, batch: Any, batch_idx: int, synced: bool, last: bool) -> bool:
+        """After a batch's step: its end hooks, logging, validation when due; True when the run stops here."""
+        t = self.trainer
+        end_hooks = t.hooks.get("on_train_batch_end")
+        if end_hooks:
+            # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
+            # outputs["loss"] works either way; a dict (or None) as it is.
+            outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
+            for hook in end_hooks:
+                hook(outputs, batch, batch_idx)
+        t.train_results.in_batch = False
+        self.total_batches += 1
+        applied = t.accelerator.step
+        # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
+        if synced and not applied % t.log_every_n_steps and applied != self.last_logged_step:
+            self._log_step(applied, bool(t.loggers))
+        if run.val_enabled and not last and self._val_due(run, batch_idx):
+            self.validate(run)
+        # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
+        return synced and (t.should_stop or t.preemption.due or t.max_steps is not None and applied >= t.max_steps) \
+            and self._stop_now(applied)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""

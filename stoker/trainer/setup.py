@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
+from .hooks import defines_hook
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -34,16 +35,6 @@ def _length(loader: Any) -> int | None:
         return len(loader)
     except TypeError:
         return None
-
-
-def _overrides(module: Any, name: str) -> bool:
-    return getattr(type(module), name, None) is not getattr(TrainingModule, name)
-
-
-def _overrides_any(module: Any, name: str) -> bool:
-    """The module's class defines ``name`` itself (a hook ``TrainingModule`` may not have at all)."""
-    return callable(getattr(type(module), name, None)) and getattr(type(module), name) is not getattr(
-        TrainingModule, name, None)
 
 
 class RunSetup:
@@ -66,7 +57,7 @@ class RunSetup:
         if fit:
             for name, what in (("training_step", "return the loss of a batch"),
                                ("configure_optimizers", "return an optimizer")):
-                if not _overrides(module, name):
+                if not defines_hook(module, name, TrainingModule):
                     raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
                                     f"{what}.")
         return module
@@ -77,7 +68,7 @@ class RunSetup:
             raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
         module = self.check_module(module, fit=False)
         stage = STAGES[fn]
-        if stage.step_required and not _overrides(module, stage.step):
+        if stage.step_required and not defines_hook(module, stage.step, TrainingModule):
             raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
@@ -133,7 +124,7 @@ class RunSetup:
         if datamodule is not None:
             datamodule.trainer = t
             prepare_data_once(datamodule, t.accelerator)
-        if _overrides_any(module, "prepare_data"):
+        if defines_hook(module, "prepare_data", TrainingModule):
             prepare_data_once(module, t.accelerator)
         if datamodule is not None:
             datamodule.setup(stage=fn)
@@ -174,7 +165,7 @@ class RunSetup:
         val_loaders = [acc.prepare_data_loader(v) for v in vals]
         self._limit_train(loader)
         self._count(VALIDATE, val_loaders)
-        has_validation_step = _overrides(module, VALIDATE.step)
+        has_validation_step = defines_hook(module, VALIDATE.step, TrainingModule)
         if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=4)
