@@ -18,7 +18,7 @@ import torch
 from . import collectives, prepare as _prepare, processes, tools
 from .arguments import check_accumulation_steps
 from .checkpointing import checkpoint
-from .checkpointing.background import checkpoint_io
+from .checkpointing.background import checkpoint_io, wait_for_checkpoints as _wait_for_checkpoints
 from .checkpointing.contents import CheckpointContents, checkpointable
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data import LoaderContext, PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
@@ -334,6 +334,11 @@ class Accelerator:
             window=self._window, strategy=self.strategy, project=self.project_configuration,
             hooks=self._options.hooks, io=checkpoint_io(self),
             stateful_loaders=self.dataloader_config.use_stateful_dataloader, unwrap=self.unwrap_model)
+
+    def wait_for_checkpoints(self) -> None:
+        """Waits for the asynchronous ``save_state`` in flight (raising its error here) and for the background
+        deletion of replaced or rotated-out checkpoint folders; returns at once when there is none."""
+        _wait_for_checkpoints(self)
 
     def _counters_state_dict(self) -> dict[str, int]:
         return self._checkpoint_contents().counters()

@@ -81,8 +81,11 @@ class Precision:
         arguments, for mixed precisions)."""
         return _NO_AUTOCAST
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
-        """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper."""
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+        """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper.
+
+        ``autocast=False``: no autocast wrapper (the caller enters :meth:`autocast` around its step itself); true
+        half precision still converts the module and its inputs (that is the data's dtype, not autocast)."""
         unwrap_forward(module)
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
@@ -120,7 +123,10 @@ class MixedPrecision(Precision):
     def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self._device_type, dtype=self.dtype, **{**self.autocast_kwargs, **overrides})
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+        if not autocast:
+            unwrap_forward(module)
+            return
         device_type, dtype, extra = self._device_type, self.dtype, self.autocast_kwargs
         current = module.__dict__.get("forward")
         if getattr(current, "_stoker_autocast", None) == (device_type, dtype):
@@ -228,7 +234,7 @@ class TruePrecision(Precision):
         self.name = name
         self.dtype = torch.bfloat16 if name == "bf16-true" else torch.float16
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         dtype = self.dtype
         unwrap_forward(module)
         module.to(dtype)

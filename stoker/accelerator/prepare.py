@@ -57,8 +57,11 @@ def prepare(accelerator: Facade, *args: Any, device_placement: list[bool] | bool
 
 
 def prepare_model(accelerator: Facade, model: torch.nn.Module, device_placement: bool | None = None,
-                  evaluation_mode: bool = False) -> torch.nn.Module:
+                  evaluation_mode: bool = False, *, autocast_forward: bool = True) -> torch.nn.Module:
     """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes.
+
+    ``autocast_forward=False`` leaves ``forward`` as it is (and removes an autocast wrapper an earlier preparation
+    put there): for a caller that enters :meth:`Accelerator.autocast` around its whole step itself (the Trainer).
 
     Preparing a model this Accelerator already prepared (the user's module or what ``prepare`` returned)
     returns the same prepared object without registering it again; it only re-arms the precision's autocast
@@ -68,9 +71,9 @@ def prepare_model(accelerator: Facade, model: torch.nn.Module, device_placement:
         raise TypeError(f"prepare_model expects a torch.nn.Module, got {type(model).__name__}.")
     for prepared in accelerator._models:
         if prepared is model or accelerator.unwrap_model(prepared) is model:
-            accelerator.precision.wrap_forward(accelerator.unwrap_model(prepared))
+            accelerator.precision.wrap_forward(accelerator.unwrap_model(prepared), autocast_forward)
             return prepared
-    accelerator.precision.wrap_forward(model)  # replaces the autocast of another precision prepared earlier
+    accelerator.precision.wrap_forward(model, autocast_forward)  # replaces another precision's wrapper
     place = accelerator.device_placement if device_placement is None else device_placement
     if evaluation_mode:
         prepared = model.to(accelerator.device) if place else model

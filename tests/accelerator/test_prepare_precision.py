@@ -62,6 +62,33 @@ def test_preparing_twice_rearms_autocast_that_was_removed() -> None:
     assert _forward_dtype(model) == (torch.bfloat16, torch.float32)
 
 
+def test_prepare_model_without_the_autocast_wrapper_leaves_forward_alone() -> None:
+    model = make_mlp()
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator.prepare_model(model)  # an earlier preparation put the wrapper on
+    assert accelerator.prepare_model(model, autocast_forward=False) is model
+    assert "forward" not in model.__dict__
+    assert _forward_dtype(model) == (torch.float32, torch.float32)
+    with accelerator.autocast():  # the caller's one mechanism: autocast around its step
+        assert model(torch.randn(2, 8)).dtype == torch.bfloat16
+
+
+def test_true_half_precision_converts_without_the_autocast_wrapper_too() -> None:
+    model = make_mlp()
+    Accelerator(cpu=True, mixed_precision="bf16-true").prepare_model(model, autocast_forward=False)
+    assert _forward_dtype(model) == (torch.bfloat16, torch.bfloat16)
+
+
+def test_wait_for_checkpoints_is_a_method(tmp_path) -> None:
+    model = make_mlp()
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    accelerator.wait_for_checkpoints()  # nothing in flight: returns at once
+    accelerator.save_state(tmp_path / "ckpt", async_save=True)
+    accelerator.wait_for_checkpoints()
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan])
 def test_clip_grad_norm_needs_a_positive_max_norm(bad: float) -> None:
     model = make_mlp()
