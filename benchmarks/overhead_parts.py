@@ -194,7 +194,7 @@ def _stripped_batches(self: Any, run: Any, variant: str) -> bool:
     end_hooks = t.hooks.get("on_train_batch_end")
     optimizer, scheduler = t.optimizers[0], run.step_schedulers[0].scheduler
     training_step = run.training_step
-    self._backward_hooks, self._autocast = ((), ()), None  # what _training_step reads (bare, full precision)
+    self._backward_hooks = ((), ())  # what _training_step reads (bare)
     self._zero_grad_hooks, self._has_before_optimizer_step = (), False  # and _optimizer_step
     if self.batches_done == 0:
         loader.set_epoch(self.epoch)

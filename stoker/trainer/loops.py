@@ -53,7 +53,6 @@ class FitLoop:
         self._backward_hooks: tuple = ((), ())
         self._zero_grad_hooks: tuple = ()
         self._has_before_optimizer_step = False
-        self._autocast: Any = None  # the precision's autocast, or None in full precision (likewise per epoch)
         # Published through the Trainer (attributes.py); not part of the saved position.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
@@ -239,12 +238,10 @@ class FitLoop:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._backward_hooks
-        autocast = self._autocast
-        if autocast is None:  # full precision: nothing to enter (the hot path)
+        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
+        # precision's context, a no-op in full precision.
+        with acc.autocast():
             outputs = run.training_step(batch, batch_idx)
-        else:
-            with autocast():
-                outputs = run.training_step(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:

@@ -159,7 +159,8 @@ class RunSetup:
             check_manual(t, module)
         t.apply_seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
         acc.free_memory(reset_step=False)  # a second fit continues its step count
-        model = self.last_model = acc.prepare_model(module)
+        # autocast_forward=False: the loops enter the precision's autocast around each step themselves (one mechanism)
+        model = self.last_model = acc.prepare_model(module, autocast_forward=False)
         training_step = self._route(module, model, automatic)
         loader = acc.prepare_data_loader(train)
         val_loaders = [acc.prepare_data_loader(v) for v in vals]
@@ -267,8 +268,8 @@ class RunSetup:
         acc = t.accelerator
         if self.last_model is None or acc.unwrap_model(self.last_model) is not module:
             acc.free_memory(reset_step=False)  # a second fit continues its step count
-        # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
-        model = self.last_model = acc.prepare_model(module, evaluation_mode=True)
+        # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
+        model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
         self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)

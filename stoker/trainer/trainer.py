@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed, wait_for_checkpoints
+from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
 from .checkpointing import Preemption, TrainerCheckpointState, load_weights, restore
 from .components import agree_on_log_dirs, build_callbacks, build_loggers, make_accelerator
@@ -274,7 +274,7 @@ class Trainer:
                 for logger in self.loggers:
                     logger.finalize(status)
             # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
-            wait_for_checkpoints(self.accelerator)
+            self.accelerator.wait_for_checkpoints()
 
     # -- logging --------------------------------------------------------------------------------------------------
     def send_to_loggers(self, values: dict[str, Any]) -> None:
