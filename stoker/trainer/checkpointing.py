@@ -33,7 +33,7 @@ from ..accelerator import SignalAgreement, agree_on_max, checkpoint_step  # noqa
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
-    from .trainer import Trainer
+    from .parts import TrainerParts
 
 LAST = "last"
 BEST = "best"
@@ -44,7 +44,7 @@ class TrainerCheckpointState:
     """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it, and
     a ``load_state`` hands it back here (:meth:`take_loaded` gives it to the resume, once)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.loaded: dict[str, Any] | None = None  # the state the last load_state read, until taken
 
@@ -63,7 +63,7 @@ class TrainerCheckpointState:
         return loaded
 
 
-def build_payload(trainer: Trainer) -> dict[str, Any]:
+def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
     from .loading import not_checkpointable
 
@@ -89,7 +89,7 @@ def build_payload(trainer: Trainer) -> dict[str, Any]:
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
 
 
-def apply_payload(trainer: Trainer, payload: Mapping[str, Any]) -> None:
+def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
     checkpoint = dict(payload["checkpoint"])
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
@@ -117,7 +117,7 @@ def storable(value: Any) -> Any:
 
 
 # -- resuming -------------------------------------------------------------------------------------------------------
-def resolve_ckpt(trainer: Trainer, ckpt_path: Any) -> str | None:
+def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
     """``ckpt_path`` as a folder: None stays None, ``"last"`` is looked up (None when there is none)."""
     if ckpt_path is None:
         return None
@@ -137,7 +137,7 @@ def resolve_ckpt(trainer: Trainer, ckpt_path: Any) -> str | None:
     return path
 
 
-def best_checkpoint(trainer: Trainer) -> str:
+def best_checkpoint(trainer: TrainerParts) -> str:
     """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
     callback = trainer.checkpoint_callback
     if callback is None:
@@ -154,7 +154,7 @@ def best_checkpoint(trainer: Trainer) -> str:
     return path
 
 
-def restore(trainer: Trainer, ckpt_path: Any, train_loader: Any) -> None:
+def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
     where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -183,7 +183,7 @@ def restore(trainer: Trainer, ckpt_path: Any, train_loader: Any) -> None:
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
-def load_weights(trainer: Trainer, ckpt_path: Any, model: Any) -> None:
+def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
     """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
     ``ckpt_path``)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -269,7 +269,7 @@ class Preemption:
         self.received = signum if self.received is None else max(self.received, signum)
         self.due = True
 
-    def check(self, trainer: Trainer, blocking: bool = False) -> None:
+    def check(self, trainer: TrainerParts, blocking: bool = False) -> None:
         """After an optimizer step: saves and exits once the processes agreed on a signal. ``blocking`` (epoch
         ends, the run's last step): agree now on the pending and the current signals.
 

@@ -18,13 +18,12 @@ from .logging import Results
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
 
 if TYPE_CHECKING:
-    from .loops import FitLoop
+    from .parts import LoopPosition, TrainerParts
     from .run import FitRun
-    from .trainer import Trainer
 
 
-def run_evaluation(trainer: Trainer, stage: str, loaders: list[Any],
-                   counter: FitLoop | None = None) -> list[dict[str, float]]:
+def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
+                   counter: LoopPosition | None = None) -> list[dict[str, float]]:
     """Runs ``stage``'s step (``"validate"``: ``validation_step``, ``"test"``: ``test_step``) over ``loaders`` in
     eval mode without gradients.
 
@@ -69,7 +68,7 @@ def run_evaluation(trainer: Trainer, stage: str, loaders: list[Any],
     return out
 
 
-def run_predict(trainer: Trainer, loaders: list[Any]) -> list[Any]:
+def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
     call = trainer.hooks.call
     multiple = len(loaders) > 1
@@ -97,7 +96,7 @@ def run_predict(trainer: Trainer, loaders: list[Any]) -> list[Any]:
     return outputs if multiple else outputs[0]
 
 
-def run_sanity_check(trainer: Trainer, run: FitRun) -> None:
+def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     """``RunOptions.num_sanity_val_steps``: that many batches of each val loader before training (not logged, RNG
     states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it."""
     t = trainer

@@ -100,7 +100,8 @@ class HookDispatcher:
         >>> hooks.call("on_train_batch_start", batch, 0)  # module.on_train_batch_start(batch, 0), then callbacks
     """
 
-    def __init__(self, trainer: Any, module: Any, callbacks: Iterable[Any]) -> None:
+    def __init__(self, trainer: object, module: object, callbacks: Iterable[Callback]) -> None:
+        """``trainer`` and ``module`` are handed to the callbacks' hooks as they are."""
         from .module import TrainingModule
 
         self._table: dict[str, tuple[Callable[..., Any], ...]] = {}

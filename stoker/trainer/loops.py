@@ -32,13 +32,13 @@ from .run import FitRun
 from .stages import VALIDATE
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .parts import TrainerParts
 
 
 class FitLoop:
     """Runs ``fit``'s epochs and batches; :meth:`state_dict` is its position (see the module docstring)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.min_warned = False  # the stop-waits-for-min_epochs/min_steps warning was given
         self.epoch = 0
@@ -133,7 +133,7 @@ class FitLoop:
             self._epoch_end_hooks()
         if not self.schedulers_done:
             if run.automatic:  # manual optimization steps its schedulers itself
-                step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
+                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1)
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
@@ -141,7 +141,7 @@ class FitLoop:
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
-        t.nonfinite.check(t)
+        t.nonfinite.check(t.accelerator)
         results = t.train_results
         results.in_batch = False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
@@ -249,7 +249,7 @@ class FitLoop:
         if not loss.requires_grad:
             raise no_grad_error(loss)
         if t.nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
-            t.nonfinite.check(t)
+            t.nonfinite.check(t.accelerator)
         for hook in before_backward:
             hook(loss)
         acc.backward(loss, num_items=num_items)
@@ -260,7 +260,7 @@ class FitLoop:
     def _optimizer_step(self, run: FitRun) -> None:
         t = self.trainer
         acc, hooks, optimizers = t.accelerator, t.hooks, t.optimizers
-        if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(t):
+        if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(t.accelerator):
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
             return
@@ -275,7 +275,7 @@ class FitLoop:
         for optimizer in optimizers:
             optimizer.step()
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t, run.step_schedulers, "step", acc.step)
+            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step)
         before_zero_grad = self._zero_grad_hooks
         for optimizer in optimizers:
             for hook in before_zero_grad:
@@ -287,7 +287,7 @@ class FitLoop:
         batch loop tests the cadence before calling): the non-finite check and the step values to the loggers."""
         t = self.trainer
         self.last_logged_step = step
-        t.nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
+        t.nonfinite.check(t.accelerator)  # values are read now anyway: the losses held since the last check too
         if not has_loggers:
             return
         values = t.train_results.pop_step_values()

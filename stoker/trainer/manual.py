@@ -23,7 +23,7 @@ Rules (as in Lightning 2):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -32,9 +32,16 @@ from .args import clip_algorithm
 
 if TYPE_CHECKING:
     from ..accelerator import AcceleratedOptimizer, Accelerator
-    from .module import TrainingModule
+    from .parts import TrainerParts
     from .run import FitRun
-    from .trainer import Trainer
+
+
+class ModuleInFit(Protocol):
+    """A ``TrainingModule`` during a fit, as ``manual_backward`` / ``clip_gradients`` use it (module.py imports
+    this module, so it is not imported back)."""
+
+    @property
+    def trainer(self) -> TrainerParts: ...
 
 
 class ManualOptimizer:
@@ -44,7 +51,7 @@ class ManualOptimizer:
     optimizer's; ``.optimizer`` is the prepared optimizer itself.
     """
 
-    def __init__(self, optimizer: AcceleratedOptimizer, trainer: Trainer, ddp: bool = False) -> None:
+    def __init__(self, optimizer: AcceleratedOptimizer, trainer: TrainerParts, ddp: bool = False) -> None:
         self.optimizer = optimizer
         self._trainer = trainer
         self._ddp = ddp
@@ -95,7 +102,7 @@ class ManualOptimizer:
         return f"ManualOptimizer({self.optimizer!r})"
 
 
-def check_manual(trainer: Trainer, module: TrainingModule) -> None:
+def check_manual(trainer: TrainerParts, module: torch.nn.Module) -> None:
     """Fails ``fit`` early on Trainer settings that manual optimization does not apply."""
     name = type(module).__name__
     fix = f" or switch {name} to automatic optimization."
@@ -115,7 +122,7 @@ def check_manual(trainer: Trainer, module: TrainingModule) -> None:
                          "step in training_step yourself.")
 
 
-def wrap_optimizers(trainer: Trainer, model: torch.nn.Module) -> list[ManualOptimizer]:
+def wrap_optimizers(trainer: TrainerParts, model: torch.nn.Module) -> list[ManualOptimizer]:
     """The prepared optimizers wrapped for manual optimization (built once per fit; ``model``: the prepared
     model)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
@@ -133,7 +140,7 @@ def manual_training_step(run: FitRun, accelerator: Accelerator, batch: Any, batc
     return outputs
 
 
-def manual_backward(module: TrainingModule, loss: torch.Tensor, **kwargs: Any) -> None:
+def manual_backward(module: ModuleInFit, loss: torch.Tensor, **kwargs: Any) -> None:
     """``on_before_backward`` hooks, backward through the Accelerator (fp16 scaling), ``on_after_backward``."""
     t = module.trainer
     if not isinstance(loss, torch.Tensor):
@@ -144,7 +151,7 @@ def manual_backward(module: TrainingModule, loss: torch.Tensor, **kwargs: Any) -
         raise no_grad_error(loss)
     loop = t.fit_loop
     if t.nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
-        t.nonfinite.check(t)
+        t.nonfinite.check(t.accelerator)
     for wrapper in _wrappers(t):
         wrapper.gradients_changed()
     hooks = t.hooks
@@ -153,7 +160,7 @@ def manual_backward(module: TrainingModule, loss: torch.Tensor, **kwargs: Any) -
     hooks.call("on_after_backward")
 
 
-def clip_gradients(module: TrainingModule, optimizer: Any, gradient_clip_val: float | None,
+def clip_gradients(module: ModuleInFit, optimizer: Any, gradient_clip_val: float | None,
                    gradient_clip_algorithm: str | None) -> None:
     """Clips the gradients of ``optimizer``'s parameters (unscaled first in fp16) by norm or by value."""
     if gradient_clip_val is None or gradient_clip_val == 0:
@@ -178,7 +185,7 @@ def clip_gradients(module: TrainingModule, optimizer: Any, gradient_clip_val: fl
         torch.nn.utils.clip_grad_value_(params, float(gradient_clip_val))
 
 
-def _wrappers(trainer: Trainer) -> list[ManualOptimizer]:
+def _wrappers(trainer: TrainerParts) -> list[ManualOptimizer]:
     """The manual-optimization wrappers of the fit running (or last run); none before any fit."""
     run = trainer.fit_run
     return run.manual_optimizers if run is not None else []

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
 
 MODES = ("raise", "skip", "warn")
 # Losses held before they are looked at regardless of the logging cadence: bounds memory (a 0-d device tensor
@@ -51,7 +54,7 @@ class NonFiniteLoss:
     Example:
         >>> guard = NonFiniteLoss("raise")
         >>> guard.watch(loss, step=3, epoch=0, batch_idx=7)   # every micro-batch: keeps a reference
-        >>> guard.check(trainer)                             # at log time: raises if any was NaN/inf
+        >>> guard.check(accelerator)                         # at log time: raises if any was NaN/inf
     """
 
     def __init__(self, mode: str) -> None:
@@ -68,36 +71,36 @@ class NonFiniteLoss:
         # "skip" looks at every window before its optimizer step: the window bounds what it holds.
         return len(pending) >= _MAX_PENDING and self.mode != "skip"
 
-    def skip_step(self, trainer: Any) -> bool:
+    def skip_step(self, accelerator: Accelerator) -> bool:
         """``"skip"`` only: True (after warning) when the window that just closed had a non-finite loss."""
-        first = self._first_bad(trainer)
+        first = self._first_bad(accelerator)
         if first is None:
             return False
-        if trainer.is_global_zero:  # every process skips; one says so
+        if accelerator.is_main_process:  # every process skips; one says so
             warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(first)} was not finite (NaN or inf); that "
                           "optimizer step was skipped (no optimizer or scheduler step, gradients dropped).",
                           RuntimeWarning, stacklevel=2)
         return True
 
-    def check(self, trainer: Any) -> None:
+    def check(self, accelerator: Accelerator) -> None:
         """Raises or warns when a loss held since the last check was not finite (one device->host read).
 
         Collective with several processes: call it at the same point on every process.
         """
         if self.mode == "skip":  # looked at before each optimizer step (what is held is the open window)
             return
-        first = self._first_bad(trainer)
+        first = self._first_bad(accelerator)
         if first is None:
             return
         where = _where(first)
         where = where[0].upper() + where[1:]
         if self.mode == "warn":
-            if trainer.is_global_zero:
+            if accelerator.is_main_process:
                 warnings.warn(f"{where} was not finite (NaN or inf); training goes on "
                               "(Trainer(on_nonfinite_loss='warn')).", RuntimeWarning, stacklevel=2)
             return
         raise ValueError(
-            f"{where} was not finite (NaN or inf); noticed at global_step {trainer.global_step}. (To keep steps "
+            f"{where} was not finite (NaN or inf); noticed at global_step {accelerator.step}. (To keep steps "
             "free of device->host waits, losses are checked when values are logged, at epoch ends and before "
             "checkpoints; the optimizer may have stepped on these gradients since, so the weights in memory may "
             "hold NaN/inf; no checkpoint was written after it.) Fix the cause: a lower learning rate, gradient "
@@ -105,10 +108,10 @@ class NonFiniteLoss:
             "input data; or pass Trainer(on_nonfinite_loss='skip') to drop such steps, or 'warn' to train on."
         )
 
-    def _first_bad(self, trainer: Any) -> tuple[int, int, int] | None:
+    def _first_bad(self, accelerator: Accelerator) -> tuple[int, int, int] | None:
         """(step, epoch, batch_idx) of the first non-finite loss held, agreed by every process; clears them."""
         pending, self._pending = self._pending, []
-        acc = trainer.accelerator
+        acc = accelerator
         if not pending and acc.num_processes == 1:
             return None
         index = len(pending)

@@ -27,7 +27,7 @@ from .run import EvalRun, FitRun
 from .stages import STAGES, TRAIN, VALIDATE, Stage
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .parts import TrainerParts
 
 
 def _length(loader: Any) -> int | None:
@@ -40,7 +40,7 @@ def _length(loader: Any) -> int | None:
 class RunSetup:
     """The Trainer's set-up steps (one instance per Trainer)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None

@@ -188,7 +188,8 @@ class Trainer:
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             restore(self, ckpt_path, run.train_loader)
-            log_hyperparams(self)
+            if self.is_global_zero:
+                log_hyperparams(self.module, self.loggers)
             self.preemption.install(self.accelerator.num_processes)
             try:
                 self.state.stage = TRAIN.name
@@ -303,7 +304,7 @@ class Trainer:
         if self.module is None:
             raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
         if self.state.fn == "fit":
-            self.nonfinite.check(self)  # never write a checkpoint after a non-finite loss went unnoticed
+            self.nonfinite.check(self.accelerator)  # never write a checkpoint after a non-finite loss went unnoticed
         return self.accelerator.save_state(os.fspath(path))
 
     def apply_seed(self) -> None:
@@ -391,8 +392,6 @@ class Trainer:
     def find_last_checkpoint(self) -> str | None:
         """The newest complete checkpoint for ``ckpt_path="last"``, or None: in ``{default_root_dir}/checkpoints``
         and the ModelCheckpoint's ``dirpath``, the one saved last (ties: ``last``, then more optimizer steps)."""
-        folders = [os.path.join(self.default_root_dir, "checkpoints")]
         callback = self.checkpoint_callback
-        if callback is not None and getattr(callback, "dirpath", None):
-            folders.append(callback.dirpath)
-        return find_last_checkpoint(folders)
+        return find_last_checkpoint([os.path.join(self.default_root_dir, "checkpoints"),
+                                     *([callback.dirpath] if getattr(callback, "dirpath", None) else [])])
