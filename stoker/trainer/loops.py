@@ -53,7 +53,7 @@ class FitLoop:
         self._backward_hooks: tuple = ((), ())
         self._zero_grad_hooks: tuple = ()
         self._has_before_optimizer_step = False
-        # Published through the Trainer (attributes.py); not part of the saved position.
+        # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
         self.validation_count = 0  # validations completed in this fit (the sanity check excluded)

@@ -50,7 +50,7 @@ class LoopPosition(Protocol):
 
 
 class PreemptionWatch(Protocol):
-    """``checkpointing.Preemption``: whether a check is due after the next step, and the check itself."""
+    """``preemption.Preemption``: whether a check is due after the next step, and the check itself."""
 
     due: bool
 

@@ -17,7 +17,7 @@ import torch
 
 from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import Preemption, TrainerCheckpointState, load_weights, restore
+from .checkpointing import TrainerCheckpointState, load_weights, restore
 from .components import agree_on_log_dirs, build_callbacks, build_loggers, make_accelerator
 from .evaluation import run_evaluation, run_predict, run_sanity_check
 from .checkpointing import find_last_checkpoint
@@ -28,6 +28,7 @@ from .module import TrainingModule
 from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .options import RunOptions
+from .preemption import Preemption
 from .run import RunState
 from .setup import RunSetup
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
