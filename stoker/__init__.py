@@ -29,7 +29,7 @@ _LAZY = {
     # Lightning's names for the same classes: `import pytorch_lightning as pl` -> `import stoker as pl` is the port
     "LightningModule": "stoker.trainer",
     "LightningDataModule": "stoker.trainer.datamodule",
-    "seed_everything": "stoker.trainer.seed",
+    "seed_everything": "stoker.compat.lightning.seed",
     "Callback": "stoker.callbacks",
     "ModelCheckpoint": "stoker.callbacks",
     "EarlyStopping": "stoker.callbacks",
