@@ -155,6 +155,11 @@ class TrainingModule(torch.nn.Module):
                                "Trainer.fit/validate/test/predict runs it (and after).")
         return self._trainer
 
+    @trainer.setter
+    def trainer(self, trainer: object) -> None:
+        # object.__setattr__: a Trainer is not a submodule (nn.Module's __setattr__ would try to register it).
+        object.__setattr__(self, "_trainer", trainer)
+
     @property
     def device(self) -> torch.device:
         """Where the module's parameters are (the Trainer's device once attached)."""

@@ -247,7 +247,7 @@ class Trainer:
                                "runs one thing at a time.")
         self.state.fn = fn
         self.module = module
-        object.__setattr__(module, "_trainer", self)  # the module's own slot, set by its Trainer (module.py)
+        module.trainer = self
         if fn == "fit":
             self.should_stop = False
         self.callbacks = merge_module_callbacks(self.callbacks, module)  # module.configure_callbacks()
