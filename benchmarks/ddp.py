@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from stoker import Accelerator
-from stoker.accelerator.launch import ensure_processes
+from stoker.accelerator.distributed.launch import ensure_processes
 
 WIDTHS, BATCH = (1024, 1536, 1536, 1024), 64
 

@@ -210,7 +210,7 @@ def raw_lean_runner(w: Workload) -> Callable[[int], None]:
     """The raw loop taking the shortcuts stoker's loaders and optimizers take (stoker/accelerator/torch_shortcuts.py:
     torch's stock calls without their profiler ranges): its ratio is what those shortcuts save, and a stoker
     row's ratio *to this row* is the framework's own cost."""
-    from stoker.accelerator.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
+    from stoker.accelerator.step.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
 
     device, model, optimizer, scheduler, loader = _raw_objects(w)
 
@@ -385,7 +385,7 @@ def _trainer_runner(w: Workload, parts: Parts) -> Callable[[int], None]:
     import threading
 
     from stoker import Callback, Trainer, TrainingModule
-    from stoker.accelerator.background import wait_for_checkpoints
+    from stoker.accelerator import wait_for_checkpoints
 
     pacing = Pacing()
 

@@ -10,7 +10,6 @@ from typing import Any
 from .accelerator import (
     AcceleratedOptimizer,
     AcceleratedScheduler,
-    Accelerator,
     DataLoaderConfiguration,
     DDPStrategy,
     FSDPStrategy,
@@ -19,6 +18,7 @@ from .accelerator import (
     send_to_device,
     set_seed,
 )
+from .compat.accelerate import Accelerator  # the core Accelerator plus Accelerate's arguments and methods
 
 __version__ = "0.1.0"
 
@@ -49,11 +49,11 @@ _LAZY = {
     "WandbLogger": "stoker.loggers",
     "MLFlowLogger": "stoker.loggers",
     # Accelerate's top-level names (the rest of accelerate.utils is in stoker.utils)
-    "PartialState": "stoker.accelerator.state",
-    "AcceleratorState": "stoker.accelerator.state",
-    "GradientState": "stoker.accelerator.state",
-    "DistributedType": "stoker.accelerator.state",
-    "skip_first_batches": "stoker.accelerator.data",
+    "PartialState": "stoker.compat.accelerate.state",
+    "AcceleratorState": "stoker.compat.accelerate.state",
+    "GradientState": "stoker.compat.accelerate.state",
+    "DistributedType": "stoker.compat.accelerate.state",
+    "skip_first_batches": "stoker.accelerator.data.prepare",
     **{name: "stoker.utils" for name in (
         "AutocastKwargs", "DDPCommunicationHookType", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
         "FullyShardedDataParallelPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",

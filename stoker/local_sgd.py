@@ -1,5 +1,6 @@
-"""``from stoker.local_sgd import LocalSGD`` (Accelerate's ``accelerate.local_sgd``); see ``stoker/accelerator/local_sgd.py``."""
+"""``from stoker.local_sgd import LocalSGD`` (Accelerate's ``accelerate.local_sgd``); a face over
+``stoker/compat/accelerate/local_sgd.py``."""
 
-from .accelerator.local_sgd import LocalSGD
+from .compat.accelerate.local_sgd import LocalSGD
 
 __all__ = ["LocalSGD"]

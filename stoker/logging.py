@@ -1,5 +1,6 @@
-"""``from stoker.logging import get_logger`` (Accelerate's ``accelerate.logging``); see ``stoker/utils/logging.py``."""
+"""``from stoker.logging import get_logger`` (Accelerate's ``accelerate.logging``); a face over
+``stoker/compat/accelerate/logging.py``."""
 
-from .utils.logging import MultiProcessAdapter, get_logger
+from .compat.accelerate.logging import MultiProcessAdapter, get_logger
 
 __all__ = ["MultiProcessAdapter", "get_logger"]

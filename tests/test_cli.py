@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stoker import Accelerator
-from stoker.accelerator.environment import settings_from_environment
+from stoker.compat.accelerate.environment import settings_from_environment
 from stoker.cli import main
 from stoker.cli.config import read_accelerate_config
 from stoker.cli.launch import add_parser, launch_environment, resolve, torchrun_args

@@ -16,7 +16,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "stoker"
 MAX_LINES = 400
 UPPER = ("trainer", "callbacks", "loggers")  # the layers that may use the engine's face only
-RANK = {"loggers": 0, "utils": 1, "accelerator": 1, "callbacks": 2, "trainer": 3}
+# The core's layers, then the peers' surfaces (compat) and their module-path faces (utils): compat may import the
+# core, the core never imports compat.
+RANK = {"loggers": 0, "accelerator": 1, "callbacks": 2, "trainer": 3, "compat": 4, "utils": 5}
+CORE = ("loggers", "accelerator", "callbacks", "trainer")
 
 KNOWN_CIRCLES: set[frozenset[str]] = set()
 KNOWN_UPWARD: set[tuple[str, str]] = set()
@@ -135,6 +138,13 @@ def test_no_new_import_circles() -> None:
 def test_no_new_upward_imports() -> None:
     new = upward(imports(PACKAGE)) - KNOWN_UPWARD
     assert not new, f"imports that run up the layers (engine < callbacks < trainer < face): {sorted(new)}"
+
+
+def test_the_core_never_imports_the_compat_surfaces() -> None:
+    graph = imports(PACKAGE)
+    found = {(m, t) for m, ts in graph.items() for t in ts
+             if layer(m) in CORE and (layer(t) in ("compat", "utils") or t in ("stoker.logging", "stoker.local_sgd"))}
+    assert not found, f"core modules that import a compat surface: {sorted(found)}"
 
 
 def test_no_new_files_over_400_lines() -> None:

@@ -103,7 +103,7 @@ def test_the_check_finds_the_setup_environment_pattern() -> None:
 def test_ddp_setup_environment_reaches_set_device_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """The behaviour itself, without a GPU: the strategy believes it runs on CUDA and must get as far as
     ``torch.cuda.set_device`` (stopped there, before any process group is made)."""
-    from stoker.accelerator import ddp
+    from stoker.accelerator.distributed import ddp
 
     class Reached(Exception):
         pass

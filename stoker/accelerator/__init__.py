@@ -4,23 +4,23 @@ The Trainer, callbacks and loggers import engine names from here only (``tests/t
 modules behind these names can move without touching them.
 """
 
-from .accelerator import Accelerator
+from .accelerator import Accelerator, checkpoint_io, wait_for_checkpoints
 from .arguments import InvalidArgumentError, check_accumulation_steps, check_seed
 from .checkpointing.atomic import (MANIFEST_NAME, CheckpointError, aside_path, copy_checkpoint, list_checkpoints,
                                    newest_checkpoint, put_in_place, remove_checkpoint, verify_checkpoint)
-from .checkpointing.background import CheckpointIO, checkpoint_io, sweep_trash, wait_for_checkpoints
+from .checkpointing.background import CheckpointIO, sweep_trash
 from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .distributed.agreement import SignalAgreement, agree_on_max, average_gradients  # noqa: F401 - Trainer's agreement
-from .fsdp import FSDPStrategy
-from .launch import describe_failures, ensure_processes, resolve_num_processes
+from .distributed.fsdp import FSDPStrategy
+from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes
+from .distributed.strategy import DDPStrategy, SingleDevice
 from .operations import send_to_device, set_seed
-from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
-from .precision import parse_precision
-from .strategy import DDPStrategy, SingleDevice
+from .step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .step.precision import parse_precision
 
 __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
@@ -29,12 +29,11 @@ __all__ = [
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, copy, replace, remove; background writes and deletions) ...
     "CheckpointError", "CheckpointIO", "MANIFEST_NAME", "STATE_NAME", "aside_path", "checkpoint_io", "checkpoint_step",
-    "checkpoint_written", "checkpoints_in", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint", "put_in_place",
-    "read_state", "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
+    "checkpoint_written", "checkpoints_in", "copy_checkpoint", "list_checkpoints", "load_tree", "newest_checkpoint",
+    "put_in_place", "read_state", "remove_checkpoint", "sweep_trash", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",
-    "ensure_processes",
-    "resolve_num_processes", "restore_rng_state",
+    "ensure_processes", "resolve_num_processes", "restore_rng_state",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",
 ]

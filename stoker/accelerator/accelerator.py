@@ -1,47 +1,48 @@
-"""The Accelerator facade: orchestration only.
+"""The Accelerator facade: it builds its collaborators in ``__init__`` and delegates; orchestration only.
 
-It holds a precision object (``precision.py``) and a strategy object (``strategy.py``), prepares the user's
-objects (``prepare.py``), and keeps the accumulation window (``window.py``). Checkpoints are written and read by
-``checkpointing/`` from a description this facade builds (``_checkpoint_contents``); data in ``data.py``; process
-and tracker methods in ``processes.py``; Accelerate's wider surface in ``tools.py`` and ``state.py``.
+It holds a strategy (``distributed/``), a precision object and the accumulation window (``step/``), the registry of
+prepared objects (``prepared.py``), the loaders' context (``data/``) and the background checkpoint worker
+(``checkpointing/``). It never branches on the precision or the strategy: those objects decide. Accelerate's wider
+surface (state views, kwargs handlers, trackers, ...) is a subclass in ``stoker/compat/accelerate``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
-from . import collectives, prepare as _prepare, processes, tools
 from .arguments import check_accumulation_steps
 from .checkpointing import checkpoint
-from .checkpointing.background import checkpoint_io, wait_for_checkpoints as _wait_for_checkpoints
-from .checkpointing.contents import CheckpointContents, checkpointable
-from .config import DataLoaderConfiguration, ProjectConfiguration
-from .data import LoaderContext, PreparedDataLoader, SkipView, prepare_data_loader, skip_first_batches
-from .environment import settings_from_environment
-from .optimizer import AcceleratedOptimizer, AcceleratedScheduler
-from .options import AcceleratorOptions, check_arguments
-from .precision import make_precision, unwrap_forward
-from .state import AcceleratorState, DistributedType, GradientState, forward_to_state as _via_state
-from .trackers import check_log_with
-from .window import GradientWindow, MicroStep
+from .checkpointing.atomic import aside_path, copy_checkpoint, put_in_place, remove_checkpoint
+from .checkpointing.background import CheckpointIO, sweep_trash
+from .checkpointing.contents import CheckpointContents, StateHooks, checkpointable
+from .config import DataLoaderConfiguration, ProjectConfiguration, check_configurations
+from .data.prepare import LoaderContext, PreparedDataLoader
+from .distributed import collectives
+from .distributed.strategy import SingleDevice, make_strategy
+from .operations import apply_to_tensors, clear_device_cache
+from .prepared import Prepared, is_scheduler, placements_for
+from .step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
+from .step.precision import make_precision, unwrap_forward
+from .step.window import GradientWindow, MicroStep
 
 
 class Accelerator:
-    """Runs your training loop on any device, precision and process count (Hugging Face Accelerate's API).
+    """Runs your training loop on any device, precision and process count.
+
+    ``stoker.Accelerator`` is this class with Accelerate's further arguments and methods (``stoker.compat``).
 
     Example:
         >>> accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=2)
-        >>> model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+        >>> model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         >>> for x, y in loader:
         ...     with accelerator.accumulate(model):
-        ...         loss = torch.nn.functional.mse_loss(model(x), y)
-        ...         accelerator.backward(loss)
-        ...         optimizer.step(); scheduler.step(); optimizer.zero_grad()
+        ...         accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        ...         optimizer.step(); optimizer.zero_grad()
     """
 
     def __init__(
@@ -52,114 +53,43 @@ class Accelerator:
         project_config: ProjectConfiguration | None = None,
         dataloader_config: DataLoaderConfiguration | None = None,
         cpu: bool = False,
-        log_with: Any = None,
         step_scheduler_with_optimizer: bool = True,
         device_placement: bool = True,
-        strategy: str = "auto",
-        *,
-        split_batches: bool | None = None,
-        rng_types: list[str] | None = None,
-        kwargs_handlers: list[Any] | None = None,
-        fsdp_plugin: Any = None,
-        deepspeed_plugin: Any = None,
-        gradient_accumulation_plugin: Any = None,
-        dynamo_backend: str | None = None,
-        dynamo_plugin: Any = None,
+        strategy: str | SingleDevice = "auto",
     ) -> None:
-        # Accelerate's further options (kwargs handlers, plugins, ...): validated first, applied below (options.py).
-        self._options = AcceleratorOptions(
-            kwargs_handlers=kwargs_handlers, fsdp_plugin=fsdp_plugin, deepspeed_plugin=deepspeed_plugin,
-            gradient_accumulation_plugin=gradient_accumulation_plugin, dynamo_backend=dynamo_backend,
-            dynamo_plugin=dynamo_plugin, rng_types=rng_types, split_batches=split_batches)
-        gradient_accumulation_steps = self._options.gradient_accumulation_steps(gradient_accumulation_steps)
-        # None: the launcher's setting (`stoker launch --mixed_precision ...`), else "no" and 1.
-        mixed_precision, gradient_accumulation_steps, cpu = settings_from_environment(
-            mixed_precision, gradient_accumulation_steps, cpu)
-        dataloader_config = self._options.dataloader_config(dataloader_config)
-        check_arguments(gradient_accumulation_steps, project_config, dataloader_config)
+        steps = check_accumulation_steps(1 if gradient_accumulation_steps is None else gradient_accumulation_steps)
+        check_configurations(project_config, dataloader_config)
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
-        dataloader_config = dataloader_config or DataLoaderConfiguration()
-        self.strategy = self._options.make_strategy(strategy, cpu=cpu)
-        self.precision = make_precision(mixed_precision, self.device)
+        self.strategy = make_strategy(strategy, cpu=cpu)
+        self.precision = make_precision(mixed_precision, self.strategy.device)
         self.strategy.setup_precision(self.precision)  # FSDP: its own mixed-precision policy and sharded scaler
-        self._options.setup_precision(self.precision)  # GradScalerKwargs, AutocastKwargs
-        # Accelerate's state objects, as views of this instance (state.py): no process-wide singleton.
-        self.state = AcceleratorState(self.precision.name, strategy=self.strategy,
-                                      fsdp_plugin=self._options.fsdp_plugin, dynamo_plugin=self._options.dynamo)
-        self.gradient_state = GradientState(accelerator=self)
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.device_placement = device_placement
-        self._log_with = check_log_with(log_with)  # a misspelt or missing tracker fails here, not at init
-        self._trackers_initialized = False
-        self.trackers: list[Any] = []
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[PreparedDataLoader] = []
+        self.sync_each_batch = False  # True: gradients are synced on every micro-step (less memory, more traffic)
+        self.checkpoint_hooks = StateHooks()  # run by save_state/load_state (register_*_state_pre_hook)
+        self.loader_context = LoaderContext(self.strategy, dataloader_config or DataLoaderConfiguration())
+        self._window = GradientWindow(steps, self.precision, self.strategy)
+        self._prepared = Prepared(self.strategy, self.precision, self._window, self.loader_context)
         self._custom_objects: list[Any] = []
-        self._loaders = LoaderContext(self.strategy, dataloader_config, self._options.epoch_started)
-        self._window = GradientWindow(gradient_accumulation_steps, self.precision, self.strategy)
+        self._checkpoint_io: CheckpointIO | None = CheckpointIO()
 
+    # -- facts --------------------------------------------------------------------------------------------------
+    device = property(lambda self: self.strategy.device, doc="The device this process computes on.")
+    num_processes = property(lambda self: self.strategy.num_processes)
+    process_index = property(lambda self: self.strategy.process_index)
+    local_process_index = property(lambda self: self.strategy.local_process_index)
+    is_main_process = property(lambda self: self.strategy.process_index == 0)
+    is_local_main_process = property(lambda self: self.strategy.local_process_index == 0)
+    mixed_precision = property(lambda self: self.precision.name, doc="The precision's canonical name.")
+    step = property(lambda self: self._window.optimizer_steps,
+                    doc="Optimizer steps applied so far (skipped fp16 steps are not counted).")
+    sync_gradients = property(lambda self: self._window.sync_gradients,
+                              doc="True on the micro-step whose ``optimizer.step()`` really updates the weights.")
     # The DataLoaderConfiguration, held by the loaders' context: replacing it reaches loaders prepared after.
-    dataloader_config = property(lambda self: self._loaders.dataloader_config,
-                                 lambda self, value: setattr(self._loaders, "dataloader_config", value))
-    _loader_stack = property(lambda self: self._loaders.stack, doc="The loaders being iterated, innermost last.")
-
-    # -- properties --------------------------------------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return self.strategy.device
-
-    @property
-    def num_processes(self) -> int:
-        return self.strategy.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.strategy.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.strategy.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """``NO``, ``MULTI_CPU``/``MULTI_GPU``/... (DDP) or ``FSDP``; also equal to the old strategy class names."""
-        return self.state.distributed_type
-
-    native_amp = property(lambda self: self.mixed_precision in ("fp16", "bf16"), doc="fp16 or bf16 autocast.")
-    split_batches = property(lambda self: self.dataloader_config.split_batches)
-
-    @property
-    def even_batches(self) -> bool:
-        return self.dataloader_config.even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        self.dataloader_config.even_batches = value
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        """Accepted for Accelerate compatibility; stoker's loaders never dispatch (each process loads its share)."""
-        return getattr(self.dataloader_config, "dispatch_batches", None)
-
-    @property
-    def mixed_precision(self) -> str:
-        return self.precision.name
+    dataloader_config = property(lambda self: self.loader_context.dataloader_config,
+                                 lambda self, value: setattr(self.loader_context, "dataloader_config", value))
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -169,53 +99,66 @@ class Accelerator:
     def gradient_accumulation_steps(self, value: int) -> None:
         self._window.steps = check_accumulation_steps(value, argument="accelerator.gradient_accumulation_steps = ...")
 
-    @property
-    def sync_gradients(self) -> bool:
-        """True on the micro-step whose ``optimizer.step()`` really updates the weights."""
-        return self._window.sync_gradients
+    optimizer_step_was_skipped = property(lambda self: self._prepared.optimizer_step_was_skipped(),
+                                          doc="True when the last optimizer step was skipped (fp16 overflow).")
+    iterating_loaders = property(lambda self: tuple(self.loader_context.stack),
+                                 doc="The prepared loaders being iterated right now, innermost last.")
 
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """True when the last optimizer step was skipped because fp16 gradients overflowed."""
-        for opt in self._optimizers:  # a loop, not any(<generator>): the Trainer reads this every step
-            if opt._step_was_skipped:
-                return True
-        return False
+    # -- prepare ------------------------------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | bool | None = None) -> Any:
+        """Prepares models, optimizers, schedulers and data loaders; returns them in the same order.
 
-    @property
-    def step(self) -> int:
-        """Optimizer steps applied so far (skipped fp16 steps are not counted)."""
-        return self._window.optimizer_steps
+        Anything else is returned unchanged. Models are prepared first, then optimizers (FSDP remaps them to the
+        sharded parameters), then schedulers (which find their optimizer among those prepared), then loaders.
+        """
+        placements = placements_for(device_placement, len(args), self.device_placement)
+        result = list(args)
+        for i, obj in enumerate(args):
+            if isinstance(obj, torch.nn.Module):
+                result[i] = self.prepare_model(obj, device_placement=placements[i])
+        for i, obj in enumerate(args):
+            if isinstance(obj, torch.optim.Optimizer) and not isinstance(obj, AcceleratedOptimizer):
+                result[i] = self.prepare_optimizer(obj)
+        for i, obj in enumerate(args):
+            if is_scheduler(obj):
+                result[i] = self.prepare_scheduler(obj)
+        for i, obj in enumerate(args):
+            if isinstance(obj, torch.utils.data.DataLoader):
+                result[i] = self.prepare_data_loader(obj, device_placement=placements[i])
+        return result[0] if len(result) == 1 else tuple(result)
 
-    @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False, *, autocast_forward: bool = True) -> torch.nn.Module:
+        """Moves ``model`` to the device, runs its forward under autocast, and wraps it for several processes.
 
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
+        A model prepared before comes back as it was, its autocast re-armed. ``autocast_forward=False``: no autocast
+        wrapper, for a caller that enters :meth:`autocast` around its whole step (the Trainer)."""
+        place = self.device_placement if device_placement is None else device_placement
+        return self._prepared.model(model, place, evaluation_mode, autocast_forward)[0]
 
-    @property
-    def save_iteration(self) -> int:
-        return self.project_configuration.iteration
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        """Wraps ``optimizer`` (see :class:`AcceleratedOptimizer`); one prepared twice comes back as it was."""
+        return self._prepared.optimizer(optimizer)
 
-    @property
-    def use_distributed(self) -> bool:
-        return self.num_processes > 1
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wraps ``scheduler`` (see :class:`AcceleratedScheduler`); one prepared twice comes back as it was."""
+        return self._prepared.scheduler(scheduler, self.step_scheduler_with_optimizer)
 
-    # -- prepare -----------------------------------------------------------------------------------------------
-    prepare = _prepare.prepare
-    prepare_model = _prepare.prepare_model
-    prepare_optimizer = _prepare.prepare_optimizer
-    prepare_scheduler = _prepare.prepare_scheduler
-    prepare_data_loader = _prepare.prepare_data_loader
-    replace_dataloader = _prepare.replace_dataloader
-    skip_first_batches = _prepare.skip_first_batches
+    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
+                            device_placement: bool | None = None) -> PreparedDataLoader:
+        return self._prepared.dataloader(data_loader, self.device_placement if device_placement is None
+                                         else device_placement)
 
-    # -- the step ----------------------------------------------------------------------------------------------
+    def replace_dataloader(self, old: PreparedDataLoader,
+                           data_loader: torch.utils.data.DataLoader) -> PreparedDataLoader:
+        """Prepares ``data_loader`` into the checkpointed slot of ``old`` (a loader prepared here), so checkpoints
+        keep matching loaders by position (``reload_dataloaders_every_n_epochs``)."""
+        return self._prepared.replace_dataloader(old, data_loader, self.device_placement)
+
+    # -- the step -----------------------------------------------------------------------------------------------
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """One micro-step of an accumulation window; gradient sync across processes only on its last one."""
-        return MicroStep(self, models)
+        return MicroStep(self._window, self.loader_context.stack, self.strategy, models, self.sync_each_batch)
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
@@ -224,41 +167,28 @@ class Accelerator:
             yield
 
     def backward(self, loss: torch.Tensor, num_items: int | torch.Tensor | None = None, **kwargs: Any) -> None:
-        """Backward of ``loss`` for the current window: divided by the window's length and scaled for fp16.
-
-        Args:
-            loss: A mean loss of this micro-batch, or a *sum* over items when ``num_items`` is given.
-            num_items: Items summed into ``loss``. Gradients are then divided by the total count over the window
-                and all processes when the optimizer steps: the exact per-item mean for ragged batches.
-            **kwargs: Passed to ``Tensor.backward``.
-        """
-        if not self._models and not self._optimizers:
-            raise RuntimeError(
-                "Accelerator.backward() was called before prepare(): pass your model and optimizer through "
-                "accelerator.prepare(...) first."
-            )
-        loss = self._window.loss_for_backward(loss, num_items)
-        precision = self.precision
-        (precision.scale_loss(loss) if precision.scales_loss else loss).backward(**kwargs)
+        """Backward of ``loss`` (a mean; a *sum* of ``num_items`` items) for the current window: divided by the
+        window's length (summed: by the items of the window on all processes when the optimizer steps, the exact
+        per-item mean), scaled for fp16. ``kwargs`` go to ``Tensor.backward``."""
+        if not self._prepared.models and not self._prepared.optimizers:
+            raise RuntimeError("Accelerator.backward() was called before prepare(): pass your model and optimizer "
+                               "through accelerator.prepare(...) first.")
+        self.precision.backward(self._window.loss_for_backward(loss, num_items), **kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscales fp16 gradients of ``optimizer`` (all prepared optimizers by default), once per step."""
-        for opt in [optimizer] if optimizer is not None else self._optimizers:
+        for opt in [optimizer] if optimizer is not None else self._prepared.optimizers:
             self._window.finish(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
 
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float,
                         norm_type: float = 2) -> torch.Tensor | None:
-        """Unscales, then clips the gradients' total norm; returns the norm before clipping.
-
-        Returns None without touching gradients on micro-steps that do not update weights (the gradients are
-        incomplete there).
-        """
+        """Unscales, then clips the gradients' total norm; returns the norm before clipping (None, touching
+        nothing, on micro-steps that do not update weights: the gradients are incomplete there)."""
         if not max_norm > 0:  # also catches NaN
             raise ValueError(
                 f"clip_grad_norm_(max_norm={max_norm!r}): max_norm must be > 0; it is the largest total gradient "
                 "norm allowed (e.g. 1.0). To measure the norm without clipping pass max_norm=float('inf'); to turn "
-                "clipping off, do not call clip_grad_norm_."
-            )
+                "clipping off, do not call clip_grad_norm_.")
         if not self._window.sync_gradients:
             return None
         self.unscale_gradients()
@@ -269,27 +199,21 @@ class Accelerator:
         if not clip_value > 0:  # also catches NaN
             raise ValueError(
                 f"clip_grad_value_(clip_value={clip_value!r}): clip_value must be > 0; gradients are clamped to "
-                "[-clip_value, clip_value] (e.g. 0.5). To turn clipping off, do not call clip_grad_value_."
-            )
-        if not self._window.sync_gradients:
-            return
-        self.unscale_gradients()
-        torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
+                "[-clip_value, clip_value] (e.g. 0.5). To turn clipping off, do not call clip_grad_value_.")
+        if self._window.sync_gradients:
+            self.unscale_gradients()
+            torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
-        """The configured precision's autocast (a no-op for full precision); ``autocast_handler``: an
-        ``AutocastKwargs`` for this block only."""
+        """The configured precision's autocast (a no-op for full precision); ``autocast_handler``: an object with
+        ``to_kwargs()`` (Accelerate's ``AutocastKwargs``) for this block only."""
         return self.precision.autocast(**(autocast_handler.to_kwargs() if autocast_handler is not None else {}))
 
     # -- models and state ---------------------------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = False) -> torch.nn.Module:
         """The user's module without DDP/FSDP/compile wrappers (and without autocast if asked)."""
-        model = self.strategy.unwrap(model)
-        compiled = getattr(model, "_orig_mod", None)
-        if compiled is not None and not keep_torch_compile:
-            model = compiled
-        model = self.strategy.unwrap(model)
+        model = self._prepared.unwrap(model) if not keep_torch_compile else self.strategy.unwrap(model)
         if not keep_fp32_wrapper:
             unwrap_forward(model)
         return model
@@ -308,42 +232,93 @@ class Accelerator:
             save_model_weights(state, os.fspath(save_directory), max_shard_size, safe_serialization)
         self.wait_for_everyone()
 
+    def save_model_folder(self, model: torch.nn.Module, target: str | os.PathLike,
+                          extra: Callable[[str], None] | None = None) -> None:
+        """:meth:`save_model` into ``target``, which appears complete or not at all (written aside, then renamed
+        into place; an old ``target`` is deleted in the background); ``extra(folder)`` adds files to it first on
+        the main process. Collective."""
+        target = os.fspath(target)
+        tmp = aside_path(target, "tmp")
+        if self.is_main_process:
+            if os.path.lexists(tmp):
+                self.checkpoint_io.discard(tmp)
+            os.makedirs(tmp)
+        self.wait_for_everyone()
+        self.save_model(model, tmp)
+        if self.is_main_process:
+            if extra is not None:
+                extra(tmp)
+            put_in_place(tmp, target, self.checkpoint_io)
+        self.wait_for_everyone()
+
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Adds objects with ``state_dict()``/``load_state_dict()`` to what ``save_state``/``load_state`` keep."""
         self._custom_objects.extend(checkpointable(objects))
 
     def save_state(self, output_dir: str | os.PathLike | None = None, *, async_save: bool = False,
                    **kwargs: Any) -> str:
-        """Saves everything needed to resume (see ``checkpoint.save_state``); returns the folder.
-
-        ``async_save=True`` (one process, no FSDP) copies the state to CPU memory now and writes and commits it on
-        a background thread; the next save, ``load_state`` and ``end_training`` wait for it.
-        """
+        """Saves everything needed to resume (see ``checkpoint.save_state``); returns the folder. ``async_save=True``
+        (one process, no FSDP) copies the state to CPU now and writes it on a background thread."""
         target = None if output_dir is None else os.fspath(output_dir)
         return checkpoint.save_state(self._checkpoint_contents(), target, async_save=async_save, **kwargs)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Restores what ``save_state`` wrote (the newest complete automatic checkpoint when no folder is given)."""
-        checkpoint.load_state(self._checkpoint_contents(), None if input_dir is None else os.fspath(input_dir), **kwargs)
+        source = None if input_dir is None else os.fspath(input_dir)
+        checkpoint.load_state(self._checkpoint_contents(), source, **kwargs)
 
     def _checkpoint_contents(self) -> CheckpointContents:
         """What ``save_state``/``load_state`` work on, described for checkpoint I/O (which never sees ``self``)."""
+        prepared = self._prepared
         return CheckpointContents(
-            models=self._models, optimizers=self._optimizers, schedulers=self._schedulers,
-            dataloaders=self._dataloaders, custom_objects=self._custom_objects, precision=self.precision,
+            models=prepared.models, optimizers=prepared.optimizers, schedulers=prepared.schedulers,
+            dataloaders=prepared.dataloaders, custom_objects=self._custom_objects, precision=self.precision,
             window=self._window, strategy=self.strategy, project=self.project_configuration,
-            hooks=self._options.hooks, io=checkpoint_io(self),
+            hooks=self.checkpoint_hooks, io=self.checkpoint_io,
             stateful_loaders=self.dataloader_config.use_stateful_dataloader, unwrap=self.unwrap_model)
 
-    def wait_for_checkpoints(self) -> None:
-        """Waits for the asynchronous ``save_state`` in flight (raising its error here) and for the background
-        deletion of replaced or rotated-out checkpoint folders; returns at once when there is none."""
-        _wait_for_checkpoints(self)
+    # -- checkpoint folders -------------------------------------------------------------------------------------
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """The background writer/deleter of checkpoint folders (made again in a forked child or after a copy,
+        where the parent's worker threads do not exist)."""
+        if self._checkpoint_io is None or self._checkpoint_io.pid != os.getpid():
+            self._checkpoint_io = CheckpointIO()
+        return self._checkpoint_io
 
-    def _counters_state_dict(self) -> dict[str, int]:
-        return self._checkpoint_contents().counters()
+    def wait_for_checkpoints(self, *, deletions: bool = True) -> None:
+        """Waits for the asynchronous ``save_state`` in flight (raising its error here) and, unless
+        ``deletions=False``, for the background deletion of replaced or rotated-out checkpoint folders; returns at
+        once when there is none."""
+        io = self._checkpoint_io
+        if io is not None and io.pid == os.getpid():  # a forked child does not wait for its parent's threads
+            io.wait() if deletions else io.wait_for_save()
 
-    # -- processes --------------------------------------------------------------------------------------------
+    def copy_checkpoint(self, src: str | os.PathLike, dst: str | os.PathLike) -> None:
+        """Makes ``dst`` a complete copy of the checkpoint folder ``src`` (hard links where possible); an old
+        ``dst`` is replaced atomically and deleted in the background. Call it on one process."""
+        copy_checkpoint(os.fspath(src), os.fspath(dst), self.checkpoint_io)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        """Deletes the checkpoint folder ``path`` (moved aside at once, deleted in the background): no
+        half-deleted folder is ever left under its name. Call it on one process."""
+        remove_checkpoint(os.fspath(path), self.checkpoint_io)
+
+    def after_checkpoint(self, job: Callable[[], Any]) -> None:
+        """Runs ``job`` once the background save in flight is committed (now, without one), on the saver thread;
+        when that save failed, ``job`` does not run and :meth:`wait_for_checkpoints` raises the save's error."""
+        self.checkpoint_io.after_save(job)
+
+    def sweep_checkpoint_trash(self, folder: str | os.PathLike) -> None:
+        """Deletes, in the background, what a crash left half-written or half-deleted in ``folder``."""
+        sweep_trash(os.fspath(folder), self.checkpoint_io)
+
+    def checkpoints_in_background(self, copy: bool = False) -> contextlib.AbstractContextManager:
+        """``save_state`` calls inside finish in the background (with ``copy``: as ``async_save=True``, else only
+        their commit) where the run allows it (one process, not FSDP); otherwise they stay synchronous."""
+        return self.checkpoint_io.in_background(copy=copy)
+
+    # -- processes ----------------------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         self.strategy.barrier()
 
@@ -351,52 +326,54 @@ class Accelerator:
         """``obj`` as process ``from_process`` has it, on every process (picklable objects; collective)."""
         return self.strategy.broadcast_object(obj, src=from_process)
 
-    main_process_first = processes.main_process_first
-    local_main_process_first = processes.local_main_process_first
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
-        return collectives.split_between_processes(self.strategy, inputs, apply_padding)
-
-    print = processes.print_on_main
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
 
     def gather(self, tensor: Any) -> Any:
         return collectives.gather(self.strategy, tensor)
 
-    gather_for_metrics = processes.gather_for_metrics
-    reduce = processes.reduce
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        out = collectives.reduce(self.strategy, tensor, reduction)
+        return out if scale == 1.0 else apply_to_tensors(lambda t: t * scale, out)
 
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
+    def end_training(self) -> None:
+        """Waits for background checkpoint work (raising a failed save's error), then tears the process group down
+        when the Accelerator created it."""
+        try:
+            self.wait_for_checkpoints()
+        finally:
+            self.wait_for_everyone()
+            self.strategy.teardown()
 
-    # -- trackers ----------------------------------------------------------------------------------------------
-    init_trackers = processes.init_trackers
-    get_tracker = processes.get_tracker
-    log = processes.log
+    def free_memory(self, *objects: Any, reset_step: bool = True) -> list[None]:
+        """Forgets every prepared object and the window (``reset_step=False`` keeps the step count), empties the
+        device cache; returns ``[None] * len(objects)`` (assign it to drop your names)."""
+        self._prepared.clear()
+        if reset_step:
+            self._window.reset()  # the same object: prepared optimizers and schedulers hold it
+        result: list[None] = [None] * len(objects)
+        del objects
+        clear_device_cache(garbage_collection=True)
+        return result
 
-    end_training = processes.end_training
-    free_memory = processes.free_memory
-
-    clear = free_memory
-
-    # -- Accelerate's wider surface: methods written in tools.py and state.py ------------------------------------
-    save = tools.accelerator_save
-    on_main_process = _via_state(AcceleratorState.on_main_process)
-    on_local_main_process = _via_state(AcceleratorState.on_local_main_process)
-    on_last_process = _via_state(AcceleratorState.on_last_process)
-    on_process = _via_state(AcceleratorState.on_process)
-    on_local_process = _via_state(AcceleratorState.on_local_process)
-    set_trigger = _via_state(AcceleratorState.set_trigger)
-    check_trigger = _via_state(AcceleratorState.check_trigger)
-    trigger_sync_in_backward = staticmethod(tools.trigger_sync_in_backward)
-    verify_device_map = staticmethod(tools.verify_device_map)
-    join_uneven_inputs = tools.join_uneven_inputs
-    register_save_state_pre_hook = tools.register_save_state_pre_hook
-    register_load_state_pre_hook = tools.register_load_state_pre_hook
-    profile = tools.profile
-    __getstate__ = tools.accelerator_getstate
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling keeps everything but the background checkpoint worker (threads; made again on use); the
+        loaders being iterated are dropped by ``LoaderContext``'s own pickling."""
+        return {**self.__dict__, "_checkpoint_io": None}
 
     def __repr__(self) -> str:
-        return (f"Accelerator(device={self.device}, mixed_precision={self.mixed_precision!r}, "
+        return (f"{type(self).__name__}(device={self.device}, mixed_precision={self.mixed_precision!r}, "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
                 f"num_processes={self.num_processes}, strategy={type(self.strategy).__name__})")
 
+
+def checkpoint_io(accelerator: Accelerator) -> CheckpointIO:
+    """``accelerator.checkpoint_io`` (the name callers used before it was a property)."""
+    return accelerator.checkpoint_io
+
+
+def wait_for_checkpoints(accelerator: Accelerator) -> None:
+    """``accelerator.wait_for_checkpoints()`` (the name callers used before it was a method)."""
+    accelerator.wait_for_checkpoints()

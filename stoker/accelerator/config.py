@@ -17,7 +17,8 @@ class ProjectConfiguration:
     Attributes:
         project_dir: Root folder of the run.
         logging_dir: Folder for trackers; defaults to ``project_dir``.
-        automatic_checkpoint_naming: ``save_state()`` without a folder writes ``{project_dir}/checkpoints/checkpoint_{n}``.
+        automatic_checkpoint_naming: ``save_state()`` without a folder writes
+            ``{project_dir}/checkpoints/checkpoint_{n}``.
         total_limit: Keep at most this many automatically named checkpoints (the oldest go, after the new one is
             complete).
         iteration: The number the next automatic checkpoint gets; restored by ``load_state``.
@@ -101,3 +102,17 @@ class DataLoaderConfiguration:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
             raise ValueError(f"DataLoaderConfiguration(data_seed={seed!r}) must be an int in [0, 2**63) or None "
                              "(drawn from the global RNG at prepare).")
+
+
+def check_configurations(project_config: object, dataloader_config: object) -> None:
+    """The types of ``Accelerator(project_config=..., dataloader_config=...)``."""
+    if project_config is not None and not isinstance(project_config, ProjectConfiguration):
+        raise TypeError(
+            f"Accelerator(project_config=...) must be a ProjectConfiguration, got {type(project_config).__name__}:"
+            " pass ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=...)."
+        )
+    if dataloader_config is not None and not isinstance(dataloader_config, DataLoaderConfiguration):
+        raise TypeError(
+            f"Accelerator(dataloader_config=...) must be a DataLoaderConfiguration, got "
+            f"{type(dataloader_config).__name__}: pass DataLoaderConfiguration(use_stateful_dataloader=..., ...)."
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import random
 from collections.abc import Callable, Mapping
@@ -110,3 +111,17 @@ def set_seed(seed: int, deterministic: bool = False) -> None:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+
+
+def clear_device_cache(garbage_collection: bool = False) -> None:
+    """Empties the CUDA/MPS/XPU caching allocator (after ``gc.collect()`` with ``garbage_collection``)."""
+    if garbage_collection:
+        gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        torch.mps.empty_cache()
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        xpu.empty_cache()

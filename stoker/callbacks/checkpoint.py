@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from stoker.accelerator import checkpoint_io
 from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path,
@@ -293,7 +292,7 @@ class ModelCheckpoint(Callback):
         self._require_dirpath()
         # Names and the top k are decided against finished folders: a save still committing in the background is
         # waited for here (the save itself would wait for it anyway; without one this returns at once).
-        checkpoint_io(trainer.accelerator).wait_for_save()
+        trainer.accelerator.wait_for_checkpoints(deletions=False)
         step = int(trainer.global_step)
         metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
         topk_path, evicted = None, []

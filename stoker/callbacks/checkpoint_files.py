@@ -5,8 +5,8 @@ file system and unique in ``dirpath``, and whole-folder copy/replace/remove that
 half-written or half-deleted folder under a checkpoint's name. Temporary folders follow the
 ``.{name}.stoker-{tmp,old,del}`` convention of ``save_state``, so its crash recovery applies to them too;
 replaced and removed folders go through the Accelerator's background deleter (``.{name}.stoker-del-{token}``).
-The folder operations themselves are the engine's (``stoker.accelerator``: ``copy_checkpoint``, ``put_in_place``,
-``remove_checkpoint``, ``aside_path``); this module only names them for the callback.
+The folder operations themselves are the engine's (the Accelerator's ``copy_checkpoint``, ``remove_checkpoint``,
+``save_model_folder``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from stoker.accelerator import aside_path, checkpoints_in, copy_checkpoint, put_in_place, remove_checkpoint
+from stoker.accelerator import checkpoints_in, remove_checkpoint
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -89,12 +89,9 @@ class Zeros(dict):
         return 0
 
 
-# -- folders: the engine's checkpoint-folder operations (the ".{name}.stoker-{tmp,old,del}" convention of save_state,
-# so its crash recovery applies to ModelCheckpoint's folders too), under the names this callback uses.
-aside = aside_path
-replace_folder = put_in_place  # puts the complete folder tmp at target; an old target is swapped out, then deleted
-copy_folder = copy_checkpoint  # atomically makes dst a copy of the flat folder src, hard-linking files where possible
-remove_folder = remove_checkpoint  # deletes path; no half-deleted folder is ever left under its name
+# The engine's folder removal (the ".{name}.stoker-del" convention of save_state, so its crash recovery applies):
+# no half-deleted folder is ever left under the name. The checkpoint writer uses the Accelerator's methods instead.
+remove_folder = remove_checkpoint
 
 
 def check_dirpath(dirpath: str, what: str) -> None:

@@ -14,18 +14,20 @@ rename into place) to the Accelerator's saver thread (``save_state(background_co
 committed. Everything else is collective: every process calls :meth:`CheckpointWriter.write`.
 
 Does not own when to save, the names or which checkpoints to keep (`ModelCheckpoint`, checkpoint.py), nor the folder
-operations themselves (checkpoint_files.py names the engine's).
+operations themselves (the Accelerator's ``copy_checkpoint``, ``remove_checkpoint``, ``save_model_folder``, ...).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stoker.accelerator import checkpoint_io, sweep_trash
-from stoker.callbacks.checkpoint_files import LAST_NAME, WEIGHTS_DIR, aside, copy_folder, remove_folder, replace_folder
+from stoker.callbacks.checkpoint_files import LAST_NAME, WEIGHTS_DIR
 from stoker.callbacks.hparams_file import write_hparams
+
+if TYPE_CHECKING:
+    from stoker.accelerator import Accelerator
 
 __all__ = ["CheckpointWriter"]
 
@@ -60,12 +62,11 @@ class CheckpointWriter:
         accelerator = trainer.accelerator
         last = self.last_path
         first = topk_path or last
-        io = checkpoint_io(accelerator)  # replaced and evicted folders are deleted in the background
         if not wait and self.in_background(accelerator):  # one process: the follow-up needs no barrier
             # async_save: a copy now, written meanwhile; otherwise written now, made durable meanwhile.
-            with io.in_background(copy=self.async_save):
+            with accelerator.checkpoints_in_background(copy=self.async_save):
                 trainer.save_checkpoint(first)  # its checks too (no checkpoint after an unchecked NaN loss)
-            io.after_save(lambda: self._after_save(topk_path, evicted, io))
+            accelerator.after_checkpoint(lambda: self._after_save(topk_path, evicted, accelerator))
             return
         if self.save_weights_only:
             self._write_weights(trainer, first)
@@ -75,48 +76,39 @@ class CheckpointWriter:
                 self._export(trainer, first)
         if topk_path is not None and self.save_last:
             if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
-                copy_folder(topk_path, last, io)
+                accelerator.copy_checkpoint(topk_path, last)
                 if self.export_weights:
-                    copy_folder(self.weights_path(topk_path), self.weights_path(last), io)
+                    accelerator.copy_checkpoint(self.weights_path(topk_path), self.weights_path(last))
             accelerator.wait_for_everyone()
         if trainer.is_global_zero:  # only now that everything new is complete
-            self._remove(evicted, io)
+            self._remove(evicted, accelerator)
         accelerator.wait_for_everyone()
 
-    def in_background(self, accelerator: Any) -> bool:
+    def in_background(self, accelerator: Accelerator) -> bool:
         """Whether a save finishes in the background (its commit; with ``async_save`` also its writing): one
         process and nothing that must be written beside the checkpoint (weights). ``save_state`` itself stays
         synchronous where the strategy cannot save in the background (FSDP)."""
         return not self.export_weights and not self.save_weights_only and accelerator.num_processes == 1
 
-    def _after_save(self, topk_path: str | None, evicted: list[str], io: Any) -> None:
+    def _after_save(self, topk_path: str | None, evicted: list[str], accelerator: Accelerator) -> None:
         """What follows a background save once it is committed (on the saver thread): ``last``, evictions."""
         if topk_path is not None and self.save_last:
-            copy_folder(topk_path, self.last_path, io)
-        self._remove(evicted, io)
+            accelerator.copy_checkpoint(topk_path, self.last_path)
+        self._remove(evicted, accelerator)
 
-    def _remove(self, evicted: list[str], io: Any) -> None:
-        for path in evicted:
-            remove_folder(path, io)
-            remove_folder(self.weights_path(path), io)
+    def _remove(self, evicted: list[str], accelerator: Accelerator) -> None:
+        for path in evicted:  # replaced and evicted folders are deleted in the background
+            accelerator.remove_checkpoint(path)
+            accelerator.remove_checkpoint(self.weights_path(path))
 
     def _export(self, trainer: Any, checkpoint_path: str) -> None:
         target = self.weights_path(checkpoint_path)
         if trainer.is_global_zero:
-            sweep_trash(os.path.dirname(target), checkpoint_io(trainer.accelerator))  # a crash's leftovers
+            trainer.accelerator.sweep_checkpoint_trash(os.path.dirname(target))  # a crash's leftovers
         self._write_weights(trainer, target)
 
     def _write_weights(self, trainer: Any, target: str) -> None:
-        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all."""
-        tmp = aside(target, "tmp")
-        io = checkpoint_io(trainer.accelerator)
-        if trainer.is_global_zero:
-            if os.path.lexists(tmp):
-                io.discard(tmp)
-            os.makedirs(tmp)
-        trainer.accelerator.wait_for_everyone()
-        trainer.accelerator.save_model(trainer.module, tmp)
-        if trainer.is_global_zero:
-            write_hparams(trainer.module, tmp)  # load_from_checkpoint rebuilds the module from it
-            replace_folder(tmp, target, io)
-        trainer.accelerator.wait_for_everyone()
+        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all; with
+        ``hparams.json``, from which load_from_checkpoint rebuilds the module."""
+        module = trainer.module
+        trainer.accelerator.save_model_folder(module, target, extra=lambda folder: write_hparams(module, folder))

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 
 from stoker import Accelerator, DistributedType
-from stoker.accelerator.state import AcceleratorState, GradientState, PartialState
+from stoker.compat.accelerate.state import AcceleratorState, GradientState, PartialState
 from tests.helpers.models import make_loader, make_mlp, make_regression_data
 
 

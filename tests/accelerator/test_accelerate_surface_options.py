@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from stoker import Accelerator
-from stoker.accelerator.fsdp import FSDPStrategy
-from stoker.accelerator.options import AcceleratorOptions
+from stoker.accelerator.distributed.fsdp import FSDPStrategy
+from stoker.compat.accelerate.options import AcceleratorOptions
 from stoker.utils import (AutocastKwargs, DataLoaderConfiguration, DeepSpeedPlugin, DistributedDataParallelKwargs,
                           FullyShardedDataParallelPlugin, GradientAccumulationPlugin, GradScalerKwargs,
                           InitProcessGroupKwargs, ProfileKwargs, TorchDynamoPlugin)
@@ -40,7 +40,7 @@ def test_handlers_reach_the_strategy_they_configure() -> None:
     assert group == {"backend": "gloo", "timeout": timedelta(seconds=30)}
     assert ddp_options == {"find_unused_parameters": True, "static_graph": True, "comm_hook": ddp.register_comm_hook}
     from stoker import DDPStrategy
-    from stoker.accelerator.options import _configure_object
+    from stoker.compat.accelerate.options import _configure_object
 
     strategy = DDPStrategy(bucket_cap_mb=1)  # the user's own object: its settings win, the handler's are added
     _configure_object(strategy, group, ddp_options)

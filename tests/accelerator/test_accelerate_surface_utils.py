@@ -78,7 +78,7 @@ def test_collectives_in_one_process_are_identities_on_copies() -> None:
 @pytest.fixture
 def cleared(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records the cache clearing (a full gc.collect costs ~0.3 s in a test process) instead of doing it."""
-    import stoker.utils.memory as memory
+    import stoker.compat.accelerate.memory as memory
 
     calls: list[bool] = []
     monkeypatch.setattr(memory, "clear_device_cache", lambda garbage_collection=False: calls.append(garbage_collection))

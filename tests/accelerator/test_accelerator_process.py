@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from stoker import Accelerator, set_seed
-from stoker.accelerator import strategy as strategy_module
+from stoker.accelerator.distributed import strategy as strategy_module
 from tests.helpers.models import Regressor, make_mlp
 
 

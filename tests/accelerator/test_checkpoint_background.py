@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
-from stoker.accelerator import background, checkpoint
-from stoker.accelerator.checkpoint import (MANIFEST_NAME, STATE_NAME, list_checkpoints, newest_checkpoint,
+from stoker.accelerator.checkpointing import background, checkpoint
+from stoker.accelerator.checkpointing.checkpoint import (MANIFEST_NAME, STATE_NAME, list_checkpoints, newest_checkpoint,
                                            verify_checkpoint)
 from stoker.trainer.checkpointing import find_last_checkpoint
 from tests.accelerator.test_checkpoint_state import make, run, visible
@@ -94,8 +94,8 @@ def test_two_accelerators_have_their_own_background_io(tmp_path):
     a.save_state(tmp_path / "a")
     a.save_state(tmp_path / "a")
     b.save_state(tmp_path / "b")
-    assert background.checkpoint_io(a) is not background.checkpoint_io(b)
-    assert background.checkpoint_io(a) is background.checkpoint_io(a)
+    assert a.checkpoint_io is not b.checkpoint_io
+    assert a.checkpoint_io is a.checkpoint_io
     a.end_training()
     b.end_training()
     assert sorted(os.listdir(tmp_path)) == ["a", "b"]
@@ -322,7 +322,7 @@ def test_a_failed_background_commit_is_raised_later_and_keeps_the_previous_check
 def test_in_background_chooses_the_mode_of_the_saves_inside_it_only(tmp_path, held_fsyncs):
     parts = make()
     run(parts, 1)
-    io = background.checkpoint_io(parts[0])
+    io = parts[0].checkpoint_io
     with io.in_background():
         parts[0].save_state(tmp_path / "later")
     assert not os.path.exists(tmp_path / "later")  # committed once its fsyncs finish

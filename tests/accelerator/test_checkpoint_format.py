@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from stoker.accelerator.checkpoint import (MANIFEST_NAME, CheckpointError, commit_checkpoint, list_checkpoints,
+from stoker.accelerator.checkpointing.checkpoint import (MANIFEST_NAME, CheckpointError, commit_checkpoint, list_checkpoints,
                                            load_tree, newest_checkpoint, rotate_checkpoints, save_tree,
                                            verify_checkpoint)
-from stoker.accelerator.rng import capture_rng_state, restore_rng_state
+from stoker.accelerator.checkpointing.rng import capture_rng_state, restore_rng_state
 
 
 def same(a, b) -> bool:
@@ -233,7 +233,7 @@ def test_dcp_metadata_checked_before_torch_unpickles_it(tmp_path):
 
     import torch.distributed.checkpoint as dcp
 
-    from stoker.accelerator.checkpoint import check_dcp_metadata
+    from stoker.accelerator.checkpointing.checkpoint import check_dcp_metadata
 
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters())
@@ -297,7 +297,7 @@ def test_every_torch_optimizer_and_scheduler_state_round_trips(tmp_path):
 
 
 def test_malformed_tree_is_a_clear_error(tmp_path):
-    from stoker.accelerator.weights import write_safetensors
+    from stoker.accelerator.checkpointing.weights import write_safetensors
 
     for skeleton in ['{"tensor": "t9"}', '{"defaultdict": [], "factory": "os.system"}', '{"nope": 1}', "[1,"]:
         write_safetensors(str(tmp_path / "x.safetensors"), {}, {"stoker_tree": skeleton})

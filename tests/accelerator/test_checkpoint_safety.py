@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from stoker import Accelerator, ProjectConfiguration, load_checkpoint_in_model
-from stoker.accelerator import safetensors_io
-from stoker.accelerator.checkpoint import MANIFEST_NAME, STATE_NAME, CheckpointError
-from stoker.accelerator.weights import save_model_weights
+from stoker.accelerator.checkpointing import safetensors_io
+from stoker.accelerator.checkpointing.checkpoint import MANIFEST_NAME, STATE_NAME, CheckpointError
+from stoker.accelerator.checkpointing.weights import save_model_weights
 
 
 def _accelerator(project_dir: Path | None = None) -> tuple[Accelerator, nn.Module]:

@@ -13,8 +13,8 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, set_seed
-from stoker.accelerator import atomic, checkpoint
-from stoker.accelerator.checkpoint import MANIFEST_NAME, CheckpointError, load_tree, save_tree
+from stoker.accelerator.checkpointing import atomic, checkpoint
+from stoker.accelerator.checkpointing.checkpoint import MANIFEST_NAME, CheckpointError, load_tree, save_tree
 from tests.helpers.ckpt_worker import Progress
 from tests.helpers.weights import assert_same_weights, state_of
 

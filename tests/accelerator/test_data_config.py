@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Accelerator, DataLoaderConfiguration
-from stoker.accelerator.data import prepare_data_loader, transfer_settings
+from stoker.accelerator.data.prepare import prepare_data_loader, transfer_settings
 
 
 def _order(accelerator: Accelerator) -> list[list[int]]:
@@ -83,15 +83,15 @@ class _Stream(IterableDataset):
 @pytest.mark.parametrize("dataset", [TensorDataset(torch.arange(4)), _Stream()])
 def test_a_loader_prepared_for_cuda_pins_memory_and_copies_asynchronously(dataset: object) -> None:
     accelerator = Accelerator(cpu=True)
-    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), accelerator,
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), accelerator.loader_context,
                                    torch.device("cuda", 0))
     assert prepared.base_loader.pin_memory is True and prepared.non_blocking is True
     # Without workers: an asynchronous copy, but no pinning (found on a GPU: a TensorDataset of CUDA tensors made
     # every prepared loader raise "cannot pin 'torch.cuda.FloatTensor'" on its first batch)
-    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2), accelerator, torch.device("cuda", 0))
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2), accelerator.loader_context, torch.device("cuda", 0))
     assert prepared.base_loader.pin_memory is False and prepared.non_blocking is True
     off = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(non_blocking=False))
-    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), off, torch.device("cuda", 0))
+    prepared = prepare_data_loader(DataLoader(dataset, batch_size=2, num_workers=1), off.loader_context, torch.device("cuda", 0))
     assert prepared.base_loader.pin_memory is False and prepared.non_blocking is False
 
 

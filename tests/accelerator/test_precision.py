@@ -227,8 +227,8 @@ def _subclasses(cls: type) -> list[type]:
 def test_a_precision_without_a_loss_scale_keeps_the_plain_scale_unscale_and_step() -> None:
     # backward, the window's finish and AcceleratedOptimizer.step skip these three calls when scales_loss is False
     # (the hot path): a precision that overrides one of them must say scales_loss = True.
-    import stoker.accelerator.fsdp  # noqa: F401  (any precision class defined there is a subclass too)
-    from stoker.accelerator.precision import Precision
+    import stoker.accelerator.distributed.fsdp  # noqa: F401  (any precision class defined there is a subclass too)
+    from stoker.accelerator.step.precision import Precision
 
     classes = [Precision, *_subclasses(Precision)]
     assert len(classes) >= 5  # full, mixed, bf16, fp16, true half precision

@@ -49,7 +49,7 @@ def test_preparing_a_model_twice_returns_it_without_registering_it_again() -> No
     assert accelerator.prepare_model(model, evaluation_mode=True) is p_model
     assert len(accelerator._models) == 1 and len(accelerator._optimizers) == 1 and len(accelerator._schedulers) == 1
     # Registered once: save_state/load_state see one model and one optimizer.
-    assert accelerator._counters_state_dict()["step"] == 0
+    assert accelerator._checkpoint_contents().counters()["step"] == 0
 
 
 def test_preparing_twice_rearms_autocast_that_was_removed() -> None:

@@ -12,8 +12,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import DataLoader, TensorDataset
 
 from stoker import Accelerator
-from stoker.accelerator import torch_shortcuts
-from stoker.accelerator.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
+from stoker.accelerator.step import torch_shortcuts
+from stoker.accelerator.step.torch_shortcuts import next_batch_function, optimizer_step, zero_grad
 
 
 def _model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -96,7 +96,7 @@ def test_prepared_loader_iterates_through_the_shortcut(monkeypatch):
         calls.append(fetch is not it.__next__)
         return it, fetch
 
-    monkeypatch.setattr("stoker.accelerator.data_loader.next_batch_function", spy)
+    monkeypatch.setattr("stoker.accelerator.data.loader.next_batch_function", spy)
     accelerator = Accelerator(cpu=True)
     loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(6.0)), batch_size=2))
     assert [b[0].tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
@@ -217,3 +217,70 @@ def test_prepared_optimizer_uses_the_shortcuts_and_keeps_exact_parity():
     plain = _train(lambda o: o.step(), lambda o: o.zero_grad(set_to_none=True))
     for a, b in zip(model.parameters(), plain):
         torch.testing.assert_close(a.detach(), b, rtol=0, atol=0)
+
+
+# -- the torch internals the shortcuts rely on: each test fails when torch changes one ------------------------------
+def test_the_internals_are_detected_on_this_torch():
+    assert torch_shortcuts.ENABLED and torch_shortcuts.detect() is not None
+    assert torch_shortcuts.optimizer_internals_ok()
+
+
+def test_single_process_loader_iterator_internals():
+    from torch.utils.data.dataloader import _DatasetKind, _SingleProcessDataLoaderIter
+
+    it = iter(DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2))
+    assert type(it) is _SingleProcessDataLoaderIter and it._dataset_kind == _DatasetKind.Map
+    assert it._num_yielded == 0
+    first = it._next_data()  # what next() returns, without counting it
+    assert torch.equal(first[0], torch.tensor([0.0, 1.0])) and it._num_yielded == 0
+
+
+def test_the_profiler_probe_tells_whether_a_profiler_records():
+    probe = torch._C._autograd._profiler_enabled
+    assert probe() is False
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert probe() is True
+
+
+def test_optimizer_step_is_a_hooked_wrapper_around_the_class_step():
+    model, optimizer = _model_and_optimizer()
+    step = type(optimizer).step
+    assert step.hooked is True and callable(step.__wrapped__)
+    assert isinstance(optimizer._optimizer_step_pre_hooks, dict) and not optimizer._optimizer_step_pre_hooks
+    handle = optimizer.register_step_post_hook(lambda *args: None)
+    assert len(optimizer._optimizer_step_post_hooks) == 1
+    handle.remove()
+
+
+def test_global_optimizer_hooks_live_in_two_module_dicts():
+    from torch.optim import optimizer as torch_optim
+
+    assert not torch_optim._global_optimizer_pre_hooks and not torch_optim._global_optimizer_post_hooks
+    pre, post = register_optimizer_step_pre_hook(lambda *a: None), register_optimizer_step_post_hook(lambda *a: None)
+    try:
+        assert len(torch_optim._global_optimizer_pre_hooks) == len(torch_optim._global_optimizer_post_hooks) == 1
+        # the shortcuts hold these very dicts (found once at import)
+        assert torch_shortcuts._INTERNALS.global_pre_hooks is torch_optim._global_optimizer_pre_hooks
+    finally:
+        pre.remove()
+        post.remove()
+
+
+def test_an_lr_scheduler_marks_the_step_and_records_the_call():
+    model, optimizer = _model_and_optimizer()
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    marker = optimizer.__dict__["step"]
+    assert marker._wrapped_by_lr_sched is True and marker.__wrapped__ is type(optimizer).step
+    optimizer.step()
+    assert optimizer._opt_called is True
+
+
+def test_with_the_shortcuts_off_training_is_the_same(monkeypatch, ranges):
+    """Detection failed (a torch that changed its internals): the public calls run, with exact parity."""
+    monkeypatch.setattr(torch_shortcuts, "ENABLED", False)
+    loader = DataLoader(TensorDataset(torch.arange(6.0)), batch_size=2)
+    it, fetch = next_batch_function(loader)
+    assert fetch == it.__next__  # the public call
+    test_prepared_optimizer_uses_the_shortcuts_and_keeps_exact_parity()
+    assert any(name.startswith("Optimizer.step#") for name in ranges)  # the public step, with its range
+    assert any(name.startswith("Optimizer.zero_grad#") for name in ranges)

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from stoker import Accelerator, load_checkpoint_in_model
-from stoker.accelerator.weights import (MismatchedKeysError, parse_size, read_safetensors, save_model_weights,
+from stoker.accelerator.checkpointing.weights import (MismatchedKeysError, parse_size, read_safetensors, save_model_weights,
                                         write_safetensors)
 from tests.helpers.weights import assert_same_weights
 

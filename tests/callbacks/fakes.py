@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from stoker import ModelCheckpoint, Trainer
+from stoker.accelerator import Accelerator
 
 RECORDS = frozenset({"saves"})  # what the fake records for the tests; not a Trainer name
 
@@ -38,6 +39,17 @@ class FakeAccelerator:
 
     num_processes = 1
     device = torch.device("cpu")
+    is_main_process = True
+    # The checkpoint-folder methods are the engine's own (they need only these few facts of the Accelerator).
+    _checkpoint_io = None
+    checkpoint_io = Accelerator.checkpoint_io
+    wait_for_checkpoints = Accelerator.wait_for_checkpoints
+    copy_checkpoint = Accelerator.copy_checkpoint
+    remove_checkpoint = Accelerator.remove_checkpoint
+    after_checkpoint = Accelerator.after_checkpoint
+    sweep_checkpoint_trash = Accelerator.sweep_checkpoint_trash
+    checkpoints_in_background = Accelerator.checkpoints_in_background
+    save_model_folder = Accelerator.save_model_folder
 
     def wait_for_everyone(self) -> None:
         pass

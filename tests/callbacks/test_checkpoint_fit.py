@@ -8,7 +8,7 @@ import torch
 
 from stoker import ModelCheckpoint, load_checkpoint_in_model
 from stoker.accelerator import wait_for_checkpoints
-from stoker.accelerator.checkpoint import verify_checkpoint
+from stoker.accelerator.checkpointing.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
@@ -120,8 +120,8 @@ def test_monitoring_a_validation_metric_without_validation_is_a_clear_error(tmp_
 def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commit(tmp_path, monkeypatch):
     import time
 
-    import stoker.callbacks.checkpoint_writer as callback_module  # where a save removes evicted folders
-    from stoker.accelerator import checkpoint as accelerator_checkpoint
+    import stoker.accelerator.accelerator as callback_module  # where a save removes evicted folders
+    from stoker.accelerator.checkpointing import checkpoint as accelerator_checkpoint
 
     scores = [3.0, 1.0, 2.0, 0.5]
 
@@ -131,7 +131,7 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
     sync = make()
     trainer(tmp_path / "sync", max_epochs=4, callbacks=[sync]).fit(Regressor(val_scores=scores), *loaders())
 
-    real_write_files, real_remove = accelerator_checkpoint._write_files, callback_module.remove_folder
+    real_write_files, real_remove = accelerator_checkpoint._write_files, callback_module.remove_checkpoint
     seen = []
 
     def slow_write_files(tmp, files):  # a slow disk: the follow-up must still wait for the commit
@@ -145,7 +145,7 @@ def test_async_save_keeps_the_same_checkpoints_and_deletes_only_after_each_commi
         real_remove(path, io)
 
     monkeypatch.setattr(accelerator_checkpoint, "_write_files", slow_write_files)
-    monkeypatch.setattr(callback_module, "remove_folder", remove)
+    monkeypatch.setattr(callback_module, "remove_checkpoint", remove)
     ckpt = make(async_save=True)
     module = Regressor(val_scores=scores)
     trainer(tmp_path / "async", max_epochs=4, callbacks=[ckpt]).fit(module, *loaders())

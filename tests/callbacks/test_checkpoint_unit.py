@@ -206,10 +206,10 @@ def test_train_end_saves_last_when_newest_state_is_unsaved(tmp_path):
 
 
 def test_evicted_checkpoint_is_deleted_only_after_the_new_one_and_last_are_complete(tmp_path, monkeypatch):
-    import stoker.callbacks.checkpoint_writer as module  # where a save removes evicted folders
+    import stoker.accelerator.accelerator as module  # where a save removes evicted folders
 
     seen = []
-    real_remove = module.remove_folder
+    real_remove = module.remove_checkpoint
 
     def remove(path, io=None):
         if os.path.isdir(path):
@@ -217,7 +217,7 @@ def test_evicted_checkpoint_is_deleted_only_after_the_new_one_and_last_are_compl
                          read_state(cb.last_model_path)["global_step"]))
         real_remove(path, io)
 
-    monkeypatch.setattr(module, "remove_folder", remove)
+    monkeypatch.setattr(module, "remove_checkpoint", remove)
     cb, trainer = _start(tmp_path, monitor="val/loss")
     _epoch(trainer, cb, 2.0)
     _epoch(trainer, cb, 1.0)

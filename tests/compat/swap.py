@@ -19,8 +19,8 @@ import torch
 
 import stoker
 import stoker.utils as su
-from stoker.accelerator.data_samplers import SeedableRandomSampler
-from stoker.accelerator.state import AcceleratorState, GradientState, PartialState
+from stoker.accelerator.data.samplers import SeedableRandomSampler
+from stoker.compat.accelerate.state import AcceleratorState, GradientState, PartialState
 
 SCRIPTS = "accelerate.test_utils.scripts"
 

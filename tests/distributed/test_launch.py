@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stoker.accelerator.launch import ensure_processes, resolve_num_processes
+from stoker.accelerator.distributed.launch import ensure_processes, resolve_num_processes
 from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import REPO, base_env, collect, free_port
 

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from stoker import Accelerator, DDPStrategy, FSDPStrategy
-from stoker.accelerator.fsdp import _make_policy
-from stoker.accelerator.strategy import SingleDevice, make_strategy
+from stoker.accelerator.distributed.fsdp import _make_policy
+from stoker.accelerator.distributed.strategy import SingleDevice, make_strategy
 from tests.helpers.models import make_mlp
 
 

@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:  # run as a script: make `stoker` importable
     sys.path.insert(0, str(REPO))
 
 from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, set_seed  # noqa: E402
-from stoker.accelerator.weights import write_safetensors  # noqa: E402
+from stoker.accelerator.checkpointing.weights import write_safetensors  # noqa: E402
 
 EPOCHS, SAMPLES, BATCH = 3, 36, 4  # 9 batches an epoch; accumulation 2 -> windows of 2,2,2,2,1: 5 an epoch
 

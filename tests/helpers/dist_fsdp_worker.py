@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from stoker import Accelerator, load_checkpoint_in_model, set_seed
-from stoker.accelerator.fsdp import FSDPStrategy
+from stoker.accelerator.distributed.fsdp import FSDPStrategy
 from tests.helpers.models import make_regression_data
 
 OUT = Path(sys.argv[1])

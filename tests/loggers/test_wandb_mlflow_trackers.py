@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from stoker import Accelerator, ProjectConfiguration
-from stoker.accelerator.trackers import NullTracker, find_tracker
+from stoker.compat.accelerate.trackers import NullTracker, find_tracker
 from stoker.loggers import (
     CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger, available_loggers, build_loggers, resolve_logger_spec,
 )

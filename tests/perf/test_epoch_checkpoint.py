@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from stoker import ModelCheckpoint, Trainer
-from stoker.accelerator import checkpoint
-from stoker.accelerator.checkpoint import verify_checkpoint
+from stoker.accelerator.checkpointing import checkpoint
+from stoker.accelerator.checkpointing.checkpoint import verify_checkpoint
 from stoker.trainer.checkpointing import checkpoint_step
 from tests.helpers.models import make_loader, make_regression_data
 from tests.helpers.models import Regressor

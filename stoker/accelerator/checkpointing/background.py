@@ -190,22 +190,6 @@ class CheckpointIO:
                 future.result()
 
 
-def checkpoint_io(accelerator: Any) -> CheckpointIO:
-    """The :class:`CheckpointIO` of ``accelerator`` (made on first use and kept on the instance)."""
-    io = getattr(accelerator, "_checkpoint_io", None)
-    if io is None or io.pid != os.getpid():  # in a forked child, the parent's workers do not exist
-        io = CheckpointIO()
-        accelerator._checkpoint_io = io
-    return io
-
-
-def wait_for_checkpoints(accelerator: Any) -> None:
-    """Waits until ``accelerator``'s asynchronous save and background deletions are done (no-op when none)."""
-    io = getattr(accelerator, "_checkpoint_io", None)
-    if io is not None and io.pid == os.getpid():
-        io.wait()
-
-
 def sweep_trash(folder: str, io: CheckpointIO | None = None) -> None:
     """Deletes trash that a crash left in ``folder`` (in the background with ``io``; skips what ``io`` already
     deletes)."""

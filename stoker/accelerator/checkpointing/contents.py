@@ -8,6 +8,8 @@ state hooks and the background writer.
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,47 @@ from typing import Any
 import torch
 
 from .background import CheckpointIO
+
+
+class StateHooks:
+    """Functions run by ``save_state`` before it writes and by ``load_state`` before it reads the models.
+
+    A save hook is called as ``hook(models, weights, output_dir)``: ``weights`` holds one state dict per model,
+    and a hook that saves a model its own way removes that model's entry (then ``model_{i}`` numbers the rest).
+    A load hook is called as ``hook(models, input_dir)`` and removes the models it loaded itself.
+    """
+
+    def __init__(self) -> None:
+        self.save: OrderedDict[int, Callable] = OrderedDict()
+        self.load: OrderedDict[int, Callable] = OrderedDict()
+
+    def register(self, table: OrderedDict, hook: Callable, name: str) -> Any:
+        from torch.utils.hooks import RemovableHandle
+
+        if not callable(hook):
+            raise TypeError(f"{name}(hook) needs a callable, got {type(hook).__name__}.")
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        return handle
+
+    def run_save(self, models: list[torch.nn.Module], weights: list[dict], output_dir: str) -> None:
+        """Runs the save hooks; ``output_dir`` is the checkpoint's temporary folder (renamed when complete)."""
+        for hook in list(self.save.values()):
+            hook(models, weights, output_dir)
+        folders = [n for n in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, n))] if self.save else []
+        if folders:
+            raise ValueError(
+                f"A save_state pre-hook created the folder(s) {folders} in the checkpoint; stoker checkpoints hold "
+                "files only (each is listed and checksummed in the manifest). Write files into output_dir, e.g. "
+                "model.save_pretrained(output_dir) or torch.save(..., os.path.join(output_dir, 'extra.pt'))."
+            )
+
+    def run_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
+        for hook in list(self.load.values()):
+            hook(models, input_dir)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"save": OrderedDict(), "load": OrderedDict()}  # hooks are often closures: not carried by pickle
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from .operations import convert_to_fp32
+from ..operations import convert_to_fp32
+from .torch_shortcuts import optimizer_step
 
 _ALIASES = {
     "no": "no", "fp32": "no", "32": "no", "32-true": "no", "float32": "no",
@@ -50,8 +51,6 @@ def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=
     return _ALIASES[key]
 
 
-canonical_precision = parse_precision  # the name this parser had first
-
 # One shared no-op context: full precision pays one method call, not an object, per ``autocast()``.
 _NO_AUTOCAST = contextlib.nullcontext()
 
@@ -62,9 +61,7 @@ class Precision:
     name = "no"
     dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
-    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range. When False,
-    # scale_loss, unscale_ and step must be this class's (identity, no-op, plain step): the hot path (backward,
-    # the window's finish, AcceleratedOptimizer.step) skips calling them (tests/accelerator check the rule).
+    # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
     scales_loss = False
     # True when :meth:`autocast` returns a real ``torch.autocast`` context; when False it is a no-op, and a loop
     # that enters it every step (the Trainer's) may skip entering it.
@@ -91,12 +88,16 @@ class Precision:
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, of the scaled loss where this precision scales losses."""
+        loss.backward(**kwargs)
+
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divides ``optimizer``'s gradients by the loss scale; the window calls it exactly once per step."""
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
         """Steps ``optimizer`` (whose gradients the window finished); False when skipped (fp16 overflow)."""
-        optimizer.step(closure) if closure is not None else optimizer.step()
+        optimizer_step(optimizer) if closure is None else optimizer.step(closure)
         return True
 
     def update(self) -> None:
@@ -175,6 +176,9 @@ class FP16Precision(MixedPrecision):
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         self.update()
         return self.scaler.scale(loss)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.scale_loss(loss).backward(**kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.unscale_(optimizer)

@@ -8,9 +8,12 @@ Communication drops from one all-reduce of the gradients per step to one all-red
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from ...accelerator import Accelerator
 
 
 class LocalSGD:
@@ -28,7 +31,8 @@ class LocalSGD:
         ...             local_sgd.step()
     """
 
-    def __init__(self, accelerator: Any, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True) -> None:
+    def __init__(self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int,
+                 enabled: bool = True) -> None:
         if getattr(accelerator.strategy, "shards_parameters", False):
             raise NotImplementedError("LocalSGD averages whole parameters, but FSDP shards them: use DDP "
                                       "(strategy='ddp') with LocalSGD.")

@@ -18,13 +18,14 @@ import contextlib
 import enum
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...accelerator.step.precision import Precision, parse_precision
 
-# The Accelerator these functions serve. Not imported: it imports this module (that would be a circle).
-Facade = Any
+if TYPE_CHECKING:
+    from ...accelerator import Accelerator
 
 
 class DistributedType(str, enum.Enum):
@@ -80,10 +81,6 @@ def distributed_type_of(strategy: Any) -> DistributedType:
     return DistributedType(name) if name in _MULTI else DistributedType.MULTI_CPU
 
 
-def _do_nothing(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
 class PartialState:
     """This process: its device and ranks, and tools to coordinate processes (see the module docstring).
 
@@ -106,7 +103,7 @@ class PartialState:
             raise TypeError(f"{type(self).__name__}() got {unknown}; it takes cpu, and backend/timeout for the process "
                             "group it joins.")
         if strategy is None:
-            from .strategy import make_strategy
+            from ...accelerator.distributed.strategy import make_strategy
 
             strategy = make_strategy("auto", cpu=cpu, group_options=kwargs)
         self._strategy = strategy
@@ -162,7 +159,7 @@ class PartialState:
 
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> contextlib.AbstractContextManager:
         """This process's contiguous share of a list, tuple, tensor or dict of them (see ``collectives.py``)."""
-        from .collectives import split_between_processes
+        from ...accelerator.distributed.collectives import split_between_processes
 
         return split_between_processes(self._strategy, inputs, apply_padding)
 
@@ -287,11 +284,11 @@ class AcceleratorState(PartialState):
     __slots__ = ()
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, *, strategy: Any = None,
-                 fsdp_plugin: Any = None, dynamo_plugin: Any = None, **kwargs: Any) -> None:
-        from .precision import canonical_precision
-
+                 fsdp_plugin: Any = None, dynamo_plugin: Any = None, precision: Precision | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(cpu, strategy=strategy, **kwargs)
-        self.mixed_precision: str = canonical_precision(mixed_precision)
+        # An Accelerator's state names its precision object's mode; a state made on its own parses the name given.
+        self.mixed_precision: str = precision.name if precision is not None else parse_precision(mixed_precision)
         self.fsdp_plugin = fsdp_plugin
         self.dynamo_plugin = dynamo_plugin
         self.deepspeed_plugin = None
@@ -317,7 +314,7 @@ class GradientState:
 
     __slots__ = ("_accelerator",)
 
-    def __init__(self, gradient_accumulation_plugin: Any = None, *, accelerator: Facade | None = None) -> None:
+    def __init__(self, gradient_accumulation_plugin: Any = None, *, accelerator: Accelerator | None = None) -> None:
         self._accelerator = accelerator
 
     @staticmethod
@@ -338,7 +335,7 @@ class GradientState:
 
     @property
     def sync_each_batch(self) -> bool:
-        return False if self._accelerator is None else self._accelerator._options.sync_each_batch
+        return False if self._accelerator is None else self._accelerator.sync_each_batch
 
     @property
     def adjust_scheduler(self) -> bool:
@@ -355,11 +352,11 @@ class GradientState:
 
     @property
     def dataloader_references(self) -> list[Any]:
-        return [None, *(self._accelerator._loader_stack if self._accelerator is not None else [])]
+        return [None, *(self._accelerator.iterating_loaders if self._accelerator is not None else ())]
 
     @property
     def active_dataloader(self) -> Any:
-        stack = self._accelerator._loader_stack if self._accelerator is not None else []
+        stack = self._accelerator.iterating_loaders if self._accelerator is not None else ()
         return stack[-1] if stack else None
 
     @property

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .torch_shortcuts import optimizer_step, zero_grad
+from .torch_shortcuts import zero_grad
 
 if TYPE_CHECKING:
     from .precision import Precision
@@ -31,7 +31,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self._window = window
         self._precision = precision
-        self._step_was_skipped = False
+        self.step_was_skipped = False  # True when the last step was skipped because fp16 gradients overflowed
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -57,11 +57,6 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def defaults(self, value: dict[str, Any]) -> None:
         self.optimizer.defaults = value
 
-    @property
-    def step_was_skipped(self) -> bool:
-        """True when the last ``step`` was skipped because fp16 gradients overflowed."""
-        return self._step_was_skipped
-
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)
 
@@ -80,13 +75,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not window.sync_gradients:
             return
         window.finish(self.optimizer)  # unscale + normalise, unless clipping already did (the window knows)
-        precision = self._precision
-        if precision.scales_loss:  # fp16: the grad scaler steps, or skips on overflow
-            stepped = precision.step(self.optimizer, closure)
-        else:  # no loss scale: Precision.step is the plain step (see Precision.scales_loss), called directly
-            optimizer_step(self.optimizer) if closure is None else self.optimizer.step(closure)
-            stepped = True
-        self._step_was_skipped = not stepped
+        stepped = self._precision.step(self.optimizer, closure)  # fp16: the scaler skips the step on overflow
+        self.step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
 
     def count_next_step(self) -> None:
@@ -153,7 +143,7 @@ class AcceleratedScheduler:
         if not self._window.sync_gradients:
             return
         for opt in self.optimizers:  # a loop, not any(<generator>): this runs every step
-            if opt._step_was_skipped:
+            if opt.step_was_skipped:
                 return
         processes = self._strategy.num_processes
         if self.split_batches or processes == 1:

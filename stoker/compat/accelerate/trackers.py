@@ -25,7 +25,7 @@ def check_log_with(log_with: Any) -> Any:
     """
     if log_with is None:
         return None
-    from ..loggers import resolve_logger_spec  # only when trackers are asked for: keeps a bare Accelerator light
+    from ...loggers import resolve_logger_spec  # only when trackers are asked for: keeps a bare Accelerator light
 
     resolve_logger_spec(log_with, argument="log_with")
     return log_with
@@ -34,7 +34,7 @@ def check_log_with(log_with: Any) -> Any:
 def build_trackers(log_with: Any, root: str | os.PathLike, project_name: str, config: Mapping[str, Any] | None,
                    init_kwargs: Mapping[str, Mapping[str, Any]] | None) -> list[Any]:
     """The loggers for ``init_trackers``; ``config`` is logged as their hyperparameters."""
-    from ..loggers import build_loggers
+    from ...loggers import build_loggers
 
     # Accelerate's TensorBoard tracker writes the config without Lightning's placeholder metric (hp_metric = -1);
     # init_kwargs={"tensorboard": {"default_hp_metric": True}} asks for it.
@@ -55,7 +55,7 @@ def find_tracker(trackers: list[Any], name: Any, unwrap: bool, *, is_main_proces
     the W&B run, the ``MlflowClient``, the ``SummaryWriter``; the logger itself when it has none). On other
     processes: a `NullTracker`.
     """
-    from ..loggers import logger_name
+    from ...loggers import logger_name
 
     if not is_main_process:
         return NullTracker()

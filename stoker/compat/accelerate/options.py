@@ -2,22 +2,26 @@
 
 ``AcceleratorOptions`` takes ``kwargs_handlers``, the plugins, ``split_batches``, ``rng_types`` and
 ``dynamo_backend`` as the user passed them, raises clear errors for what stoker does not support, and then
-hands each piece to its owner: process-group and DDP options to the strategy (``strategy.py``), scaler and
-autocast options to the precision object (``precision.py``), ``torch.compile`` settings to ``prepare``.
-The Accelerator keeps the object (``accelerator._options``) for what is used later (profiling, compiling,
-``sync_each_batch``, the state hooks of ``save_state``/``load_state``).
+hands each piece to its owner in the core: process-group and DDP options to the strategy it builds, scaler and
+autocast options to the precision object, ``sync_each_batch`` and the ``rng_types`` syncing to the Accelerator.
+The compat Accelerator keeps the object for what is used later (profiling, compiling).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...accelerator.config import DataLoaderConfiguration
+from ...accelerator.distributed.strategy import DDPStrategy, SingleDevice, make_strategy
 from .kwargs import (DEEPSPEED_UNSUPPORTED, AutocastKwargs, DistributedDataParallelKwargs, GradientAccumulationPlugin,
                      GradScalerKwargs, InitProcessGroupKwargs, ProfileKwargs, TorchDynamoPlugin, collect_handlers)
-from .tools import StateHooks
+
+if TYPE_CHECKING:
+    from ...accelerator.data.loader import LoaderContext
+    from ...accelerator.step.precision import Precision
 
 RNG_TYPES = ("torch", "cuda", "mps", "xpu", "generator")
 
@@ -46,14 +50,18 @@ class AcceleratorOptions:
         self.rng_types = self._rng_types(rng_types)
         self._global_rng_types = [t for t in self.rng_types if t != "generator"]
         self.split_batches = split_batches
-        self.hooks = StateHooks()
 
-    def epoch_started(self, accelerator: Any) -> None:
-        """A prepared loader starts an iteration: with ``rng_types`` naming global generators (``"torch"``, the
-        device's), every process takes process 0's states, as Accelerate does. (``"generator"``, the default, needs
-        nothing: a prepared loader's own generator is seeded alike on every process.)"""
-        if self._global_rng_types and accelerator.num_processes > 1:
-            from ..utils.operations import synchronize_rng_states
+    @property
+    def syncs_rng(self) -> bool:
+        """``rng_types`` names global generators (``"torch"``, the device's): see :meth:`epoch_started`."""
+        return bool(self._global_rng_types)
+
+    def epoch_started(self, context: LoaderContext) -> None:
+        """A prepared loader starts an iteration: with ``rng_types`` naming global generators, every process takes
+        process 0's states, as Accelerate does. (``"generator"``, the default, needs nothing: a prepared loader's
+        own generator is seeded alike on every process.)"""
+        if context.num_processes > 1:
+            from .operations import synchronize_rng_states
 
             synchronize_rng_states(self._global_rng_types)
 
@@ -97,8 +105,6 @@ class AcceleratorOptions:
         """``config`` with ``split_batches`` applied (a new default config when none was given)."""
         if self.split_batches is None:
             return config
-        from .config import DataLoaderConfiguration
-
         if config is not None:
             if config.split_batches != self.split_batches:
                 raise ValueError(f"Accelerator(split_batches={self.split_batches}) contradicts dataloader_config="
@@ -108,10 +114,8 @@ class AcceleratorOptions:
         return DataLoaderConfiguration(split_batches=bool(self.split_batches))
 
     # -- applying -----------------------------------------------------------------------------------------------
-    def make_strategy(self, strategy: Any, cpu: bool) -> Any:
+    def make_strategy(self, strategy: Any, cpu: bool) -> SingleDevice:
         """The strategy for ``Accelerator(strategy=...)``, with the process-group, DDP and FSDP options."""
-        from .strategy import DDPStrategy, make_strategy
-
         group, ddp = self.strategy_options()
         if self.fsdp_plugin is not None:
             if not (isinstance(strategy, str) and strategy.lower() in ("auto", "fsdp")):
@@ -136,7 +140,7 @@ class AcceleratorOptions:
             ddp["comm_hook"] = self.ddp.register_comm_hook
         return group, ddp
 
-    def setup_precision(self, precision: Any) -> None:
+    def setup_precision(self, precision: Precision) -> None:
         """Applies ``GradScalerKwargs`` (fp16 only, as in Accelerate) and ``AutocastKwargs``."""
         scaler = getattr(precision, "scaler", None)
         if self.scaler is not None and scaler is not None:
@@ -192,21 +196,3 @@ def _configure_object(strategy: Any, group: dict[str, Any], ddp: dict[str, Any])
         strategy.comm_hook = hook
     if not getattr(strategy, "shards_parameters", False):
         strategy.ddp_kwargs = {**ddp, **strategy.ddp_kwargs}
-
-
-def check_arguments(gradient_accumulation_steps: Any, project_config: Any, dataloader_config: Any) -> None:
-    """The types and ranges of ``Accelerator(...)``'s own arguments (after the launcher's settings are applied)."""
-    from .arguments import check_accumulation_steps
-    from .config import DataLoaderConfiguration, ProjectConfiguration
-
-    check_accumulation_steps(gradient_accumulation_steps)
-    if project_config is not None and not isinstance(project_config, ProjectConfiguration):
-        raise TypeError(
-            f"Accelerator(project_config=...) must be a ProjectConfiguration, got {type(project_config).__name__}:"
-            " pass ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=...)."
-        )
-    if dataloader_config is not None and not isinstance(dataloader_config, DataLoaderConfiguration):
-        raise TypeError(
-            f"Accelerator(dataloader_config=...) must be a DataLoaderConfiguration, got "
-            f"{type(dataloader_config).__name__}: pass DataLoaderConfiguration(use_stateful_dataloader=..., ...)."
-        )

@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from ..accelerator import check_seed, tools
-from ..accelerator.operations import set_seed as _set_seed
+from ...accelerator import check_seed
+from . import tools
+from ...accelerator.operations import set_seed as _set_seed
 
 
 class LoggerType(str, enum.Enum):
@@ -69,7 +70,7 @@ def extract_model_from_parallel(model: torch.nn.Module, keep_fp32_wrapper: bool 
     a DDP wrapper is unwrapped entirely (recompiling would cost a compilation). FSDP2 modules are the user's
     modules already. ``recursive`` is accepted for Accelerate compatibility (nested wrappers are always removed).
     """
-    from ..accelerator.precision import unwrap_forward
+    from ...accelerator.step.precision import unwrap_forward
 
     parallel = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     if keep_torch_compile and is_compiled_module(model) and not isinstance(model._orig_mod, parallel):

@@ -2,20 +2,24 @@
 
 Owns: what an epoch is (when it starts, when it ends, what ``break`` keeps), ``end_of_dataloader``, the saved
 position (``state_dict``/``load_state_dict``) and ``limit_batches``. Does not own: which indices each process
-reads (``data_samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``data.py``).
+reads (``samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``prepare.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from .data_samplers import ShardedBatchSampler
-from .operations import send_to_device
-from .torch_shortcuts import next_batch_function
+from ..operations import send_to_device
+from ..step.torch_shortcuts import next_batch_function
+from .samplers import ShardedBatchSampler
+
+if TYPE_CHECKING:
+    from ..config import DataLoaderConfiguration
+    from ..distributed.ddp import SingleDevice
 
 _END = object()
 
@@ -32,7 +36,8 @@ class LoaderContext:
     ``gather_for_metrics`` read the innermost); a copy (pickling) starts with none.
     """
 
-    def __init__(self, strategy: Any, dataloader_config: Any, epoch_started: Callable[[Any], None]) -> None:
+    def __init__(self, strategy: SingleDevice, dataloader_config: DataLoaderConfiguration,
+                 epoch_started: Callable[[LoaderContext], None] | None = None) -> None:
         self.strategy = strategy
         self.dataloader_config = dataloader_config
         self.epoch_started = epoch_started
@@ -195,7 +200,8 @@ class PreparedDataLoader:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
         context = self._context
-        context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
+        if context.epoch_started is not None:
+            context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
         if not continued:  # an epoch starts: the user's loader would draw now (a continued one draws nothing)
             self._draws.epoch_started()
         stack = context.stack

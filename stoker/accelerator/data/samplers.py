@@ -2,8 +2,8 @@
 
 Owns: a shuffle whose order depends only on (seed, epoch), the split of each epoch's batches between processes
 (round-robin or sliced, padded to even lengths), and starting an epoch some batches in without loading them.
-Does not own: iteration, device placement or the saved position (``data_loader.py``), nor rebuilding a user's
-``DataLoader`` (``data.py``).
+Does not own: iteration, device placement or the saved position (``loader.py``), nor rebuilding a user's
+``DataLoader`` (``prepare.py``).
 """
 
 from __future__ import annotations
@@ -183,7 +183,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
         total = len(self.inner)
         if self.num_shards == 1 or self.split_batches:
             return total
-        return math.ceil(total / self.num_shards) if self.even_batches else len(range(self.shard, total, self.num_shards))
+        if self.even_batches:
+            return math.ceil(total / self.num_shards)
+        return len(range(self.shard, total, self.num_shards))
 
 
 class _AlwaysSkip(Sampler[list[int]]):

@@ -19,11 +19,15 @@ summed losses are differentiated as they are, as before.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .precision import Precision, iter_params
+
+if TYPE_CHECKING:
+    from ..data.loader import PreparedDataLoader
+    from ..distributed.ddp import SingleDevice
 
 
 class GradientWindow:
@@ -35,7 +39,7 @@ class GradientWindow:
         strategy: The Accelerator's strategy (process count and the all-reduce of item counts).
     """
 
-    def __init__(self, gradient_accumulation_steps: int, precision: Precision, strategy: Any) -> None:
+    def __init__(self, gradient_accumulation_steps: int, precision: Precision, strategy: SingleDevice) -> None:
         self.steps = gradient_accumulation_steps
         self.precision = precision
         self.strategy = strategy
@@ -119,9 +123,7 @@ class GradientWindow:
             needs_factor = self.items is not None or self.steps > 1
             self.factor = self._factor() if needs_factor else None
         self.finished.add(id(optimizer))
-        precision = self.precision
-        if precision.scales_loss:  # only a loss scale has anything to undo (see Precision.scales_loss)
-            precision.unscale_(optimizer)
+        self.precision.unscale_(optimizer)  # a no-op without a loss scale
         if self.factor is not None:
             grads = [p.grad for p in iter_params(optimizer) if p.grad is not None]
             if grads:
@@ -175,31 +177,40 @@ class GradientWindow:
 
 
 class MicroStep:
-    """The context manager ``Accelerator.accumulate()`` returns (``accelerator``: the facade it serves).
+    """The context manager ``Accelerator.accumulate()`` returns: opens the window's next micro-step and, unless it
+    closes the window, turns the models' cross-process gradient sync off for the block.
 
     A plain class rather than ``@contextlib.contextmanager``: a generator-based context costs about a microsecond
     more per micro-step, which shows on small models (see ``benchmarks/overhead.py``).
+
+    Args:
+        window: The Accelerator's window.
+        loaders: The prepared loaders being iterated, innermost last (a live list: read on entry).
+        strategy: Turns gradient sync off (``no_sync``) on the models of a micro-step that does not close the window.
+        models: The models of this block.
+        sync_each_batch: Sync gradients on every micro-step anyway (saves memory, costs communication).
     """
 
-    __slots__ = ("_accelerator", "_models", "_stack")
+    __slots__ = ("window", "loaders", "strategy", "models", "sync_each_batch", "_stack")
 
-    def __init__(self, accelerator: Any, models: tuple[torch.nn.Module, ...]) -> None:
-        self._accelerator = accelerator
-        self._models = models
+    def __init__(self, window: GradientWindow, loaders: list[PreparedDataLoader], strategy: SingleDevice,
+                 models: tuple[torch.nn.Module, ...], sync_each_batch: bool = False) -> None:
+        self.window = window
+        self.loaders = loaders
+        self.strategy = strategy
+        self.models = models
+        self.sync_each_batch = sync_each_batch
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> None:
-        accelerator = self._accelerator
-        stack = accelerator._loaders.stack
-        window = accelerator._window
-        window.begin_micro_step(stack[-1] if stack else None)
-        if (window.sync_gradients or not accelerator.strategy.is_distributed or not self._models
-                or accelerator._options.sync_each_batch):
+        loaders, window = self.loaders, self.window
+        window.begin_micro_step(loaders[-1] if loaders else None)
+        if window.sync_gradients or not self.strategy.is_distributed or not self.models or self.sync_each_batch:
             return
         stack = contextlib.ExitStack()
         try:
-            for model in self._models:
-                stack.enter_context(accelerator.strategy.no_sync(model))
+            for model in self.models:
+                stack.enter_context(self.strategy.no_sync(model))
         except BaseException:
             stack.close()
             raise

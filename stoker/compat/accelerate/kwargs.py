@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .arguments import InvalidArgumentError, check_accumulation_steps
+from ...accelerator.arguments import InvalidArgumentError, check_accumulation_steps
 
 
 class KwargsHandler:

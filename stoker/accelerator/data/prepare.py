@@ -6,9 +6,8 @@ replays the same order — which is what makes mid-epoch resume exact. The globa
 loader would move it (``GlobalDraws``): dropout sees the numbers of a plain loop. A restored position skips batches
 at the sampler level: skipped samples are never loaded.
 
-This module owns the rebuild (which sampler, which loader arguments); the samplers live in ``data_samplers.py``,
-the loader it returns in ``data_loader.py``, the sharding of iterable datasets in ``iterable_shard.py``. Every
-name is importable from here, as before the split.
+This module owns the rebuild (which sampler, which loader arguments); the samplers live in ``samplers.py``,
+the loader it returns in ``loader.py``, the sharding of iterable datasets in ``iterable_shard.py``.
 """
 
 from __future__ import annotations
@@ -18,14 +17,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from .data_loader import (  # noqa: F401 (_END: importable as before)
-    _END,
-    GlobalDraws,
-    LoaderContext,
-    PreparedDataLoader,
-    SkipView,
-)
-from .data_samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
+from .loader import GlobalDraws, LoaderContext, PreparedDataLoader, SkipView
+from .samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
 
 
 def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
@@ -40,11 +33,10 @@ def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
     return kwargs
 
 
-def prepare_data_loader(loader: DataLoader, context: LoaderContext | Any,
+def prepare_data_loader(loader: DataLoader, context: LoaderContext,
                         device: torch.device | None) -> PreparedDataLoader:
     """Rebuilds ``loader`` for this process (see the module docstring). ``context``: the Accelerator's
-    :class:`LoaderContext` (an Accelerator is accepted too, for its own)."""
-    context = context if isinstance(context, LoaderContext) else context._loaders
+    :class:`LoaderContext`."""
     config = context.dataloader_config
     n, rank = context.num_processes, context.process_index
     seed = config.data_seed

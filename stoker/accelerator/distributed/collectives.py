@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .operations import apply_to_tensors
+from ..operations import apply_to_tensors
+
+if TYPE_CHECKING:
+    from .ddp import SingleDevice
 
 
-def gather(strategy: Any, data: Any) -> Any:
+def has_tensor(data: Any) -> bool:
+    """True when ``data`` holds at least one tensor (anywhere in nested containers)."""
+    found = []
+    apply_to_tensors(lambda t: found.append(1) or t, data)
+    return bool(found)
+
+
+def gather(strategy: SingleDevice, data: Any) -> Any:
     """Concatenates each tensor of ``data`` from every process along dim 0 (scalars become 1-D)."""
     if strategy.num_processes == 1:
         return apply_to_tensors(lambda t: t if t.dim() > 0 else t.reshape(1), data)
     return apply_to_tensors(strategy.all_gather, data)
 
 
-def reduce(strategy: Any, data: Any, reduction: str = "sum") -> Any:
+def reduce(strategy: SingleDevice, data: Any, reduction: str = "sum") -> Any:
     if reduction not in ("sum", "mean", "none"):
         raise ValueError(f"reduce(reduction={reduction!r}) expects 'sum', 'mean' or 'none'.")
     if reduction == "none" or strategy.num_processes == 1:
@@ -26,7 +36,8 @@ def reduce(strategy: Any, data: Any, reduction: str = "sum") -> Any:
     return apply_to_tensors(lambda t: strategy.all_reduce(t, reduction), data)
 
 
-def pad_across_processes(strategy: Any, data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+def pad_across_processes(strategy: SingleDevice, data: Any, dim: int = 0, pad_index: int = 0,
+                         pad_first: bool = False) -> Any:
     """Pads every tensor along ``dim`` to the largest size any process has, so that it can be gathered."""
 
     def pad(t: torch.Tensor) -> torch.Tensor:
@@ -49,7 +60,7 @@ def pad_across_processes(strategy: Any, data: Any, dim: int = 0, pad_index: int 
 
 
 @contextlib.contextmanager
-def split_between_processes(strategy: Any, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+def split_between_processes(strategy: SingleDevice, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
     """Yields this process's contiguous share of a list, tuple, tensor or dict of them.
 
     Shares differ by at most one item; with ``apply_padding`` the shorter shares repeat their last item so every

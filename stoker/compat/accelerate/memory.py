@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ...accelerator.operations import clear_device_cache
 
 _OOM_MESSAGES = (
     " out of memory.",  # CUDA, HIP, XPU
@@ -17,20 +18,6 @@ _OOM_MESSAGES = (
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",  # what cuDNN raises when a batch is too large for a kernel
     "DefaultCPUAllocator: can't allocate memory",
 )
-
-
-def clear_device_cache(garbage_collection: bool = False) -> None:
-    """Empties the CUDA/MPS/XPU caching allocator (after ``gc.collect()`` with ``garbage_collection``)."""
-    if garbage_collection:
-        gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        torch.mps.empty_cache()
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        xpu.empty_cache()
 
 
 def release_memory(*objects: Any) -> list[None]:

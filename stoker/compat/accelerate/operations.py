@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ..accelerator import collectives
-from ..accelerator.operations import apply_to_tensors, send_to_device  # noqa: F401 - re-exported
+from ...accelerator.distributed import collectives
+from ...accelerator.operations import apply_to_tensors, send_to_device  # noqa: F401 - re-exported
 
 _REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -23,7 +23,7 @@ def _world() -> Any:
     """A strategy object for torch's default group (or for this process alone when there is none)."""
     import torch.distributed as dist
 
-    from ..accelerator.strategy import DDPStrategy, SingleDevice
+    from ...accelerator.distributed.strategy import DDPStrategy, SingleDevice
 
     if not (dist.is_available() and dist.is_initialized()):
         return SingleDevice(torch.device("cpu"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from .arguments import InvalidArgumentError, check_accumulation_steps
-from .precision import parse_precision
+from ...accelerator.arguments import InvalidArgumentError, check_accumulation_steps
+from ...accelerator.step.precision import parse_precision
 
 __all__ = ["ACCUMULATION_VARS", "CPU_VARS", "PRECISION_VARS", "settings_from_environment"]
 

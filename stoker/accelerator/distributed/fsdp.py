@@ -183,7 +183,7 @@ class FSDPStrategy(DDPStrategy):
         return [n for n in files if n.endswith(".distcp") or n == ".metadata"]
 
     def load_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> bool:
-        from .checkpointing.atomic import check_dcp_metadata
+        from ..checkpointing.atomic import check_dcp_metadata
 
         check_dcp_metadata(folder)  # DCP unpickles its .metadata: only after proving it holds nothing but data
         self.load_sharded_state(folder, models, optimizers)

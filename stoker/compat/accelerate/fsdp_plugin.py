@@ -161,7 +161,7 @@ class FullyShardedDataParallelPlugin:
 
     def to_strategy(self, group_options: dict[str, Any] | None = None) -> Any:
         """The ``FSDPStrategy`` these settings describe (not yet connected to the process group)."""
-        from .fsdp import FSDPStrategy
+        from ...accelerator.distributed.fsdp import FSDPStrategy
 
         kwargs: dict[str, Any] = dict(group_options or {})
         if self.cpu_offload is not None and self.cpu_offload is not False:

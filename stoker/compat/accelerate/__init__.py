@@ -1,0 +1,15 @@
+"""Accelerate's names that are not the core's own.
+
+- ``accelerator.py``: ``stoker.Accelerator``, the core Accelerator plus Accelerate's arguments and methods
+- ``options.py``: kwargs handlers and plugins, validated and handed to the core's objects
+- ``kwargs.py``, ``fsdp_plugin.py``: Accelerate's handler and plugin classes
+- ``state.py``: ``PartialState``, ``AcceleratorState``, ``GradientState``, ``DistributedType`` as views
+- ``environment.py``: the launcher's environment variables as argument defaults
+- ``trackers.py``: ``log_with`` / ``get_tracker`` by name, built from stoker's loggers
+- ``tools.py``, ``operations.py``, ``memory.py``, ``other.py``, ``logging.py``, ``available.py``, ``local_sgd.py``:
+  ``accelerate.utils``, ``accelerate.logging`` and ``accelerate.local_sgd`` (faced by ``stoker.utils`` and friends)
+"""
+
+from .accelerator import Accelerator
+
+__all__ = ["Accelerator"]
