@@ -68,17 +68,18 @@ def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
 
 
 def make_accelerator(accelerator: str, devices: int | str | list[int], strategy: Any, accumulate: int,
-                     precision: str, root: str, own_samplers: bool) -> tuple[Accelerator, int]:
+                     precision: str, root: str, own_samplers: bool,
+                     cls: type[Accelerator] = Accelerator) -> tuple[Accelerator, int]:
     """The Trainer's Accelerator and the processes per node. Makes this job ``devices`` processes first (under
     torchrun: checks the count; from a plain ``python script.py`` with devices > 1: re-runs the script in that many
-    processes)."""
+    processes). ``cls``: the Accelerator class (``stoker.Trainer``'s answers Accelerate's names too)."""
     from . import args as check
 
     accumulate = check.accumulation_steps("accumulate", accumulate)  # stored by the Accelerator only
     cpu = check.accelerator_choice(accelerator)
     per_node = resolve_num_processes(devices, accelerator.lower())
     ensure_processes(per_node)
-    acc = Accelerator(
+    acc = cls(
         mixed_precision=precision, gradient_accumulation_steps=accumulate, project_dir=root, cpu=cpu,
         strategy=strategy,
         # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).

@@ -33,8 +33,8 @@ class Preemption:
     (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). In one process that is the step during which the signal
     arrived. With several processes the processes agree on the signal without blocking each step
     (:class:`SignalAgreement`): every process stops after the same optimizer step, the one after the step during
-    which the first signal arrived (or at the epoch's end or the run's last step, if one comes first). A second SIGINT (Ctrl-C pressed
-    again) does not wait: it raises ``KeyboardInterrupt`` at once.
+    which the first signal arrived (or at the epoch's end or the run's last step, if one comes first). A second
+    SIGINT (Ctrl-C pressed again) does not wait: it raises ``KeyboardInterrupt`` at once.
     """
 
     SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGUSR1", "SIGINT")) if s)

@@ -85,6 +85,8 @@ class Trainer:
         [{'test/acc': 0.97}]
     """
 
+    accelerator_class: type[Accelerator] = Accelerator  # what trainer.accelerator is (stoker.Trainer: Accelerate's)
+
     def __init__(
         self, *, max_epochs: int | None = None, max_steps: int | None = None, accumulate: int = 1,
         precision: str = "fp32", clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
@@ -115,7 +117,7 @@ class Trainer:
         self.options = options or RunOptions()
         self.accelerator, self.processes_per_node = make_accelerator(
             accelerator, devices, strategy, accumulate, self.precision, self.default_root_dir,
-            own_samplers=not self.options.use_distributed_sampler)
+            own_samplers=not self.options.use_distributed_sampler, cls=self.accelerator_class)
         self.checkpoint_state = TrainerCheckpointState(self)
         self.accelerator.register_for_checkpointing(self.checkpoint_state)
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary)
@@ -205,15 +207,13 @@ class Trainer:
                 self.preemption.uninstall()
 
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                 ckpt_path: str | os.PathLike | None = None, *,
-                 datamodule: DataModule | None = None) -> list[dict[str, float]]:
+                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
         loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights)."""
         return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
-             ckpt_path: str | os.PathLike | None = None, *,
-             datamodule: DataModule | None = None) -> list[dict[str, float]]:
+             ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``test_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per loader."""
         return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)
 

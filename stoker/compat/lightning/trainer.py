@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.stages import PREDICT, TEST, VALIDATE
 from ...trainer.trainer import Trainer as CoreTrainer
@@ -51,6 +52,9 @@ class Trainer(CoreTrainer):
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, fast_dev_run=2)
     """
+
+    # trainer.accelerator answers Accelerate's names too (distributed_type, gather_for_metrics, ...), as before
+    accelerator_class = Accelerator
 
     def __init__(
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
