@@ -191,10 +191,10 @@ def _stripped_batches(self: Any, run: Any, variant: str) -> bool:
     """A minimal ``FitLoop._run_batches`` (automatic optimization, one optimizer and one step-interval scheduler)."""
     t = self.trainer
     acc, loader, model = t.accelerator, run.train_loader, run.model
-    end_hooks = t._hooks.get("on_train_batch_end")
+    end_hooks = t.hooks.get("on_train_batch_end")
     optimizer, scheduler = t.optimizers[0], run.step_schedulers[0].scheduler
     training_step = run.training_step
-    self._backward_hooks, self._autocast = ((), ()), None  # what _training_step reads (bare, full precision)
+    self._backward_hooks = ((), ())  # what _training_step reads (bare)
     self._zero_grad_hooks, self._has_before_optimizer_step = (), False  # and _optimizer_step
     if self.batches_done == 0:
         loader.set_epoch(self.epoch)
@@ -233,7 +233,7 @@ def _patch() -> None:
         variant = getattr(threading.current_thread(), _VARIANT, None)
         EPOCHS_RUN[variant or "real"] += 1
         if variant == "trainer-no-watch":  # the real loop; the watch keeps nothing (an attribute of this instance)
-            self.trainer._nonfinite.watch = lambda loss, step, epoch, batch_idx: False
+            self.trainer.nonfinite.watch = lambda loss, step, epoch, batch_idx: False
         if variant is None or variant == "trainer-no-watch":
             return real(self, run)
         return _stripped_batches(self, run, variant)

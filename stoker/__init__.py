@@ -23,13 +23,13 @@ from .compat.accelerate import Accelerator  # the core Accelerator plus Accelera
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Trainer": "stoker.trainer",
+    "Trainer": "stoker.compat.lightning",  # the core stoker.trainer.Trainer plus Lightning's names
     "TrainingModule": "stoker.trainer",
     "DataModule": "stoker.trainer.datamodule",
     # Lightning's names for the same classes: `import pytorch_lightning as pl` -> `import stoker as pl` is the port
     "LightningModule": "stoker.trainer",
     "LightningDataModule": "stoker.trainer.datamodule",
-    "seed_everything": "stoker.trainer.seed",
+    "seed_everything": "stoker.compat.lightning.seed",
     "Callback": "stoker.callbacks",
     "ModelCheckpoint": "stoker.callbacks",
     "EarlyStopping": "stoker.callbacks",

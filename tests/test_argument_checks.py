@@ -16,7 +16,7 @@ from stoker.accelerator import InvalidArgumentError, check_accumulation_steps, c
 from stoker.accelerator.arguments import InvalidArgumentType, InvalidArgumentValue
 from stoker.cli import main
 from stoker.cli.launch import add_parser, resolve
-from stoker.trainer.seed import seed_everything
+from stoker.compat.lightning.seed import seed_everything
 from stoker.utils import GradientAccumulationPlugin
 
 BAD_STEPS = [0, -2, 2.0, "2", True]

@@ -12,6 +12,7 @@ from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
+from .distributed.agreement import SignalAgreement, agree_on_max, average_gradients  # noqa: F401 - Trainer's agreement
 from .distributed.fsdp import FSDPStrategy
 from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
 from .distributed.strategy import DDPStrategy, SingleDevice

@@ -1,8 +1,13 @@
-"""The Trainer layer: :class:`Trainer` runs a :class:`TrainingModule` on an Accelerator."""
+"""The Trainer layer: :class:`Trainer` runs a :class:`TrainingModule` on an Accelerator.
+
+This is the core Trainer (its own arguments only); ``stoker.Trainer`` adds Lightning's names
+(``stoker/compat/lightning/``).
+"""
 
 from .module import TrainingModule
+from .options import RunOptions
 from .trainer import Trainer
 
 LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
 
-__all__ = ["LightningModule", "Trainer", "TrainingModule"]
+__all__ = ["LightningModule", "RunOptions", "Trainer", "TrainingModule"]

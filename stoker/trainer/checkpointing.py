@@ -1,9 +1,9 @@
-"""The Trainer's part of a checkpoint, finding the newest checkpoint, and preemption (SIGTERM / SIGUSR1).
+"""The Trainer's part of a checkpoint, resuming from one, and finding the newest one.
 
 Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop position, callback states by
 ``state_key``, ``on_save_checkpoint`` extras, hyperparameters, epoch accumulators of ``self.log``), applying it
-on resume, the ``ckpt_path="last"`` lookup, and the signal handling that turns a preemption into a checkpoint
-plus a non-zero exit. Does not own the folder format or its atomicity (``stoker/accelerator/checkpoint.py``).
+on resume, and the ``ckpt_path="last"`` lookup (preemption: ``preemption.py``). Does not own the folder format
+or its atomicity (``stoker/accelerator/checkpointing/``).
 
 Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
 
@@ -20,14 +20,17 @@ new run, not jump to the old one's end.
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+# checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
+from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
 
 LAST = "last"
 BEST = "best"
@@ -35,10 +38,12 @@ _FORMAT = "stoker-trainer"
 
 
 class TrainerCheckpointState:
-    """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it."""
+    """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it, and
+    a ``load_state`` hands it back here (:meth:`take_loaded` gives it to the resume, once)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
+        self.loaded: dict[str, Any] | None = None  # the state the last load_state read, until taken
 
     def state_dict(self) -> dict[str, Any]:
         return build_payload(self.trainer)
@@ -47,10 +52,15 @@ class TrainerCheckpointState:
         if state.get("format") != _FORMAT:
             raise ValueError(f"The Trainer state in this checkpoint has format {state.get('format')!r}, expected "
                              f"{_FORMAT!r}: it was not written by a stoker Trainer.")
-        self.trainer._loaded_payload = dict(state)
+        self.loaded = dict(state)
+
+    def take_loaded(self) -> dict[str, Any] | None:
+        """The state the last ``load_state`` read (None: it held none), forgotten here once taken."""
+        loaded, self.loaded = self.loaded, None
+        return loaded
 
 
-def build_payload(trainer: Any) -> dict[str, Any]:
+def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
     from .loading import not_checkpointable
 
@@ -62,7 +72,7 @@ def build_payload(trainer: Any) -> dict[str, Any]:
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
         "hyper_parameters_not_stored": not_checkpointable(dict(getattr(module, "hparams", {}) or {})),
-        "results": trainer._train_results.state_dict(),
+        "results": trainer.train_results.state_dict(),
         # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
@@ -71,12 +81,12 @@ def build_payload(trainer: Any) -> dict[str, Any]:
     if datamodule is not None:  # its state and hyperparameters travel with the run
         checkpoint["datamodule"] = datamodule.state_dict()
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
-    if trainer._hooks is not None:
-        trainer._hooks.call("on_save_checkpoint", checkpoint)
+    if trainer.hooks is not None:
+        trainer.hooks.call("on_save_checkpoint", checkpoint)
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
 
 
-def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
+def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
     checkpoint = dict(payload["checkpoint"])
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
@@ -84,12 +94,12 @@ def apply_payload(trainer: Any, payload: Mapping[str, Any]) -> None:
     for callback in trainer.callbacks:
         if callback.state_key in states:
             callback.load_state_dict(states[callback.state_key])
-    trainer._train_results.load_state_dict(checkpoint.get("results", {}))
+    trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
-    trainer._hooks.call("on_load_checkpoint", checkpoint)
+    trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
 def storable(value: Any) -> Any:
@@ -104,7 +114,7 @@ def storable(value: Any) -> Any:
 
 
 # -- resuming -------------------------------------------------------------------------------------------------------
-def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
+def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
     """``ckpt_path`` as a folder: None stays None, ``"last"`` is looked up (None when there is none)."""
     if ckpt_path is None:
         return None
@@ -124,7 +134,7 @@ def resolve_ckpt(trainer: Any, ckpt_path: Any) -> str | None:
     return path
 
 
-def best_checkpoint(trainer: Any) -> str:
+def best_checkpoint(trainer: TrainerParts) -> str:
     """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
     callback = trainer.checkpoint_callback
     if callback is None:
@@ -141,7 +151,7 @@ def best_checkpoint(trainer: Any) -> str:
     return path
 
 
-def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
+def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
     where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -149,15 +159,15 @@ def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
             print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
                   "starting from the beginning.", file=sys.stderr, flush=True)
-        trainer._setup.continue_position(train_loader)
+        trainer.run_setup.continue_position(train_loader)
         return
-    trainer._loaded_payload = None
+    trainer.checkpoint_state.loaded = None
     try:
         trainer.accelerator.load_state(path)
     except ValueError as error:
         raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer and "
                          "scheduler of configure_optimizers, the train loader and each val loader.)") from error
-    payload, trainer._loaded_payload = trainer._loaded_payload, None
+    payload = trainer.checkpoint_state.take_loaded()
     if payload is None:
         raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
@@ -170,7 +180,7 @@ def restore(trainer: Any, ckpt_path: Any, train_loader: Any) -> None:
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
-def load_weights(trainer: Any, ckpt_path: Any, model: Any) -> None:
+def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
     """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
     ``ckpt_path``)."""
     path = resolve_ckpt(trainer, ckpt_path)
@@ -186,13 +196,6 @@ def load_weights(trainer: Any, ckpt_path: Any, model: Any) -> None:
 
 
 # -- finding checkpoints ----------------------------------------------------------------------------------------------
-def checkpoint_step(path: str) -> int | None:
-    """Optimizer steps recorded in a complete ``save_state`` folder; None when it is not one (or incomplete)."""
-    from ..accelerator import checkpoint_step as step
-
-    return step(path)
-
-
 def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     """The complete checkpoint saved last among the sub-folders of ``folders`` (see module docstring)."""
     from ..accelerator import checkpoints_in
@@ -206,170 +209,3 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
             if best is None or key > best:
                 best, found = key, entry.path
     return found
-
-
-# -- preemption -------------------------------------------------------------------------------------------------------
-def agree_on_signal(accelerator: Any, received: int | None) -> int | None:
-    """The preemption signal every process acts on: the highest signal number any process received (None: none).
-
-    One small blocking all-reduce (MAX, not SUM: two processes with SIGTERM must agree on SIGTERM, not on signal
-    30). The Trainer uses it at epoch ends only; between steps :class:`SignalAgreement` agrees without waiting.
-    """
-    if accelerator.num_processes <= 1:
-        return received
-    code = torch.tensor(float(received or 0), device=accelerator.device)
-    return int(accelerator.strategy.all_reduce(code, "max").item()) or None
-
-
-def _read_host_flag(buffer: torch.Tensor) -> int:
-    """The agreed signal held in a host (CPU) buffer: a read of host memory, no device wait on any machine."""
-    return int(buffer.item())
-
-
-def _read_device_flag(buffer: torch.Tensor) -> int:
-    """The agreed signal held on the device (no gloo to agree on the host): this read waits for the device."""
-    return int(buffer.item())
-
-
-class SignalAgreement:
-    """Agrees on the preemption signal across processes without a per-step wait (one step late).
-
-    After each optimizer step every process posts its signal (0: none) as a non-blocking MAX all-reduce of a
-    one-number *host* tensor, on the default group when it is gloo and otherwise on a gloo group made once for
-    this purpose, and reads the result of the all-reduce it posted one optimizer step earlier. Every process posts
-    and reads at the same optimizer steps, so all of them see the same agreed value at the same step: a signal that
-    arrives before step ``n``'s check is acted on after step ``n + 1`` on every process. The wait for that result
-    is a host-to-host wait (the other processes posted it a step ago), never a wait for the GPU. Without gloo the
-    flag goes through the device group and the read waits for the device (one sync per step, the old cost).
-    :meth:`flush` (epoch ends) is blocking: it reads the pending result and agrees on the current signal at once.
-    """
-
-    def __init__(self) -> None:
-        self._pending: tuple[Any, torch.Tensor] | None = None  # (work, buffer) posted one step ago
-        # Weak references: a reference kept here would hold a destroyed group (and gloo's threads) alive until the
-        # interpreter's finalization, which can abort the process at exit (issue 16). torch's registry holds both
-        # groups for as long as they are live.
-        self._group: weakref.ref | None = None  # the gloo group made for the flag; None: the default group
-        self._world: weakref.ref | None = None  # the default group the above was set up for
-        self._on_host = True
-
-    def reset(self) -> None:
-        """Forgets a result posted by a previous fit (every process posted it, so it completes by itself)."""
-        self._pending = None
-
-    def _setup(self, accelerator: Any) -> None:
-        import torch.distributed as dist
-
-        world = dist.group.WORLD
-        if self._world is not None and self._world() is world:
-            return
-        self._world, self._group, self._on_host = weakref.ref(world), None, True
-        if dist.get_backend() == "gloo":
-            return  # the default group already works on host tensors
-        if dist.is_gloo_available():
-            self._group = weakref.ref(dist.new_group(backend="gloo"))  # collective: every process is at this same step
-        else:
-            self._on_host = False
-
-    def _post(self, accelerator: Any, received: int | None) -> None:
-        import torch.distributed as dist
-
-        device = "cpu" if self._on_host else accelerator.device
-        buffer = torch.full((), float(received or 0), device=device)
-        group = self._group() if self._group is not None else None
-        work = dist.all_reduce(buffer, op=dist.ReduceOp.MAX, group=group, async_op=True)
-        self._pending = (work, buffer)
-
-    def _take(self) -> int | None:
-        if self._pending is None:
-            return None
-        (work, buffer), self._pending = self._pending, None
-        work.wait()
-        return (_read_host_flag(buffer) if self._on_host else _read_device_flag(buffer)) or None
-
-    def step(self, accelerator: Any, received: int | None) -> int | None:
-        """After an optimizer step: the signal agreed one step ago (None: none); posts ``received`` for the next."""
-        self._setup(accelerator)
-        agreed = self._take()
-        if agreed is None:
-            self._post(accelerator, received)
-        return agreed
-
-    def flush(self, accelerator: Any, received: int | None) -> int | None:
-        """Blocking: the pending result and the current signals together (the highest)."""
-        self._setup(accelerator)
-        pending = self._take()
-        self._post(accelerator, received)
-        now = self._take()
-        return max(pending or 0, now or 0) or None
-
-
-class Preemption:
-    """Turns SIGTERM/SIGUSR1/SIGINT during ``fit`` into: finish the optimizer step, save, exit non-zero.
-
-    The handler only records the signal; :meth:`check`, called by the loop right after an optimizer step (and
-    after each epoch), saves ``{default_root_dir}/checkpoints/last`` and raises ``SystemExit(128 + signal)``
-    (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). In one process that is the step during which the signal
-    arrived. With several processes the processes agree on the signal without blocking each step
-    (:class:`SignalAgreement`): every process stops after the same optimizer step, the one after the step during
-    which the first signal arrived (or at the epoch's end or the run's last step, if one comes first). A second SIGINT (Ctrl-C pressed
-    again) does not wait: it raises ``KeyboardInterrupt`` at once.
-    """
-
-    SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGUSR1", "SIGINT")) if s)
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[int, Any] = {}
-        self._agreement = SignalAgreement()
-        self._several = False  # several processes: signals are agreed on (set by install)
-        # Whether check() has work after the next optimizer step: several processes (the agreement runs every
-        # step) or a signal received. The loop reads it every step instead of calling check() (the hot path).
-        self.due = False
-
-    def install(self, num_processes: int) -> None:
-        """Starts watching for signals for a run of ``num_processes`` processes (no default: with more than one,
-        a signal must be agreed on by every process before anyone stops, so the count cannot be assumed)."""
-        self.received = None
-        self._several = self.due = num_processes > 1
-        self._agreement.reset()
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals reach only the main thread; a Trainer run elsewhere cannot be preempted cleanly
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def uninstall(self) -> None:
-        self._agreement.reset()
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and self.received == signal.SIGINT:
-            raise KeyboardInterrupt  # pressed twice: stop now, without the checkpoint
-        self.received = signum if self.received is None else max(self.received, signum)
-        self.due = True
-
-    def check(self, trainer: Any, blocking: bool = False) -> None:
-        """After an optimizer step: saves and exits once the processes agreed on a signal. ``blocking`` (epoch
-        ends, the run's last step): agree now on the pending and the current signals.
-
-        Collective with several processes: every process calls it at the same optimizer steps and epoch ends.
-        """
-        if not self._several:
-            flag = self.received
-        elif blocking:
-            flag = self._agreement.flush(trainer.accelerator, self.received)
-        else:
-            flag = self._agreement.step(trainer.accelerator, self.received)
-        if flag is None:
-            return
-        self.received = flag
-        path = os.path.join(os.path.abspath(os.fspath(trainer.default_root_dir)), "checkpoints", LAST)
-        trainer.save_checkpoint(path)
-        name = signal.Signals(flag).name if flag in signal.Signals._value2member_map_ else flag
-        if trainer.is_global_zero:
-            print(f"stoker: preempted by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); saved "
-                  f"a resumable checkpoint to {path}. Resume with trainer.fit(..., ckpt_path='last').",
-                  file=sys.stderr, flush=True)
-        raise SystemExit(128 + int(flag))

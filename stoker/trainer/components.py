@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
 from .hooks import check_callbacks
+
+if TYPE_CHECKING:
+    from ..loggers import Logger
 
 
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
@@ -53,7 +57,7 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     return loggers.build_loggers(items, root, name="stoker_logs", argument="Trainer(logger=...): logger")
 
 
-def agree_on_log_dirs(accelerator: Any, loggers: list[Any]) -> None:
+def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
     """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
     process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
     if accelerator.num_processes > 1 and loggers:
@@ -61,3 +65,30 @@ def agree_on_log_dirs(accelerator: Any, loggers: list[Any]) -> None:
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
         for lg, version in zip(loggers, versions):
             lg.version = version  # resolved once, before anything is written
+
+
+def make_accelerator(accelerator: str, devices: int | str | list[int], strategy: Any, accumulate: int,
+                     precision: str, root: str, own_samplers: bool,
+                     cls: type[Accelerator] = Accelerator) -> tuple[Accelerator, int]:
+    """The Trainer's Accelerator and the processes per node. Makes this job ``devices`` processes first (under
+    torchrun: checks the count; from a plain ``python script.py`` with devices > 1: re-runs the script in that many
+    processes). ``cls``: the Accelerator class (``stoker.Trainer``'s answers Accelerate's names too)."""
+    from . import args as check
+
+    accumulate = check.accumulation_steps("accumulate", accumulate)  # stored by the Accelerator only
+    cpu = check.accelerator_choice(accelerator)
+    per_node = resolve_num_processes(devices, accelerator.lower())
+    ensure_processes(per_node)
+    acc = cls(
+        mixed_precision=precision, gradient_accumulation_steps=accumulate, project_dir=root, cpu=cpu,
+        strategy=strategy,
+        # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
+        # use_distributed_sampler=False (one process): the user's own samplers are kept, a RandomSampler too.
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True, use_seedable_sampler=not own_samplers),
+        step_scheduler_with_optimizer=False,
+    )
+    if own_samplers and acc.num_processes > 1:
+        raise ValueError("Trainer(use_distributed_sampler=False) with several processes: stoker always gives each "
+                         "process its own share of every loader (its samplers are resumable and seeded). Drop the "
+                         "argument, and any DistributedSampler of your own.")
+    return acc, per_node

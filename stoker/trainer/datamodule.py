@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .hooks import defines_hook
 from .hparams import AttributeDict, caller_init_arguments
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
 
 __all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
 
@@ -214,16 +218,13 @@ def defines(datamodule: Any, hook: str) -> bool:
     """
     if hook not in LOADER_HOOKS:
         raise ValueError(f"defines(..., {hook!r}): not a loader hook. Expected one of: {', '.join(LOADER_HOOKS)}.")
-    if hook in getattr(datamodule, "__dict__", {}):
-        return True
-    impl = getattr(type(datamodule), hook, None)
-    return impl is not None and impl is not getattr(DataModule, hook)
+    return defines_hook(datamodule, hook, DataModule)
 
 
 LightningDataModule = DataModule  # Lightning's name (a script's `pl.LightningDataModule` after renaming its imports)
 
 
-def prepare_data_once(obj: Any, accelerator: Any) -> None:
+def prepare_data_once(obj: object, accelerator: Accelerator) -> None:
     """Runs ``obj.prepare_data()`` once per node on its local main process (once per job when
     ``obj.prepare_data_per_node`` is False, on the main process), then makes every process wait for it.
 

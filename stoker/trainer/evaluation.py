@@ -9,15 +9,21 @@ Does not own: when a validation runs inside ``fit`` (``loops.py``) or which load
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..accelerator import capture_rng_state, restore_rng_state
 from .logging import Results
-from .stages import PREDICT, STAGES
+from .stages import PREDICT, STAGES, TRAIN, VALIDATE
+
+if TYPE_CHECKING:
+    from .parts import LoopPosition, TrainerParts
+    from .run import FitRun
 
 
-def run_evaluation(trainer: Any, stage: str, loaders: list[Any], counter: Any = None) -> list[dict[str, float]]:
+def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
+                   counter: LoopPosition | None = None) -> list[dict[str, float]]:
     """Runs ``stage``'s step (``"validate"``: ``validation_step``, ``"test"``: ``test_step``) over ``loaders`` in
     eval mode without gradients.
 
@@ -29,9 +35,9 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any], counter: Any = 
     step_fn = getattr(trainer.module, table.step)
     results = Results(trainer, stage)
     multiple = len(loaders) > 1
-    call = trainer._hooks.call
+    call = trainer.hooks.call
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
-    previous, trainer._results = trainer._results, results
+    previous, trainer.results = trainer.results, results
     try:
         with _eval_mode(trainer.module), trainer.accelerator.autocast():
             call(table.hook("start"))
@@ -47,13 +53,13 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any], counter: Any = 
             results.suffix = ""
             call(table.hook("epoch_end"))
             values = results.publish_epoch()
-            trainer._send_to_loggers(values)
+            trainer.send_to_loggers(values)
             results.reset_epoch()  # torchmetrics are computed and reset at each evaluation's end (synced then)
             if counter is not None:
                 counter.validation_count += 1
             call(table.hook("end"))
     finally:
-        trainer._results = previous
+        trainer.results = previous
     out: list[dict[str, float]] = [{} for _ in loaders]
     for name, value in values.items():
         index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
@@ -62,14 +68,14 @@ def run_evaluation(trainer: Any, stage: str, loaders: list[Any], counter: Any = 
     return out
 
 
-def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
+def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
-    call = trainer._hooks.call
+    call = trainer.hooks.call
     multiple = len(loaders) > 1
     step_fn = getattr(trainer.module, PREDICT.step)
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     outputs: list[list[Any]] = []
-    previous, trainer._results = trainer._results, Results(trainer, PREDICT.name)
+    previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
     try:
         with _eval_mode(trainer.module), trainer.accelerator.autocast():
             call(PREDICT.hook("start"))
@@ -86,8 +92,35 @@ def run_predict(trainer: Any, loaders: list[Any]) -> list[Any]:
             call(PREDICT.hook("epoch_end"))
             call(PREDICT.hook("end"))
     finally:
-        trainer._results = previous
+        trainer.results = previous
     return outputs if multiple else outputs[0]
+
+
+def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
+    """``RunOptions.num_sanity_val_steps``: that many batches of each val loader before training (not logged, RNG
+    states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it."""
+    t = trainer
+    steps = t.options.num_sanity_val_steps
+    if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
+        return
+    states = capture_rng_state()
+    loaders = run.val_loaders
+    limits = [loader.max_batches for loader in loaders]
+    t.sanity_checking, t.state.stage = True, VALIDATE.name  # send_to_loggers sends nothing meanwhile
+    try:
+        for loader, n in zip(loaders, t.num_val_batches):
+            loader.limit_batches(None if steps is None else int(min(steps, n)))
+        t.hooks.call("on_sanity_check_start")
+        run_evaluation(t, VALIDATE.name, loaders)
+        t.hooks.call("on_sanity_check_end")
+    finally:
+        t.sanity_checking, t.state.stage = False, TRAIN.name
+        for loader, limit in zip(loaders, limits):
+            loader.limit_batches(limit)
+        restore_rng_state(states)
+        t.callback_metrics.clear()
+        t.logged_metrics.clear()
+        t.progress_bar_metrics.clear()
 
 
 @contextlib.contextmanager

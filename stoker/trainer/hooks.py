@@ -40,7 +40,7 @@ from typing import Any
 # ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
 from ..callbacks.base import HOOKS, Callback
 
-__all__ = ["HOOKS", "HookDispatcher", "check_callbacks", "merge_module_callbacks"]
+__all__ = ["HOOKS", "HookDispatcher", "check_callbacks", "defines_hook", "merge_module_callbacks"]
 _HOOK_SET = frozenset(HOOKS)
 
 
@@ -75,8 +75,14 @@ def _not_a_hook(owner: str, name: str) -> str:
             f"private (a leading underscore). Hooks: {', '.join(h for h in HOOKS if h.startswith('on_'))}.")
 
 
-def _overrides(obj: Any, name: str, base: type) -> bool:
-    """True when ``obj``'s class (or the instance) defines ``name`` differently from ``base``'s no-op."""
+def defines_hook(obj: Any, name: str, base: type) -> bool:
+    """Whether ``obj`` defines ``name`` itself: set on the instance, or its class's ``name`` is not ``base``'s
+    (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and data modules.
+
+    Example:
+        >>> defines_hook(my_module, "validation_step", TrainingModule)   # doctest: +SKIP
+        True
+    """
     if name in getattr(obj, "__dict__", {}):
         return True
     impl = getattr(type(obj), name, None)
@@ -94,17 +100,18 @@ class HookDispatcher:
         >>> hooks.call("on_train_batch_start", batch, 0)  # module.on_train_batch_start(batch, 0), then callbacks
     """
 
-    def __init__(self, trainer: Any, module: Any, callbacks: Iterable[Any]) -> None:
+    def __init__(self, trainer: object, module: object, callbacks: Iterable[Callback]) -> None:
+        """``trainer`` and ``module`` are handed to the callbacks' hooks as they are."""
         from .module import TrainingModule
 
         self._table: dict[str, tuple[Callable[..., Any], ...]] = {}
         callbacks = list(callbacks)
         for name in HOOKS:
             fns: list[Callable[..., Any]] = []
-            if module is not None and _overrides(module, name, TrainingModule):
+            if module is not None and defines_hook(module, name, TrainingModule):
                 fns.append(getattr(module, name))
             for callback in callbacks:
-                if _overrides(callback, name, Callback):
+                if defines_hook(callback, name, Callback):
                     fns.append(functools.partial(getattr(callback, name), trainer, module))
             self._table[name] = tuple(fns)
 

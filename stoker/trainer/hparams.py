@@ -21,7 +21,7 @@ class AttributeDict(dict):
         self[name] = value
 
 
-def caller_init_arguments(owner: Any, frame: Any, names: tuple[str, ...], ignore: Sequence[str] | str | None
+def caller_init_arguments(owner: object, frame: Any, names: tuple[str, ...], ignore: Sequence[str] | str | None
                           ) -> dict[str, Any]:
     """The arguments of the ``__init__`` that called ``owner.save_hyperparameters`` (``frame``: that method's
     frame), limited to ``names`` when given and without ``ignore``."""

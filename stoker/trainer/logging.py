@@ -15,9 +15,21 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
+    from ..loggers import Logger
+
+
+class MetricsOwner(Protocol):
+    """What :class:`Results` uses of the Trainer: the Accelerator (to reduce) and the metric dicts it fills."""
+
+    accelerator: Accelerator
+    callback_metrics: dict[str, Any]
+    progress_bar_metrics: dict[str, Any]
 
 _REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -99,7 +111,7 @@ class Results:
         >>> results.finish_epoch()  # {"val/loss": tensor(...)} for the loggers; callback_metrics updated
     """
 
-    def __init__(self, trainer: Any, stage: str) -> None:
+    def __init__(self, trainer: MetricsOwner, stage: str) -> None:
         self.trainer = trainer
         self.stage = stage
         self.entries: dict[str, _Entry] = {}
@@ -274,3 +286,13 @@ class Results:
             entry.total = total.to(device) if isinstance(total, torch.Tensor) else total
             entry.weight, entry.updated = float(saved["weight"]), True
             self.entries[key] = entry
+
+
+def log_hyperparams(module: torch.nn.Module, loggers: list[Logger]) -> None:
+    """At the start of ``fit`` (main process): the module's hyperparameters (when it has any), then its graph, to
+    each logger (Lightning's order; ``Logger.log_graph`` does nothing unless a logger records graphs)."""
+    hparams = dict(getattr(module, "hparams", {}) or {})
+    for logger in loggers:
+        if hparams:
+            logger.log_hyperparams(hparams)
+        logger.log_graph(module)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,15 +29,18 @@ from .losses import no_grad_error, unpack_loss
 from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
-from .run_options import stop_requested
 from .stages import VALIDATE
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
 
 
 class FitLoop:
     """Runs ``fit``'s epochs and batches; :meth:`state_dict` is its position (see the module docstring)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
+        self.min_warned = False  # the stop-waits-for-min_epochs/min_steps warning was given
         self.epoch = 0
         self.batches_done = 0  # batches of this epoch consumed (== the train loader's position)
         self.epoch_batches_finished = False  # the last consumed batch was the epoch's last
@@ -49,8 +53,7 @@ class FitLoop:
         self._backward_hooks: tuple = ((), ())
         self._zero_grad_hooks: tuple = ()
         self._has_before_optimizer_step = False
-        self._autocast: Any = None  # the precision's autocast, or None in full precision (likewise per epoch)
-        # Published through the Trainer (attributes.py); not part of the saved position.
+        # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
         self.validation_count = 0  # validations completed in this fit (the sanity check excluded)
@@ -77,13 +80,30 @@ class FitLoop:
         return self.epoch - 1 if self.epoch > 0 and at_next_epoch_start else self.epoch
 
     # -- epochs ---------------------------------------------------------------------------------------------------
+    def stop_requested(self) -> bool:
+        """``should_stop``, once ``min_epochs``/``min_steps`` allow it (until then the request waits, as in
+        Lightning: the flag stays set and the run stops at the first point where the minimums are met)."""
+        t = self.trainer
+        if not t.should_stop:
+            return False
+        options = t.options
+        if (options.min_steps is None or t.global_step >= options.min_steps) and \
+                (options.min_epochs is None or self.epoch >= options.min_epochs):
+            return True
+        if not self.min_warned:
+            self.min_warned = True
+            warnings.warn(f"Trainer was asked to stop at global_step {t.global_step} (epoch {self.epoch}), but "
+                          f"min_epochs={options.min_epochs} / min_steps={options.min_steps} are not reached yet; "
+                          "training goes on until they are.", stacklevel=3)
+        return False
+
     def done(self) -> bool:
         t = self.trainer
-        if stop_requested(t):  # should_stop, once min_epochs / min_steps allow it
+        if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
             return True
         if t.max_steps is not None and t.global_step >= t.max_steps:
             return True
-        return t._max_epochs_effective is not None and self.epoch >= t._max_epochs_effective
+        return t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
@@ -93,12 +113,12 @@ class FitLoop:
     def _run_epoch(self, run: FitRun) -> None:
         t = self.trainer
         if self.phase == "batches":
-            if self.batches_done == 0 and t.reload_dataloaders_every_n_epochs:
-                t._setup.reload_loaders(run, self.epoch)
-            results = t._train_results
+            if self.batches_done == 0 and t.options.reload_dataloaders_every_n_epochs:
+                t.run_setup.reload_loaders(run, self.epoch)
+            results = t.train_results
             results.in_batch = False
             self.epoch_finished = False
-            t._hooks.call("on_train_epoch_start")
+            t.hooks.call("on_train_epoch_start")
             stopped = False
             if not self.epoch_batches_finished:
                 stopped = self._run_batches(run)
@@ -113,43 +133,41 @@ class FitLoop:
             self._epoch_end_hooks()
         if not self.schedulers_done:
             if run.automatic:  # manual optimization steps its schedulers itself
-                step_schedulers(t, t.lr_scheduler_configs, "epoch", self.epoch + 1)
+                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1)
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
-        t._preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
+        t.preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
-        t._nonfinite.check(t)
-        results = t._train_results
+        t.nonfinite.check(t.accelerator)
+        results = t.train_results
         results.in_batch = False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
-        t._hooks.call("on_train_epoch_end")
+        t.hooks.call("on_train_epoch_end")
         values = results.publish_epoch()  # again: now with what the hooks logged
-        t._send_to_loggers(values)
+        t.send_to_loggers(values)
         results.reset_epoch()
 
     # -- batches --------------------------------------------------------------------------------------------------
-    def _run_batches(self, run: FitRun) -> bool:
-        """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
-        t = self.trainer
-        acc, loader, model = t.accelerator, run.train_loader, run.model
-        results, automatic = t._train_results, run.automatic
-        # Manual optimization: training_step does backward and steps itself (manual.py).
-        step = (functools.partial(self._training_step, run) if automatic
-                else functools.partial(manual_training_step, run, acc))
-        # Looked up once per epoch: the loop below is the hot path (see DESIGN.md, "Hot path budget").
-        hooks = t._hooks
-        start_hooks, end_hooks = hooks.get("on_train_batch_start"), hooks.get("on_train_batch_end")
-        # The step's own hooks, also once per epoch.
+    def _epoch_step(self, run: FitRun) -> Callable[[Any, int], Any]:
+        """The call that runs one batch's step, with the step's hooks looked up once per epoch: the batch loop is
+        the hot path (see DESIGN.md, "Hot path budget")."""
+        hooks = self.trainer.hooks
         self._backward_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"))
         self._zero_grad_hooks = hooks.get("on_before_zero_grad")
         self._has_before_optimizer_step = hooks.has("on_before_optimizer_step")
-        # The precision's autocast around training_step, or None where it is a no-op (full precision).
-        self._autocast = acc.autocast if acc.precision.autocasts else None
-        val_enabled, has_loggers = run.val_enabled, bool(t.loggers)
-        preemption = t._preemption
+        if run.automatic:
+            return functools.partial(self._training_step, run)
+        # Manual optimization: training_step does backward and steps itself (manual.py).
+        return functools.partial(manual_training_step, run, self.trainer.accelerator)
+
+    def _run_batches(self, run: FitRun) -> bool:
+        """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
+        t = self.trainer
+        acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
+        step, automatic, start_hooks = self._epoch_step(run), run.automatic, t.hooks.get("on_train_batch_start")
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -170,24 +188,7 @@ class FitLoop:
                     if synced and automatic:  # the window is complete: the optimizer step, inside the window
                         self._optimizer_step(run)
                 self.window_closed = synced
-                if end_hooks:
-                    # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
-                    # outputs["loss"] works either way; a dict (or None) as it is.
-                    outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
-                    for hook in end_hooks:
-                        hook(outputs, batch, batch_idx)
-                results.in_batch = False
-                self.total_batches += 1
-                if synced:
-                    applied = acc.step
-                    # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
-                    if not applied % t.log_every_n_steps and applied != self.last_logged_step:
-                        self._log_step(applied, has_loggers)
-                if val_enabled and not last and self._val_due(run, batch_idx):
-                    self.validate(run)
-                # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
-                if synced and (t.should_stop or preemption.due
-                               or t.max_steps is not None and applied >= t.max_steps) and self._stop_now(applied):
+                if self._after_batch(run, outputs, batch, batch_idx, synced, last):
                     stopped = not last
                     break
                 batch_idx += 1
@@ -197,52 +198,69 @@ class FitLoop:
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
         if fresh and batch_idx == 0 and self.batches_done == 0:
             raise ValueError(
-                "The train loader yielded no batches in epoch %d: Trainer.fit needs at least one. Check the dataset "
-                "(and drop_last with a batch size larger than it) or limit_train_batches." % self.epoch
+                f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
+                "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
             )
         return stopped
+
+    def _after_batch(self, run: FitRun, outputs: Any, batch: Any, batch_idx: int, synced: bool, last: bool) -> bool:
+        """After a batch's step: its end hooks, logging, validation when due; True when the run stops here."""
+        t = self.trainer
+        end_hooks = t.hooks.get("on_train_batch_end")
+        if end_hooks:
+            # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
+            # outputs["loss"] works either way; a dict (or None) as it is.
+            outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
+            for hook in end_hooks:
+                hook(outputs, batch, batch_idx)
+        t.train_results.in_batch = False
+        self.total_batches += 1
+        applied = t.accelerator.step
+        # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
+        if synced and not applied % t.log_every_n_steps and applied != self.last_logged_step:
+            self._log_step(applied, bool(t.loggers))
+        if run.val_enabled and not last and self._val_due(run, batch_idx):
+            self.validate(run)
+        # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
+        return synced and (t.should_stop or t.preemption.due or t.max_steps is not None and applied >= t.max_steps) \
+            and self._stop_now(applied)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
         t = self.trainer
-        stop = stop_requested(t) or (t.max_steps is not None and applied >= t.max_steps)
+        stop = self.stop_requested() or (t.max_steps is not None and applied >= t.max_steps)
         # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
         # without waiting; on the run's last step at once, so that no signal is left unread).
-        t._preemption.check(t, blocking=stop)
+        t.preemption.check(t, blocking=stop)
         return stop
 
     def _training_step(self, run: FitRun, batch: Any, batch_idx: int) -> Any:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._backward_hooks
-        autocast = self._autocast
-        if autocast is None:  # full precision: nothing to enter (the hot path)
+        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
+        # precision's context, a no-op in full precision.
+        with acc.autocast():
             outputs = run.training_step(batch, batch_idx)
-        else:
-            with autocast():
-                outputs = run.training_step(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:
             loss, num_items = unpack_loss(outputs)
         if not loss.requires_grad:
             raise no_grad_error(loss)
-        if t._nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
-            t._nonfinite.check(t)
+        if t.nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
+            t.nonfinite.check(t.accelerator)
         for hook in before_backward:
             hook(loss)
-        if num_items is None:
-            acc.backward(loss)
-        else:
-            acc.backward(loss, num_items=num_items)
+        acc.backward(loss, num_items=num_items)
         for hook in after_backward:
             hook()
         return outputs
 
     def _optimizer_step(self, run: FitRun) -> None:
         t = self.trainer
-        acc, hooks, optimizers = t.accelerator, t._hooks, t.optimizers
-        if t.on_nonfinite_loss == "skip" and t._nonfinite.skip_step(t):
+        acc, hooks, optimizers = t.accelerator, t.hooks, t.optimizers
+        if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(t.accelerator):
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
             return
@@ -257,7 +275,7 @@ class FitLoop:
         for optimizer in optimizers:
             optimizer.step()
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t, run.step_schedulers, "step", acc.step)
+            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step)
         before_zero_grad = self._zero_grad_hooks
         for optimizer in optimizers:
             for hook in before_zero_grad:
@@ -269,12 +287,12 @@ class FitLoop:
         batch loop tests the cadence before calling): the non-finite check and the step values to the loggers."""
         t = self.trainer
         self.last_logged_step = step
-        t._nonfinite.check(t)  # values are read now anyway: the losses held since the last check too
+        t.nonfinite.check(t.accelerator)  # values are read now anyway: the losses held since the last check too
         if not has_loggers:
             return
-        values = t._train_results.pop_step_values()
+        values = t.train_results.pop_step_values()
         if values:
-            t._send_to_loggers(values)
+            t.send_to_loggers(values)
 
     # -- validation -----------------------------------------------------------------------------------------------
     def validate(self, run: FitRun) -> None:

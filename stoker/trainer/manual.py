@@ -23,12 +23,25 @@ Rules (as in Lightning 2):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ..accelerator import average_gradients
 from .args import clip_algorithm
+
+if TYPE_CHECKING:
+    from ..accelerator import AcceleratedOptimizer, Accelerator
+    from .parts import TrainerParts
+    from .run import FitRun
+
+
+class ModuleInFit(Protocol):
+    """A ``TrainingModule`` during a fit, as ``manual_backward`` / ``clip_gradients`` use it (module.py imports
+    this module, so it is not imported back)."""
+
+    @property
+    def trainer(self) -> TrainerParts: ...
 
 
 class ManualOptimizer:
@@ -38,11 +51,15 @@ class ManualOptimizer:
     optimizer's; ``.optimizer`` is the prepared optimizer itself.
     """
 
-    def __init__(self, optimizer: Any, trainer: Any, ddp: bool = False) -> None:
+    def __init__(self, optimizer: AcceleratedOptimizer, trainer: TrainerParts, ddp: bool = False) -> None:
         self.optimizer = optimizer
         self._trainer = trainer
         self._ddp = ddp
         self._synced = False  # gradients averaged across processes since the last manual_backward
+
+    def gradients_changed(self) -> None:
+        """A new backward ran: the gradients are to be averaged again before the next step."""
+        self._synced = False
 
     def sync(self) -> None:
         """Under DDP, averages this optimizer's gradients across processes (once per backward)."""
@@ -50,11 +67,7 @@ class ManualOptimizer:
             return
         self._synced = True
         grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if not grads:
-            return
-        flat = self._trainer.accelerator.strategy.all_reduce(_flatten_dense_tensors(grads), "mean")
-        for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
-            grad.copy_(averaged)
+        average_gradients(self._trainer.accelerator.strategy, grads)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, as in Lightning."""
@@ -66,9 +79,9 @@ class ManualOptimizer:
                 raise TypeError(f"optimizer.step(closure) needs a callable closure, got {type(closure).__name__}.")
             result = closure()
         self.sync()
-        if t._hooks.has("on_before_optimizer_step"):
+        if t.hooks.has("on_before_optimizer_step"):
             acc.unscale_gradients(self.optimizer)  # the hooks see true (unscaled) gradients
-            t._hooks.call("on_before_optimizer_step", self.optimizer)
+            t.hooks.call("on_before_optimizer_step", self.optimizer)
         # Every applied step counts, also a second optimizer stepping on the same backward (Lightning's rule).
         self.optimizer.count_next_step()
         if kwargs:
@@ -89,7 +102,7 @@ class ManualOptimizer:
         return f"ManualOptimizer({self.optimizer!r})"
 
 
-def check_manual(trainer: Any, module: Any) -> None:
+def check_manual(trainer: TrainerParts, module: torch.nn.Module) -> None:
     """Fails ``fit`` early on Trainer settings that manual optimization does not apply."""
     name = type(module).__name__
     fix = f" or switch {name} to automatic optimization."
@@ -109,14 +122,14 @@ def check_manual(trainer: Any, module: Any) -> None:
                          "step in training_step yourself.")
 
 
-def wrap_optimizers(trainer: Any, model: Any) -> list[ManualOptimizer]:
+def wrap_optimizers(trainer: TrainerParts, model: torch.nn.Module) -> list[ManualOptimizer]:
     """The prepared optimizers wrapped for manual optimization (built once per fit; ``model``: the prepared
     model)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     return [ManualOptimizer(opt, trainer, ddp) for opt in trainer.optimizers]
 
 
-def manual_training_step(run: Any, accelerator: Any, batch: Any, batch_idx: int) -> Any:
+def manual_training_step(run: FitRun, accelerator: Accelerator, batch: Any, batch_idx: int) -> Any:
     """Runs ``run``'s ``training_step`` under manual optimization: the step does its own backward and optimizer
     steps."""
     with accelerator.autocast():  # the precision's context (full precision: a cached no-op)
@@ -127,7 +140,7 @@ def manual_training_step(run: Any, accelerator: Any, batch: Any, batch_idx: int)
     return outputs
 
 
-def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
+def manual_backward(module: ModuleInFit, loss: torch.Tensor, **kwargs: Any) -> None:
     """``on_before_backward`` hooks, backward through the Accelerator (fp16 scaling), ``on_after_backward``."""
     t = module.trainer
     if not isinstance(loss, torch.Tensor):
@@ -137,17 +150,17 @@ def manual_backward(module: Any, loss: torch.Tensor, **kwargs: Any) -> None:
 
         raise no_grad_error(loss)
     loop = t.fit_loop
-    if t._nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
-        t._nonfinite.check(t)
+    if t.nonfinite.watch(loss, t.accelerator.step, loop.epoch, max(loop.batches_done - 1, 0)):
+        t.nonfinite.check(t.accelerator)
     for wrapper in _wrappers(t):
-        wrapper._synced = False  # new gradients: to be averaged again before the next step
-    hooks = t._hooks
+        wrapper.gradients_changed()
+    hooks = t.hooks
     hooks.call("on_before_backward", loss)
     t.accelerator.backward(loss, **kwargs)
     hooks.call("on_after_backward")
 
 
-def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
+def clip_gradients(module: ModuleInFit, optimizer: Any, gradient_clip_val: float | None,
                    gradient_clip_algorithm: str | None) -> None:
     """Clips the gradients of ``optimizer``'s parameters (unscaled first in fp16) by norm or by value."""
     if gradient_clip_val is None or gradient_clip_val == 0:
@@ -172,7 +185,7 @@ def clip_gradients(module: Any, optimizer: Any, gradient_clip_val: float | None,
         torch.nn.utils.clip_grad_value_(params, float(gradient_clip_val))
 
 
-def _wrappers(trainer: Any) -> list[ManualOptimizer]:
+def _wrappers(trainer: TrainerParts) -> list[ManualOptimizer]:
     """The manual-optimization wrappers of the fit running (or last run); none before any fit."""
-    run = trainer._fit_run
+    run = trainer.fit_run
     return run.manual_optimizers if run is not None else []

@@ -114,7 +114,7 @@ class TrainingModule(torch.nn.Module):
             warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is "
                           "dropped. Call it from training_step/validation_step or a hook.", stacklevel=2)
             return
-        trainer._results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size)
+        trainer.results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size)
 
     def log_dict(self, dictionary: Mapping[str, Any], *, on_step: bool | None = None, on_epoch: bool | None = None,
                  prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
@@ -155,6 +155,11 @@ class TrainingModule(torch.nn.Module):
                                "Trainer.fit/validate/test/predict runs it (and after).")
         return self._trainer
 
+    @trainer.setter
+    def trainer(self, trainer: object) -> None:
+        # object.__setattr__: a Trainer is not a submodule (nn.Module's __setattr__ would try to register it).
+        object.__setattr__(self, "_trainer", trainer)
+
     @property
     def device(self) -> torch.device:
         """Where the module's parameters are (the Trainer's device once attached)."""
@@ -169,12 +174,12 @@ class TrainingModule(torch.nn.Module):
     @property
     def global_rank(self) -> int:
         """This process's rank among all processes (0 without a Trainer)."""
-        return self._trainer.global_rank if self._trainer is not None else 0
+        return self._trainer.accelerator.process_index if self._trainer is not None else 0
 
     @property
     def local_rank(self) -> int:
         """This process's rank on its node (0 without a Trainer)."""
-        return self._trainer.local_rank if self._trainer is not None else 0
+        return self._trainer.accelerator.local_process_index if self._trainer is not None else 0
 
     @property
     def global_step(self) -> int:
@@ -189,7 +194,8 @@ class TrainingModule(torch.nn.Module):
     @property
     def logger(self) -> Any:
         """The Trainer's first logger (None without a Trainer or loggers)."""
-        return self._trainer.logger if self._trainer is not None else None
+        loggers = self._trainer.loggers if self._trainer is not None else []
+        return loggers[0] if loggers else None
 
     @property
     def loggers(self) -> list[Any]:
@@ -226,7 +232,7 @@ class TrainingModule(torch.nn.Module):
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The prepared optimizer (one) or list of them; wrapped so ``step()`` counts as a ``global_step``."""
         trainer = self.trainer
-        run = getattr(trainer, "_fit_run", None)  # the fit's run (trainer/run.py) holds the wrappers
+        run = getattr(trainer, "fit_run", None)  # the fit's run (trainer/run.py) holds the wrappers
         opts = run.manual_optimizers if use_pl_optimizer and run is not None else None
         if opts is None or len(opts) != len(trainer.optimizers):
             opts = list(trainer.optimizers)

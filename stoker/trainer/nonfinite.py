@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
 
 MODES = ("raise", "skip", "warn")
 # Losses held before they are looked at regardless of the logging cadence: bounds memory (a 0-d device tensor
@@ -54,7 +57,7 @@ class NonFiniteLoss:
     Example:
         >>> guard = NonFiniteLoss("raise")
         >>> guard.watch(loss, step=3, epoch=0, batch_idx=7)   # every micro-batch: keeps a reference
-        >>> guard.check(trainer)                             # at log time: raises if any was NaN/inf
+        >>> guard.check(accelerator)                         # at log time: raises if any was NaN/inf
     """
 
     def __init__(self, mode: str, max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW) -> None:
@@ -79,10 +82,10 @@ class NonFiniteLoss:
         # "skip" looks at every window before its optimizer step: the window bounds what it holds.
         return len(pending) >= _MAX_PENDING and self.mode != "skip"
 
-    def skip_step(self, trainer: Any) -> bool:
+    def skip_step(self, accelerator: Accelerator) -> bool:
         """``"skip"`` only: True when the window that just closed had a non-finite loss (counted; reported by
         :meth:`check`). Raises once ``max_skips_in_a_row`` steps in a row were skipped: the run makes no progress."""
-        first = self._first_bad(trainer)
+        first = self._first_bad(accelerator)
         if first is None:
             self._in_a_row = 0
             return False
@@ -97,36 +100,36 @@ class NonFiniteLoss:
                 "streaks with Trainer(nonfinite_skip_limit=...).")
         return True
 
-    def _report(self, trainer: Any) -> None:
+    def _report(self, accelerator: Accelerator) -> None:
         """``"skip"``: one warning for the steps skipped since the last report (log intervals, epoch ends)."""
         skips, self._unreported = self._unreported, []
-        if not skips or not trainer.is_global_zero:  # every process skipped the same steps; one says so
+        if not skips or not accelerator.is_main_process:  # every process skipped the same steps; one says so
             return
         more = f", and {len(skips) - 1} more since (the last at global_step {skips[-1][0]})" if len(skips) > 1 else ""
         warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(skips[0])} was not finite (NaN or inf); that "
                       f"optimizer step was skipped{more} (no optimizer or scheduler step, gradients dropped). "
                       f"{self.skipped} skipped in this fit so far.", RuntimeWarning, stacklevel=3)
 
-    def check(self, trainer: Any) -> None:
+    def check(self, accelerator: Accelerator) -> None:
         """Raises or warns when a loss held since the last check was not finite (one device->host read).
 
         Collective with several processes: call it at the same point on every process.
         """
         if self.mode == "skip":  # looked at before each optimizer step (what is held is the open window)
-            self._report(trainer)
+            self._report(accelerator)
             return
-        first = self._first_bad(trainer)
+        first = self._first_bad(accelerator)
         if first is None:
             return
         where = _where(first)
         where = where[0].upper() + where[1:]
         if self.mode == "warn":
-            if trainer.is_global_zero:
+            if accelerator.is_main_process:
                 warnings.warn(f"{where} was not finite (NaN or inf); training goes on "
                               "(Trainer(on_nonfinite_loss='warn')).", RuntimeWarning, stacklevel=2)
             return
         raise ValueError(
-            f"{where} was not finite (NaN or inf); noticed at global_step {trainer.global_step}. (To keep steps "
+            f"{where} was not finite (NaN or inf); noticed at global_step {accelerator.step}. (To keep steps "
             "free of device->host waits, losses are checked when values are logged, at epoch ends and before "
             "checkpoints; the optimizer may have stepped on these gradients since, so the weights in memory may "
             "hold NaN/inf; no checkpoint was written after it.) Fix the cause: a lower learning rate, gradient "
@@ -134,10 +137,10 @@ class NonFiniteLoss:
             "input data; or pass Trainer(on_nonfinite_loss='skip') to drop such steps, or 'warn' to train on."
         )
 
-    def _first_bad(self, trainer: Any) -> tuple[int, int, int] | None:
+    def _first_bad(self, accelerator: Accelerator) -> tuple[int, int, int] | None:
         """(step, epoch, batch_idx) of the first non-finite loss held, agreed by every process; clears them."""
         pending, self._pending = self._pending, []
-        acc = trainer.accelerator
+        acc = accelerator
         if not pending and acc.num_processes == 1:
             return None
         index = len(pending)

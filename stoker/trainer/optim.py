@@ -118,15 +118,17 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any) -> LRSchedule
     return config
 
 
-def step_schedulers(trainer: Any, configs: Sequence[LRSchedulerConfig], interval: str, count: int) -> None:
-    """Steps the schedulers of ``interval`` whose frequency divides ``count`` (applied steps, or epochs done)."""
+def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerConfig], interval: str,
+                    count: int) -> None:
+    """Steps the schedulers of ``interval`` whose frequency divides ``count`` (applied steps, or epochs done);
+    ``metrics``: the Trainer's ``callback_metrics`` (what a ReduceLROnPlateau watches)."""
     for config in configs:
         if config.interval != interval or count % config.frequency:
             continue
         if config.reduce_on_plateau:
-            value = trainer.callback_metrics.get(config.monitor)
+            value = metrics.get(config.monitor)
             if value is None:
-                available = sorted(trainer.callback_metrics)
+                available = sorted(metrics)
                 if config.strict:
                     raise RuntimeError(
                         f"ReduceLROnPlateau watches {config.monitor!r}, which was not logged. Logged metrics: "

@@ -55,3 +55,12 @@ class EvalRun:
 
     model: Any
     loaders: list[Any]
+
+
+@dataclass
+class RunState:
+    """What the Trainer is doing: ``fn`` is the entry point ("fit", "validate", "test", "predict"), ``stage``
+    the current part ("train", "validate", "test", "predict"), both None between runs."""
+
+    fn: str | None = None
+    stage: str | None = None

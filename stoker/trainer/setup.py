@@ -13,17 +13,21 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
+from .hooks import defines_hook
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
 from .stages import STAGES, TRAIN, VALIDATE, Stage
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
 
 
 def _length(loader: Any) -> int | None:
@@ -33,53 +37,38 @@ def _length(loader: Any) -> int | None:
         return None
 
 
-def _overrides(module: Any, name: str) -> bool:
-    return getattr(type(module), name, None) is not getattr(TrainingModule, name)
-
-
-def _overrides_any(module: Any, name: str) -> bool:
-    """The module's class defines ``name`` itself (a hook ``TrainingModule`` may not have at all)."""
-    return callable(getattr(type(module), name, None)) and getattr(type(module), name) is not getattr(
-        TrainingModule, name, None)
-
-
 class RunSetup:
     """The Trainer's set-up steps (one instance per Trainer)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None
 
     # -- checks -----------------------------------------------------------------------------------------------------
-    def check_module(self, module: Any, fit: bool) -> None:
+    def check_module(self, module: Any, fit: bool) -> TrainingModule:
+        """``module`` checked (a compiled module: the module itself, its forward compiled); returns it."""
+        if module is None and fit:
+            raise TypeError("Trainer.fit() needs the TrainingModule to train: Trainer.fit(module, ...).")
+        module = from_compiled(module)
         if not isinstance(module, TrainingModule):
             raise TypeError(f"Trainer expects a stoker.TrainingModule, got {type(module).__name__}. Subclass "
                             "TrainingModule and define training_step and configure_optimizers.")
         if fit:
             for name, what in (("training_step", "return the loss of a batch"),
                                ("configure_optimizers", "return an optimizer")):
-                if not _overrides(module, name):
+                if not defines_hook(module, name, TrainingModule):
                     raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
                                     f"{what}.")
-
-    def model_alias(self, fn: str, module: Any, model: Any, required: bool = True) -> Any:
-        """``module``, or Lightning's ``model=`` keyword for it (not both)."""
-        if model is not None and module is not None:
-            raise TypeError(f"Trainer.{fn}() got both module and model=; model is Lightning's name for the same "
-                            "argument. Pass one of them.")
-        module = module if model is None else model
-        if module is None and required:
-            raise TypeError(f"Trainer.{fn}() needs the TrainingModule to train: Trainer.{fn}(module, ...).")
-        return from_compiled(module)
+        return module
 
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
-        module = module if module is not None else self.trainer.module
+        module = from_compiled(module) if module is not None else self.trainer.module
         if module is None:
             raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
-        self.check_module(module, fit=False)
+        module = self.check_module(module, fit=False)
         stage = STAGES[fn]
-        if stage.step_required and not _overrides(module, stage.step):
+        if stage.step_required and not defines_hook(module, stage.step, TrainingModule):
             raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
@@ -135,7 +124,7 @@ class RunSetup:
         if datamodule is not None:
             datamodule.trainer = t
             prepare_data_once(datamodule, t.accelerator)
-        if _overrides_any(module, "prepare_data"):
+        if defines_hook(module, "prepare_data", TrainingModule):
             prepare_data_once(module, t.accelerator)
         if datamodule is not None:
             datamodule.setup(stage=fn)
@@ -144,7 +133,7 @@ class RunSetup:
         """``reload_dataloaders_every_n_epochs``: at the start of every n-th epoch, the train and val loaders are
         asked for again from the data module / module hooks (loaders passed to ``fit`` are kept as they are)."""
         t = self.trainer
-        n = t.reload_dataloaders_every_n_epochs
+        n = t.options.reload_dataloaders_every_n_epochs
         if not n or epoch == 0 or epoch % n:
             return
         module, acc = t.module, t.accelerator
@@ -168,15 +157,16 @@ class RunSetup:
         automatic = bool(getattr(module, "automatic_optimization", True))
         if not automatic:
             check_manual(t, module)
-        t._seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
+        t.apply_seed()  # before prepare: the loaders' shuffle seeds are drawn from the global RNG there
         acc.free_memory(reset_step=False)  # a second fit continues its step count
-        model = self.last_model = acc.prepare_model(module)
+        # autocast_forward=False: the loops enter the precision's autocast around each step themselves (one mechanism)
+        model = self.last_model = acc.prepare_model(module, autocast_forward=False)
         training_step = self._route(module, model, automatic)
         loader = acc.prepare_data_loader(train)
         val_loaders = [acc.prepare_data_loader(v) for v in vals]
         self._limit_train(loader)
         self._count(VALIDATE, val_loaders)
-        has_validation_step = _overrides(module, VALIDATE.step)
+        has_validation_step = defines_hook(module, VALIDATE.step, TrainingModule)
         if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=4)
@@ -265,7 +255,7 @@ class RunSetup:
         t = self.trainer
         n = t.num_training_batches
         per_epoch = math.inf if math.isinf(n) else math.ceil(n / t.accumulate)
-        epochs = t._max_epochs_effective
+        epochs = t.max_epochs_effective
         total = per_epoch * epochs if epochs is not None else math.inf
         if t.max_steps is not None:
             total = min(total, t.max_steps)
@@ -278,8 +268,8 @@ class RunSetup:
         acc = t.accelerator
         if self.last_model is None or acc.unwrap_model(self.last_model) is not module:
             acc.free_memory(reset_step=False)  # a second fit continues its step count
-        # The model fit prepared comes back as it was, its autocast re-armed (the last run's teardown removed it).
-        model = self.last_model = acc.prepare_model(module, evaluation_mode=True)
+        # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
+        model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
         self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)

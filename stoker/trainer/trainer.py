@@ -1,65 +1,61 @@
 """`Trainer`: owns an Accelerator and runs fit / validate / test / predict through its public API.
 
-Owns: the constructor contract of API.md §2 (validated here, once), setting up a run (seed, hooks, optimizers,
-prepared objects, batch limits, resume) and the public attributes callbacks read. The loops are in
-``loops.py``, the checkpoint contents and preemption in ``checkpointing.py``, ``self.log`` in ``logging.py``.
-
-``global_step`` counts *applied* optimizer steps: micro-batches inside an accumulation window do not count, and
-neither does an fp16 step skipped because the gradients overflowed (schedulers do not step then either).
+Owns: the constructor contract of API.md §2 (validated here, once), the run's collaborators (hooks, logged results,
+non-finite watch, preemption, set-up) and the facts callbacks read. Loops: ``loops.py``, ``evaluation.py``; the
+checkpoint contents and preemption: ``checkpointing.py``; Lightning's extra names: ``stoker/compat/lightning/``.
+``global_step`` counts *applied* optimizer steps (not accumulation micro-steps, not skipped fp16 steps).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..accelerator import Accelerator, DataLoaderConfiguration, set_seed
-from ..accelerator import wait_for_checkpoints
+from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import Preemption, TrainerCheckpointState, load_weights, restore
-from .attributes import TrainerAttributes
-from .components import agree_on_log_dirs, build_callbacks, build_loggers
+from .checkpointing import TrainerCheckpointState, load_weights, restore
+from .components import agree_on_log_dirs, build_callbacks, build_loggers, make_accelerator
+from .evaluation import run_evaluation, run_predict, run_sanity_check
+from .checkpointing import find_last_checkpoint
 from .hooks import HookDispatcher, merge_module_callbacks
-from .logging import Results
-from .evaluation import run_evaluation, run_predict
+from .logging import Results, log_hyperparams
 from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
-from .optim import LRSchedulerConfig
-from .run import FitRun
+from .options import RunOptions
+from .preemption import Preemption
+from .run import RunState
 from .setup import RunSetup
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
-from . import run_options
+
+if TYPE_CHECKING:
+    from ..callbacks import EarlyStopping, ModelCheckpoint
+    from ..callbacks import Callback
+    from ..loggers import Logger
+    from .datamodule import DataModule
+    from .optim import LRSchedulerConfig
+    from .run import FitRun
 
 
-@dataclass
-class RunState:
-    """What the Trainer is doing: ``fn`` is the entry point ("fit", "validate", "test", "predict"), ``stage``
-    the current part ("train", "validate", "test", "predict"), both None between runs."""
-
-    fn: str | None = None
-    stage: str | None = None
-
-
-class Trainer(TrainerAttributes):
+class Trainer:
     """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
 
     Args:
         max_epochs: Epochs to train (-1 or None: no limit). Neither this nor ``max_steps``: one epoch.
         max_steps: Applied optimizer steps to train (see ``global_step``); whichever limit comes first stops.
         accumulate: Micro-batches per optimizer step; a last, shorter window is averaged over its true length.
-        precision: "fp32" | "fp16" | "bf16"; the mixed ones run the steps under autocast.
+        precision: "fp32" | "fp16" | "bf16" (also "32-true", "16-mixed", "bf16-mixed"; "bf16-true" / "16-true":
+            the weights themselves in that dtype, no scaler); the mixed ones run the steps under autocast.
         clip_grad_norm: Clip the gradients' total norm to this (after fp16 unscaling), or None.
         clip_grad_value: Clip every gradient element to ``[-v, v]`` instead, or None.
         callbacks: ``Callback`` instances; a ``ModelCheckpoint`` and a ``ProgressBar`` are added when enabled and
             not given.
-        logger: True (a TensorBoardLogger under ``default_root_dir/stoker_logs``), False, a Logger or a list.
+        logger: True (a TensorBoardLogger under ``default_root_dir/stoker_logs``), False, a Logger, a name or a list.
         default_root_dir: Where logs, checkpoints and preemption checkpoints go.
         enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, and ``last``).
         enable_progress_bar: Add a default ``ProgressBar``.
@@ -78,21 +74,8 @@ class Trainer(TrainerAttributes):
             ``python script.py`` re-runs the script in that many processes; under torchrun the counts must match.
         strategy: The Accelerator's strategy: "auto" | "ddp" | "fsdp", or a strategy object.
         on_nonfinite_loss: When ``training_step`` returns a NaN/inf loss: "raise" (stop, naming the step and
-            batch), "skip" (that optimizer step never happens) or "warn" (train on). "raise" and "warn" look at the
-            losses only when values are logged, at epoch ends and before checkpoints (no per-step device->host
-            wait); "skip" reads each window's losses before its optimizer step. See ``nonfinite.py``.
-        precision also takes "32-true", "16-mixed", "bf16-mixed", and "bf16-true" / "16-true" (true half
-            precision: the weights themselves in that dtype, inputs cast at the module's forward, no scaler).
-
-    Lightning's names (README, "Coming from Lightning"): ``accumulate_grad_batches`` (alias of ``accumulate``),
-    ``gradient_clip_val`` + ``gradient_clip_algorithm`` ("norm" | "value": ``clip_grad_norm`` / ``clip_grad_value``),
-    ``num_nodes`` (checked against the launcher), ``min_epochs`` / ``min_steps`` (a stop request waits for them),
-    ``max_time`` ("DD:HH:MM:SS", timedelta or dict: a ``Timer``), ``fast_dev_run`` (True or n: n batches of
-    training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (stoker's default 0:
-    no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
-    ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
-    shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" | "high" | "medium": ``torch.set_float32_matmul_precision``).
-    An alias together with its stoker name is an error; an unknown name gets a did-you-mean over both sets.
+            batch), "skip" (that optimizer step never happens) or "warn" (train on); see ``nonfinite.py``.
+        options: :class:`RunOptions` (minimum epochs/steps, a sanity check, reloading loaders).
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
@@ -102,35 +85,51 @@ class Trainer(TrainerAttributes):
         [{'test/acc': 0.97}]
     """
 
+    accelerator_class: type[Accelerator] = Accelerator  # what trainer.accelerator is (stoker.Trainer: Accelerate's)
+
     def __init__(
         self, *, max_epochs: int | None = None, max_steps: int | None = None, accumulate: int = 1,
         precision: str = "fp32", clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
-        callbacks: list[Any] | Any | None = None, logger: Any = True, default_root_dir: str | os.PathLike = ".",
-        enable_checkpointing: bool = True, enable_progress_bar: bool = True, val_check_interval: int | float = 1.0,
+        callbacks: list[Callback] | Callback | None = None, logger: bool | str | Logger | list | None = True,
+        default_root_dir: str | os.PathLike = ".", enable_checkpointing: bool = True,
+        enable_progress_bar: bool = True, enable_model_summary: bool = True, val_check_interval: int | float = 1.0,
         check_val_every_n_epoch: int | None = 1, limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None, limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
-        deterministic: bool = False, accelerator: str = "auto", devices: Any = "auto", strategy: Any = "auto",
-        enable_model_summary: bool = True, on_nonfinite_loss: str = "raise",
-        # Lightning's names (README, "Coming from Lightning"): aliases first, then the ones stoker adds.
-        accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
-        min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
-        num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
-        reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
-        float32_matmul_precision: str | None = None, **unknown: Any,
+        deterministic: bool = False, accelerator: str = "auto", devices: int | str | list[int] = "auto",
+        strategy: Any = "auto", on_nonfinite_loss: str = "raise", options: RunOptions | None = None,
     ) -> None:
-        from ..accelerator import parse_precision
+        self._check_limits(max_epochs, max_steps, clip_grad_norm, clip_grad_value, val_check_interval,
+                           check_val_every_n_epoch)
+        self.precision = parse_precision(precision, argument="Trainer(precision=...)")
+        for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
+                            ("limit_test_batches", limit_test_batches),
+                            ("limit_predict_batches", limit_predict_batches)):
+            setattr(self, name, check.batch_limit(name, value))
+        self.log_every_n_steps = check.positive_int("log_every_n_steps", log_every_n_steps)
+        self.seed = check.seed_value(seed)
+        self.deterministic = bool(deterministic)
+        self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
+        self.default_root_dir = os.fspath(default_root_dir)
+        self.devices = devices
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"Trainer(options={options!r}) must be a stoker.trainer.RunOptions or None.")
+        self.options = options or RunOptions()
+        self.accelerator, self.processes_per_node = make_accelerator(
+            accelerator, devices, strategy, accumulate, self.precision, self.default_root_dir,
+            own_samplers=not self.options.use_distributed_sampler, cls=self.accelerator_class)
+        self.checkpoint_state = TrainerCheckpointState(self)
+        self.accelerator.register_for_checkpointing(self.checkpoint_state)
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary)
+        self.loggers = build_loggers(logger, self.default_root_dir)
+        agree_on_log_dirs(self.accelerator, self.loggers)
+        self._init_run_state()
 
-        if unknown:
-            raise check.unknown_arguments(unknown, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
-        accumulate, clip_grad_norm, clip_grad_value = check.resolve_aliases(
-            accumulate, clip_grad_norm, clip_grad_value, accumulate_grad_batches, gradient_clip_val,
-            gradient_clip_algorithm)
+    # -- construction helpers -------------------------------------------------------------------------------------
+    def _check_limits(self, max_epochs: Any, max_steps: Any, clip_grad_norm: Any, clip_grad_value: Any,
+                      val_check_interval: Any, check_val_every_n_epoch: Any) -> None:
         self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
         self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
-        accumulate = check.accumulation_steps("accumulate", accumulate)  # stored by the Accelerator only
-        self.precision = parse_precision(precision, argument="Trainer(precision=...)")
         self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
         self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)
         if self.clip_grad_norm is not None and self.clip_grad_value is not None:
@@ -141,202 +140,149 @@ class Trainer(TrainerAttributes):
         if self.check_val_every_n_epoch is None and not isinstance(self.val_check_interval, int):
             raise ValueError("Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
                              f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
-        self.limit_train_batches = check.batch_limit("limit_train_batches", limit_train_batches)
-        self.limit_val_batches = check.batch_limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = check.batch_limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = check.batch_limit("limit_predict_batches", limit_predict_batches)
-        self.log_every_n_steps = check.positive_int("log_every_n_steps", log_every_n_steps)
-        self.seed = check.seed_value(seed)
-        self.deterministic = bool(deterministic)
-        self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
-        self._nonfinite = NonFiniteLoss(self.on_nonfinite_loss)
-        self.default_root_dir = os.fspath(default_root_dir)
-        self.devices = devices
-        lightning = run_options.apply(
-            self, min_epochs=min_epochs, min_steps=min_steps, max_time=max_time, fast_dev_run=fast_dev_run,
-            num_sanity_val_steps=num_sanity_val_steps, detect_anomaly=detect_anomaly, benchmark=benchmark,
-            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
-            use_distributed_sampler=use_distributed_sampler, float32_matmul_precision=float32_matmul_precision)
-        enable_checkpointing = lightning.get("enable_checkpointing", enable_checkpointing)
-        logger = lightning.get("logger", logger)
-        cpu = check.accelerator_choice(accelerator)
-        self._launch(accelerator)  # devices > 1 from a plain process: this re-runs the script in N processes
-        self.num_nodes = check.num_nodes(num_nodes, self._processes_per_node(accelerator))
 
-        self.accelerator = Accelerator(
-            mixed_precision=self.precision, gradient_accumulation_steps=accumulate,
-            project_dir=self.default_root_dir, cpu=cpu, strategy=strategy,
-            # Every loader resumable; schedulers are stepped by the Trainer (once per applied optimizer step).
-            # use_distributed_sampler=False (one process): the user's own samplers are kept, a RandomSampler too.
-            dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True,
-                                                      use_seedable_sampler=self.use_distributed_sampler),
-            step_scheduler_with_optimizer=False,
-        )
-        self.accelerator.register_for_checkpointing(TrainerCheckpointState(self))
-        self.callbacks = run_options.add_timer(
-            build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary), self.max_time)
-        if not self.use_distributed_sampler and self.accelerator.num_processes > 1:
-            raise ValueError("Trainer(use_distributed_sampler=False) with several processes: stoker always gives "
-                             "each process its own share of every loader (its samplers are resumable and seeded). "
-                             "Drop the argument, and any DistributedSampler of your own.")
-        self.loggers = build_loggers(logger, self.default_root_dir)
-        agree_on_log_dirs(self.accelerator, self.loggers)
-
+    def _init_run_state(self) -> None:
         self.state = RunState()
         self.fit_loop = FitLoop(self)
         self.should_stop = False
+        self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
         self.progress_bar_metrics: dict[str, Any] = {}
         self.module: TrainingModule | None = None
+        self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.num_training_batches: int | float = float("inf")
         self.num_val_batches: list[int | float] = []
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
-        self._hooks: HookDispatcher | None = None
-        self._train_results = Results(self, TRAIN.name)
-        self._results = self._train_results
-        self._preemption = Preemption()
-        self._loaded_payload: dict[str, Any] | None = None
-        self._setup = RunSetup(self)
-        self._sanity_checking = False
-        self.datamodule: Any = None
-        self._fit_run: FitRun | None = None  # what set-up prepared for the current (or last) fit: run.py
-
-    # -- construction helpers -------------------------------------------------------------------------------------
-    def _launch(self, accelerator: str) -> None:
-        """Makes this job ``devices`` processes: under torchrun, checks the count; from a plain ``python
-        script.py`` with devices > 1, re-runs the script in that many processes (``accelerator/launch.py``)."""
-        from ..accelerator import ensure_processes, resolve_num_processes
-
-        ensure_processes(resolve_num_processes(self.devices, accelerator.lower()))
-
-    def _processes_per_node(self, accelerator: str) -> int:
-        from ..accelerator import resolve_num_processes
-
-        return resolve_num_processes(self.devices, accelerator.lower())
+        # The run's collaborators, public so that the loops, evaluation and checkpointing need no private name.
+        self.hooks: HookDispatcher = HookDispatcher(self, None, ())  # rebuilt per run with the module
+        self.train_results = Results(self, TRAIN.name)
+        self.results = self.train_results  # where self.log records now (an evaluation swaps in its own)
+        self.nonfinite = NonFiniteLoss(self.on_nonfinite_loss)
+        self.preemption = Preemption()
+        self.run_setup = RunSetup(self)
+        self.fit_run: FitRun | None = None  # what set-up prepared for the current (or last) fit: run.py
 
     # -- entry points ---------------------------------------------------------------------------------------------
     def fit(self, module: TrainingModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, model: Any = None) -> None:
+            ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> None:
         """Trains ``module`` on the loaders given, or those of ``datamodule`` (a ``DataModule``, which may also be
         passed in ``train_dataloaders``' place); ``ckpt_path="last"`` resumes from the newest checkpoint (fresh
-        start when none), ``"best"`` from the ModelCheckpoint's best one, or a checkpoint folder. ``model=`` is
-        Lightning's name for ``module``."""
-        module = self._setup.model_alias("fit", module, model)
-        self._setup.check_module(module, fit=True)
-        datamodule, train_dataloaders = self._setup.datamodule("fit", datamodule, train_dataloaders)
+        start when none), ``"best"`` from the ModelCheckpoint's best one, or a checkpoint folder."""
+        setup = self.run_setup
+        module = setup.check_module(module, fit=True)
+        datamodule, train_dataloaders = setup.datamodule("fit", datamodule, train_dataloaders)
         if datamodule is not None and val_dataloaders is not None:
             raise ValueError("Trainer.fit() got both val_dataloaders and datamodule=; pass one of them.")
 
         def loaders() -> tuple[Any, list[Any]]:
-            train = self._setup.loader_or_hook(train_dataloaders, module, TRAIN.loader_hook, "train_dataloaders")
-            return train, self._setup.loaders(val_dataloaders, module, VALIDATE.loader_hook)
+            train = setup.loader_or_hook(train_dataloaders, module, TRAIN.loader_hook, "train_dataloaders")
+            return train, setup.loaders(val_dataloaders, module, VALIDATE.loader_hook)
 
         self.datamodule = datamodule
         passed = (train_dataloaders is not None, val_dataloaders is not None)
         early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
-        with self._run("fit", module, datamodule), run_options.anomaly_context(self):
+        with self._run("fit", module, datamodule):
             train, vals = early or loaders()
-            run = self._fit_run = self._setup.prepare_fit(module, train, vals, passed)
-            self._nonfinite.reset()
+            run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
+            self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             restore(self, ckpt_path, run.train_loader)
-            self._log_hyperparams()
-            self._preemption.install(self.accelerator.num_processes)
+            if self.is_global_zero:
+                log_hyperparams(self.module, self.loggers)
+            self.preemption.install(self.accelerator.num_processes)
             try:
                 self.state.stage = TRAIN.name
-                self._hooks.call("on_fit_start")
-                run_options.run_sanity_check(self, run)
-                self._hooks.call("on_train_start")
+                self.hooks.call("on_fit_start")
+                run_sanity_check(self, run)
+                self.hooks.call("on_train_start")
                 self.fit_loop.run(run)
                 self.state.stage = TRAIN.name
-                self._hooks.call("on_train_end")
-                self._hooks.call("on_fit_end")
+                self.hooks.call("on_train_end")
+                self.hooks.call("on_fit_end")
             finally:
-                self._preemption.uninstall()
+                self.preemption.uninstall()
 
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                 ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, verbose: bool = False,
-                 model: Any = None) -> list[dict[str, float]]:
+                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
-        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights).
-        ``verbose=True`` prints the metrics (Lightning's default; stoker's is quiet)."""
-        module = self._setup.model_alias("validate", module, model, required=False)
-        return run_options.report(self, "validate", verbose,
-                                  self._evaluate("validate", module, dataloaders, ckpt_path, datamodule))
+        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights)."""
+        return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
-             ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None, verbose: bool = False,
-             model: Any = None) -> list[dict[str, float]]:
+             ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``test_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per loader."""
-        module = self._setup.model_alias("test", module, model, required=False)
-        return run_options.report(self, "test", verbose,
-                                  self._evaluate("test", module, dataloaders, ckpt_path, datamodule))
+        return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)
 
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
-                ckpt_path: str | os.PathLike | None = None, *, datamodule: Any = None,
-                return_predictions: bool | None = None, model: Any = None) -> list[Any] | None:
+                ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
+                return_predictions: bool | None = None) -> list[Any] | None:
         """``predict_step`` outputs for every batch (a list per loader when there are several); None with
         ``return_predictions=False`` (e.g. when a ``BasePredictionWriter`` writes them)."""
-        module = self._setup.model_alias("predict", module, model, required=False)
         outputs = self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
         return None if return_predictions is False else outputs
 
     def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any,
-                  datamodule: Any) -> list[Any]:
-        module = self._setup.eval_module(module, fn)
-        datamodule, dataloaders = self._setup.datamodule(fn, datamodule, dataloaders)
+                  datamodule: DataModule | None) -> list[Any]:
+        setup = self.run_setup
+        module = setup.eval_module(module, fn)
+        datamodule, dataloaders = setup.datamodule(fn, datamodule, dataloaders)
         stage = STAGES[fn]
         self.datamodule = datamodule
-        early = self._setup.loaders(dataloaders, module, stage.loader_hook, required=True) \
-            if datamodule is None else None
+        early = setup.loaders(dataloaders, module, stage.loader_hook, required=True) if datamodule is None else None
         with self._run(fn, module, datamodule):
-            loaders = early or self._setup.loaders(dataloaders, module, stage.loader_hook, required=True)
-            run = self._setup.prepare_eval(module, loaders, stage)
+            loaders = early or setup.loaders(dataloaders, module, stage.loader_hook, required=True)
+            run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
             self.state.stage = fn
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     @contextlib.contextmanager
-    def _run(self, fn: str, module: TrainingModule, datamodule: Any = None):  # noqa: ANN202 - context manager
+    def _run(self, fn: str, module: TrainingModule, datamodule: DataModule | None = None) -> Iterator[None]:
         if self.state.fn is not None:
             raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{self.state.fn}() is running; a Trainer "
                                "runs one thing at a time.")
         self.state.fn = fn
         self.module = module
-        object.__setattr__(module, "_trainer", self)
-        self.should_stop = False if fn == "fit" else self.should_stop
+        module.trainer = self
+        if fn == "fit":
+            self.should_stop = False
         self.callbacks = merge_module_callbacks(self.callbacks, module)  # module.configure_callbacks()
-        self._hooks = HookDispatcher(self, module, self.callbacks)
+        self.hooks = HookDispatcher(self, module, self.callbacks)
         status = "success"
         try:
-            self._setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
-            self._hooks.call("setup", fn)
+            self.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
+            self.hooks.call("setup", fn)
             yield
         except BaseException as exception:
             status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
-            self._hooks.call("on_exception", exception)
+            self.hooks.call("on_exception", exception)
             raise
         finally:
-            try:
-                if datamodule is not None:
-                    datamodule.teardown(stage=fn)
-                self._hooks.call("teardown", fn)
-            finally:
-                self.state.fn = self.state.stage = None
-                self._setup.teardown(module)
-                if self.is_global_zero:
-                    for logger in self.loggers:
-                        logger.finalize(status)
-                # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
-                wait_for_checkpoints(self.accelerator)
+            self._end_run(fn, module, datamodule, status)
+
+    def _end_run(self, fn: str, module: TrainingModule, datamodule: DataModule | None, status: str) -> None:
+        try:
+            if datamodule is not None:
+                datamodule.teardown(stage=fn)
+            self.hooks.call("teardown", fn)
+        finally:
+            self.state.fn = self.state.stage = None
+            self.run_setup.teardown(module)
+            if self.is_global_zero:
+                for logger in self.loggers:
+                    logger.finalize(status)
+            # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
+            self.accelerator.wait_for_checkpoints()
 
     # -- logging --------------------------------------------------------------------------------------------------
-    def _send_to_loggers(self, values: dict[str, Any]) -> None:
-        if not values:
+    def send_to_loggers(self, values: dict[str, Any]) -> None:
+        """Records ``values`` in ``logged_metrics`` and sends them to the loggers (main process) at the current
+        ``global_step``; nothing during the sanity check."""
+        if not values or self.sanity_checking:
             return
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
         values = dict(values)
@@ -348,18 +294,7 @@ class Trainer(TrainerAttributes):
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
 
-    def _log_hyperparams(self) -> None:
-        """At the start of ``fit``: the module's hyperparameters (when it has any), then its graph, to each logger
-        (Lightning's order; ``Logger.log_graph`` does nothing unless a logger records graphs)."""
-        if not self.is_global_zero:
-            return
-        hparams = dict(getattr(self.module, "hparams", {}) or {})
-        for logger in self.loggers:
-            if hparams:
-                logger.log_hyperparams(hparams)
-            logger.log_graph(self.module)
-
-    # -- checkpoints ----------------------------------------------------------------------------------------------
+    # -- checkpoints and seeding ----------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> str:
         """Writes a full resumable checkpoint (an Accelerator ``save_state`` folder) to ``path``; returns it.
 
@@ -370,18 +305,94 @@ class Trainer(TrainerAttributes):
         if self.module is None:
             raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
         if self.state.fn == "fit":
-            self._nonfinite.check(self)  # never write a checkpoint after a non-finite loss went unnoticed
+            self.nonfinite.check(self.accelerator)  # never write a checkpoint after a non-finite loss went unnoticed
         return self.accelerator.save_state(os.fspath(path))
 
-    # -- run setup shortcuts used by the loops --------------------------------------------------------------------
-    @property
-    def _max_epochs_effective(self) -> int | None:
-        if self.max_epochs is None and self.max_steps is None:
-            return max(1, self.min_epochs or 0)
-        return self.max_epochs
-
-    def _seed(self) -> None:
+    def apply_seed(self) -> None:
+        """``seed`` / ``deterministic`` applied (at the start of each ``fit``, before the loaders are prepared)."""
         if self.seed is not None:
             set_seed(self.seed, deterministic=self.deterministic)
         elif self.deterministic:
             torch.use_deterministic_algorithms(True)
+
+    # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
+    @property
+    def global_step(self) -> int:
+        """Applied optimizer steps (accumulation micro-steps and skipped fp16 steps do not count)."""
+        return self.accelerator.step
+
+    @property
+    def current_epoch(self) -> int:
+        return self.fit_loop.epoch
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
+        """The first ``ModelCheckpoint`` among the callbacks, or None."""
+        from ..callbacks import ModelCheckpoint
+
+        return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
+
+    @property
+    def training(self) -> bool:
+        return self.state.stage == TRAIN.name
+
+    @property
+    def fitting(self) -> bool:
+        """True while a ``fit()`` call runs (from its ``setup`` hook to its ``teardown`` hook)."""
+        return self.state.fn == "fit"
+
+    @property
+    def window_closed(self) -> bool:
+        """True when the current (or last) training batch closed an accumulation window, i.e. an optimizer step
+        was attempted for it (also one skipped for a non-finite loss or an fp16 overflow: see ``global_step``).
+        Set once the batch's step has run (``on_train_batch_end`` and what follows read it); False again from the
+        next batch's ``on_train_batch_start`` and at the start of each ``fit``."""
+        return self.fit_loop.window_closed
+
+    @property
+    def epoch_finished(self) -> bool:
+        """In ``on_train_epoch_end`` (and the end-of-epoch validation before it): True when the training epoch
+        reached its last batch, False when a ``should_stop`` or ``max_steps`` stop ended it early (True also for
+        a loader of unknown length, and for a resumed fit that only finishes an epoch whose batches were done)."""
+        return self.fit_loop.epoch_finished
+
+    @property
+    def validation_count(self) -> int:
+        """Validation runs completed in the current (or last) ``fit`` call (not the sanity check, not
+        ``validate()``); counted once its epoch values are published, so its ``on_validation_end`` sees it."""
+        return self.fit_loop.validation_count
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps ``fit`` will take: per epoch the training batches divided by :attr:`accumulate` (a
+        last, short window counts), times the epochs, capped by ``max_steps``."""
+        return self.run_setup.estimated_steps()
+
+    @property
+    def max_epochs_effective(self) -> int | None:
+        """The epochs ``fit`` runs to: ``max_epochs``; with neither limit, one (or ``min_epochs``)."""
+        if self.max_epochs is None and self.max_steps is None:
+            return max(1, self.options.min_epochs or 0)
+        return self.max_epochs
+
+    @property
+    def accumulate(self) -> int:
+        """Micro-batches per optimizer step: the Accelerator's ``gradient_accumulation_steps``, stored there only
+        (a ``GradientAccumulationScheduler`` changes it epoch by epoch during ``fit``)."""
+        return self.accelerator.gradient_accumulation_steps
+
+    @accumulate.setter
+    def accumulate(self, value: int) -> None:
+        self.accelerator.gradient_accumulation_steps = check_accumulation_steps(
+            value, argument="trainer.accumulate = ...")
+
+    def find_last_checkpoint(self) -> str | None:
+        """The newest complete checkpoint for ``ckpt_path="last"``, or None: in ``{default_root_dir}/checkpoints``
+        and the ModelCheckpoint's ``dirpath``, the one saved last (ties: ``last``, then more optimizer steps)."""
+        callback = self.checkpoint_callback
+        return find_last_checkpoint([os.path.join(self.default_root_dir, "checkpoints"),
+                                     *([callback.dirpath] if getattr(callback, "dirpath", None) else [])])

@@ -7,7 +7,7 @@ import signal
 import dist_common as common
 
 from stoker import Accelerator
-from stoker.trainer.checkpointing import agree_on_signal
+from stoker.trainer.preemption import agree_on_signal
 
 acc = Accelerator(cpu=True)
 rank = common.rank()

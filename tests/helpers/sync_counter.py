@@ -21,7 +21,7 @@ kinds of call run on the host on any machine and are therefore not counted in th
 batches (``stoker.accelerator.operations.send_to_device``; on a GPU it is a host-to-device copy, whose blocking is
 the loader's pinned-memory/``non_blocking`` setting, not a device-to-host wait), and torch optimizers reading their
 step counters (``torch.optim.optimizer._get_value``: those counters stay on the CPU unless capturable or fused),
-and the Trainer's preemption agreement reading its gloo-reduced CPU flag (``checkpointing._read_host_flag``).
+and the Trainer's preemption agreement reading its gloo-reduced CPU flag (``agreement.read_host_flag``).
 In that mode a ``.to(...)`` counts only when its destination is written as the string ``"cpu"``: on a CPU run the
 device is the CPU, so ``.to(tensor.device)`` cannot be told apart from a copy to the host (``.to(torch.device("cpu"))``
 is therefore missed here; the GPU check's ``set_sync_debug_mode`` catches it). ``simulate=False`` counts only calls
@@ -65,7 +65,7 @@ _TORCH_DATA = os.path.join(_TORCH_DIR, "utils", "data") + os.sep
 # or fused, exactly so that this read does not sync).
 # The Trainer's preemption agreement reads its flag from a CPU tensor reduced over gloo (host memory on any machine).
 _HOST_FUNCTIONS = (("stoker/accelerator/operations.py", "send_to_device"), ("torch/optim/optimizer.py", "_get_value"),
-                   ("stoker/trainer/checkpointing.py", "_read_host_flag"))
+                   ("stoker/accelerator/distributed/agreement.py", "read_host_flag"))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def test_values_reach_the_host_only_when_a_logger_is_due(tmp_path: Path, monkeyp
 @pytest.mark.distributed
 def test_trainer_in_two_processes_is_sync_free_between_log_steps(tmp_path: Path) -> None:
     """DDP over gloo: the per-step preemption agreement is a non-blocking all-reduce of a host flag read one step
-    later (stoker/trainer/checkpointing.py, SignalAgreement), so no step waits; fp16 keeps GradScaler's one read."""
+    later (stoker/accelerator/distributed/agreement.py, SignalAgreement), so no step waits; fp16 keeps GradScaler's one read."""
     run_workers("sync_worker.py", [tmp_path, "trainer"], nprocs=2, timeout=150)
     for rank, result in enumerate(read_results(tmp_path)):
         for precision, expected in (("fp32", 0), ("bf16", 0), ("fp16", COUNTED)):

@@ -207,7 +207,7 @@ def test_parity_kept_with_lightning_names_reference_loop() -> None:
 
 
 def test_num_nodes_is_checked_against_the_launcher(monkeypatch: Any) -> None:
-    from stoker.trainer import args as check
+    from stoker.compat.lightning import args as check
 
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert check.num_nodes(2, 2) == 2

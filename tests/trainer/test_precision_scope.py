@@ -50,7 +50,9 @@ def test_validate_after_fit_runs_under_the_trainer_precision_again() -> None:
     trainer.validate(module, loader)
     handle.remove()
     assert set(probe.seen) == {torch.bfloat16}
-    assert set(outputs) == {torch.float32}  # the forward wrapper is back: outputs cast to float32
+    # One autocast mechanism: the step runs under the precision's autocast, and the module's forward is not wrapped
+    # (no cast of its outputs back to float32), as in Lightning.
+    assert set(outputs) == {torch.bfloat16}
     assert "forward" not in module.__dict__
 
 

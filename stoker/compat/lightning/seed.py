@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from ..accelerator import check_seed, set_seed
+from ...accelerator import check_seed, set_seed
 
 __all__ = ["seed_everything"]
 

@@ -1,0 +1,133 @@
+"""Checks of Lightning's ``Trainer`` arguments (the names ``stoker.Trainer`` takes beyond the core's): aliases,
+arguments stoker does not take (with what to do instead), and the values of the Lightning-only options."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# flag and optional_int: the core's checks, which trainer.py here uses for Lightning's options too
+from ...trainer.args import (accumulation_steps, clip_algorithm, clip_value, flag, is_int,  # noqa: F401
+                             optional_int, positive_int)
+
+# -- Lightning's names ------------------------------------------------------------------------------------------------
+# Lightning argument -> the stoker argument it is an alias of (documented in README "Coming from Lightning").
+ALIASES = {"accumulate_grad_batches": "accumulate", "gradient_clip_val": "clip_grad_norm / clip_grad_value"}
+# Lightning arguments stoker does not take, with what to do instead (an unknown name gets a did-you-mean).
+NOT_SUPPORTED = {
+    "overfit_batches": "use limit_train_batches=n and the same loader for validation",
+    "profiler": "use torch.profiler around trainer.fit",
+    "plugins": "precision and strategy are Trainer(precision=...) and Trainer(strategy=...)",
+    "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
+    "barebones": "stoker's default loop is already lean; pass logger=False, enable_progress_bar=False, "
+                 "enable_checkpointing=False, enable_model_summary=False",
+    "inference_mode": "evaluation runs under torch.no_grad()",
+    "enable_autolog_hparams": "hyperparameters are logged when the module has hparams",
+    "model_registry": "not supported",
+}
+
+
+def _close(name: str, candidates: list[str]) -> str:
+    import difflib
+
+    matches = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(repr(m) for m in matches)}?" if matches else ""
+
+
+def unknown_arguments(unknown: dict[str, Any], known: list[str]) -> TypeError:
+    """The error for ``Trainer(**unknown)``: names it, with a did-you-mean over stoker's and Lightning's names."""
+    name = sorted(unknown)[0]
+    if name in NOT_SUPPORTED:
+        return TypeError(f"Trainer({name}=...) is a Lightning argument stoker does not take: {NOT_SUPPORTED[name]}.")
+    candidates = sorted(set(known) | set(NOT_SUPPORTED))
+    others = f" (also unknown: {', '.join(sorted(unknown)[1:])})" if len(unknown) > 1 else ""
+    return TypeError(f"Trainer() got an unknown argument {name!r}{others}.{_close(name, candidates)} The arguments "
+                     "are stoker's names and Lightning's (README, 'Coming from Lightning').")
+
+
+def resolve_aliases(accumulate: int, clip_grad_norm: Any, clip_grad_value: Any, accumulate_grad_batches: Any,
+                    gradient_clip_val: Any, gradient_clip_algorithm: Any) -> tuple[int, Any, Any]:
+    """``(accumulate, clip_grad_norm, clip_grad_value)`` from stoker's names and Lightning's aliases.
+
+    An alias together with its stoker name (set away from its default) is an error: the two would disagree.
+    """
+    if accumulate_grad_batches is not None:
+        if accumulate != 1:
+            raise ValueError(f"Trainer(accumulate={accumulate!r}, accumulate_grad_batches={accumulate_grad_batches!r})"
+                             ": these are one setting under two names (accumulate_grad_batches is Lightning's name "
+                             "for accumulate). Pass only one of them.")
+        accumulate = accumulation_steps("accumulate_grad_batches", accumulate_grad_batches)
+    algorithm = clip_algorithm(gradient_clip_algorithm)
+    if gradient_clip_val is None or gradient_clip_val == 0:  # Lightning's 0 means no clipping too
+        if algorithm is not None and gradient_clip_val is None:
+            raise ValueError(f"Trainer(gradient_clip_algorithm={gradient_clip_algorithm!r}) without gradient_clip_val: "
+                             "give the value to clip to, e.g. gradient_clip_val=1.0.")
+        return accumulate, clip_grad_norm, clip_grad_value
+    if clip_grad_norm is not None or clip_grad_value is not None:
+        raise ValueError("Trainer(gradient_clip_val=...) is Lightning's name for clip_grad_norm (or clip_grad_value "
+                         "with gradient_clip_algorithm='value'); it was passed together with clip_grad_norm/"
+                         "clip_grad_value. Pass only one of them.")
+    if algorithm == "value":
+        return accumulate, None, clip_value("gradient_clip_val", gradient_clip_val)
+    return accumulate, clip_value("gradient_clip_val", gradient_clip_val), None
+
+
+def fast_dev_run(value: Any) -> int:
+    """Lightning's ``fast_dev_run`` as a batch count: False/0 -> 0 (off), True -> 1, n -> n."""
+    if value is True:
+        return 1
+    if value is False:
+        return 0
+    if not is_int(value) or value < 0:
+        raise ValueError(f"Trainer(fast_dev_run={value!r}) must be True (1 batch), False, or an int >= 0 (that many "
+                         "batches of training and validation, without checkpoints or loggers).")
+    return value
+
+
+def sanity_steps(value: Any) -> int | None:
+    """``num_sanity_val_steps``: an int >= 0, or -1 (None here) for every validation batch."""
+    if is_int(value) and value == -1:
+        return None
+    if not is_int(value) or value < 0:
+        raise ValueError(f"Trainer(num_sanity_val_steps={value!r}) must be an int >= 0 (batches per val loader to "
+                         "run before training; 0: none, stoker's default) or -1 (every batch).")
+    return value
+
+
+def max_time(value: Any) -> Any:
+    """``max_time`` as a ``timedelta`` (``"DD:HH:MM:SS"``, a ``timedelta`` or a ``timedelta`` keyword dict)."""
+    if value is None:
+        return None
+    from ...callbacks.timer import parse_duration
+
+    try:
+        return parse_duration(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Trainer(max_time={value!r}): {error}") from error
+
+
+def matmul_precision(value: Any) -> str | None:
+    """``float32_matmul_precision``: None (leave torch's setting) or "highest" | "high" | "medium"."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in ("highest", "high", "medium"):
+        raise ValueError(f"Trainer(float32_matmul_precision={value!r}) must be None (leave torch's setting), "
+                         "'highest' (full fp32 matmuls), 'high' (TF32 on GPUs that have it) or 'medium' (bf16 "
+                         "internally); see torch.set_float32_matmul_precision.")
+    return value
+
+
+def num_nodes(value: Any, processes_per_node: int) -> int:
+    """Checks ``num_nodes`` against the launcher: more than one node needs ``torchrun --nnodes``."""
+    value = positive_int("num_nodes", value)
+    world = os.environ.get("WORLD_SIZE")
+    if value > 1 and world is None:
+        raise ValueError(f"Trainer(num_nodes={value}) needs a launcher that starts the processes on every node, e.g. "
+                         f"`torchrun --nnodes={value} --nproc_per_node=N ... script.py` on each node.")
+    if world is not None and value == 1:  # the default: the launcher decides how many nodes there are
+        return max(1, int(world) // max(processes_per_node, 1))
+    if world is not None and int(world) != value * processes_per_node:
+        raise ValueError(f"Trainer(num_nodes={value}) with {processes_per_node} processes per node makes "
+                         f"{value * processes_per_node} processes, but the launcher started WORLD_SIZE={world}. "
+                         f"Pass num_nodes={max(1, int(world) // max(processes_per_node, 1))} or start as many nodes.")
+    return value

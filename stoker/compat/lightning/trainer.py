@@ -1,0 +1,275 @@
+"""`Trainer` with Lightning's names: ``stoker.Trainer``, the core :class:`stoker.trainer.Trainer` plus the
+arguments, attributes and entry-point keywords a Lightning script uses, translated into the core's own objects.
+
+Owns the translation only: aliases (``accumulate_grad_batches``, ``gradient_clip_val`` + ``gradient_clip_algorithm``)
+become the core's arguments; ``min_epochs``, ``min_steps``, ``num_sanity_val_steps``,
+``reload_dataloaders_every_n_epochs`` and ``use_distributed_sampler`` become a :class:`RunOptions`; ``max_time``
+becomes a ``Timer`` callback; ``fast_dev_run`` becomes batch limits with no checkpoints or loggers;
+``detect_anomaly``, ``benchmark`` and ``float32_matmul_precision`` become torch settings around ``fit``. The
+argument checks are in ``args.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..accelerate import Accelerator
+from ...trainer.options import RunOptions
+from ...trainer.stages import PREDICT, TEST, VALIDATE
+from ...trainer.trainer import Trainer as CoreTrainer
+from . import args as check
+
+if TYPE_CHECKING:
+    import os
+
+    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint
+    from ...loggers import Logger
+    from ...trainer import TrainingModule
+    from ...trainer.datamodule import DataModule
+
+_CORE = [n for n in inspect.signature(CoreTrainer.__init__).parameters if n not in ("self", "options")]
+
+
+class Trainer(CoreTrainer):
+    """The core :class:`~stoker.trainer.Trainer` (every argument of it), with Lightning's names too.
+
+    Lightning's names (README, "Coming from Lightning"): ``accumulate_grad_batches`` (alias of ``accumulate``),
+    ``gradient_clip_val`` + ``gradient_clip_algorithm`` ("norm" | "value": ``clip_grad_norm`` / ``clip_grad_value``),
+    ``num_nodes`` (checked against the launcher), ``min_epochs`` / ``min_steps`` (a stop request waits for them),
+    ``max_time`` ("DD:HH:MM:SS", timedelta or dict: a ``Timer``), ``fast_dev_run`` (True or n: n batches of
+    training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (stoker's default 0:
+    no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
+    ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
+    shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" |
+    "high" | "medium": ``torch.set_float32_matmul_precision``). An alias together with its stoker name is an
+    error; an unknown name gets a did-you-mean over both sets.
+
+    Example:
+        >>> trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, fast_dev_run=2)
+    """
+
+    # trainer.accelerator answers Accelerate's names too (distributed_type, gather_for_metrics, ...), as before
+    accelerator_class = Accelerator
+
+    def __init__(
+        self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
+        min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
+        num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
+        reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
+        float32_matmul_precision: str | None = None, **core: Any,
+    ) -> None:
+        unknown = {k: v for k, v in core.items() if k not in _CORE}
+        if unknown:
+            lightning = list(inspect.signature(Trainer.__init__).parameters)[1:-1]
+            raise check.unknown_arguments(unknown, _CORE + lightning)
+        core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
+            core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
+            accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
+        self.fast_dev_run = check.fast_dev_run(fast_dev_run)
+        self.max_time = None if self.fast_dev_run else check.max_time(max_time)
+        self.detect_anomaly = check.flag("detect_anomaly", detect_anomaly)
+        self.benchmark = check.flag("benchmark", benchmark, allow_none=True)
+        self.float32_matmul_precision = check.matmul_precision(float32_matmul_precision)
+        options = RunOptions(
+            min_epochs=check.optional_int("min_epochs", min_epochs, 0),
+            min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
+            num_sanity_val_steps=0 if self.fast_dev_run else check.sanity_steps(num_sanity_val_steps),
+            reload_dataloaders_every_n_epochs=check.optional_int(
+                "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
+            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler))
+        if self.fast_dev_run:  # Lightning's debugging run writes nothing
+            core.update(enable_checkpointing=False, logger=False)
+        super().__init__(**core, options=options)
+        self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
+        if self.fast_dev_run:  # n batches everywhere, one epoch (after the core checked the values given)
+            n = self.fast_dev_run
+            self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = n
+            self.limit_predict_batches = self.max_steps = n
+            self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
+        self._apply_torch_settings()
+        self.callbacks = _add_timer(self.callbacks, self.max_time)
+
+    def _apply_torch_settings(self) -> None:
+        if self.benchmark is not None:
+            torch.backends.cudnn.benchmark = self.benchmark
+        elif self.deterministic:
+            torch.backends.cudnn.benchmark = False  # Lightning's rule: deterministic runs do not autotune
+        if self.float32_matmul_precision is not None:
+            torch.set_float32_matmul_precision(self.float32_matmul_precision)
+
+    # -- Lightning's attribute names (views of what the core, its loop and the Accelerator own) ---------------------
+    @property
+    def min_epochs(self) -> int | None:
+        return self.options.min_epochs
+
+    @property
+    def min_steps(self) -> int | None:
+        return self.options.min_steps
+
+    @property
+    def num_sanity_val_steps(self) -> int | None:
+        return self.options.num_sanity_val_steps
+
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int:
+        return self.options.reload_dataloaders_every_n_epochs
+
+    @property
+    def use_distributed_sampler(self) -> bool:
+        return self.options.use_distributed_sampler
+
+    @property
+    def _max_epochs_effective(self) -> int | None:  # the name tests of Lightning's min_epochs rule read
+        return self.max_epochs_effective
+
+    @property
+    def lightning_module(self) -> TrainingModule | None:
+        return self.module
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The prepared train loader of the current (or last) ``fit``, or None."""
+        return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @property
+    def global_rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def local_rank(self) -> int:
+        return self.accelerator.local_process_index
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index: the processes' global rank divided by the processes per node."""
+        return self.accelerator.process_index // max(1, self.num_devices)
+
+    @property
+    def num_devices(self) -> int:
+        """Processes (devices) per node."""
+        return max(1, self.accelerator.num_processes // max(1, self.num_nodes))
+
+    @property
+    def logger(self) -> Logger | None:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's folder, else ``default_root_dir``."""
+        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+
+    @property
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        """Every ``ModelCheckpoint`` among the callbacks."""
+        from ...callbacks import ModelCheckpoint
+
+        return [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        """The first ``EarlyStopping`` among the callbacks, or None."""
+        return next(iter(self.early_stopping_callbacks), None)
+
+    @property
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
+        """Every ``EarlyStopping`` among the callbacks."""
+        from ...callbacks import EarlyStopping
+
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+
+    @property
+    def validating(self) -> bool:
+        return self.state.stage == VALIDATE.name
+
+    @property
+    def testing(self) -> bool:
+        return self.state.stage == TEST.name
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.stage == PREDICT.name
+
+    # -- entry points with Lightning's keywords (model=, verbose=) --------------------------------------------------
+    def fit(self, module: TrainingModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
+            model: TrainingModule | None = None) -> None:
+        """:meth:`stoker.trainer.Trainer.fit`; ``model=`` is Lightning's name for ``module``; under
+        ``detect_anomaly=True`` it runs in ``torch.autograd.detect_anomaly`` (slow; for debugging)."""
+        module = _model_alias("fit", module, model)
+        anomaly = torch.autograd.detect_anomaly(check_nan=True) if self.detect_anomaly else contextlib.nullcontext()
+        with anomaly:
+            super().fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
+
+    def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
+                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
+                 verbose: bool = False, model: TrainingModule | None = None) -> list[dict[str, float]]:
+        """:meth:`stoker.trainer.Trainer.validate`; ``verbose=True`` prints the metrics (Lightning's default;
+        stoker's is quiet)."""
+        _check_verbose("validate", verbose)
+        module = _model_alias("validate", module, model)
+        return self._report("validate", verbose, super().validate(module, dataloaders, ckpt_path,
+                                                                  datamodule=datamodule))
+
+    def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
+             ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
+             verbose: bool = False, model: TrainingModule | None = None) -> list[dict[str, float]]:
+        """:meth:`stoker.trainer.Trainer.test`, with ``verbose`` and ``model=`` as in :meth:`validate`."""
+        _check_verbose("test", verbose)
+        module = _model_alias("test", module, model)
+        return self._report("test", verbose, super().test(module, dataloaders, ckpt_path, datamodule=datamodule))
+
+    def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
+                ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
+                return_predictions: bool | None = None, model: TrainingModule | None = None) -> list[Any] | None:
+        """:meth:`stoker.trainer.Trainer.predict`, with ``model=``."""
+        module = _model_alias("predict", module, model)
+        return super().predict(module, dataloaders, ckpt_path, datamodule=datamodule,
+                               return_predictions=return_predictions)
+
+    def _report(self, fn: str, verbose: bool, results: list[dict[str, float]]) -> list[dict[str, float]]:
+        """``verbose=True``: prints each loader's metrics on the main process."""
+        if verbose and self.is_global_zero:
+            for i, values in enumerate(results):
+                title = f"{fn} metrics" + (f" (dataloader {i})" if len(results) > 1 else "")
+                width = max([len(title), *(len(k) for k in values)])
+                print(title)
+                for name, value in sorted(values.items()):
+                    print(f"  {name:<{width}}  {value:.6g}")
+        return results
+
+
+def _check_verbose(fn: str, verbose: Any) -> None:
+    if not isinstance(verbose, bool):
+        raise TypeError(f"Trainer.{fn}(verbose={verbose!r}) must be True or False.")
+
+
+def _model_alias(fn: str, module: TrainingModule | None, model: TrainingModule | None) -> TrainingModule | None:
+    """``module``, or Lightning's ``model=`` keyword for it (not both)."""
+    if model is not None and module is not None:
+        raise TypeError(f"Trainer.{fn}() got both module and model=; model is Lightning's name for the same "
+                        "argument. Pass one of them.")
+    return module if model is None else model
+
+
+def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
+    """``max_time``: a ``Timer(duration=max_time)`` unless the user gave a ``Timer`` (theirs is kept, as in
+    Lightning, with a warning)."""
+    if max_time is None:
+        return callbacks
+    from ...callbacks import Timer
+
+    if any(isinstance(c, Timer) for c in callbacks):
+        warnings.warn("Trainer(max_time=...) was passed together with a Timer callback; the Timer callback's "
+                      "duration is used.", stacklevel=3)
+        return callbacks
+    return [*callbacks, Timer(duration=max_time, interval="step")]

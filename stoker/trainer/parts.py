@@ -1,0 +1,149 @@
+"""`TrainerParts`: what the loops, evaluation, checkpointing, set-up and manual optimization use of the Trainer.
+
+A structural type, which :class:`~stoker.trainer.Trainer` satisfies: these modules are imported by the Trainer, so
+they name what they read here instead of importing it back (the layer checks count every import, TYPE_CHECKING ones
+too). The members are the Trainer's public attributes; its collaborators that live in those same modules (the fit
+loop, preemption, set-up, the checkpoint state) appear as the small protocols below.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..accelerator import AcceleratedOptimizer, Accelerator
+    from ..callbacks import Callback, ModelCheckpoint
+    from ..loggers import Logger
+    from .logging import Results
+    from .nonfinite import NonFiniteLoss
+    from .optim import LRSchedulerConfig
+    from .options import RunOptions
+    from .run import FitRun, RunState
+
+
+class HookCalls(Protocol):
+    """``hooks.HookDispatcher``: the implementations of a hook, whether there are any, and calling them."""
+
+    def get(self, name: str) -> tuple[Callable[..., Any], ...]: ...
+
+    def has(self, name: str) -> bool: ...
+
+    def call(self, name: str, *args: Any) -> None: ...
+
+
+class LoopPosition(Protocol):
+    """The fit loop's position and counters (``loops.FitLoop``)."""
+
+    epoch: int
+    batches_done: int
+    phase: str
+    epoch_batches_finished: bool
+    validation_count: int
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class PreemptionWatch(Protocol):
+    """``preemption.Preemption``: whether a check is due after the next step, and the check itself."""
+
+    due: bool
+
+    def check(self, trainer: TrainerParts, blocking: bool = False) -> None: ...
+
+
+class SetupSteps(Protocol):
+    """``setup.RunSetup``: the set-up work the loops and the resume ask for during a fit."""
+
+    def reload_loaders(self, run: FitRun, epoch: int) -> None: ...
+
+    def continue_position(self, loader: Any) -> None: ...
+
+
+class LoadedState(Protocol):
+    """``checkpointing.TrainerCheckpointState``: what the last ``load_state`` read."""
+
+    loaded: dict[str, Any] | None
+
+    def take_loaded(self) -> dict[str, Any] | None: ...
+
+
+class StatefulDataModule(Protocol):
+    """A ``DataModule`` as the checkpoint sees it."""
+
+    hparams: Mapping[str, Any]
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class TrainerParts(Protocol):
+    """The Trainer's members that its loops, evaluation, checkpointing, set-up and manual optimization use."""
+
+    accelerator: Accelerator
+    options: RunOptions
+    state: RunState
+    module: torch.nn.Module | None
+    datamodule: StatefulDataModule | None
+    callbacks: list[Callback]
+    loggers: list[Logger]
+    optimizers: list[AcceleratedOptimizer]
+    lr_scheduler_configs: list[LRSchedulerConfig]
+    hooks: HookCalls
+    results: Results
+    train_results: Results
+    nonfinite: NonFiniteLoss
+    preemption: PreemptionWatch
+    run_setup: SetupSteps
+    checkpoint_state: LoadedState
+    fit_loop: LoopPosition
+    fit_run: FitRun | None
+    callback_metrics: dict[str, Any]
+    logged_metrics: dict[str, Any]
+    progress_bar_metrics: dict[str, Any]
+    default_root_dir: str
+    max_epochs: int | None
+    max_steps: int | None
+    val_check_interval: int | float
+    check_val_every_n_epoch: int | None
+    limit_train_batches: int | float | None
+    log_every_n_steps: int
+    clip_grad_norm: float | None
+    clip_grad_value: float | None
+    on_nonfinite_loss: str
+    should_stop: bool
+    sanity_checking: bool
+    num_training_batches: int | float
+    num_val_batches: list[int | float]
+
+    @property
+    def global_step(self) -> int: ...
+
+    @property
+    def current_epoch(self) -> int: ...
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    @property
+    def accumulate(self) -> int: ...
+
+    @property
+    def max_epochs_effective(self) -> int | None: ...
+
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None: ...
+
+    def find_last_checkpoint(self) -> str | None: ...
+
+    def save_checkpoint(self, path: str | os.PathLike) -> str: ...
+
+    def send_to_loggers(self, values: dict[str, Any]) -> None: ...
+
+    def apply_seed(self) -> None: ...
