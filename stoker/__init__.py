@@ -94,6 +94,12 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
         CSVLogger as CSVLogger, Logger as Logger, MLFlowLogger as MLFlowLogger, TensorBoardLogger as TensorBoardLogger,
         WandbLogger as WandbLogger,
     )
-    from stoker.trainer import LightningModule as LightningModule, Trainer as Trainer, TrainingModule as TrainingModule
+    from stoker.accelerator.data.prepare import skip_first_batches as skip_first_batches
+    from stoker.compat.accelerate.state import (
+        AcceleratorState as AcceleratorState, DistributedType as DistributedType, GradientState as GradientState,
+        PartialState as PartialState,
+    )
+    from stoker.compat.lightning import Trainer as Trainer
+    from stoker.compat.lightning.seed import seed_everything as seed_everything
+    from stoker.trainer import LightningModule as LightningModule, TrainingModule as TrainingModule
     from stoker.trainer.datamodule import DataModule as DataModule, LightningDataModule as LightningDataModule
-    from stoker.trainer.seed import seed_everything as seed_everything

@@ -106,6 +106,10 @@ class Callback:
     stored under :attr:`state_key`, which defaults to the class's qualified name; override it (e.g. with
     :meth:`_generate_state_key`) when two instances of one class may be given to the same Trainer.
 
+    The hooks' ``trainer`` is typed ``Any`` here on purpose: a user's callback annotates it with the Trainer it
+    knows (``stoker.Trainer``), which a type checker accepts only as an override of an ``Any`` parameter. The
+    built-in callbacks type it :class:`TrainerView`, the Trainer's attributes that callbacks read.
+
     ``on_validation_batch_start/end``, ``on_test_batch_*`` and ``on_predict_batch_*`` receive a trailing
     ``dataloader_idx`` only when the Trainer evaluates several loaders; give it a default (``= 0``).
 
@@ -135,130 +139,130 @@ class Callback:
         """Restores what :meth:`state_dict` returned."""
 
     # -- run boundaries -------------------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
         """Start of ``fit``/``validate``/``test``/``predict`` (``stage``), before the optimizers are configured."""
 
-    def teardown(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
         """End of ``fit``/``validate``/``test``/``predict``, also after an exception."""
 
-    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
         """Start of ``fit``, after the optimizers are prepared and a checkpoint (if any) is restored."""
 
-    def on_fit_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
         """End of ``fit``."""
 
-    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
         """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
 
-    def on_sanity_check_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
         """Before the ``num_sanity_val_steps`` validation that precedes training (none by default)."""
 
-    def on_sanity_check_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
         """After that validation."""
 
     # -- training -------------------------------------------------------------------------------------------------
-    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_start(self, trainer: Any, module: Any) -> None:
         """Training begins (after ``on_fit_start``)."""
 
-    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_end(self, trainer: Any, module: Any) -> None:
         """Training ended (before ``on_fit_end``)."""
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
         """A training epoch begins (also when a run resumes in the middle of one)."""
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         """A training epoch ended, after its end-of-epoch validation; epoch metrics are in ``callback_metrics``."""
 
-    def on_train_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         """Before ``training_step`` of one (micro-)batch."""
 
-    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """After one (micro-)batch, including the optimizer step when it closed an accumulation window.
 
         ``outputs`` is what ``training_step`` returned, as Lightning passes it: a loss tensor arrives as
         ``{"loss": loss}``, a dict as it is, and None as None.
         """
 
-    def on_before_backward(self, trainer: TrainerView, module: Any, loss: Any) -> None:
+    def on_before_backward(self, trainer: Any, module: Any, loss: Any) -> None:
         """Before ``backward`` of the loss ``training_step`` returned."""
 
-    def on_after_backward(self, trainer: TrainerView, module: Any) -> None:
+    def on_after_backward(self, trainer: Any, module: Any) -> None:
         """After ``backward``; gradients may still be incomplete inside an accumulation window."""
 
-    def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
         """Gradients are complete and unscaled (fp16), before clipping and ``optimizer.step()``."""
 
-    def on_before_zero_grad(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
+    def on_before_zero_grad(self, trainer: Any, module: Any, optimizer: Any) -> None:
         """After the optimizer step, before ``optimizer.zero_grad()``."""
 
     # -- validation -----------------------------------------------------------------------------------------------
-    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
         """Validation begins (the module is in eval mode, gradients off)."""
 
-    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
         """Validation ended; its epoch metrics are in ``callback_metrics``."""
 
-    def on_validation_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_epoch_start(self, trainer: Any, module: Any) -> None:
         """Before the first validation batch."""
 
-    def on_validation_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
         """After the last validation batch, before its epoch metrics are computed."""
 
-    def on_validation_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Before ``validation_step``."""
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """After ``validation_step`` (``outputs`` is what it returned)."""
 
     # -- test -----------------------------------------------------------------------------------------------------
-    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_start(self, trainer: Any, module: Any) -> None:
         """Testing begins."""
 
-    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_end(self, trainer: Any, module: Any) -> None:
         """Testing ended; its epoch metrics are in ``callback_metrics``."""
 
-    def on_test_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_epoch_start(self, trainer: Any, module: Any) -> None:
         """Before the first test batch."""
 
-    def on_test_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_test_epoch_end(self, trainer: Any, module: Any) -> None:
         """After the last test batch."""
 
-    def on_test_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         """Before ``test_step``."""
 
-    def on_test_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """After ``test_step``."""
 
     # -- predict --------------------------------------------------------------------------------------------------
-    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_start(self, trainer: Any, module: Any) -> None:
         """Prediction begins."""
 
-    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_end(self, trainer: Any, module: Any) -> None:
         """Prediction ended."""
 
-    def on_predict_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_epoch_start(self, trainer: Any, module: Any) -> None:
         """Before the first predict batch."""
 
-    def on_predict_epoch_end(self, trainer: TrainerView, module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: Any, module: Any) -> None:
         """After the last predict batch."""
 
-    def on_predict_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         """Before ``predict_step``."""
 
-    def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """After ``predict_step``."""
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
-    def on_save_checkpoint(self, trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
         """A checkpoint is being written: add entries to ``checkpoint`` (tensors, numbers, strings, lists, dicts)."""
 
-    def on_load_checkpoint(self, trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
         """A checkpoint was restored; ``checkpoint`` holds what ``on_save_checkpoint`` hooks added."""
 
 

@@ -28,7 +28,7 @@ def test_a_flipped_byte_in_a_manifest_file_name_is_blamed_on_the_manifest(tmp_pa
     from torch import nn
 
     from stoker import Accelerator
-    from stoker.accelerator import MANIFEST_NAME
+    from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME
 
     accelerator = Accelerator(cpu=True)
     accelerator.prepare(nn.Linear(3, 2))
