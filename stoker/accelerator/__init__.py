@@ -7,6 +7,7 @@ modules behind these names can move without touching them.
 from .accelerator import Accelerator, checkpoint_io, wait_for_checkpoints
 from .arguments import InvalidArgumentError, check_accumulation_steps, check_seed
 from .checkpointing.atomic import CheckpointError, remove_checkpoint, verify_checkpoint
+from .checkpointing.folder_lock import FolderInUseError, check_folder_free
 from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
@@ -26,7 +27,8 @@ __all__ = [
     "ProjectConfiguration", "load_checkpoint_in_model", "parse_precision", "send_to_device", "set_seed",
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, remove; the rest are Accelerator methods: copy_checkpoint, ...) ...
-    "CheckpointError", "STATE_NAME", "checkpoint_io", "checkpoint_step", "checkpoint_written", "checkpoints_in",
+    "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_io", "checkpoint_step",
+    "checkpoint_written", "checkpoints_in",
     "load_tree", "read_state", "remove_checkpoint", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",

@@ -318,6 +318,19 @@ class Accelerator:
         their commit) where the run allows it (one process, not FSDP); otherwise they stay synchronous."""
         return self.checkpoint_io.in_background(copy=copy)
 
+    def hold_checkpoint_folder(self, folder: str | os.PathLike) -> None:
+        """Marks ``folder`` as written by this run (main process; a lock file naming it): another live run that
+        asks for it gets ``FolderInUseError`` naming this one. Automatic checkpoint naming holds its folder by
+        itself; given back by :meth:`release_checkpoint_folders` or ``end_training()``, else at exit."""
+        if self.is_main_process:
+            self.checkpoint_io.locks.acquire(os.fspath(folder))
+
+    def release_checkpoint_folders(self) -> None:
+        """Gives back every checkpoint folder this run holds (after waiting for its background work)."""
+        if self._checkpoint_io is not None and self._checkpoint_io.pid == os.getpid():
+            self.wait_for_checkpoints()
+            self._checkpoint_io.locks.release_all()
+
     # -- processes ----------------------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         self.strategy.barrier()
@@ -342,7 +355,7 @@ class Accelerator:
         """Waits for background checkpoint work (raising a failed save's error), then tears the process group down
         when the Accelerator created it."""
         try:
-            self.wait_for_checkpoints()
+            self.release_checkpoint_folders()
         finally:
             self.wait_for_everyone()
             self.strategy.teardown()

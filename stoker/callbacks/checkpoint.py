@@ -202,6 +202,7 @@ class ModelCheckpoint(Callback):
             self._apply_state(state)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+        trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
         if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
             warn_if_earlier_run(self.dirpath)
         self._last_time_save = time.monotonic()

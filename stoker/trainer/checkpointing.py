@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 # checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
+from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
@@ -124,7 +125,10 @@ def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
                         f"{BEST!r} (the ModelCheckpoint's best_model_path), "
                         "or the path of a checkpoint folder (a str or os.PathLike).")
     if ckpt_path == LAST:
-        return trainer.find_last_checkpoint()
+        last = trainer.find_last_checkpoint()
+        if last is not None:  # never the folder of a run that is still writing it
+            check_folder_free(os.path.dirname(last), f"fit(ckpt_path='last') found {last}, but its folder")
+        return last
     if ckpt_path == BEST:
         return best_checkpoint(trainer)
     path = os.fspath(ckpt_path)

@@ -275,8 +275,9 @@ class Trainer:
             if self.is_global_zero:
                 for logger in self.loggers:
                     logger.finalize(status)
-            # Folders that checkpoints replaced are deleted in the background: gone when fit returns.
-            self.accelerator.wait_for_checkpoints()
+            # Folders that checkpoints replaced are deleted in the background: gone when fit returns; the
+            # checkpoint folders this run held are free for the next run.
+            self.accelerator.release_checkpoint_folders()
 
     # -- logging --------------------------------------------------------------------------------------------------
     def send_to_loggers(self, values: dict[str, Any]) -> None:

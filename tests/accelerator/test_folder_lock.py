@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stoker.accelerator.checkpointing.folder_lock import (LOCK_NAME, FolderInUseError, FolderLock,
-                                                         is_held_by_another_run, this_process)
+from stoker.accelerator.checkpointing.folder_lock import (FolderInUseError, FolderLock, is_held_by_another_run,
+                                                         lock_path, this_process)
 
 HOLD = """
 import sys, time
@@ -31,7 +31,7 @@ def _hold_in_another_process(folder: Path) -> subprocess.Popen:
 
 def _write_lock(folder: Path, **changes: object) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / LOCK_NAME).write_text(json.dumps({**this_process(), **changes}))
+    Path(lock_path(str(folder))).write_text(json.dumps({**this_process(), **changes}))
 
 
 def test_a_second_live_run_is_refused_with_the_holder_named(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_a_second_live_run_is_refused_with_the_holder_named(tmp_path: Path) -> N
     # The holder is gone now (killed, its lock left behind): the folder is taken over.
     assert not is_held_by_another_run(str(tmp_path))
     FolderLock().acquire(str(tmp_path))
-    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert json.loads(Path(lock_path(str(tmp_path))).read_text())["pid"] == os.getpid()
 
 
 def test_a_reused_process_id_does_not_keep_a_dead_run_s_lock(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_reused_process_id_does_not_keep_a_dead_run_s_lock(tmp_path: Path) -> 
 def test_a_lock_from_another_machine_stands_and_the_message_says_which_file_to_delete(tmp_path: Path) -> None:
     _write_lock(tmp_path, host="another-host", pid=12345)
     with pytest.raises(FolderInUseError, match=rf"process 12345 on 'another-host'.*delete "
-                                               rf"{tmp_path / LOCK_NAME}"):
+                                               rf"{lock_path(str(tmp_path))}"):
         FolderLock().acquire(str(tmp_path))
     assert is_held_by_another_run(str(tmp_path))
 
@@ -71,8 +71,8 @@ def test_release_gives_the_folder_back_and_acquire_is_reentrant(tmp_path: Path) 
     FolderLock().acquire(str(tmp_path / "ckpts"))  # another Accelerator of this same process: the same run
     assert locks.holds(str(tmp_path / "ckpts"))
     locks.release_all()
-    assert not (tmp_path / "ckpts" / LOCK_NAME).exists()
-    assert [p.name for p in (tmp_path / "ckpts").iterdir()] == []
+    assert not Path(lock_path(str(tmp_path / "ckpts"))).exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpts"] and list((tmp_path / "ckpts").iterdir()) == []
 
 
 def test_release_leaves_a_lock_that_another_run_took_over(tmp_path: Path) -> None:
@@ -80,4 +80,4 @@ def test_release_leaves_a_lock_that_another_run_took_over(tmp_path: Path) -> Non
     locks.acquire(str(tmp_path))
     _write_lock(tmp_path, pid=1, start="other")  # taken over meanwhile (by hand, or by a run after a reboot)
     locks.release_all()
-    assert (tmp_path / LOCK_NAME).exists()
+    assert Path(lock_path(str(tmp_path))).exists()

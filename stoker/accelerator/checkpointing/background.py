@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .folder_lock import FolderLock
+
 TRASH_RE = re.compile(r"\..+\.stoker-del-[0-9a-f]+")
 
 
@@ -88,6 +90,7 @@ class CheckpointIO:
         self._saver: ThreadPoolExecutor | None = None
         self._saving: Future | None = None
         self.mode: str | None = None  # set by :meth:`in_background` for the saves made inside it
+        self.locks = FolderLock()  # the checkpoint folders this Accelerator's run writes (one writer per folder)
 
     # -- deletions ----------------------------------------------------------------------------------------------
     def discard(self, path: str) -> str | None:

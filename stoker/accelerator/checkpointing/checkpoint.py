@@ -110,6 +110,9 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     io = contents.io
     io.wait_for_save()  # one save at a time, in order
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
+    if auto and contents.is_main_process and config.project_dir is not None:
+        # The folder this run numbers, sweeps and rotates: no other live run may write there.
+        io.locks.acquire(os.path.join(config.project_dir, "checkpoints"))
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
     mode = _save_mode(contents, async_save, background_commit)

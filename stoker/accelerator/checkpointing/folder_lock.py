@@ -1,6 +1,7 @@
 """One writer per checkpoint folder: a lock file that names the run holding the folder.
 
-Owns: ``.stoker-lock`` in a checkpoint folder, holding the holder's host, process id, the process's start time
+Owns: the lock of a checkpoint folder, ``.{name}.stoker-lock`` beside it (where a save's temporary
+``.{name}.stoker-tmp`` folders go too, so that the folder itself holds only checkpoints), holding the holder's host, process id, the process's start time
 (so a reused process id is not mistaken for the holder) and the boot it belongs to. A run takes the lock before
 its first write into the folder and gives it back when it ends (at ``Trainer.fit``'s end, ``end_training()`` or
 interpreter exit). A second live run that asks for the folder gets :class:`FolderInUseError` naming the holder.
@@ -12,6 +13,7 @@ hand (the message says which file). Does not own what is written into the folder
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -19,7 +21,13 @@ import threading
 import time
 from typing import Any
 
-LOCK_NAME = ".stoker-lock"
+LOCK_SUFFIX = ".stoker-lock"
+
+
+def lock_path(folder: str) -> str:
+    """Where the lock of ``folder`` lives: ``.{name}.stoker-lock`` beside it."""
+    parent, name = os.path.split(os.path.abspath(folder))
+    return os.path.join(parent, f".{name}{LOCK_SUFFIX}")
 
 
 class FolderInUseError(RuntimeError):
@@ -80,7 +88,7 @@ def read_holder(folder: str) -> dict[str, Any] | None:
     """The record in ``folder``'s lock, None when the folder is free; a lock that cannot be read counts as the
     record of nobody (an empty dict), which :func:`holder_is_gone` treats as gone."""
     try:
-        with open(os.path.join(folder, LOCK_NAME), encoding="utf-8") as f:
+        with open(lock_path(folder), encoding="utf-8") as f:
             record = json.load(f)
     except FileNotFoundError:
         return None
@@ -102,6 +110,16 @@ def is_held_by_another_run(folder: str) -> bool:
     return not _is_self(holder)
 
 
+def check_folder_free(folder: str, what: str) -> None:
+    """Raises :class:`FolderInUseError` (``what`` begins the message) when a live run other than this process holds
+    ``folder``: a resume must not take the checkpoints of a run that is still writing them."""
+    holder = read_holder(os.path.abspath(folder))
+    if holder is not None and not holder_is_gone(holder) and not _is_self(holder):
+        raise FolderInUseError(f"{what} {os.path.abspath(folder)} is in use by another run: {describe(holder)}. "
+                               "Resuming it would continue a run that is still going; wait for it to finish, or "
+                               "pass that run a ckpt_path of its own.")
+
+
 def _is_self(holder: dict[str, Any]) -> bool:
     me = this_process()
     return holder.get("host") == me["host"] and holder.get("pid") == me["pid"] and holder.get("start") == me["start"]
@@ -119,6 +137,7 @@ class FolderLock:
     def __init__(self) -> None:
         self._held: set[str] = set()
         self._lock = threading.Lock()
+        self._at_exit = False  # release_all registered to run at interpreter exit
 
     def holds(self, folder: str) -> bool:
         return os.path.abspath(folder) in self._held
@@ -133,6 +152,9 @@ class FolderLock:
             for _ in range(5):  # a race with another run taking over the same stale lock: look again
                 if self._try_create(folder):
                     self._held.add(folder)
+                    if not self._at_exit:  # a script that never calls end_training() gives it back at exit
+                        self._at_exit = True
+                        atexit.register(self.release_all)
                     return
                 holder = read_holder(folder)
                 if holder is None:
@@ -153,13 +175,13 @@ class FolderLock:
             holder = read_holder(folder)
             if holder is not None and _is_self(holder):
                 try:
-                    os.remove(os.path.join(folder, LOCK_NAME))
+                    os.remove(lock_path(folder))
                 except FileNotFoundError:
                     pass
 
     @staticmethod
     def _try_create(folder: str) -> bool:
-        path = os.path.join(folder, LOCK_NAME)
+        path = lock_path(folder)
         tmp = f"{path}.{os.getpid()}-{os.urandom(4).hex()}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(this_process(), f)
@@ -174,23 +196,19 @@ class FolderLock:
     @staticmethod
     def _take_over(folder: str) -> None:
         """Moves a dead holder's lock aside (one taker wins the rename; the others find the new lock)."""
-        path = os.path.join(folder, LOCK_NAME)
+        path = lock_path(folder)
+        stale = f"{path}.stale-{os.urandom(4).hex()}"
         try:
-            os.rename(path, f"{path}.stale-{os.urandom(4).hex()}")
+            os.rename(path, stale)
         except FileNotFoundError:
             return
-        for name in os.listdir(folder):
-            if name.startswith(f"{LOCK_NAME}.stale-"):
-                try:
-                    os.remove(os.path.join(folder, name))
-                except FileNotFoundError:
-                    pass
+        os.remove(stale)
 
 
 def _in_use_message(folder: str, holder: dict[str, Any]) -> str:
     remote = holder.get("host") != socket.gethostname()
     check = ("it runs on another machine, so stoker cannot tell whether it is still alive: if it is gone, delete "
-             f"{os.path.join(folder, LOCK_NAME)}" if remote else "wait for it to finish")
+             f"{lock_path(folder)}" if remote else "wait for it to finish")
     return (f"The checkpoint folder {folder} is in use by another run: {describe(holder)}. Two runs writing one "
             f"folder would delete each other's checkpoints. Give this run another folder (ModelCheckpoint(dirpath="
             f"...), Trainer(default_root_dir=...) or ProjectConfiguration(project_dir=...)), or {check}.")
