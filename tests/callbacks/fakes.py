@@ -58,6 +58,8 @@ class FakeAccelerator:
     sweep_checkpoint_trash = Accelerator.sweep_checkpoint_trash
     checkpoints_in_background = Accelerator.checkpoints_in_background
     save_model_folder = Accelerator.save_model_folder
+    hold_checkpoint_folder = Accelerator.hold_checkpoint_folder
+    release_checkpoint_folders = Accelerator.release_checkpoint_folders
 
     def wait_for_everyone(self) -> None:
         pass
