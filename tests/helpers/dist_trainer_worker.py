@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from stoker import Callback, CSVLogger, Trainer, TrainingModule
+from stoker.compat.accelerate.state import distributed_type_of  # Accelerate's name for the strategy in use
 from tests.helpers.models import make_mlp, make_regression_data
 
 OUT, MODE = Path(sys.argv[1]), sys.argv[2]
@@ -78,7 +79,7 @@ def main() -> None:
     train = DataLoader(make_regression_data(n=48), batch_size=4, shuffle=True)
     val = DataLoader(make_regression_data(n=16, seed=1), batch_size=4)
     result: dict = {"pid": os.getpid(), "rank": trainer.accelerator.process_index,
-                    "world": trainer.accelerator.num_processes, "strategy": trainer.accelerator.distributed_type}
+                    "world": trainer.accelerator.num_processes, "strategy": distributed_type_of(trainer.accelerator.strategy)}
     try:
         trainer.fit(module, train, val, ckpt_path="last" if MODE == "resume" else None)
     except SystemExit as exit_:
