@@ -110,9 +110,8 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     io = contents.io
     io.wait_for_save()  # one save at a time, in order
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
-    if auto and contents.is_main_process and config.project_dir is not None:
-        # The folder this run numbers, sweeps and rotates: no other live run may write there.
-        io.locks.acquire(os.path.join(config.project_dir, "checkpoints"))
+    if auto:
+        _hold_numbered_folder(contents)
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
     mode = _save_mode(contents, async_save, background_commit)
@@ -190,6 +189,13 @@ def _save_mode(contents: CheckpointContents, async_save: bool, background_commit
     if async_save or io.mode == "copy":
         return "copy"
     return "commit" if background_commit or io.mode == "commit" else None
+
+
+def _hold_numbered_folder(contents: CheckpointContents) -> None:
+    """Automatic naming: the folder this run numbers, sweeps and rotates is held by it (main process), so that
+    another live run on the same ``project_dir`` is refused before it touches anything there."""
+    if contents.is_main_process and contents.project.project_dir is not None:
+        contents.io.locks.acquire(os.path.join(contents.project.project_dir, "checkpoints"))
 
 
 def _make_room(contents: CheckpointContents, target: str, tmp: str, output_dir: str | None) -> None:
