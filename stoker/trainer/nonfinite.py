@@ -38,7 +38,7 @@ MODES = ("raise", "skip", "warn")
 # each) for runs that log rarely, at the cost of one device->host read per this many micro-batches.
 _MAX_PENDING = 1024
 # "skip": a loss that stays non-finite would skip every step and never reach max_steps; this many skips in a row end
-# the run with an error (a transient NaN skips a few steps at most).
+# the run with an error (a transient NaN skips a few steps at most). RunOptions(nonfinite_skip_limit=...) sets it.
 MAX_SKIPS_IN_A_ROW = 100
 
 
@@ -97,7 +97,7 @@ class NonFiniteLoss:
                 f"Trainer(on_nonfinite_loss='skip') skipped {self._in_a_row} optimizer steps in a row: the loss "
                 f"stays NaN or inf (last: {_where(first)}), so training makes no progress and would not end. Fix "
                 "the cause (learning rate, clipping, a numerically safe loss, the input data), or allow longer "
-                "streaks with Trainer(nonfinite_skip_limit=...).")
+                "streaks with Trainer(options=RunOptions(nonfinite_skip_limit=...)).")
         return True
 
     def _report(self, accelerator: Accelerator) -> None:

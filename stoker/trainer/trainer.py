@@ -161,7 +161,7 @@ class Trainer:
         self.hooks: HookDispatcher = HookDispatcher(self, None, ())  # rebuilt per run with the module
         self.train_results = Results(self, TRAIN.name)
         self.results = self.train_results  # where self.log records now (an evaluation swaps in its own)
-        self.nonfinite = NonFiniteLoss(self.on_nonfinite_loss)
+        self.nonfinite = NonFiniteLoss(self.on_nonfinite_loss, self.options.nonfinite_skip_limit)
         self.preemption = Preemption()
         self.run_setup = RunSetup(self)
         self.fit_run: FitRun | None = None  # what set-up prepared for the current (or last) fit: run.py

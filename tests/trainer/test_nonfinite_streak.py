@@ -40,3 +40,15 @@ def test_the_streak_limit_is_settable_and_a_finite_step_resets_it() -> None:
         NonFiniteLoss("skip", max_skips_in_a_row=0)
     with pytest.raises(TypeError, match=r"must be an int"):
         NonFiniteLoss("skip", max_skips_in_a_row=2.5)  # type: ignore[arg-type]
+
+
+def test_the_trainer_takes_the_streak_limit_from_its_run_options() -> None:
+    from stoker.trainer import RunOptions
+    from stoker.trainer import Trainer as CoreTrainer  # stoker.Trainer builds its RunOptions from Lightning's names
+
+    trainer = CoreTrainer(max_steps=5, on_nonfinite_loss="skip", logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, options=RunOptions(nonfinite_skip_limit=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"skipped 3 optimizer steps in a row.*RunOptions\(nonfinite_skip_limit"):
+            trainer.fit(_always_nan(), make_loader(DATA))
