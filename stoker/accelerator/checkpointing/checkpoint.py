@@ -24,6 +24,7 @@ from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _crc_file, 
                      _read_json, _recover, _sweep, aside_path, check_dcp_metadata, commit_checkpoint, list_checkpoints,
                      newest_checkpoint, rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, sweep_trash
+from .preflight import check_optimizer, check_weights
 from .contents import CheckpointContents
 from .rng import capture_rng_state, restore_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
@@ -155,6 +156,18 @@ def _parts_to_load(contents: CheckpointContents, files: dict[str, Any]) -> list[
     if SCALER_NAME not in files:  # saved without a scaler (not fp16): an fp16 run loading it keeps its own
         shared = [part for part in shared if part[0] != SCALER_NAME]
     return shared + [p for p in own if contents.stateful_loaders or not p[0].startswith("dataloader")]
+
+
+def _preflight(contents: CheckpointContents, path: str, models: list[tuple[Any, str, str]],
+               parts: list[tuple[str, Any, Any]], strict: bool) -> dict[str, Any]:
+    """Reads the parts' states and checks them and the weights against the objects; returns the states."""
+    for model, weights, _ in models:
+        check_weights(contents.unwrap(model), os.path.join(path, weights), path, strict)
+    trees = {name: load_tree(os.path.join(path, name)) for name, _, _ in parts}
+    for name, obj, label in parts:
+        if name.startswith("optimizer"):
+            check_optimizer(obj, trees[name], path, label)
+    return trees
 
 
 def _load_models(contents: CheckpointContents, path: str, models: list[tuple[Any, str, str]],
@@ -368,10 +381,11 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     names += [window_name] if window_name in files else []
     rng_name = f"random_states_{rank}.safetensors"
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
+    trees = _preflight(contents, path, models, parts, strict)  # everything checked before anything changes
     strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
     _load_models(contents, path, models, files, strict)
     for name, obj, _ in parts:
-        obj.load_state_dict(load_tree(os.path.join(path, name)))
+        obj.load_state_dict(trees[name])
     _restore_counters(contents, path, state["counters"], window_name if window_name in files else None)
     if rng_name in files:
         restore_rng_state(load_tree(os.path.join(path, rng_name)))

@@ -327,6 +327,16 @@ def _provided_keys(files: list[str], tied: dict[str, str],
     return {strip_compile_prefix(k) for k in provided}
 
 
+def key_mismatch(model: torch.nn.Module, provided: set[str]) -> tuple[list[str], list[str], dict[int, list[str]]]:
+    """(missing, unexpected, names of each tensor): tied names count as present when one of them is."""
+    groups: dict[int, list[str]] = {}  # names of one tensor (tied weights) share a group
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(strip_compile_prefix(name))
+    names = {n for g in groups.values() for n in g}
+    missing = sorted(names - {n for g in groups.values() if provided & set(g) for n in g})
+    return missing, sorted(provided - names), groups
+
+
 def _load_file(model: torch.nn.Module, read: tuple[dict[str, torch.Tensor], dict[str, str]], tied: dict[str, str],
                actual: dict[str, str], placement: dict[str, Any] | None) -> None:
     """Loads one file's tensors into ``model``; ``placement`` (meta parameters: assigned, not copied) or None."""
@@ -366,13 +376,7 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     files, tied = _checkpoint_files(os.fspath(checkpoint))
     placement = _placement(model, device_map) if device_map is not None else {}
     loaded: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]] = {}
-    provided = _provided_keys(files, tied, loaded)
-    groups: dict[int, list[str]] = {}  # names of one tensor (tied weights) share a group
-    for name, t in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(t), []).append(strip_compile_prefix(name))
-    names = {n for g in groups.values() for n in g}
-    missing = sorted(names - {n for g in groups.values() if provided & set(g) for n in g})
-    unexpected = sorted(provided - names)
+    missing, unexpected, groups = key_mismatch(model, _provided_keys(files, tied, loaded))
     if strict and (missing or unexpected):
         raise MismatchedKeysError(
             f"Error(s) loading {os.fspath(checkpoint)!r} into {type(model).__name__}: missing keys {missing}, "
