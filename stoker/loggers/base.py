@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import numbers
 import os
 import re
@@ -65,6 +64,7 @@ class Logger:
     _save_dir: str = "."
     _name: str = "stoker_logs"
     _version: int | str | None = None
+    _version_given: bool = False
     # Loggers of one run share one version number (see `share_version`): they
     # ask a shared `VersionGroup` instead of scanning their own folder (which
     # would see a sibling's new folder and pick the next number).
@@ -80,6 +80,7 @@ class Logger:
         self._save_dir = _path_text(save_dir, type(self).__name__)
         self._name = name or ""
         self._version = None if version is None else _checked_version(version)
+        self._version_given = version is not None
 
     @property
     def name(self) -> str:
@@ -114,6 +115,27 @@ class Logger:
         """Whether the version is known already (given, set, or resolved), so no folder will be scanned for it."""
         return self._version is not None
 
+    @property
+    def version_given(self) -> bool:
+        """Whether the version was passed to the constructor (a resumed run then keeps it, see `continue_run`)."""
+        return self._version_given
+
+    def continue_run(self, version: int | str | None, step: int) -> None:
+        """Continue the run that a checkpoint was written under: its ``version`` and, from optimizer step ``step``
+        on, its series.
+
+        Called by the Trainer when ``fit(ckpt_path=...)`` resumes, on every process and before anything is
+        written, so that the logs (and the default checkpoint folder) stay in the version the checkpoint came
+        from. A version passed to the constructor wins over the checkpoint's; ``None`` (a checkpoint that recorded
+        none) keeps this logger's own. Values the interrupted run logged after ``step`` are steps the resumed run
+        trains again: loggers that write files drop them (TensorBoard: ``purge_step``; CSV: the rows after
+        ``step``), so each step is read back once. The base class only takes the version and continues
+        ``step=None`` numbering after ``step``.
+        """
+        if version is not None and not self._version_given:
+            self._version = _checked_version(version)
+        self._last_step = int(step)
+
     def next_free_version(self) -> int:
         """The number a new run would take: one past the largest ``version_{n}`` folder under ``root_dir``.
 
@@ -126,11 +148,17 @@ class Logger:
         self._version_group = group
 
     @property
-    def log_dir(self) -> str:
-        """The folder this run writes into. Not created until the first write."""
+    def version_dir(self) -> str:
+        """``{save_dir}/{name}/version_{n}`` (a str version: the folder named so): the run's folder, which also
+        holds its default ``checkpoints`` folder. ``log_dir`` is this folder unless a logger adds a sub-folder."""
         version = self.version
         folder = version if isinstance(version, str) else f"version_{version}"
         return os.path.join(self.root_dir, folder)
+
+    @property
+    def log_dir(self) -> str:
+        """The folder this run writes into. Not created until the first write."""
+        return self.version_dir
 
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
         """Record scalar metrics at ``step``. The default does nothing.
@@ -355,12 +383,26 @@ def jsonable_params(value: Any) -> Any:
 
 
 def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
-    """``hparams`` as ``{folder}/hparams.yaml``, written as JSON (a subset of YAML: ``yaml.safe_load`` and
-    ``json.load`` both read it; other values as their ``str``), replacing the file in one step. The CSV and
-    TensorBoard loggers of one run share the folder and write the same content."""
+    """``hparams`` as ``{folder}/hparams.yaml`` in block YAML (as Lightning writes it; ``yaml.safe_load`` and
+    ``load_from_checkpoint(hparams_file=...)`` read it back), replacing the file in one step. Values YAML cannot
+    hold safely (objects) are written as their ``str``; tuples as lists. The CSV and TensorBoard loggers of one run
+    share the folder and write the same content."""
+    import yaml  # only when a file is written: `import stoker` stays light
+
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, HPARAMS_YAML)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        f.write(json.dumps(hparams, indent=2, default=str) + "\n")
+        yaml.safe_dump(_yaml_safe(hparams), f, default_flow_style=False, sort_keys=False, allow_unicode=True)
     os.replace(tmp, path)
+
+
+def _yaml_safe(value: Any) -> Any:
+    """``value`` with only what ``yaml.safe_dump`` writes: mappings (str keys), lists, and plain scalars."""
+    if isinstance(value, Mapping):
+        return {str(k): _yaml_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_yaml_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
