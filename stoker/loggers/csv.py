@@ -40,10 +40,14 @@ class CSVLogger(Logger):
     row stays buffered on those automatic writes, because validation metrics
     often arrive at the same step as the last training metrics. If
     ``metrics.csv`` already exists (an explicit ``version`` reused on resume),
-    new rows are appended to it (never merged into its rows).
+    new rows are appended to it (never merged into its rows). A run resumed
+    with ``fit(ckpt_path=...)`` continues its checkpoint's version this way
+    (``continue_run``): the rows after the checkpoint's step are dropped first,
+    as those steps are trained (and logged) again.
 
-    Hyperparameters go to ``hparams.yaml`` as JSON (a subset of YAML, so
-    ``yaml.safe_load`` and ``json.load`` both read it); repeated calls merge.
+    Hyperparameters go to ``hparams.yaml`` in block YAML, as Lightning writes it
+    (``yaml.safe_load`` and ``load_from_checkpoint(hparams_file=...)`` read it);
+    repeated calls merge.
     Logging after ``finalize`` keeps working and is written on the next flush.
 
     Args:
