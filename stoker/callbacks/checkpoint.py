@@ -5,8 +5,7 @@ save is ranked by, and the callback's state. The rest is split by idea: folder n
 (checkpoint_files.py), which checkpoints are kept (checkpoint_ranking.py), and how a save is written in a safe
 order (checkpoint_writer.py). The checkpoint format and its atomicity are the Accelerator's ``save_state``.
 
-Layout under ``dirpath`` (default: the run's ``{save_dir}/{name}/version_{n}/checkpoints`` with a logger, else
-``{default_root_dir}/checkpoints``; see ``stoker.loggers.layout``)::
+Layout under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, see ``stoker.loggers.layout``)::
 
     epoch=3-step=400/      a top-k checkpoint (a complete save_state folder)
     last/                  always the newest state; ``fit(ckpt_path="last")`` resumes from it
@@ -62,9 +61,8 @@ class ModelCheckpoint(Callback):
     ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
 
     Args:
-        dirpath: Folder for the checkpoints; default ``{save_dir}/{name}/version_{n}/checkpoints`` of the
-            Trainer's first logger (the run's log folder, as Lightning's), or ``{default_root_dir}/checkpoints``
-            without a logger.
+        dirpath: Folder for the checkpoints; default: the first logger's ``version_{n}/checkpoints`` (as
+            Lightning's), or ``{default_root_dir}/checkpoints`` without a logger (``stoker.loggers.layout``).
         filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"``; fields are ``epoch``, ``step``
             and any metric in ``trainer.callback_metrics`` and become ``name=value``. Characters that
             are unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``. Default ``"{epoch}-{step}"``.
@@ -200,8 +198,7 @@ class ModelCheckpoint(Callback):
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if self.dirpath is None:  # the run's folder: the first logger's version folder (stoker.loggers.layout)
             self.dirpath = default_checkpoint_dir(trainer.default_root_dir, trainer.loggers)
-            check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({save_dir}/{name}/version_{n}/checkpoints "
-                                        "of the first logger, else {default_root_dir}/checkpoints)")
+            check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath (the run's checkpoints folder)")
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
+from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
 
-HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
+__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -121,16 +121,13 @@ class Logger:
         return self._version_given
 
     def continue_run(self, version: int | str | None, step: int) -> None:
-        """Continue the run that a checkpoint was written under: its ``version`` and, from optimizer step ``step``
-        on, its series.
+        """Continue the run a checkpoint was written under: its ``version``, and its series after step ``step``.
 
-        Called by the Trainer when ``fit(ckpt_path=...)`` resumes, on every process and before anything is
-        written, so that the logs (and the default checkpoint folder) stay in the version the checkpoint came
-        from. A version passed to the constructor wins over the checkpoint's; ``None`` (a checkpoint that recorded
-        none) keeps this logger's own. Values the interrupted run logged after ``step`` are steps the resumed run
-        trains again: loggers that write files drop them (TensorBoard: ``purge_step``; CSV: the rows after
-        ``step``), so each step is read back once. The base class only takes the version and continues
-        ``step=None`` numbering after ``step``.
+        The Trainer calls it when ``fit(ckpt_path=...)`` resumes, on every process, before anything is written, so
+        the logs (and the default checkpoint folder) stay in the checkpoint's version. A version passed to the
+        constructor wins; ``None`` (none recorded) keeps this logger's. What the interrupted run logged after
+        ``step`` is trained again, so file loggers drop it (TensorBoard: ``purge_step``; CSV: its rows). The base
+        class takes the version and continues ``step=None`` numbering after ``step``.
         """
         if version is not None and not self._version_given:
             self._version = _checked_version(version)
@@ -380,29 +377,3 @@ def jsonable_params(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     return value
-
-
-def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
-    """``hparams`` as ``{folder}/hparams.yaml`` in block YAML (as Lightning writes it; ``yaml.safe_load`` and
-    ``load_from_checkpoint(hparams_file=...)`` read it back), replacing the file in one step. Values YAML cannot
-    hold safely (objects) are written as their ``str``; tuples as lists. The CSV and TensorBoard loggers of one run
-    share the folder and write the same content."""
-    import yaml  # only when a file is written: `import stoker` stays light
-
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, HPARAMS_YAML)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        yaml.safe_dump(_yaml_safe(hparams), f, default_flow_style=False, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, path)
-
-
-def _yaml_safe(value: Any) -> Any:
-    """``value`` with only what ``yaml.safe_dump`` writes: mappings (str keys), lists, and plain scalars."""
-    if isinstance(value, Mapping):
-        return {str(k): _yaml_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_yaml_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)

@@ -131,6 +131,7 @@ class TensorBoardLogger(Logger):
         self._handed_over = float("-inf")  # time.monotonic() of the last hand-over: the first one is at once
         self._hparams: dict[str, Any] = {}  # what hparams.yaml holds
         self._purge_from: int | None = None  # continue_run: the first step the next writer hides earlier events of
+        self._continued = False  # continue_run was called: the version holds the hp_metric placeholder already
 
     def __getstate__(self) -> dict[str, Any]:
         # An open file (and a SummaryWriter's thread) cannot travel; a pickled
@@ -220,8 +221,8 @@ class TensorBoardLogger(Logger):
         self._hparams.update(jsonable_params(nested))
         write_hparams_yaml(self.log_dir, self._hparams)
         flat = flatten_params(nested)
-        if metrics is None:
-            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        if metrics is None:  # a continued run's version holds the placeholder already: not twice at step 0
+            metrics = {"hp_metric": -1} if self._default_hp_metric and not self._continued else {}
         elif not isinstance(metrics, Mapping):
             metrics = {"hp_metric": metrics}
         values = to_scalars(metrics)
@@ -267,7 +268,7 @@ class TensorBoardLogger(Logger):
         interrupted run logged after ``step`` and show one curve whose steps never go back."""
         self.finalize("success")  # anything held belongs to the folder it was logged for
         super().continue_run(version, step)
-        self._purge_from = int(step) + 1
+        self._purge_from, self._continued = int(step) + 1, True
 
     def finalize(self, status: str) -> None:
         """Flush and close the writer and its file. Safe to call repeatedly; later logging reopens."""

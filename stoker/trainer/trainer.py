@@ -17,11 +17,10 @@ import torch
 
 from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import TrainerCheckpointState, load_weights, restore
+from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_weights, restore
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
-from .checkpointing import find_last_checkpoint
 from .hooks import HookDispatcher, merge_module_callbacks
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
@@ -394,7 +393,6 @@ class Trainer:
             value, argument="trainer.accumulate = ...")
 
     def find_last_checkpoint(self) -> str | None:
-        """The newest complete checkpoint for ``ckpt_path="last"``, or None: in the ModelCheckpoint's ``dirpath``,
-        every version folder's ``checkpoints`` of the first logger and ``{default_root_dir}/checkpoints``, the one
-        saved last (ties: ``last``, then more optimizer steps)."""
+        """The newest complete checkpoint for ``ckpt_path="last"``, or None: the one saved last (ties: ``last``, then
+        more optimizer steps) in the folders of ``components.checkpoint_search_folders``."""
         return find_last_checkpoint(checkpoint_search_folders(self))

@@ -144,3 +144,44 @@ def test_a_version_given_to_the_logger_wins_over_the_checkpoints(tmp_path: Path)
                             default_root_dir=str(tmp_path))
     trainer.fit(Regressor(), loader(), ckpt_path=tmp_path / "stoker_logs" / "version_0" / "checkpoints" / "last")
     assert trainer.log_dir == str(tmp_path / "stoker_logs" / "version_5")
+
+
+def test_continue_run_on_the_loggers_alone(tmp_path: Path) -> None:
+    """A run logged steps 0-9, its checkpoint was at step 4: a logger continuing it shows 0-4 of the first run,
+    then the new values, each step once (TensorBoard's ``hp_metric`` too, logged again at step 0)."""
+    for cls in (TensorBoardLogger, CSVLogger):
+        first = cls(tmp_path / cls.__name__)
+        first.log_hyperparams({"lr": 0.1})
+        for step in range(10):
+            first.log_metrics({"loss": float(step)}, step=step)
+        first.finalize("failed")
+        again = cls(tmp_path / cls.__name__)
+        assert again.version == 1  # before continue_run: a new version, as for a fresh run
+        again.continue_run(0, 4)
+        again.log_hyperparams({"lr": 0.1})
+        for step in range(5, 8):
+            again.log_metrics({"loss": 100.0 + step}, step=step)
+        again.log_metrics({"loss": 200.0})  # step=None continues after the largest step
+        again.finalize("success")
+        assert again.log_dir == first.log_dir
+        expected = [(s, float(s)) for s in range(5)] + [(s, 100.0 + s) for s in range(5, 8)] + [(8, 200.0)]
+        if cls is TensorBoardLogger:
+            scalars = tensorboard_scalars(again.log_dir)
+            assert [(s, v) for s, v in scalars["loss"]] == expected
+            assert [s for s, _ in scalars["hp_metric"]] == [0]
+        else:
+            assert [(int(r["step"]), float(r["loss"])) for r in csv_rows(again)] == expected
+    given = CSVLogger(tmp_path, version=3)
+    given.continue_run(0, 4)
+    assert given.version == 3
+
+
+def test_the_checkpoint_records_the_logger_versions(tmp_path: Path) -> None:
+    from stoker.trainer.components import recorded_logger_versions
+
+    trainer = quiet_trainer(max_steps=2, logger=[TensorBoardLogger(tmp_path, version="named"), CSVLogger(tmp_path)],
+                            default_root_dir=str(tmp_path))
+    trainer.fit(Regressor(), loader())
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    assert recorded_logger_versions(str(tmp_path / "ckpt")) == (["named", 0], 2)
+    assert recorded_logger_versions(str(tmp_path / "missing")) is None
