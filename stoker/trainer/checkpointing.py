@@ -5,13 +5,15 @@ Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop positi
 on resume, and the ``ckpt_path="last"`` lookup (preemption: ``preemption.py``). Does not own the folder format
 or its atomicity (``stoker/accelerator/checkpointing/``).
 
-Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
+Layout (``stoker.loggers.layout``; the run's checkpoints folder is ``ModelCheckpoint``'s default ``dirpath``)::
 
-    {default_root_dir}/checkpoints/last/          newest state (ModelCheckpoint and preemption write it)
-    {default_root_dir}/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/stoker_logs/version_N/checkpoints/last/   newest state (ModelCheckpoint, preemption)
+    {default_root_dir}/stoker_logs/version_N/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/checkpoints/...            the same without a logger (and runs of the older layout)
 
-``ckpt_path="last"`` takes, among the complete checkpoint folders there (and in the ModelCheckpoint's own
-``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to more optimizer steps).
+``ckpt_path="last"`` takes, among the complete checkpoint folders there (every version's, and the
+ModelCheckpoint's own ``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to
+more optimizer steps).
 Not the one with the most steps: a folder may still hold an earlier run's checkpoints (a fresh ``fit`` into the
 same ``default_root_dir``, or a run continued from an older checkpoint), and a crash of the new run must resume the
 new run, not jump to the old one's end.
