@@ -86,18 +86,20 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
     if trainer.hooks is not None:
         trainer.hooks.call("on_save_checkpoint", checkpoint)
-    # The loggers' versions (None: not chosen yet), so that a resumed run continues their logs (components.py).
-    versions = [lg.version if lg.version_chosen else None for lg in trainer.loggers]
-    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "logger_versions": versions}
+    # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
+    runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)} if lg.version_chosen else None
+            for lg in trainer.loggers]
+    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "logger_runs": runs}
 
 
-def payload_logger_versions(payload: Any) -> tuple[list[int | str | None], int] | None:
-    """``(logger versions, global_step)`` recorded in a Trainer state; None when it is not one or has no versions."""
-    if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT or "logger_versions" not in payload:
+def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None], int] | None:
+    """``([(version, root_dir) or None per logger], global_step)`` recorded in a Trainer state; None when it is
+    not one or recorded no loggers (written before they were recorded)."""
+    if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT or "logger_runs" not in payload:
         return None
-    versions = [v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
-                for v in payload["logger_versions"]]
-    return versions, int(payload["checkpoint"]["global_step"])
+    runs = [(run["version"], str(run["root_dir"])) if isinstance(run, Mapping) else None
+            for run in payload["logger_runs"]]
+    return runs, int(payload["checkpoint"]["global_step"])
 
 
 def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:

@@ -82,14 +82,16 @@ def checkpoint_search_folders(trainer: TrainerParts) -> list[str]:
 
 
 def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
-    """``fit(ckpt_path=...)``: before anything of the run is set up or written, the loggers take the versions the
-    checkpoint was written under, and drop what the interrupted run logged after its step (see
+    """``fit(ckpt_path=...)``: before anything of the run is set up or written, each logger takes the version the
+    checkpoint was written under, and drops what the interrupted run logged after its step (see
     ``Logger.continue_run``). So the resumed run's logs continue the same ``version_{n}``, and its default
     checkpoint folder is that version's ``checkpoints`` (Lightning starts a new version instead).
 
+    Only a logger whose ``{save_dir}/{name}`` is the folder the checkpoint recorded continues: a checkpoint brought
+    from another experiment or machine must not append to (and purge) an unrelated run that has the same number.
     Every process reads the same checkpoint, so the versions stay agreed. Nothing happens for ``ckpt_path=None``
-    or ``"best"`` (this Trainer's own run), without loggers, or for a checkpoint that recorded no versions (written
-    before they were recorded); a path that is no checkpoint is left for the restore to report.
+    or ``"best"`` (this Trainer's own run), without loggers, or for a checkpoint that recorded no loggers; a path
+    that is no checkpoint is left for the restore to report.
     """
     from .checkpointing import BEST, LAST
 
@@ -99,19 +101,20 @@ def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
         path = trainer.find_last_checkpoint()
     else:
         path = os.fspath(ckpt_path) if isinstance(ckpt_path, (str, os.PathLike)) else None
-    recorded = recorded_logger_versions(path) if path is not None else None
+    recorded = recorded_logger_runs(path) if path is not None else None
     if recorded is None:
         return
-    versions, step = recorded
-    for logger, version in zip(trainer.loggers, versions):
-        logger.continue_run(version, step)
+    runs, step = recorded
+    for logger, run in zip(trainer.loggers, runs):
+        if run is not None and run[1] == os.path.abspath(logger.root_dir):
+            logger.continue_run(run[0], step)
 
 
-def recorded_logger_versions(path: str) -> tuple[list[int | str | None], int] | None:
-    """The logger versions a Trainer checkpoint folder recorded, and its optimizer step; None when it holds no
-    readable Trainer state (the restore reports why)."""
+def recorded_logger_runs(path: str) -> tuple[list[tuple[int | str, str] | None], int] | None:
+    """The ``(version, root_dir)`` of each logger a Trainer checkpoint folder recorded, and its optimizer step;
+    None when it holds no readable Trainer state (the restore reports why)."""
     from ..accelerator import load_tree, verify_checkpoint
-    from .checkpointing import payload_logger_versions
+    from .checkpointing import payload_logger_runs
 
     if not os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)):
         return None
@@ -119,7 +122,7 @@ def recorded_logger_versions(path: str) -> tuple[list[int | str | None], int] | 
         verify_checkpoint(path, files=[TRAINER_STATE_FILE])
     except (ValueError, OSError):  # damaged or incomplete: resuming from it fails with the full message
         return None
-    return payload_logger_versions(load_tree(os.path.join(path, TRAINER_STATE_FILE)))
+    return payload_logger_runs(load_tree(os.path.join(path, TRAINER_STATE_FILE)))
 
 
 def make_accelerator(accelerator: str, devices: int | str | list[int], strategy: Any, accumulate: int,

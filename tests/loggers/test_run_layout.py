@@ -177,11 +177,27 @@ def test_continue_run_on_the_loggers_alone(tmp_path: Path) -> None:
 
 
 def test_the_checkpoint_records_the_logger_versions(tmp_path: Path) -> None:
-    from stoker.trainer.components import recorded_logger_versions
+    from stoker.trainer.components import recorded_logger_runs
 
     trainer = quiet_trainer(max_steps=2, logger=[TensorBoardLogger(tmp_path, version="named"), CSVLogger(tmp_path)],
                             default_root_dir=str(tmp_path))
     trainer.fit(Regressor(), loader())
     trainer.save_checkpoint(tmp_path / "ckpt")
-    assert recorded_logger_versions(str(tmp_path / "ckpt")) == (["named", 0], 2)
-    assert recorded_logger_versions(str(tmp_path / "missing")) is None
+    root = str(tmp_path / "stoker_logs")
+    assert recorded_logger_runs(str(tmp_path / "ckpt")) == ([("named", root), (0, root)], 2)
+    assert recorded_logger_runs(str(tmp_path / "missing")) is None
+
+
+def test_a_checkpoint_from_another_experiment_starts_a_new_version(tmp_path: Path) -> None:
+    """Resuming a checkpoint written under ``elsewhere/`` must not append to (and purge) this root's version_0."""
+    here = quiet_trainer(max_steps=8, logger=loggers(tmp_path / "here"), log_every_n_steps=1,
+                         default_root_dir=str(tmp_path / "here"))
+    here.fit(Regressor(), loader())
+    other = quiet_trainer(max_steps=4, logger=loggers(tmp_path / "elsewhere"), enable_checkpointing=True,
+                          default_root_dir=str(tmp_path / "elsewhere"))
+    other.fit(Regressor(), loader())
+    resumed = quiet_trainer(max_steps=6, logger=loggers(tmp_path / "here"), log_every_n_steps=1,
+                            default_root_dir=str(tmp_path / "here"))
+    resumed.fit(Regressor(), loader(), ckpt_path=other.checkpoint_callback.last_model_path)
+    assert resumed.log_dir == str(tmp_path / "here" / "stoker_logs" / "version_1")
+    assert [s for s, _ in tensorboard_scalars(here.log_dir)["train/loss"]] == list(range(1, 9))  # untouched
