@@ -5,7 +5,7 @@
 
 Shows: accumulate=2, bf16 where the hardware has it (`--precision auto`: fp32 on a CPU, where bf16 autocast without
 bf16 instructions is several times slower), a per-step warm-up/cosine schedule, validation perplexity through a
-torchmetrics Metric, checkpoints ({root}/checkpoints) and TensorBoard logs ({root}/stoker_logs).
+torchmetrics Metric, TensorBoard logs and checkpoints ({root}/stoker_logs/version_N and its checkpoints/).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ save is ranked by, and the callback's state. The rest is split by idea: folder n
 (checkpoint_files.py), which checkpoints are kept (checkpoint_ranking.py), and how a save is written in a safe
 order (checkpoint_writer.py). The checkpoint format and its atomicity are the Accelerator's ``save_state``.
 
-Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
+Layout under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, see ``stoker.loggers.layout``)::
 
     epoch=3-step=400/      a top-k checkpoint (a complete save_state folder)
     last/                  always the newest state; ``fit(ckpt_path="last")`` resumes from it
@@ -31,6 +31,7 @@ from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, 
                                                warn_if_earlier_run)
 from stoker.callbacks.checkpoint_ranking import admit, kept
 from stoker.callbacks.checkpoint_writer import CheckpointWriter
+from stoker.loggers.layout import default_checkpoint_dir
 
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
@@ -60,7 +61,8 @@ class ModelCheckpoint(Callback):
     ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
 
     Args:
-        dirpath: Folder for the checkpoints; default ``{trainer.default_root_dir}/checkpoints``.
+        dirpath: Folder for the checkpoints; default: the first logger's ``version_{n}/checkpoints`` (as
+            Lightning's), or ``{default_root_dir}/checkpoints`` without a logger (``stoker.loggers.layout``).
         filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"``; fields are ``epoch``, ``step``
             and any metric in ``trainer.callback_metrics`` and become ``name=value``. Characters that
             are unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``. Default ``"{epoch}-{step}"``.
@@ -194,9 +196,9 @@ class ModelCheckpoint(Callback):
 
     # -- schedule -----------------------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
-        if self.dirpath is None:
-            self.dirpath = os.path.abspath(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints"))
-            check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath ({default_root_dir}/checkpoints)")
+        if self.dirpath is None:  # the run's folder: the first logger's version folder (stoker.loggers.layout)
+            self.dirpath = default_checkpoint_dir(trainer.default_root_dir, trainer.loggers)
+            check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath (the run's checkpoints folder)")
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)

@@ -18,6 +18,7 @@ from typing import Any
 
 from stoker.callbacks._fit_progress import agreed_any
 from stoker.callbacks.base import Callback, TrainerView
+from stoker.loggers.layout import default_checkpoint_dir
 
 __all__ = ["Timer"]
 
@@ -210,4 +211,4 @@ def _save_last(trainer: TrainerView) -> None:
     if callback is not None:
         callback.save_last_now(trainer)
     else:
-        trainer.save_checkpoint(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints", "last"))
+        trainer.save_checkpoint(os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), "last"))

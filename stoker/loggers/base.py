@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import numbers
 import os
 import re
@@ -23,9 +22,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
+from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
 
-HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
+__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -65,6 +64,7 @@ class Logger:
     _save_dir: str = "."
     _name: str = "stoker_logs"
     _version: int | str | None = None
+    _version_given: bool = False
     # Loggers of one run share one version number (see `share_version`): they
     # ask a shared `VersionGroup` instead of scanning their own folder (which
     # would see a sibling's new folder and pick the next number).
@@ -80,6 +80,7 @@ class Logger:
         self._save_dir = _path_text(save_dir, type(self).__name__)
         self._name = name or ""
         self._version = None if version is None else _checked_version(version)
+        self._version_given = version is not None
 
     @property
     def name(self) -> str:
@@ -114,6 +115,24 @@ class Logger:
         """Whether the version is known already (given, set, or resolved), so no folder will be scanned for it."""
         return self._version is not None
 
+    @property
+    def version_given(self) -> bool:
+        """Whether the version was passed to the constructor (a resumed run then keeps it, see `continue_run`)."""
+        return self._version_given
+
+    def continue_run(self, version: int | str | None, step: int) -> None:
+        """Continue the run a checkpoint was written under: its ``version``, and its series after step ``step``.
+
+        The Trainer calls it when ``fit(ckpt_path=...)`` resumes, on every process, before anything is written, so
+        the logs (and the default checkpoint folder) stay in the checkpoint's version. A version passed to the
+        constructor wins; ``None`` (none recorded) keeps this logger's. What the interrupted run logged after
+        ``step`` is trained again, so file loggers drop it (TensorBoard: ``purge_step``; CSV: its rows). The base
+        class takes the version and continues ``step=None`` numbering after ``step``.
+        """
+        if version is not None and not self._version_given:
+            self._version = _checked_version(version)
+        self._last_step = int(step)
+
     def next_free_version(self) -> int:
         """The number a new run would take: one past the largest ``version_{n}`` folder under ``root_dir``.
 
@@ -126,11 +145,17 @@ class Logger:
         self._version_group = group
 
     @property
-    def log_dir(self) -> str:
-        """The folder this run writes into. Not created until the first write."""
+    def version_dir(self) -> str:
+        """``{save_dir}/{name}/version_{n}`` (a str version: the folder named so): the run's folder, which also
+        holds its default ``checkpoints`` folder. ``log_dir`` is this folder unless a logger adds a sub-folder."""
         version = self.version
         folder = version if isinstance(version, str) else f"version_{version}"
         return os.path.join(self.root_dir, folder)
+
+    @property
+    def log_dir(self) -> str:
+        """The folder this run writes into. Not created until the first write."""
+        return self.version_dir
 
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:
         """Record scalar metrics at ``step``. The default does nothing.
@@ -352,15 +377,3 @@ def jsonable_params(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     return value
-
-
-def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
-    """``hparams`` as ``{folder}/hparams.yaml``, written as JSON (a subset of YAML: ``yaml.safe_load`` and
-    ``json.load`` both read it; other values as their ``str``), replacing the file in one step. The CSV and
-    TensorBoard loggers of one run share the folder and write the same content."""
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, HPARAMS_YAML)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(hparams, indent=2, default=str) + "\n")
-    os.replace(tmp, path)

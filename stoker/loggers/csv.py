@@ -40,10 +40,14 @@ class CSVLogger(Logger):
     row stays buffered on those automatic writes, because validation metrics
     often arrive at the same step as the last training metrics. If
     ``metrics.csv`` already exists (an explicit ``version`` reused on resume),
-    new rows are appended to it (never merged into its rows).
+    new rows are appended to it (never merged into its rows). A run resumed
+    with ``fit(ckpt_path=...)`` continues its checkpoint's version this way
+    (``continue_run``): the rows after the checkpoint's step are dropped first,
+    as those steps are trained (and logged) again.
 
-    Hyperparameters go to ``hparams.yaml`` as JSON (a subset of YAML, so
-    ``yaml.safe_load`` and ``json.load`` both read it); repeated calls merge.
+    Hyperparameters go to ``hparams.yaml`` in block YAML, as Lightning writes it
+    (``yaml.safe_load`` and ``load_from_checkpoint(hparams_file=...)`` read it);
+    repeated calls merge.
     Logging after ``finalize`` keeps working and is written on the next flush.
 
     Args:
@@ -88,6 +92,7 @@ class CSVLogger(Logger):
         self._replace_file_last = False  # `_rows[0]` is the file's last line, grown since it was written
         self._file_keys: list[str] | None = None  # header on disk; None until the file is inspected
         self._hparams: dict[str, Any] = {}
+        self._drop_after: int | None = None  # continue_run: rows of metrics.csv after this step go at the next write
 
     @property
     def metrics_file_path(self) -> str:
@@ -120,6 +125,15 @@ class CSVLogger(Logger):
         self._hparams.update(jsonable_params(params_to_dict(params)))
         write_hparams_yaml(self.log_dir, self._hparams)
 
+    def continue_run(self, version: int | str | None, step: int) -> None:
+        """Continue the checkpoint's version (see `Logger.continue_run`): new rows are appended to its
+        ``metrics.csv``, and the rows the interrupted run wrote after ``step`` (steps trained again now) are dropped
+        at the first write, so each step's values are in the file once and steps never go back."""
+        self.flush()  # rows still held belong to the file they were logged for
+        super().continue_run(version, step)
+        self._file_keys, self._last, self._last_on_disk, self._replace_file_last = None, None, False, False
+        self._drop_after = int(step)
+
     def flush(self) -> None:
         """Write every buffered row to ``metrics.csv``."""
         self._write(keep_open_row=False)
@@ -147,14 +161,22 @@ class CSVLogger(Logger):
         self._rows = self._rows[len(rows):]
 
     def _inspect_existing_file(self, path: str) -> None:
-        """Adopt the header of a ``metrics.csv`` left by an earlier run (new rows are appended after its rows)."""
+        """Adopt the header of a ``metrics.csv`` left by an earlier run (new rows are appended after its rows);
+        after ``continue_run``, drop its rows after the resumed step first."""
         self._file_keys = []
         if not os.path.exists(path):
             return
         with open(path, newline="") as f:
-            header = [key for key in (csv.DictReader(f).fieldnames or []) if key != "step"]
+            reader = csv.DictReader(f)
+            header = [key for key in (reader.fieldnames or []) if key != "step"]
+            rows = list(reader) if self._drop_after is not None else []
         self._file_keys = header
         self._keys = header + [key for key in self._keys if key not in header]
+        if self._drop_after is not None:  # a resumed run: the steps after its checkpoint are trained again
+            kept = [row for row in rows if not _after(row.get("step"), self._drop_after)]
+            self._drop_after = None
+            if len(kept) < len(rows):
+                self._rewrite_rows(path, kept)
 
     def _rewrite(self, path: str, rows: list[dict[str, Any]], replace_last: bool) -> None:
         """Rewrite the whole file with the current header (a new column, or its last line grown)."""
@@ -164,6 +186,10 @@ class CSVLogger(Logger):
                 existing = list(csv.DictReader(f))
         if replace_last and existing:
             existing.pop()
+        self._rewrite_rows(path, existing + rows)
+
+    def _rewrite_rows(self, path: str, rows: list[dict[str, Any]]) -> None:
+        """``metrics.csv`` replaced by ``rows`` under the current header."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp"
         with open(tmp, "w", newline="") as f:
@@ -172,11 +198,18 @@ class CSVLogger(Logger):
                 f, fieldnames=["step", *self._keys], restval="", extrasaction="ignore", lineterminator="\n"
             )
             writer.writeheader()
-            writer.writerows(existing)
             writer.writerows(rows)
         # Rename so a crash mid-rewrite leaves the previous complete file.
         os.replace(tmp, path)
         self._file_keys = list(self._keys)
+
+
+def _after(step: Any, limit: int) -> bool:
+    """Whether a row's ``step`` text is a step after ``limit`` (a row without a readable step is kept)."""
+    try:
+        return int(step) > limit
+    except (TypeError, ValueError):
+        return False
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -130,6 +130,8 @@ class TensorBoardLogger(Logger):
         self._held: list[tuple[float, int, dict[str, float | int]]] = []  # (wall time, step, values) not handed over
         self._handed_over = float("-inf")  # time.monotonic() of the last hand-over: the first one is at once
         self._hparams: dict[str, Any] = {}  # what hparams.yaml holds
+        self._purge_from: int | None = None  # continue_run: the first step the next writer hides earlier events of
+        self._continued = False  # continue_run was called: the version holds the hp_metric placeholder already
 
     def __getstate__(self) -> dict[str, Any]:
         # An open file (and a SummaryWriter's thread) cannot travel; a pickled
@@ -164,7 +166,10 @@ class TensorBoardLogger(Logger):
             from torch.utils.tensorboard import SummaryWriter
 
             _wait_for_a_later_second(self.log_dir)
-            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            kwargs = dict(self._writer_kwargs)
+            if self._purge_from is not None:  # once: a later reopen (test after fit) must not hide the fit's steps
+                kwargs["purge_step"], self._purge_from = self._purge_from, None
+            self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
             # SummaryWriter's thread is a daemon: what it still queues at exit would be lost without this.
             self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self), os.getpid())
             atexit.register(self._at_exit)
@@ -216,8 +221,8 @@ class TensorBoardLogger(Logger):
         self._hparams.update(jsonable_params(nested))
         write_hparams_yaml(self.log_dir, self._hparams)
         flat = flatten_params(nested)
-        if metrics is None:
-            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        if metrics is None:  # a continued run's version holds the placeholder already: not twice at step 0
+            metrics = {"hp_metric": -1} if self._default_hp_metric and not self._continued else {}
         elif not isinstance(metrics, Mapping):
             metrics = {"hp_metric": metrics}
         values = to_scalars(metrics)
@@ -256,6 +261,14 @@ class TensorBoardLogger(Logger):
         if self._writer is not None:
             self._hand_over()
             self._writer.flush()
+
+    def continue_run(self, version: int | str | None, step: int) -> None:
+        """Continue the checkpoint's version (see `Logger.continue_run`): the next event file starts with
+        TensorBoard's ``purge_step = step + 1``, so readers (TensorBoard, ``EventAccumulator``) hide what the
+        interrupted run logged after ``step`` and show one curve whose steps never go back."""
+        self.finalize("success")  # anything held belongs to the folder it was logged for
+        super().continue_run(version, step)
+        self._purge_from, self._continued = int(step) + 1, True
 
     def finalize(self, status: str) -> None:
         """Flush and close the writer and its file. Safe to call repeatedly; later logging reopens."""

@@ -5,13 +5,15 @@ Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop positi
 on resume, and the ``ckpt_path="last"`` lookup (preemption: ``preemption.py``). Does not own the folder format
 or its atomicity (``stoker/accelerator/checkpointing/``).
 
-Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
+Layout (``stoker.loggers.layout``; the run's checkpoints folder is ``ModelCheckpoint``'s default ``dirpath``)::
 
-    {default_root_dir}/checkpoints/last/          newest state (ModelCheckpoint and preemption write it)
-    {default_root_dir}/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/stoker_logs/version_N/checkpoints/last/   newest state (ModelCheckpoint, preemption)
+    {default_root_dir}/stoker_logs/version_N/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/checkpoints/...            the same without a logger (and runs of the older layout)
 
-``ckpt_path="last"`` takes, among the complete checkpoint folders there (and in the ModelCheckpoint's own
-``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to more optimizer steps).
+``ckpt_path="last"`` takes, among the complete checkpoint folders there (every version's, and the
+ModelCheckpoint's own ``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to
+more optimizer steps).
 Not the one with the most steps: a folder may still hold an earlier run's checkpoints (a fresh ``fit`` into the
 same ``default_root_dir``, or a run continued from an older checkpoint), and a crash of the new run must resume the
 new run, not jump to the old one's end.
@@ -84,7 +86,20 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
     if trainer.hooks is not None:
         trainer.hooks.call("on_save_checkpoint", checkpoint)
-    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint}
+    # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
+    runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)} if lg.version_chosen else None
+            for lg in trainer.loggers]
+    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "logger_runs": runs}
+
+
+def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None], int] | None:
+    """``([(version, root_dir) or None per logger], global_step)`` recorded in a Trainer state; None when it is
+    not one or recorded no loggers (written before they were recorded)."""
+    if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT or "logger_runs" not in payload:
+        return None
+    runs = [(run["version"], str(run["root_dir"])) if isinstance(run, Mapping) else None
+            for run in payload["logger_runs"]]
+    return runs, int(payload["checkpoint"]["global_step"])
 
 
 def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:

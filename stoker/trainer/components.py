@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
@@ -9,6 +10,10 @@ from .hooks import check_callbacks
 
 if TYPE_CHECKING:
     from ..loggers import Logger
+    from .parts import TrainerParts
+
+# The file the Trainer's state is saved in: it registers it first with its Accelerator (custom object #0).
+TRAINER_STATE_FILE = "custom_checkpoint.safetensors"
 
 
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
@@ -65,6 +70,59 @@ def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
         for lg, version in zip(loggers, versions):
             lg.version = version  # resolved once, before anything is written
+
+
+def checkpoint_search_folders(trainer: TrainerParts) -> list[str]:
+    """Where ``ckpt_path="last"`` looks (``stoker.loggers.layout``): the ModelCheckpoint's ``dirpath``, each version
+    folder's ``checkpoints`` of the first logger, ``{default_root_dir}/checkpoints``."""
+    from ..loggers.layout import checkpoint_search_folders as folders
+
+    callback = trainer.checkpoint_callback
+    return folders(trainer.default_root_dir, trainer.loggers, callback.dirpath if callback is not None else None)
+
+
+def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
+    """``fit(ckpt_path=...)``: before anything of the run is set up or written, each logger takes the version the
+    checkpoint was written under, and drops what the interrupted run logged after its step (see
+    ``Logger.continue_run``). So the resumed run's logs continue the same ``version_{n}``, and its default
+    checkpoint folder is that version's ``checkpoints`` (Lightning starts a new version instead).
+
+    Only a logger whose ``{save_dir}/{name}`` is the folder the checkpoint recorded continues: a checkpoint brought
+    from another experiment or machine must not append to (and purge) an unrelated run that has the same number.
+    Every process reads the same checkpoint, so the versions stay agreed. Nothing happens for ``ckpt_path=None``
+    or ``"best"`` (this Trainer's own run), without loggers, or for a checkpoint that recorded no loggers; a path
+    that is no checkpoint is left for the restore to report.
+    """
+    from .checkpointing import BEST, LAST
+
+    if not trainer.loggers or ckpt_path is None or ckpt_path == BEST or trainer.state.fn is not None:
+        return
+    if ckpt_path == LAST:
+        path = trainer.find_last_checkpoint()
+    else:
+        path = os.fspath(ckpt_path) if isinstance(ckpt_path, (str, os.PathLike)) else None
+    recorded = recorded_logger_runs(path) if path is not None else None
+    if recorded is None:
+        return
+    runs, step = recorded
+    for logger, run in zip(trainer.loggers, runs):
+        if run is not None and run[1] == os.path.abspath(logger.root_dir):
+            logger.continue_run(run[0], step)
+
+
+def recorded_logger_runs(path: str) -> tuple[list[tuple[int | str, str] | None], int] | None:
+    """The ``(version, root_dir)`` of each logger a Trainer checkpoint folder recorded, and its optimizer step;
+    None when it holds no readable Trainer state (the restore reports why)."""
+    from ..accelerator import load_tree, verify_checkpoint
+    from .checkpointing import payload_logger_runs
+
+    if not os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)):
+        return None
+    try:
+        verify_checkpoint(path, files=[TRAINER_STATE_FILE])
+    except (ValueError, OSError):  # damaged or incomplete: resuming from it fails with the full message
+        return None
+    return payload_logger_runs(load_tree(os.path.join(path, TRAINER_STATE_FILE)))
 
 
 def make_accelerator(accelerator: str, devices: int | str | list[int], strategy: Any, accumulate: int,

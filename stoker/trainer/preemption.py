@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import SignalAgreement, agree_on_max
+from ..loggers.layout import default_checkpoint_dir
 from .checkpointing import LAST
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Preemption:
         if flag is None:
             return
         self.received = flag
-        path = os.path.join(os.path.abspath(os.fspath(trainer.default_root_dir)), "checkpoints", LAST)
+        path = os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), LAST)  # the run's
         trainer.save_checkpoint(path)
         name = signal.Signals(flag).name if flag in set(signal.Signals) else flag
         if trainer.is_global_zero:

@@ -17,10 +17,10 @@ import torch
 
 from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import TrainerCheckpointState, load_weights, restore
-from .components import agree_on_log_dirs, build_callbacks, build_loggers, make_accelerator
+from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_weights, restore
+from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
+                         continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
-from .checkpointing import find_last_checkpoint
 from .hooks import HookDispatcher, merge_module_callbacks
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
@@ -185,6 +185,7 @@ class Trainer:
         self.datamodule = datamodule
         passed = (train_dataloaders is not None, val_dataloaders is not None)
         early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
+        continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with self._run("fit", module, datamodule):
             train, vals = early or loaders()
             run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
@@ -392,8 +393,6 @@ class Trainer:
             value, argument="trainer.accumulate = ...")
 
     def find_last_checkpoint(self) -> str | None:
-        """The newest complete checkpoint for ``ckpt_path="last"``, or None: in ``{default_root_dir}/checkpoints``
-        and the ModelCheckpoint's ``dirpath``, the one saved last (ties: ``last``, then more optimizer steps)."""
-        callback = self.checkpoint_callback
-        return find_last_checkpoint([os.path.join(self.default_root_dir, "checkpoints"),
-                                     *([callback.dirpath] if getattr(callback, "dirpath", None) else [])])
+        """The newest complete checkpoint for ``ckpt_path="last"``, or None: the one saved last (ties: ``last``, then
+        more optimizer steps) in the folders of ``components.checkpoint_search_folders``."""
+        return find_last_checkpoint(checkpoint_search_folders(self))

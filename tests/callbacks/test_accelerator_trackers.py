@@ -35,4 +35,4 @@ def test_log_with_tensorboard_and_csv_in_a_training_loop(tmp_path):
         rows = list(csv.DictReader(f))
     assert [int(r["step"]) for r in rows] == [0, 1, 2]
     assert [float(r["train/loss"]) for r in rows] == losses
-    assert '"lr": 0.1' in (tmp_path / "exp" / "version_0" / "hparams.yaml").read_text()
+    assert 'lr: 0.1' in (tmp_path / "exp" / "version_0" / "hparams.yaml").read_text()

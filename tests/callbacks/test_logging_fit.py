@@ -41,7 +41,7 @@ def test_tensorboard_and_csv_in_one_fit(tmp_path):
     for row in rows:  # the two loggers got the same numbers
         assert float(row["train/loss"]) == pytest.approx(tb_loss[int(row["step"])], rel=1e-6)
     assert [r["val/loss"] != "" for r in rows] == [False, False, False, True] * 2
-    assert '"lr": 0.03' in open(os.path.join(csv_logger.log_dir, "hparams.yaml")).read()
+    assert 'lr: 0.03' in open(os.path.join(csv_logger.log_dir, "hparams.yaml")).read()
 
 
 def test_logger_true_writes_tensorboard_under_default_root(tmp_path):

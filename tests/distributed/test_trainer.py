@@ -35,7 +35,7 @@ def _full_sigterm_resume(out: Path) -> tuple[Path, str, dict[str, list[dict]], l
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
     preempted = run_workers(WORKER, [out, "sigterm"], timeout=240, check=False)
     assert [r.returncode for r in preempted] == [143, 143], "\n".join(r.output[-2000:] for r in preempted)
-    last = out / "run_preempted" / "checkpoints"
+    last = out / "run_preempted" / "stoker_logs" / "version_0" / "checkpoints"  # the run's checkpoints folder
     (out / "after_sigterm.json").write_text(json.dumps({
         "folders": sorted(p.name for p in last.iterdir()),
         "state": json.loads((last / "last" / "stoker_state.json").read_text())}))
@@ -95,8 +95,9 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     assert [r["log_dir"] for r in runs[2]["full"]] == [str(root / "stoker_logs" / "version_0")] * 2
     rows = (root / "stoker_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
-    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["epoch=1-step=6", "last"]
-    files = sorted(p.name for p in (root / "checkpoints" / "last").iterdir())
+    checkpoints = root / "stoker_logs" / "version_0" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch=1-step=6", "last"]
+    files = sorted(p.name for p in (checkpoints / "last").iterdir())
     assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(files)
     for stem in ("dataloader", "custom_checkpoint"):  # every process saved its own loader and Trainer state
         assert any(f.startswith(stem) and "process1" in f for f in files), files
@@ -117,6 +118,8 @@ def test_sigterm_on_one_rank_stops_all_ranks_at_the_same_step_with_one_checkpoin
 
 def test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run(runs: tuple) -> None:
     results = runs[2]
+    folder = str(runs[0] / "run_preempted" / "stoker_logs" / "version_0")  # both processes continue its version
+    assert [r["log_dir"] for r in results["resume"]] == [folder] * 2
     for full, resumed in zip(results["full"], results["resume"]):
         assert resumed["global_step"] == 6
         assert resumed["weights"] == full["weights"]  # bit-identical
@@ -140,5 +143,5 @@ def test_fsdp_through_the_trainer_matches_ddp(runs: tuple, session_launches: Lau
     for r in fsdp:  # validate(ckpt_path="last") reads the weights from the DCP shards
         assert r["validate_ckpt"] == pytest.approx(r["validate"], rel=1e-6)
         assert r["validate_fresh"] == pytest.approx(r["validate"], rel=1e-6)
-    last = out / "run_fsdp" / "checkpoints" / "last"
+    last = out / "run_fsdp" / "stoker_logs" / "version_0" / "checkpoints" / "last"
     assert (last / ".metadata").exists() and (last / "__1_0.distcp").exists()

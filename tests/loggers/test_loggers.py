@@ -1,6 +1,5 @@
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -8,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from stoker.loggers import CSVLogger, Logger, TensorBoardLogger, build_loggers
 from tests.helpers.trackers_readback import tensorboard_events, tensorboard_scalars
@@ -231,7 +231,7 @@ def test_csv_hparams_written_and_merged(tmp_path):
     logger.log_hyperparams({"lr": torch.tensor(0.5), "model": {"layers": [2, 3]}, "path": Path("/data")})
     logger.log_hyperparams(argparse.Namespace(seed=7))
     text = (Path(logger.log_dir) / "hparams.yaml").read_text()
-    assert json.loads(text) == {"lr": 0.5, "model": {"layers": [2, 3]}, "path": "/data", "seed": 7}
+    assert yaml.safe_load(text) == {"lr": 0.5, "model": {"layers": [2, 3]}, "path": "/data", "seed": 7}
 
 
 def test_csv_versions_increment(tmp_path):

@@ -26,4 +26,5 @@ def test_lightning_style_example(tmp_path: Path) -> None:
     # test(ckpt_path="best") and the module rebuilt by load_from_checkpoint see the same (best) weights
     assert result["test_acc"] == result["reloaded_test_acc"] > 0.8
     assert result["hidden"] == 32
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "last"
+    checkpoints = tmp_path / "stoker_logs" / "version_0" / "checkpoints"  # the run's folder (logger="csv")
+    assert sorted(p.name for p in checkpoints.iterdir())[-1] == "last"

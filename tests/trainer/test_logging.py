@@ -210,7 +210,7 @@ def test_save_hyperparameters_reach_loggers_and_checkpoints(tmp_path: Any) -> No
     trainer = bare(max_steps=2, logger=logger, callbacks=[Extras()], default_root_dir=str(tmp_path))
     trainer.fit(module, make_loader(make_regression_data(n=16)))
     with open(os.path.join(logger.log_dir, "hparams.yaml")) as f:
-        assert '"hidden": 8' in f.read()
+        assert 'hidden: 8' in f.read()
     trainer.save_checkpoint(tmp_path / "ckpt")
     extras = Extras()
     resumed = bare(max_steps=3, callbacks=[extras], default_root_dir=str(tmp_path))

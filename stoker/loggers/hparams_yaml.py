@@ -1,0 +1,41 @@
+"""``hparams.yaml``: the hyperparameters a run's loggers keep beside their logs, in block YAML as Lightning's.
+
+The TensorBoard and CSV loggers of one run share their folder and write the same content here; pyyaml is imported
+only when a file is written (``import stoker`` stays light).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HPARAMS_YAML", "write_hparams_yaml"]
+
+HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
+
+
+def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
+    """``hparams`` as ``{folder}/hparams.yaml`` in block YAML (as Lightning writes it; ``yaml.safe_load`` and
+    ``load_from_checkpoint(hparams_file=...)`` read it back), replacing the file in one step. Values YAML cannot
+    hold safely (objects) are written as their ``str``; tuples as lists. The CSV and TensorBoard loggers of one run
+    share the folder and write the same content."""
+    import yaml
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, HPARAMS_YAML)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        yaml.safe_dump(_yaml_safe(hparams), f, default_flow_style=False, sort_keys=False, allow_unicode=True)
+    os.replace(tmp, path)
+
+
+def _yaml_safe(value: Any) -> Any:
+    """``value`` with only what ``yaml.safe_dump`` writes: mappings (str keys), lists, and plain scalars."""
+    if isinstance(value, Mapping):
+        return {str(k): _yaml_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_yaml_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
