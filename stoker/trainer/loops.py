@@ -51,6 +51,7 @@ class FitLoop:
         # The step's hooks (set per epoch by _run_batches): before/after backward, before zero_grad, and whether
         # any callback has on_before_optimizer_step.
         self._backward_hooks: tuple = ((), ())
+        self._step_call: Callable[[Any, int], Any] = lambda batch, batch_idx: None  # set per epoch (_epoch_step)
         self._zero_grad_hooks: tuple = ()
         self._has_before_optimizer_step = False
         # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
@@ -158,6 +159,9 @@ class FitLoop:
         self._backward_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"))
         self._zero_grad_hooks = hooks.get("on_before_zero_grad")
         self._has_before_optimizer_step = hooks.has("on_before_optimizer_step")
+        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
+        # precision wraps training_step once (full precision: training_step itself, nothing per step).
+        self._step_call = self.trainer.accelerator.precision.autocast_calls(run.training_step)
         if run.automatic:
             return functools.partial(self._training_step, run)
         # Manual optimization: training_step does backward and steps itself (manual.py).
@@ -238,10 +242,7 @@ class FitLoop:
         t = self.trainer
         acc = t.accelerator
         before_backward, after_backward = self._backward_hooks
-        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
-        # precision's context, a no-op in full precision.
-        with acc.autocast():
-            outputs = run.training_step(batch, batch_idx)
+        outputs = self._step_call(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
         else:

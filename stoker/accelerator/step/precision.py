@@ -90,6 +90,10 @@ class Precision:
         arguments, for mixed precisions)."""
         return _NO_AUTOCAST
 
+    def autocast_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` made to run under :meth:`autocast` on every call; here ``fn`` itself (no cost per call)."""
+        return fn
+
     def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         """Makes ``module``'s forward run under :meth:`autocast`; here: removes another precision's wrapper.
 
@@ -135,6 +139,13 @@ class MixedPrecision(Precision):
 
     def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self._device_type, dtype=self.dtype, **{**self.autocast_kwargs, **overrides})
+
+    def autocast_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def under_autocast(*args: Any, **kwargs: Any) -> Any:
+            with self.autocast():
+                return fn(*args, **kwargs)
+
+        return under_autocast
 
     def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         if not autocast:
