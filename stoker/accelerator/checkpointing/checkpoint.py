@@ -111,8 +111,7 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     io = contents.io
     io.wait_for_save()  # one save at a time, in order
     config, auto, strategy = contents.project, output_dir is None, contents.strategy
-    if auto:
-        _hold_numbered_folder(contents)
+    _hold_numbered_folder(contents, output_dir)
     target = _main_process_folder(contents, _target(contents, output_dir), "save_state")
     tmp = aside_path(target, "tmp")
     mode = _save_mode(contents, async_save, background_commit)
@@ -204,10 +203,10 @@ def _save_mode(contents: CheckpointContents, async_save: bool, background_commit
     return "commit" if background_commit or io.mode == "commit" else None
 
 
-def _hold_numbered_folder(contents: CheckpointContents) -> None:
-    """Automatic naming: the folder this run numbers, sweeps and rotates is held by it (main process), so that
-    another live run on the same ``project_dir`` is refused before it touches anything there."""
-    if contents.is_main_process and contents.project.project_dir is not None:
+def _hold_numbered_folder(contents: CheckpointContents, output_dir: str | None) -> None:
+    """Automatic naming (no ``output_dir``): the folder this run numbers, sweeps and rotates is held by it (main
+    process), so that another live run on the same ``project_dir`` is refused before it touches anything there."""
+    if output_dir is None and contents.is_main_process and contents.project.project_dir is not None:
         contents.io.locks.acquire(os.path.join(contents.project.project_dir, "checkpoints"))
 
 
