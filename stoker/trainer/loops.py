@@ -48,6 +48,8 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
+        # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
+        self.stop_reason: str | None = None
         # The step's hooks (set per epoch by _run_batches): before/after backward, before zero_grad, and whether
         # any callback has on_before_optimizer_step.
         self._backward_hooks: tuple = ((), ())
@@ -100,10 +102,14 @@ class FitLoop:
     def done(self) -> bool:
         t = self.trainer
         if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
-            return True
-        if t.max_steps is not None and t.global_step >= t.max_steps:
-            return True
-        return t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective
+            self.stop_reason = "should_stop"
+        elif t.max_steps is not None and t.global_step >= t.max_steps:
+            self.stop_reason = "max_steps"
+        elif t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective:
+            self.stop_reason = "max_epochs"
+        else:
+            self.stop_reason = None
+        return self.stop_reason is not None
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
