@@ -31,6 +31,7 @@ from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, 
                                                warn_if_earlier_run)
 from stoker.callbacks.checkpoint_ranking import admit, kept
 from stoker.callbacks.checkpoint_writer import CheckpointWriter
+from stoker.user_frame import user_stacklevel
 
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
@@ -307,7 +308,8 @@ class ModelCheckpoint(Callback):
                 raise RuntimeError(message)
             if not self._warned_missing:  # before the first validation a val metric cannot exist yet
                 self._warned_missing = True
-                warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning, stacklevel=3)
+                warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning,
+                              stacklevel=user_stacklevel())
             return None
         value = metrics[self.monitor]
         if value is self._last_ranked:

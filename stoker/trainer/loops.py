@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .evaluation import run_evaluation
-from .losses import no_grad_error, unpack_loss
+from .losses import detached, no_grad_error, unpack_loss
 from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -96,7 +97,7 @@ class FitLoop:
             self.min_warned = True
             warnings.warn(f"Trainer was asked to stop at global_step {t.global_step} (epoch {self.epoch}), but "
                           f"min_epochs={options.min_epochs} / min_steps={options.min_steps} are not reached yet; "
-                          "training goes on until they are.", stacklevel=3)
+                          "training goes on until they are.", stacklevel=user_stacklevel())
         return False
 
     def done(self) -> bool:
@@ -215,8 +216,9 @@ class FitLoop:
         end_hooks = t.hooks.get("on_train_batch_end")
         if end_hooks:
             # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
-            # outputs["loss"] works either way; a dict (or None) as it is.
-            outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
+            # outputs["loss"] works either way; a dict's tensors detached (as Lightning's: float(outputs["loss"])
+            # must not warn about a graph); None as it is. detach() makes no copy and no device work.
+            outputs = {"loss": outputs.detach()} if type(outputs) is torch.Tensor else detached(outputs)
             for hook in end_hooks:
                 hook(outputs, batch, batch_idx)
         t.train_results.in_batch = False
