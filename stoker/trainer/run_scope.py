@@ -3,13 +3,14 @@
 
 Owns: one call at a time, the module's callbacks merged in and the hook table built, the data module's and the
 hooks' ``setup`` / ``teardown``, ``on_exception``, the loggers' ``finalize`` with the run's status, the
-checkpoint folders given back, and the run's report said last (``run_report.py``: after teardown, so the progress
+checkpoint folders given back, the profiler started and stopped, and the run's report said last (``run_report.py``: after teardown, so the progress
 bars are closed when the closing line is printed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,8 @@ def run_scope(trainer: Trainer, fn: str, module: TrainingModule, datamodule: Dat
     t.hooks = HookDispatcher(t, module, t.callbacks)
     status, error = "success", None
     t.run_report.begin()
+    if t.profiler is not None:
+        t.profiler.start(fn)
     try:
         t.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
         t.hooks.call("setup", fn)
@@ -51,6 +54,8 @@ def run_scope(trainer: Trainer, fn: str, module: TrainingModule, datamodule: Dat
         try:
             _end_run(t, fn, module, datamodule, status)
         finally:
+            if t.profiler is not None:  # its table before the closing line, which stays the run's last word
+                t.profiler.stop(fn, os.path.abspath(t.default_root_dir) if t.is_global_zero else None)
             t.run_report.finish(fn, error)
 
 
