@@ -26,7 +26,7 @@ from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .options import RunOptions
 from .preemption import Preemption
-from .profilers import Profiler, make_profiler
+from .profilers import Profiler
 from .run import RunState
 from .run_report import RunReport
 from .run_scope import run_scope
@@ -80,8 +80,6 @@ class Trainer:
         on_nonfinite_loss: When ``training_step`` returns a NaN/inf loss: "raise" (stop, naming the step and
             batch), "skip" (that optimizer step never happens) or "warn" (train on); see ``nonfinite.py``.
         options: :class:`RunOptions` (minimum epochs/steps, a sanity check, reloading loaders).
-        profiler: "simple" (a time table of every hook and stage), "advanced" (cProfile), "pytorch" (a
-            torch.profiler Chrome trace) or a ``Profiler``; reported at the end of each run (``profilers.py``).
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
@@ -104,7 +102,6 @@ class Trainer:
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
         deterministic: bool = False, accelerator: str = "auto", devices: int | str | list[int] = "auto",
         strategy: Any = "auto", on_nonfinite_loss: str = "raise", options: RunOptions | None = None,
-        profiler: str | Profiler | None = None,
     ) -> None:
         self._check_limits(max_epochs, max_steps, clip_grad_norm, clip_grad_value, val_check_interval,
                            check_val_every_n_epoch)
@@ -119,7 +116,8 @@ class Trainer:
         self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
         self.default_root_dir = os.fspath(default_root_dir)
         self.devices = devices
-        self.profiler = make_profiler(profiler)
+        # stoker.Trainer(profiler="simple" | "advanced" | "pytorch") sets it (profilers.py); None: not profiled.
+        self.profiler: Profiler | None = None
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"Trainer(options={options!r}) must be a stoker.trainer.RunOptions or None.")
         self.options = options or RunOptions()
