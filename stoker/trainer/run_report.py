@@ -6,7 +6,8 @@ of the callback that set ``should_stop`` (``EarlyStopping``, ``Timer``), the sig
 and the exception that ended the run. Only the main process prints and writes.
 
 The line goes to stdout, beside the model summary that opened the run (stderr carries the progress bars and the
-resume/preemption notices). The file goes into ``default_root_dir``, not into the logger's ``version_N`` folder,
+resume/preemption notices). ``validate`` / ``test`` print it only when they did not complete (an error, a signal):
+their default is quiet, as their metrics table is (``verbose``); their facts still go into the file. The file goes into ``default_root_dir``, not into the logger's ``version_N`` folder,
 whose contents match Lightning's file for file; it names that folder. A run that writes nothing else (no logger,
 no checkpoint callback, e.g. ``fast_dev_run``) writes no file either.
 """
@@ -38,7 +39,7 @@ class RunReport:
 
     Example:
         >>> trainer.fit(module, loader)              # doctest: +SKIP
-        stoker: fit stopped at epoch 3, step 12: max_epochs=3 reached.
+        stoker: fit stopped at epoch 2 (global_step=12): max_epochs=3 reached.
           last checkpoint: runs/checkpoints/last | logs: runs/stoker_logs/version_0
         >>> trainer.run_report.last["reason"]         # doctest: +SKIP
         'max_epochs'
@@ -70,7 +71,8 @@ class RunReport:
         try:
             facts = self._facts(fn, exception)
             self.last = facts
-            print(facts["message"], file=sys.stdout, flush=True)
+            if fn == "fit" or facts["status"] != "completed":  # validate/test stay quiet when they went well
+                print(facts["message"], file=sys.stdout, flush=True)
             if self.trainer.loggers or self.trainer.checkpoint_callback is not None:
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
@@ -166,7 +168,7 @@ def _signal_name(number: int) -> str:
 
 def _message(facts: dict[str, Any]) -> str:
     if facts["fn"] == "fit":
-        head = f"stoker: fit stopped at epoch {facts['epoch']}, step {facts['global_step']}: {facts['why']}."
+        head = f"stoker: fit stopped at epoch {facts['epoch']} (global_step={facts['global_step']}): {facts['why']}."
     else:
         head = f"stoker: {facts['fn']} {facts['why']}."
     parts = []

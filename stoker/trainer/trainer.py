@@ -41,11 +41,6 @@ if TYPE_CHECKING:
     from .run import FitRun
 
 
-# The Accelerator's precision modes in Lightning's spelling: the one name a Trainer shows for each.
-PRECISION_NAMES = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp16-true": "16-true",
-                   "bf16-true": "bf16-true"}
-
-
 class Trainer:
     """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
 
@@ -294,9 +289,11 @@ class Trainer:
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
     @property
     def precision(self) -> str:
-        """The run's precision in Lightning's spelling, as the model summary prints it: "32-true", "16-mixed",
-        "bf16-mixed", "16-true" or "bf16-true" (whatever alias was passed; the Accelerator's mode is the owner)."""
-        return PRECISION_NAMES[self.accelerator.mixed_precision]
+        """The run's precision, one spelling whatever alias was passed ("32-true", "16-mixed", ...): "fp32", "fp16",
+        "bf16", "fp16-true" or "bf16-true", as the model summary prints it and as ``Trainer(precision=...)``
+        documents it. The Accelerator's mode is the owner (its "no" is "fp32" here)."""
+        mode = self.accelerator.mixed_precision
+        return "fp32" if mode == "no" else mode
 
     @property
     def global_step(self) -> int:

@@ -29,7 +29,7 @@ def test_fit_says_max_epochs_and_where_checkpoints_and_logs_are(tmp_path, capsys
     t = trainer(tmp_path, max_epochs=2, logger="csv")
     t.fit(Regressor(), *loaders())
     head, where = _closing(capsys.readouterr().out)
-    assert head == "stoker: fit stopped at epoch 1, step 8: max_epochs=2 reached."
+    assert head == "stoker: fit stopped at epoch 1 (global_step=8): max_epochs=2 reached."
     log_dir = os.path.abspath(t.loggers[0].log_dir)
     callback = t.checkpoint_callback
     assert f"best checkpoint: {callback.best_model_path}" in where
@@ -44,7 +44,7 @@ def test_max_steps_and_a_run_that_writes_nothing_writes_no_summary(tmp_path, cap
     t = trainer(tmp_path, max_epochs=5, max_steps=3, enable_checkpointing=False)
     t.fit(Regressor(), *loaders())
     head, *rest = _closing(capsys.readouterr().out)
-    assert head == "stoker: fit stopped at epoch 0, step 3: max_steps=3 reached."
+    assert head == "stoker: fit stopped at epoch 0 (global_step=3): max_steps=3 reached."
     assert rest == []  # no checkpoint, no logger: nothing to point at
     assert t.run_report.last["reason"] == "max_steps" and not os.listdir(tmp_path)
 
@@ -54,7 +54,7 @@ def test_early_stopping_gives_its_reason(tmp_path, capsys):
     t = trainer(tmp_path, max_epochs=10, callbacks=[stop])
     t.fit(Regressor(val_scores=[1.0, 2.0, 3.0]), *loaders())
     head = _closing(capsys.readouterr().out)[0]
-    assert head.startswith("stoker: fit stopped at epoch 1, step 8: EarlyStopping: val/score did not improve")
+    assert head.startswith("stoker: fit stopped at epoch 1 (global_step=8): EarlyStopping: val/score did not improve")
     facts = _summary(tmp_path)["fit"]
     assert facts["reason"] == "early_stopping" and stop.stopping_reason.rstrip(".") in facts["why"]
 
@@ -63,7 +63,7 @@ def test_the_time_limit_is_named(tmp_path, capsys):
     t = trainer(tmp_path, max_epochs=10, callbacks=[Timer(duration={"seconds": 0})])
     t.fit(Regressor(), *loaders())
     head = _closing(capsys.readouterr().out)[0]
-    assert head.startswith("stoker: fit stopped at epoch 0, step 1: Timer: duration 0:00:00 reached after")
+    assert head.startswith("stoker: fit stopped at epoch 0 (global_step=1): Timer: duration 0:00:00 reached after")
     assert _summary(tmp_path)["fit"]["reason"] == "time_limit"
 
 
@@ -78,7 +78,7 @@ def test_a_signal_names_the_signal_and_the_resumable_checkpoint(tmp_path, capsys
     with pytest.raises(SystemExit):
         t.fit(Regressor(), *loaders())
     head, where = _closing(capsys.readouterr().out)
-    assert head == "stoker: fit stopped at epoch 0, step 2: preempted by SIGTERM."
+    assert head == "stoker: fit stopped at epoch 0 (global_step=2): preempted by SIGTERM."
     last = os.path.join(os.path.abspath(tmp_path), "checkpoints", "last")
     assert f"last checkpoint: {last}" in where
     facts = _summary(tmp_path)["fit"]
@@ -97,18 +97,29 @@ def test_an_error_is_named_and_still_raised(tmp_path, capsys):
     with pytest.raises(ValueError, match="bad batch"):
         t.fit(_Broken(), *loaders())
     head = _closing(capsys.readouterr().out)[0]
-    assert head == "stoker: fit stopped at epoch 0, step 1: failed with ValueError: bad batch."
+    assert head == "stoker: fit stopped at epoch 0 (global_step=1): failed with ValueError: bad batch."
     assert _summary(tmp_path)["fit"]["status"] == "failed"
 
 
-def test_validate_and_test_close_with_a_line_and_their_own_entry(tmp_path, capsys):
+class _BrokenTest(Regressor):
+    def test_step(self, batch, batch_idx):
+        raise ValueError("bad batch")
+
+
+def test_validate_and_test_write_their_own_entry_and_say_a_failure(tmp_path, capsys):
     t = trainer(tmp_path, max_epochs=1, enable_checkpointing=False, logger="csv")
     module = Regressor()
     t.fit(module, *loaders())
+    capsys.readouterr()
     t.validate(module, loaders()[1])
-    assert _closing(capsys.readouterr().out)[0] == "stoker: validate finished (2 batches)."
+    assert capsys.readouterr().out == ""  # a validate that went well stays quiet; its facts go to the file
     summary = _summary(tmp_path)
     assert set(summary) == {"fit", "validate"} and summary["validate"]["status"] == "completed"
+    assert summary["validate"]["why"] == "finished (2 batches)"
+    with pytest.raises(ValueError, match="bad batch"):
+        t.test(_BrokenTest(), loaders()[1])
+    assert _closing(capsys.readouterr().out)[0] == "stoker: test failed with ValueError: bad batch."
+    assert _summary(tmp_path)["test"]["status"] == "failed"
 
 
 def test_fit_again_with_nothing_left_says_so_and_why(tmp_path, capsys):
@@ -116,7 +127,7 @@ def test_fit_again_with_nothing_left_says_so_and_why(tmp_path, capsys):
     t.fit(Regressor(), *loaders())
     t.fit(Regressor(), *loaders())
     assert _closing(capsys.readouterr().out)[0] == (
-        "stoker: fit stopped at epoch 1, step 8: nothing to train: this Trainer has already done 2 epochs "
+        "stoker: fit stopped at epoch 1 (global_step=8): nothing to train: this Trainer has already done 2 epochs "
         "(max_epochs=2); raise max_epochs to train on.")
 
 
