@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 __all__ = ["user_stacklevel"]
 
@@ -27,7 +28,7 @@ def user_stacklevel() -> int:
     Example:
         >>> warnings.warn("the folder holds an earlier run", UserWarning, stacklevel=user_stacklevel())
     """
-    frame = sys._getframe(1)  # the function that will call warnings.warn: stacklevel 1
+    frame: FrameType | None = sys._getframe(1)  # the function that will call warnings.warn: stacklevel 1
     level = 1
     while frame is not None and not _outside(os.path.abspath(frame.f_code.co_filename)):
         frame = frame.f_back

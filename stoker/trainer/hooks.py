@@ -128,9 +128,10 @@ class HookDispatcher:
 
         owners = {id(module): f"[Module]{type(module).__name__}"} | \
             {id(c): f"[Callback]{type(c).__name__}" for c in callbacks}
-        for name, fns in self._table.items():
+        for name, fns in self._table.items():  # a module's bound hook, or a partial of a callback's
             self._table[name] = tuple(
-                profiler.wrap(f"{owners[id(getattr(fn, 'func', fn).__self__)]}.{name}", fn) for fn in fns)
+                profiler.wrap(f"{owners[id(getattr(getattr(fn, 'func', fn), '__self__', None))]}.{name}", fn)
+                for fn in fns)
         for stage, (opens, closes) in STAGES.items():
             action = f"[Stage]{stage}"
             self._table[opens] = (functools.partial(profiler.begin, action), *self._table[opens])

@@ -24,7 +24,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .parts import TrainerParts
 
 SUMMARY_FILE = "run_summary.json"
 __all__ = ["SUMMARY_FILE", "RunReport"]
@@ -45,7 +45,7 @@ class RunReport:
         'max_epochs'
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.last: dict[str, Any] | None = None
         self._started = 0.0
@@ -96,7 +96,7 @@ class RunReport:
             "seconds": round(time.monotonic() - self._started, 3),
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        if best is not None and getattr(callback, "monitor", None):
+        if best is not None and callback is not None and callback.monitor:
             facts["best_score"] = {"monitor": callback.monitor, "value": callback.best_model_score}
         facts["message"] = _message(facts)
         return facts

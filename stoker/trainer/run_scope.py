@@ -19,11 +19,11 @@ from .hooks import HookDispatcher, merge_module_callbacks
 if TYPE_CHECKING:
     from .datamodule import DataModule
     from .module import TrainingModule
-    from .trainer import Trainer
+    from .parts import TrainerParts
 
 
 @contextlib.contextmanager
-def run_scope(trainer: Trainer, fn: str, module: TrainingModule, datamodule: DataModule | None = None
+def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule: DataModule | None = None
               ) -> Iterator[None]:
     """Runs the body as ``trainer``'s ``fn`` call (see the module docstring); re-raises what the body raised."""
     t = trainer
@@ -59,7 +59,7 @@ def run_scope(trainer: Trainer, fn: str, module: TrainingModule, datamodule: Dat
             t.run_report.finish(fn, error)
 
 
-def _end_run(t: Trainer, fn: str, module: TrainingModule, datamodule: DataModule | None, status: str) -> None:
+def _end_run(t: TrainerParts, fn: str, module: TrainingModule, datamodule: DataModule | None, status: str) -> None:
     try:
         if datamodule is not None:
             datamodule.teardown(stage=fn)
