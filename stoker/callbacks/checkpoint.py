@@ -32,6 +32,7 @@ from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, 
 from stoker.callbacks.checkpoint_ranking import admit, kept
 from stoker.callbacks.checkpoint_writer import CheckpointWriter
 from stoker.loggers.layout import default_checkpoint_dir
+from stoker.user_frame import user_stacklevel
 
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
@@ -309,7 +310,8 @@ class ModelCheckpoint(Callback):
                 raise RuntimeError(message)
             if not self._warned_missing:  # before the first validation a val metric cannot exist yet
                 self._warned_missing = True
-                warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning, stacklevel=3)
+                warnings.warn(message + " Saving only `last` until it appears.", RuntimeWarning,
+                              stacklevel=user_stacklevel())
             return None
         value = metrics[self.monitor]
         if value is self._last_ranked:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from stoker.accelerator import checkpoints_in, remove_checkpoint
+from stoker.user_frame import user_stacklevel
 
 _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 # Characters that are invalid or special on Windows, macOS or Linux file systems, and control characters.
@@ -117,4 +118,4 @@ def warn_if_earlier_run(dirpath: str) -> None:
                       "run writes its own beside them (a taken name gets a -v1 suffix; 'last' is replaced), and "
                       "fit(ckpt_path='last') resumes the checkpoint saved last. Use another default_root_dir (or "
                       "dirpath) to keep runs apart, or fit(ckpt_path='last') to continue the earlier run.",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=user_stacklevel())

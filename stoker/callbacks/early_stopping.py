@@ -15,6 +15,7 @@ import torch
 
 from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value
 from stoker.callbacks.base import Callback, TrainerView
+from stoker.user_frame import user_stacklevel
 
 __all__ = ["EarlyStopping"]
 
@@ -128,7 +129,8 @@ class EarlyStopping(Callback):
             )
             if self.strict:
                 raise RuntimeError(message)
-            warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning, stacklevel=2)
+            warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning,
+                          stacklevel=user_stacklevel())
             return
         # The mean over processes: each decides the same, even for a metric logged without sync_dist.
         value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")

@@ -8,7 +8,9 @@ Cost: per batch, an integer increment, a reference to the outputs and one ``time
 loss and metrics are read from the device (``.item()``) only when the bar is redrawn, at most once
 every ``refresh_rate`` seconds. When the output is not a terminal (a log file, CI) there are no
 carriage-return redraws at all: one plain line is printed per finished bar, plus at most one line
-per ``line_interval`` seconds during long epochs. tqdm is imported only when a terminal bar is drawn.
+per ``line_interval`` seconds during long epochs, each with the rate and the time left. tqdm is imported only
+when a terminal bar is drawn; while one is on screen, stdout goes through it (``progress_io.py``), so that prints
+do not garble it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import IO, Any
 import torch
 
 from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
+from stoker.callbacks.progress_io import StdoutThroughBar
 
 __all__ = ["ProgressBar"]
 
@@ -121,11 +124,15 @@ class _Bar:
     def _line(self, postfix: Mapping[str, str], now: float) -> None:
         self.last_line = now
         elapsed = now - self.start
-        rate = f"{(self.n - self.initial) / elapsed:.2f}it/s" if elapsed > 0 else "?it/s"
+        speed = (self.n - self.initial) / elapsed if elapsed > 0 else 0.0
+        rate = f"{speed:.2f}it/s" if elapsed > 0 else "?it/s"
         count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
+        # The time left in this bar at the rate so far (tqdm's "elapsed<left"); unknown without a total or a rate.
+        left = "" if self.total is None else "<" + ("?" if speed <= 0 and self.n < self.total else
+                                                     _format_seconds(max(0, self.total - self.n) / (speed or 1.0)))
         extras = ", ".join(f"{k}={v}" for k, v in postfix.items())
-        print(f"{self.desc}: {count} [{_format_seconds(elapsed)}, {rate}]" + (f" {extras}" if extras else ""),
-              file=self.file, flush=True)
+        print(f"{self.desc}: {count} [{_format_seconds(elapsed)}{left}, {rate}]" +
+              (f" {extras}" if extras else ""), file=self.file, flush=True)
 
 
 class ProgressBar(Callback):
@@ -171,6 +178,7 @@ class ProgressBar(Callback):
         self._eval: _Bar | None = None
         self._next_draw = 0.0
         self._outputs: Any = None
+        self._stdout: StdoutThroughBar | None = None  # installed while a terminal bar is drawn
 
     @property
     def is_enabled(self) -> bool:
@@ -197,7 +205,22 @@ class ProgressBar(Callback):
 
     def _new_bar(self, desc: str, total: Any, leave: bool, initial: int = 0) -> _Bar:
         self._next_draw = time.monotonic() + self.refresh_rate
-        return _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval, initial)
+        bar = _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval, initial)
+        if bar.tqdm is not None and self._stdout is None:
+            self._stdout = StdoutThroughBar.install(self._shown)
+        return bar
+
+    def _shown(self) -> Any:
+        """The tqdm bar on screen now (the evaluation bar over the epoch bar), or None."""
+        for bar in (self._eval, self._train):
+            if bar is not None and bar.tqdm is not None:
+                return bar.tqdm
+        return None
+
+    def _restore_stdout(self) -> None:
+        if self._stdout is not None and self._eval is None and self._train is None:
+            redirect, self._stdout = self._stdout, None
+            redirect.restore()
 
     def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, str]:
         postfix: dict[str, str] = {}
@@ -240,6 +263,7 @@ class ProgressBar(Callback):
         if self._train is not None:
             bar, self._train = self._train, None
             bar.close(self._postfix(trainer, with_loss=True))
+        self._restore_stdout()
 
     # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
     def _eval_start(self, trainer: TrainerView, stage: str) -> None:
@@ -269,6 +293,7 @@ class ProgressBar(Callback):
         if self._eval is not None:
             bar, self._eval = self._eval, None
             bar.close(self._postfix(trainer, with_loss=False) if bar.tqdm is None else {})
+            self._restore_stdout()
         if refresh_train and self._train is not None and self._train.tqdm is not None:
             # Show fresh validation metrics on the epoch bar right away.
             self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())

@@ -103,6 +103,7 @@ class Timer(Callback):
         self._start: dict[str, float | None] = dict.fromkeys(_STAGES)
         self._end: dict[str, float | None] = dict.fromkeys(_STAGES)
         self.stopped = False
+        self.stopping_reason = ""  # why it stopped the run (the Trainer's closing line quotes it)
 
     # -- queries ------------------------------------------------------------------------------------------------
     def start_time(self, stage: str = "train") -> float | None:
@@ -182,6 +183,7 @@ class Timer(Callback):
         if not agreed_any(trainer, self.time_elapsed("train") >= self.duration.total_seconds()):
             return
         self.stopped = True
+        self.stopping_reason = f"duration {self.duration} reached after {self.time_elapsed('train'):.1f}s of training"
         trainer.should_stop = True
         _save_last(trainer)
         if trainer.is_global_zero:

@@ -33,12 +33,15 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # HOOKS: every hook name, in order, read off ``Callback``'s methods (``stoker/callbacks/base.py``), the one place
 # they are written; re-exported here for the Trainer. ``TrainingModule`` defines the same hooks without
 # ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
 from ..callbacks.base import HOOKS, Callback
+
+if TYPE_CHECKING:
+    from .profilers import Profiler
 
 __all__ = ["HOOKS", "HookDispatcher", "check_callbacks", "defines_hook", "merge_module_callbacks"]
 _HOOK_SET = frozenset(HOOKS)
@@ -114,6 +117,25 @@ class HookDispatcher:
                 if defines_hook(callback, name, Callback):
                     fns.append(functools.partial(getattr(callback, name), trainer, module))
             self._table[name] = tuple(fns)
+        profiler = getattr(trainer, "profiler", None)
+        if profiler is not None:
+            self._profile(profiler, module, callbacks)
+
+    def _profile(self, profiler: Profiler, module: object, callbacks: list[Callback]) -> None:
+        """Every implementation timed under its owner's name, and the stages marked by the hooks that open and
+        close them (a table built with a profiler only: a run without one pays nothing)."""
+        from .profilers import STAGES
+
+        owners = {id(module): f"[Module]{type(module).__name__}"} | \
+            {id(c): f"[Callback]{type(c).__name__}" for c in callbacks}
+        for name, fns in self._table.items():  # a module's bound hook, or a partial of a callback's
+            self._table[name] = tuple(
+                profiler.wrap(f"{owners[id(getattr(getattr(fn, 'func', fn), '__self__', None))]}.{name}", fn)
+                for fn in fns)
+        for stage, (opens, closes) in STAGES.items():
+            action = f"[Stage]{stage}"
+            self._table[opens] = (functools.partial(profiler.begin, action), *self._table[opens])
+            self._table[closes] = (*self._table[closes], functools.partial(profiler.end, action))
 
     def get(self, name: str) -> tuple[Callable[..., Any], ...]:
         """The implementations of hook ``name`` in call order (callbacks already bound to trainer and module)."""

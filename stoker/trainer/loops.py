@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .evaluation import run_evaluation
-from .losses import no_grad_error, unpack_loss
+from .losses import detached, no_grad_error, unpack_loss
 from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -48,6 +49,8 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
+        # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
+        self.stop_reason: str | None = None
         # The step's hooks (set per epoch by _run_batches): before/after backward, before zero_grad, and whether
         # any callback has on_before_optimizer_step.
         self._backward_hooks: tuple = ((), ())
@@ -95,16 +98,20 @@ class FitLoop:
             self.min_warned = True
             warnings.warn(f"Trainer was asked to stop at global_step {t.global_step} (epoch {self.epoch}), but "
                           f"min_epochs={options.min_epochs} / min_steps={options.min_steps} are not reached yet; "
-                          "training goes on until they are.", stacklevel=3)
+                          "training goes on until they are.", stacklevel=user_stacklevel())
         return False
 
     def done(self) -> bool:
         t = self.trainer
         if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
-            return True
-        if t.max_steps is not None and t.global_step >= t.max_steps:
-            return True
-        return t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective
+            self.stop_reason = "should_stop"
+        elif t.max_steps is not None and t.global_step >= t.max_steps:
+            self.stop_reason = "max_steps"
+        elif t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective:
+            self.stop_reason = "max_epochs"
+        else:
+            self.stop_reason = None
+        return self.stop_reason is not None
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
@@ -213,8 +220,9 @@ class FitLoop:
         end_hooks = t.hooks.get("on_train_batch_end")
         if end_hooks:
             # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
-            # outputs["loss"] works either way; a dict (or None) as it is.
-            outputs = {"loss": outputs} if type(outputs) is torch.Tensor else outputs
+            # outputs["loss"] works either way; a dict's tensors detached (as Lightning's: float(outputs["loss"])
+            # must not warn about a graph); None as it is. detach() makes no copy and no device work.
+            outputs = {"loss": outputs.detach()} if type(outputs) is torch.Tensor else detached(outputs)
             for hook in end_hooks:
                 hook(outputs, batch, batch_idx)
         t.train_results.in_batch = False

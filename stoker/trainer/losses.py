@@ -40,3 +40,11 @@ def no_grad_error(loss: torch.Tensor) -> ValueError:
         "loss.item() or torch.tensor(value), and not computed under torch.no_grad(); check that some parameters "
         "have requires_grad=True."
     )
+
+
+def detached(outputs: Any) -> Any:
+    """``training_step``'s dict as the ``on_train_batch_end`` hooks get it: its tensors detached from the graph
+    (views of the same data: no copy, no device work); anything else as it is."""
+    if isinstance(outputs, dict):
+        return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+    return outputs

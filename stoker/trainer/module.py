@@ -343,7 +343,8 @@ class TrainingModule(torch.nn.Module):
         return to_torchscript(self, file_path, method, example_inputs, **kwargs)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only."""
+        """``print`` on the local main process only. While a progress bar is drawn the line goes above the bar (the
+        bar routes stdout through itself), so it does not garble it."""
         if self._trainer is not None:
             self._trainer.accelerator.print(*args, **kwargs)
         else:

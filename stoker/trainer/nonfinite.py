@@ -29,6 +29,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -108,7 +109,7 @@ class NonFiniteLoss:
         more = f", and {len(skips) - 1} more since (the last at global_step {skips[-1][0]})" if len(skips) > 1 else ""
         warnings.warn(f"Trainer(on_nonfinite_loss='skip'): {_where(skips[0])} was not finite (NaN or inf); that "
                       f"optimizer step was skipped{more} (no optimizer or scheduler step, gradients dropped). "
-                      f"{self.skipped} skipped in this fit so far.", RuntimeWarning, stacklevel=3)
+                      f"{self.skipped} skipped in this fit so far.", RuntimeWarning, stacklevel=user_stacklevel())
 
     def check(self, accelerator: Accelerator) -> None:
         """Raises or warns when a loss held since the last check was not finite (one device->host read).

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .nonfinite import NonFiniteLoss
     from .optim import LRSchedulerConfig
     from .options import RunOptions
+    from .profilers import Profiler
     from .run import FitRun, RunState
 
 
@@ -43,6 +44,11 @@ class LoopPosition(Protocol):
     phase: str
     epoch_batches_finished: bool
     validation_count: int
+    total_batches: int
+    stop_reason: str | None
+
+    @property
+    def trained_epoch(self) -> int: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -53,6 +59,8 @@ class PreemptionWatch(Protocol):
     """``preemption.Preemption``: whether a check is due after the next step, and the check itself."""
 
     due: bool
+    received: int | None
+    saved_to: str | None
 
     def check(self, trainer: TrainerParts, blocking: bool = False) -> None: ...
 
@@ -64,6 +72,10 @@ class SetupSteps(Protocol):
 
     def continue_position(self, loader: Any) -> None: ...
 
+    def start_datamodule(self, datamodule: Any, module: Any, fn: str) -> None: ...
+
+    def teardown(self, module: Any) -> None: ...
+
 
 class LoadedState(Protocol):
     """``checkpointing.TrainerCheckpointState``: what the last ``load_state`` read."""
@@ -71,6 +83,16 @@ class LoadedState(Protocol):
     loaded: dict[str, Any] | None
 
     def take_loaded(self) -> dict[str, Any] | None: ...
+
+
+class RunEnd(Protocol):
+    """``run_report.RunReport``: told when a call starts, when its training starts, and how it ended."""
+
+    def begin(self) -> None: ...
+
+    def training_starts(self) -> None: ...
+
+    def finish(self, fn: str, exception: BaseException | None) -> None: ...
 
 
 class StatefulDataModule(Protocol):
@@ -121,6 +143,9 @@ class TrainerParts(Protocol):
     sanity_checking: bool
     num_training_batches: int | float
     num_val_batches: list[int | float]
+    num_test_batches: list[int | float]
+    profiler: Profiler | None
+    run_report: RunEnd
 
     @property
     def global_step(self) -> int: ...

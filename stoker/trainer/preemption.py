@@ -42,6 +42,7 @@ class Preemption:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.saved_to: str | None = None  # the checkpoint written for the signal (the end-of-run report names it)
         self._previous: dict[int, Any] = {}
         self._agreement = SignalAgreement()
         self._several = False  # several processes: signals are agreed on (set by install)
@@ -52,7 +53,7 @@ class Preemption:
     def install(self, num_processes: int) -> None:
         """Starts watching for signals for a run of ``num_processes`` processes (no default: with more than one,
         a signal must be agreed on by every process before anyone stops, so the count cannot be assumed)."""
-        self.received = None
+        self.received = self.saved_to = None
         self._several = self.due = num_processes > 1
         self._agreement.reset()
         if threading.current_thread() is not threading.main_thread():
@@ -88,7 +89,7 @@ class Preemption:
             return
         self.received = flag
         path = os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), LAST)  # the run's
-        trainer.save_checkpoint(path)
+        self.saved_to = trainer.save_checkpoint(path)
         name = signal.Signals(flag).name if flag in set(signal.Signals) else flag
         if trainer.is_global_zero:
             print(f"stoker: preempted by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); saved "

@@ -25,6 +25,7 @@ from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
 from .stages import STAGES, TRAIN, VALIDATE, Stage
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -169,7 +170,7 @@ class RunSetup:
         has_validation_step = defines_hook(module, VALIDATE.step, TrainingModule)
         if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
-                          "validation is skipped.", stacklevel=4)
+                          "validation is skipped.", stacklevel=user_stacklevel())
         val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers())
         if len(optimizers) > 1 and automatic:

@@ -8,9 +8,7 @@ checkpoint contents and preemption: ``checkpointing.py``; Lightning's extra name
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +19,7 @@ from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_we
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
-from .hooks import HookDispatcher, merge_module_callbacks
+from .hooks import HookDispatcher
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
 from .module import TrainingModule
@@ -29,13 +27,15 @@ from .nonfinite import NonFiniteLoss
 from .nonfinite import check_mode as check_nonfinite_mode
 from .options import RunOptions
 from .preemption import Preemption
+from .profilers import Profiler
 from .run import RunState
+from .run_report import RunReport
+from .run_scope import run_scope
 from .setup import RunSetup
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
 
 if TYPE_CHECKING:
-    from ..callbacks import EarlyStopping, ModelCheckpoint
-    from ..callbacks import Callback
+    from ..callbacks import Callback, ModelCheckpoint
     from ..loggers import Logger
     from .datamodule import DataModule
     from .optim import LRSchedulerConfig
@@ -101,7 +101,7 @@ class Trainer:
     ) -> None:
         self._check_limits(max_epochs, max_steps, clip_grad_norm, clip_grad_value, val_check_interval,
                            check_val_every_n_epoch)
-        self.precision = parse_precision(precision, argument="Trainer(precision=...)")
+        precision = parse_precision(precision, argument="Trainer(precision=...)")
         for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
                             ("limit_test_batches", limit_test_batches),
                             ("limit_predict_batches", limit_predict_batches)):
@@ -112,11 +112,13 @@ class Trainer:
         self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
         self.default_root_dir = os.fspath(default_root_dir)
         self.devices = devices
+        # stoker.Trainer(profiler="simple" | "advanced" | "pytorch") sets it (profilers.py); None: not profiled.
+        self.profiler: Profiler | None = None
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"Trainer(options={options!r}) must be a stoker.trainer.RunOptions or None.")
         self.options = options or RunOptions()
         self.accelerator, self.processes_per_node = make_accelerator(
-            accelerator, devices, strategy, accumulate, self.precision, self.default_root_dir,
+            accelerator, devices, strategy, accumulate, precision, self.default_root_dir,
             own_samplers=not self.options.use_distributed_sampler, cls=self.accelerator_class)
         self.checkpoint_state = TrainerCheckpointState(self)
         self.accelerator.register_for_checkpointing(self.checkpoint_state)
@@ -165,6 +167,7 @@ class Trainer:
         self.preemption = Preemption()
         self.run_setup = RunSetup(self)
         self.fit_run: FitRun | None = None  # what set-up prepared for the current (or last) fit: run.py
+        self.run_report = RunReport(self)  # the closing line and run_summary.json of each fit/validate/test
 
     # -- entry points ---------------------------------------------------------------------------------------------
     def fit(self, module: TrainingModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -186,7 +189,7 @@ class Trainer:
         passed = (train_dataloaders is not None, val_dataloaders is not None)
         early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
-        with self._run("fit", module, datamodule):
+        with run_scope(self, "fit", module, datamodule):
             train, vals = early or loaders()
             run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
             self.nonfinite.reset()
@@ -200,6 +203,7 @@ class Trainer:
                 self.hooks.call("on_fit_start")
                 run_sanity_check(self, run)
                 self.hooks.call("on_train_start")
+                self.run_report.training_starts()
                 self.fit_loop.run(run)
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_train_end")
@@ -234,51 +238,12 @@ class Trainer:
         stage = STAGES[fn]
         self.datamodule = datamodule
         early = setup.loaders(dataloaders, module, stage.loader_hook, required=True) if datamodule is None else None
-        with self._run(fn, module, datamodule):
+        with run_scope(self, fn, module, datamodule):
             loaders = early or setup.loaders(dataloaders, module, stage.loader_hook, required=True)
             run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
             self.state.stage = fn
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
-
-    @contextlib.contextmanager
-    def _run(self, fn: str, module: TrainingModule, datamodule: DataModule | None = None) -> Iterator[None]:
-        if self.state.fn is not None:
-            raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{self.state.fn}() is running; a Trainer "
-                               "runs one thing at a time.")
-        self.state.fn = fn
-        self.module = module
-        module.trainer = self
-        if fn == "fit":
-            self.should_stop = False
-        self.callbacks = merge_module_callbacks(self.callbacks, module)  # module.configure_callbacks()
-        self.hooks = HookDispatcher(self, module, self.callbacks)
-        status = "success"
-        try:
-            self.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
-            self.hooks.call("setup", fn)
-            yield
-        except BaseException as exception:
-            status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
-            self.hooks.call("on_exception", exception)
-            raise
-        finally:
-            self._end_run(fn, module, datamodule, status)
-
-    def _end_run(self, fn: str, module: TrainingModule, datamodule: DataModule | None, status: str) -> None:
-        try:
-            if datamodule is not None:
-                datamodule.teardown(stage=fn)
-            self.hooks.call("teardown", fn)
-        finally:
-            self.state.fn = self.state.stage = None
-            self.run_setup.teardown(module)
-            if self.is_global_zero:
-                for logger in self.loggers:
-                    logger.finalize(status)
-            # Folders that checkpoints replaced are deleted in the background: gone when fit returns; the
-            # checkpoint folders this run held are free for the next run.
-            self.accelerator.release_checkpoint_folders()
 
     # -- logging --------------------------------------------------------------------------------------------------
     def send_to_loggers(self, values: dict[str, Any]) -> None:
@@ -295,6 +260,12 @@ class Trainer:
             step = self.global_step
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only; while a progress bar is drawn it goes above the bar (the bar
+        routes stdout through itself), so the bar is not garbled."""
+        if self.is_global_zero:
+            print(*args, **kwargs)
 
     # -- checkpoints and seeding ----------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> str:
@@ -318,6 +289,14 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
+    @property
+    def precision(self) -> str:
+        """The run's precision, one spelling whatever alias was passed ("32-true", "16-mixed", ...): "fp32", "fp16",
+        "bf16", "fp16-true" or "bf16-true", as the model summary prints it and as ``Trainer(precision=...)``
+        documents it. The Accelerator's mode is the owner (its "no" is "fp32" here)."""
+        mode = self.accelerator.mixed_precision
+        return "fp32" if mode == "no" else mode
+
     @property
     def global_step(self) -> int:
         """Applied optimizer steps (accumulation micro-steps and skipped fp16 steps do not count)."""

@@ -16,7 +16,6 @@ ALIASES = {"accumulate_grad_batches": "accumulate", "gradient_clip_val": "clip_g
 # Lightning arguments stoker does not take, with what to do instead (an unknown name gets a did-you-mean).
 NOT_SUPPORTED = {
     "overfit_batches": "use limit_train_batches=n and the same loader for validation",
-    "profiler": "use torch.profiler around trainer.fit",
     "plugins": "precision and strategy are Trainer(precision=...) and Trainer(strategy=...)",
     "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
     "barebones": "stoker's default loop is already lean; pass logger=False, enable_progress_bar=False, "

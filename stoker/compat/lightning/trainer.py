@@ -20,6 +20,7 @@ import torch
 
 from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
+from ...trainer.profilers import make_profiler
 from ...trainer.stages import PREDICT, TEST, VALIDATE
 from ...trainer.trainer import Trainer as CoreTrainer
 from . import args as check
@@ -62,7 +63,7 @@ class Trainer(CoreTrainer):
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
-        float32_matmul_precision: str | None = None, **core: Any,
+        float32_matmul_precision: str | None = None, profiler: Any = None, **core: Any,
     ) -> None:
         unknown = {k: v for k, v in core.items() if k not in _CORE}
         if unknown:
@@ -71,6 +72,7 @@ class Trainer(CoreTrainer):
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
+        profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
         self.fast_dev_run = check.fast_dev_run(fast_dev_run)
         self.max_time = None if self.fast_dev_run else check.max_time(max_time)
         self.detect_anomaly = check.flag("detect_anomaly", detect_anomaly)
@@ -94,6 +96,7 @@ class Trainer(CoreTrainer):
             self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
         self._apply_torch_settings()
         self.callbacks = _add_timer(self.callbacks, self.max_time)
+        self.profiler = profiling
 
     def _apply_torch_settings(self) -> None:
         if self.benchmark is not None:

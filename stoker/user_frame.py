@@ -1,0 +1,36 @@
+"""Where a warning for the user should point: the user's line that led to it, not stoker's own.
+
+A warning raised inside a run (a callback's hook, the loop, set-up) is many stoker frames away from the user's
+``trainer.fit(...)``; a fixed ``stacklevel`` breaks whenever the call path changes (a hook through the dispatcher,
+a stage through a context manager). :func:`user_stacklevel` counts the frames instead. Imports nothing of stoker, so
+every layer may use it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+
+__all__ = ["user_stacklevel"]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PASS_THROUGH = ("contextlib.py", "functools.py")  # the stdlib frames between stoker's own (with-blocks, partials)
+
+
+def _outside(filename: str) -> bool:
+    return not filename.startswith(_PACKAGE) and not filename.endswith(_PASS_THROUGH)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the caller that points at the first frame outside stoker.
+
+    Example:
+        >>> warnings.warn("the folder holds an earlier run", UserWarning, stacklevel=user_stacklevel())
+    """
+    frame: FrameType | None = sys._getframe(1)  # the function that will call warnings.warn: stacklevel 1
+    level = 1
+    while frame is not None and not _outside(os.path.abspath(frame.f_code.co_filename)):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 2
