@@ -210,4 +210,4 @@ def _save_last(trainer: TrainerView) -> None:
     if callback is not None:
         callback.save_last_now(trainer)
     else:
-        trainer.save_checkpoint(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints", "last"))
+        trainer.save_checkpoint(os.path.join(os.fspath(trainer.default_root_dir), "checkpoints", "last.ckpt"))

@@ -7,8 +7,8 @@ or its atomicity (``stoker/accelerator/checkpointing/``).
 
 Layout (shared with ``ModelCheckpoint``, whose default ``dirpath`` is ``{default_root_dir}/checkpoints``)::
 
-    {default_root_dir}/checkpoints/last/          newest state (ModelCheckpoint and preemption write it)
-    {default_root_dir}/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/checkpoints/last.ckpt/          newest state (ModelCheckpoint(save_last=True), preemption)
+    {default_root_dir}/checkpoints/epoch=3-step=400.ckpt/   ModelCheckpoint's top-k folders
 
 ``ckpt_path="last"`` takes, among the complete checkpoint folders there (and in the ModelCheckpoint's own
 ``dirpath``), the one saved last (the time each save records; ties go to ``last``, then to more optimizer steps).
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .parts import TrainerParts
 
 LAST = "last"
+LAST_FOLDER = "last.ckpt"  # the folder ModelCheckpoint(save_last=True), preemption and Timer write
 BEST = "best"
 _FORMAT = "stoker-trainer"
 
@@ -209,7 +210,7 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
         for entry, step, saved_at in checkpoints_in(folder):
             # The time recorded in the checkpoint; the folder's own time for one written before it was recorded.
-            key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name == LAST), step)
+            key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name in (LAST_FOLDER, LAST)), step)
             if best is None or key > best:
                 best, found = key, entry.path
     return found

@@ -58,6 +58,7 @@ class FakeAccelerator:
     sweep_checkpoint_trash = Accelerator.sweep_checkpoint_trash
     checkpoints_in_background = Accelerator.checkpoints_in_background
     save_model_folder = Accelerator.save_model_folder
+    hold_checkpoint_folder = Accelerator.hold_checkpoint_folder
 
     def wait_for_everyone(self) -> None:
         pass

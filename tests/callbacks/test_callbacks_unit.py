@@ -131,10 +131,10 @@ def test_timer_stops_at_a_step_boundary_with_a_last_checkpoint(tmp_path, capsys)
     assert not trainer.should_stop
     trainer.global_step, trainer.window_closed = 1, True
     timer.on_train_batch_end(trainer, trainer.module, None, None, 1)
-    assert trainer.should_stop and trainer.saves == ["last"]
+    assert trainer.should_stop and trainer.saves == ["last.ckpt"]
     assert "Timer: duration" in capsys.readouterr().out
     timer.on_train_epoch_end(trainer, trainer.module)
-    assert trainer.saves == ["last"]  # stops once
+    assert trainer.saves == ["last.ckpt"]  # stops once
 
 
 def test_timer_without_checkpoint_callback_saves_under_default_root(tmp_path):
@@ -145,7 +145,7 @@ def test_timer_without_checkpoint_callback_saves_under_default_root(tmp_path):
     timer.on_train_batch_end(trainer, trainer.module, None, None, 0)
     assert not trainer.should_stop  # interval="epoch"
     timer.on_train_epoch_end(trainer, trainer.module)
-    assert trainer.should_stop and (tmp_path / "checkpoints" / "last" / "state.json").is_file()
+    assert trainer.should_stop and (tmp_path / "checkpoints" / "last.ckpt" / "state.json").is_file()
 
 
 def test_timer_elapsed_survives_state_round_trip(tmp_path):

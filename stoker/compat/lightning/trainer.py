@@ -83,8 +83,8 @@ class Trainer(CoreTrainer):
             reload_dataloaders_every_n_epochs=check.optional_int(
                 "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler))
-        if self.fast_dev_run:  # Lightning's debugging run writes nothing
-            core.update(enable_checkpointing=False, logger=False)
+        if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
+            core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
         if self.fast_dev_run:  # n batches everywhere, one epoch (after the core checked the values given)
@@ -273,3 +273,10 @@ def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
                       "duration is used.", stacklevel=3)
         return callbacks
     return [*callbacks, Timer(duration=max_time, interval="step")]
+
+
+def _has_checkpoint(callbacks: Any) -> bool:
+    from ...callbacks import ModelCheckpoint
+
+    listed = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+    return any(isinstance(c, ModelCheckpoint) for c in listed)
