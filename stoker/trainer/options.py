@@ -22,6 +22,8 @@ class RunOptions:
         num_sanity_val_steps: Batches of each val loader to run before training (0: none; None: every batch).
         reload_dataloaders_every_n_epochs: Ask the module's / data module's loader hooks again every n epochs.
         use_distributed_sampler: False keeps the user's own sampler (one process only).
+        in_order_fit_loaders: ``fit`` reads its train and val loaders in dataset order (a shuffling sampler is
+            replaced, with a warning): the same batches every epoch, e.g. to overfit a few batches while debugging.
 
     Example:
         >>> Trainer(max_epochs=5, options=RunOptions(min_epochs=2, num_sanity_val_steps=2))  # doctest: +SKIP
@@ -32,6 +34,7 @@ class RunOptions:
     num_sanity_val_steps: int | None = 0
     reload_dataloaders_every_n_epochs: int = 0
     use_distributed_sampler: bool = True
+    in_order_fit_loaders: bool = False
 
     def __post_init__(self) -> None:
         check.optional_int("min_epochs", self.min_epochs, 0)
@@ -39,3 +42,4 @@ class RunOptions:
         check.optional_int("num_sanity_val_steps", self.num_sanity_val_steps, 0)
         check.optional_int("reload_dataloaders_every_n_epochs", self.reload_dataloaders_every_n_epochs, 0)
         check.flag("use_distributed_sampler", self.use_distributed_sampler)
+        check.flag("in_order_fit_loaders", self.in_order_fit_loaders)

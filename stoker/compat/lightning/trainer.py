@@ -62,7 +62,7 @@ class Trainer(CoreTrainer):
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
-        float32_matmul_precision: str | None = None, **core: Any,
+        float32_matmul_precision: str | None = None, overfit_batches: int | float = 0.0, **core: Any,
     ) -> None:
         unknown = {k: v for k, v in core.items() if k not in _CORE}
         if unknown:
@@ -71,7 +71,11 @@ class Trainer(CoreTrainer):
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
-        self.fast_dev_run = check.fast_dev_run(fast_dev_run)
+        n = check.fast_dev_run(fast_dev_run)
+        self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
+        self.overfit_batches = check.overfit_batches(overfit_batches)
+        if self.overfit_batches:  # the same first batches of train and val every epoch, read in order
+            core["limit_train_batches"] = core["limit_val_batches"] = self.overfit_batches
         self.max_time = None if self.fast_dev_run else check.max_time(max_time)
         self.detect_anomaly = check.flag("detect_anomaly", detect_anomaly)
         self.benchmark = check.flag("benchmark", benchmark, allow_none=True)
@@ -82,14 +86,16 @@ class Trainer(CoreTrainer):
             num_sanity_val_steps=0 if self.fast_dev_run else check.sanity_steps(num_sanity_val_steps),
             reload_dataloaders_every_n_epochs=check.optional_int(
                 "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
-            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler))
+            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
+            in_order_fit_loaders=bool(self.overfit_batches))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
-        if self.fast_dev_run:  # n batches everywhere, one epoch (after the core checked the values given)
-            n = self.fast_dev_run
-            self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = n
+        if n:  # n batches everywhere, one epoch (after the core checked the values given)
+            if not self.overfit_batches:
+                self.limit_train_batches = self.limit_val_batches = n
+            self.limit_test_batches = n
             self.limit_predict_batches = self.max_steps = n
             self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
         self._apply_torch_settings()
@@ -136,6 +142,27 @@ class Trainer(CoreTrainer):
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest validation was given: ``fit``'s or ``validate``'s; None."""
+        return self._given_loaders(VALIDATE.name)
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest ``test`` was given, or None."""
+        return self._given_loaders(TEST.name)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest ``predict`` was given, or None."""
+        return self._given_loaders(PREDICT.name)
+
+    def _given_loaders(self, stage: str) -> Any:
+        loaders = self.run_setup.stage_loaders.get(stage)
+        if not loaders:
+            return None
+        return loaders[0] if len(loaders) == 1 else list(loaders)
 
     @property
     def global_rank(self) -> int:
