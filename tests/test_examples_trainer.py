@@ -29,7 +29,7 @@ def test_char_lm_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     ppl, vocab = (float(out.split("validation perplexity ")[1].split()[0]),
                   int(out.split("uniform guessing: ")[1].split(")")[0]))
     assert 1.0 < ppl < vocab  # better than guessing after six bf16 steps
-    assert os.path.isfile(tmp_path / "checkpoints" / "last" / "model.safetensors")
+    assert os.path.isfile(tmp_path / "checkpoints" / "last.ckpt" / "model.safetensors")
     logs = tmp_path / "stoker_logs" / "version_0"
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(logs))
     char_lm.main(["--tiny", "--root", str(tmp_path), "--resume"])  # already at max_steps: resumes, no new steps

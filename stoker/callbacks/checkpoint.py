@@ -10,9 +10,8 @@ Layout under ``dirpath`` (default ``{default_root_dir}/checkpoints``)::
     last.ckpt/                  with save_last=True: the newest state; ``fit(ckpt_path="last")`` resumes from it
     weights/epoch=3-step=400.ckpt/model.safetensors   with export_weights=True (save_model of the unwrapped model)
 
-With ``save_last=True``, ``last`` is refreshed at *every* save, whether or not the monitored metric improved
-(Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"`` silently resumes from an old epoch). Names are
-stored relative to ``dirpath`` in the callback state, so a run folder can be moved.
+``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"``
+resumes an old epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
 """
 
 from __future__ import annotations
@@ -42,8 +41,9 @@ class ModelCheckpoint(Callback):
     A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
     is one) or every ``every_n_train_steps`` optimizer steps: as in Lightning the triggers are exclusive by
     default (a step trigger alone does not also save at every epoch's end), but unlike Lightning, asking for
-    both explicitly gives both. When a fit stops in the middle of an epoch (``should_stop``, ``max_steps``, `Timer`) and whenever it ends with the newest state unsaved,
-    only ``last`` is written: a partial epoch's metrics do not compete for the top k. Likewise a
+    both explicitly gives both. When a fit stops mid-epoch (``should_stop``, ``max_steps``, `Timer`) or ends with
+    the newest state unsaved, only ``last`` is written (with ``save_last``; without it the stopped epoch's save is
+    ranked as Lightning does): a partial epoch's metrics do not compete for the top k. Likewise a
     monitored value is ranked once: a later save that sees the same value (no validation since, e.g.
     with ``check_val_every_n_epoch=2``) refreshes only ``last``. Each save writes a complete ``save_state`` folder
     named ``{filename}.ckpt`` (``FILE_EXTENSION``). With ``monitor``, a checkpoint is kept when its score is among
@@ -242,11 +242,11 @@ class ModelCheckpoint(Callback):
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        if not trainer.epoch_finished:
+        if not trainer.epoch_finished and self.save_last:
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
         elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
-            self._save(trainer)
+            self._save(trainer)  # also a stopped epoch without `last` (ranked, as Lightning): its state is kept
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         if getattr(trainer, "fast_dev_run", 0):

@@ -210,7 +210,8 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
         for entry, step, saved_at in checkpoints_in(folder):
             # The time recorded in the checkpoint; the folder's own time for one written before it was recorded.
-            key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name in (LAST_FOLDER, LAST)), step)
+            is_last = int(entry.name in (LAST_FOLDER, LAST))
+            key = (entry.stat().st_mtime if saved_at is None else saved_at, is_last, step)
             if best is None or key > best:
                 best, found = key, entry.path
     return found

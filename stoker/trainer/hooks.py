@@ -77,7 +77,8 @@ def _not_a_hook(owner: str, name: str) -> str:
 
 def defines_hook(obj: Any, name: str, base: type) -> bool:
     """Whether ``obj`` defines ``name`` itself: set on the instance (to anything but None), or its class's ``name`` is
-    not ``base``'s (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and data modules.
+    not ``base``'s (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and
+    data modules.
 
     Example:
         >>> defines_hook(my_module, "validation_step", TrainingModule)   # doctest: +SKIP

@@ -47,7 +47,7 @@ def test_early_stopping_non_finite_stops_at_once(tmp_path):
     stop = EarlyStopping("val/loss", patience=10)
     trainer = _fitting(tmp_path, stop)
     _validate(trainer, stop, float("nan"))
-    assert trainer.should_stop and "not finite" in stop.stopping_reason
+    assert trainer.should_stop and "not finite" in stop.stopping_reason_message
 
 
 def test_early_stopping_missing_metric_names_the_existing_ones(tmp_path):

@@ -22,7 +22,8 @@ def _folders(path) -> list[str]:
 
 
 def test_auto_insert_metric_name_off_writes_bare_values(tmp_path):
-    ckpt = ModelCheckpoint(save_last=True, filename="e{epoch:02d}-s{step}-{val/score:.1f}", auto_insert_metric_name=False,
+    ckpt = ModelCheckpoint(save_last=True, filename="e{epoch:02d}-s{step}-{val/score:.1f}",
+                           auto_insert_metric_name=False,
                            save_top_k=-1)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(val_scores=[0.5, 0.25]), *loaders())
     assert _folders(tmp_path / "checkpoints") == ["e00-s4-0.5.ckpt", "e01-s8-0.2.ckpt", "last.ckpt"]
@@ -71,7 +72,8 @@ def test_save_after_each_validation_instead_of_the_epoch_end(tmp_path):
 def test_save_after_validation_without_validation_keeps_only_last(tmp_path):
     ckpt = ModelCheckpoint(save_last=True, save_top_k=-1, save_on_train_epoch_end=False)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), loaders()[0])
-    assert _folders(tmp_path / "checkpoints") == ["last.ckpt"] and checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 8
+    assert _folders(tmp_path / "checkpoints") == ["last.ckpt"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 8
 
 
 class _Clock:

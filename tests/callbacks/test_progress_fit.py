@@ -111,7 +111,8 @@ def test_resume_mid_epoch_names_the_next_batch(tmp_path, capsys):
     ckpt = ModelCheckpoint(save_last=True, every_n_train_steps=3)
     trainer(tmp_path, max_steps=3, callbacks=[ckpt]).fit(Regressor(prog_bar=True), loaders()[0])
     capsys.readouterr()
-    trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=3)], enable_progress_bar=True).fit(
+    trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+            enable_progress_bar=True).fit(
         Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     err = capsys.readouterr().err.splitlines()
     lines = [line for line in err if line.startswith("stoker:")]
