@@ -137,7 +137,7 @@ class ModelCheckpoint(Callback):
         except (ValueError, IndexError, KeyError) as error:
             raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
-        self.dirpath: str | None = None if dirpath is None else os.path.abspath(dirpath)
+        self.dirpath: str | None = None if dirpath is None else os.path.abspath(os.path.expanduser(dirpath))
         if self.dirpath is not None:
             check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last

@@ -148,3 +148,21 @@ def test_early_stopping_reason_and_message_round_trip():
     old = {k: v for k, v in stop.state_dict().items() if not k.startswith("stopping_reason")}
     again.load_state_dict(old)  # a checkpoint written before the reason was saved
     assert again.stopping_reason is EarlyStoppingReason.NOT_STOPPED and again.stopping_reason_message is None
+
+
+def test_accumulate_grad_batches_and_progress_bar_callback(tmp_path):
+    from stoker.callbacks import ProgressBar
+
+    t = quiet(tmp_path, accumulate_grad_batches=3)
+    assert t.accumulate_grad_batches == 3 == t.accumulate and t.progress_bar_callback is None
+    t.accumulate_grad_batches = 2
+    assert t.accumulate == 2
+    shown = Trainer(default_root_dir=str(tmp_path), logger=False)
+    assert isinstance(shown.progress_bar_callback, ProgressBar)
+
+
+def test_checkpoint_dirpath_expands_the_home_folder(monkeypatch, tmp_path):
+    from stoker.callbacks import ModelCheckpoint
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ModelCheckpoint(dirpath="~/ckpts").dirpath == str(tmp_path / "ckpts")

@@ -27,7 +27,7 @@ from . import args as check
 if TYPE_CHECKING:
     import os
 
-    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint
+    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
     from ...loggers import Logger
     from ...trainer import TrainingModule
     from ...trainer.datamodule import DataModule
@@ -142,6 +142,22 @@ class Trainer(CoreTrainer):
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Lightning's name for ``accumulate`` (micro-batches per optimizer step; a scheduler may change it)."""
+        return self.accumulate
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        self.accumulate = value
+
+    @property
+    def progress_bar_callback(self) -> ProgressBar | None:
+        """The first ``ProgressBar`` among the callbacks, or None (``enable_progress_bar=False``)."""
+        from ...callbacks import ProgressBar
+
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
 
     @property
     def val_dataloaders(self) -> Any:
