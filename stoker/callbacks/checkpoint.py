@@ -152,10 +152,9 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
         self.best_k_models: dict[str, float] = {}
         self.last_model_path = ""
-        self._last_time_save = 0.0
+        self._last_time_save, self._warned_missing = 0.0, False
         self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
-        self._warned_missing = False
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
         self._pending_state: dict[str, Any] | None = None
 
