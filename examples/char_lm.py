@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from stoker import Trainer, TrainingModule, set_seed
+from stoker import ModelCheckpoint, Trainer, TrainingModule, set_seed
 
 MODULES = ["textwrap", "string", "heapq", "bisect", "fractions", "functools", "json.decoder", "json.encoder",
            "argparse", "dataclasses", "collections", "inspect", "pathlib", "shutil", "tokenize", "difflib"]
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(max_steps=max_steps, accumulate=2, precision=precision, default_root_dir=args.root,
                       # every `val_every` batches, as a fraction of the epoch: right also when torchrun splits it
                       val_check_interval=min(1.0, val_every / len(train)), limit_val_batches=val_batches,
-                      log_every_n_steps=10, clip_grad_norm=1.0, seed=0)
+                      log_every_n_steps=10, clip_grad_norm=1.0, seed=0,
+                      callbacks=[ModelCheckpoint(save_last=True)])  # last.ckpt: the newest state, printed below
     trainer.fit(module, train, val, ckpt_path="last" if args.resume else None)
 
     ppl = trainer.validate(module, val)[0]["val/ppl"]

@@ -110,7 +110,7 @@ def run(root: str, epochs: int, callbacks: list, ckpt_path: str | None = None) -
     module = Regressor()
     # Order matters on each batch end: the EMA updates first, so a checkpoint taken then already includes it.
     trainer = Trainer(max_epochs=epochs, default_root_dir=root, seed=0, logger=False, enable_progress_bar=False,
-                      callbacks=[ema, ModelCheckpoint(every_n_train_steps=3), *callbacks])
+                      callbacks=[ema, ModelCheckpoint(every_n_train_steps=3, save_last=True), *callbacks])
     trainer.fit(module, make_loader(), ckpt_path=ckpt_path)
     return module, ema
 

@@ -29,4 +29,4 @@ def test_example_crashes_resumes_and_restores_the_callback_state(session_launche
     assert re.search(r"EMA updates: 16 \(reference: 16\)", out), out
     assert "model identical to the uninterrupted run: True" in out
     assert "EMA identical to the uninterrupted run: True" in out
-    assert os.path.isdir(tmp_path / "interrupted" / "checkpoints" / "last")
+    assert os.path.isdir(tmp_path / "interrupted" / "checkpoints" / "last.ckpt")

@@ -30,7 +30,7 @@ def test_char_lm_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
                   int(out.split("uniform guessing: ")[1].split(")")[0]))
     assert 1.0 < ppl < vocab  # better than guessing after six bf16 steps
     logs = tmp_path / "stoker_logs" / "version_0"  # the run's checkpoints live under its log version
-    assert os.path.isfile(logs / "checkpoints" / "last" / "model.safetensors")
+    assert os.path.isfile(logs / "checkpoints" / "last.ckpt" / "model.safetensors")
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(logs))
     char_lm.main(["--tiny", "--root", str(tmp_path), "--resume"])  # already at max_steps: resumes, no new steps
     assert "6 optimizer steps" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.callbacks.base import Callback
 from stoker.callbacks.checkpoint import ModelCheckpoint
-from stoker.callbacks.early_stopping import EarlyStopping
+from stoker.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from stoker.callbacks.lr_monitor import LearningRateMonitor
 from stoker.callbacks.progress import ProgressBar, TQDMProgressBar
 from stoker.callbacks.timer import Timer
@@ -41,8 +41,8 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar", "TQDMProgressBar",
-           "Timer", *_LAZY]
+__all__ = ["Callback", "EarlyStopping", "EarlyStoppingReason", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar",
+           "TQDMProgressBar", "Timer", *_LAZY]
 
 
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports

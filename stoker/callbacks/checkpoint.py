@@ -1,20 +1,17 @@
-"""`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` always fresh.
+"""`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` (when asked) fresh.
 
-This module owns *when* to save (epoch, step and time triggers; a stopped epoch saves only ``last``), the score a
-save is ranked by, and the callback's state. The rest is split by idea: folder names and folder operations
-(checkpoint_files.py), which checkpoints are kept (checkpoint_ranking.py), and how a save is written in a safe
-order (checkpoint_writer.py). The checkpoint format and its atomicity are the Accelerator's ``save_state``.
+Owns *when* to save (epoch, step and time triggers; a stopped epoch saves only ``last``), the score a save is ranked
+by, and the callback's state. Elsewhere: names and folder operations (checkpoint_files.py), the constructor checks
+(checkpoint_options.py), which are kept (checkpoint_ranking.py), the safe write order (checkpoint_writer.py).
 
 Layout under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, see ``stoker.loggers.layout``)::
 
-    epoch=3-step=400/      a top-k checkpoint (a complete save_state folder)
-    last/                  always the newest state; ``fit(ckpt_path="last")`` resumes from it
-    weights/epoch=3-step=400/model.safetensors   with export_weights=True (save_model of the
-    weights/last/model.safetensors               unwrapped model; load_checkpoint_in_model reads it)
+    epoch=3-step=400.ckpt/      a top-k checkpoint (a complete save_state folder, named as Lightning's files)
+    last.ckpt/                  with save_last=True: the newest state; ``fit(ckpt_path="last")`` resumes from it
+    weights/epoch=3-step=400.ckpt/model.safetensors   with export_weights=True (save_model of the unwrapped model)
 
-``last`` is refreshed at *every* save, whether or not the monitored metric improved (Lightning 2.6 stops refreshing
-it then, so ``ckpt_path="last"`` silently resumes from an old epoch). Names are stored relative to ``dirpath`` in
-the callback state, so a run folder can be moved.
+``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"``
+resumes an old epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
 """
 
 from __future__ import annotations
@@ -27,8 +24,10 @@ from typing import Any
 
 from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates, monitored_value
 from stoker.callbacks.base import Callback, TrainerView
-from stoker.callbacks.checkpoint_files import (LAST_NAME, Zeros, check_dirpath, format_checkpoint_name, unique_path,
-                                               warn_if_earlier_run)
+from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR, Zeros, check_dirpath,
+                                               format_checkpoint_name, unique_path, warn_if_earlier_run)
+from stoker.callbacks.checkpoint_options import EVERY_EPOCH as _EVERY_EPOCH, check_options
+from stoker.callbacks.checkpoint_ranking import ordering
 from stoker.callbacks.checkpoint_ranking import admit, kept
 from stoker.callbacks.checkpoint_writer import CheckpointWriter
 from stoker.loggers.layout import default_checkpoint_dir
@@ -37,45 +36,39 @@ from stoker.user_frame import user_stacklevel
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
 
-class _Default(int):
-    """An int default that the constructor can tell from the same number passed explicitly."""
-
-    def __repr__(self) -> str:
-        return int.__repr__(self)
-
-
-_EVERY_EPOCH = _Default(1)  # every_n_epochs when not given: 1, or 0 with every_n_train_steps
-
-
 class ModelCheckpoint(Callback):
-    """Saves full resumable checkpoints, keeps the best ``save_top_k`` and a ``last`` that is always newest.
+    """Saves full resumable checkpoints, keeps the best ``save_top_k`` and (``save_last=True``) a ``last`` that is
+    always newest.
 
     A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
     is one) or every ``every_n_train_steps`` optimizer steps: as in Lightning the triggers are exclusive by
     default (a step trigger alone does not also save at every epoch's end), but unlike Lightning, asking for
-    both explicitly gives both. When a fit stops in the middle of an
-    epoch (``should_stop``, ``max_steps``, `Timer`) and whenever it ends with the newest state unsaved,
-    only ``last`` is written: a partial epoch's metrics do not compete for the top k. Likewise a
+    both explicitly gives both. When a fit stops mid-epoch (``should_stop``, ``max_steps``, `Timer`) or ends with
+    the newest state unsaved, only ``last`` is written (with ``save_last``; without it the stopped epoch's save is
+    ranked as Lightning does): a partial epoch's metrics do not compete for the top k. Likewise a
     monitored value is ranked once: a later save that sees the same value (no validation since, e.g.
-    with ``check_val_every_n_epoch=2``) refreshes only ``last``. Each save writes a complete ``save_state`` folder. With
-    ``monitor``, a checkpoint is kept when its score is among the ``save_top_k`` best; without it the
-    ``save_top_k`` newest are kept. ``save_top_k=-1`` keeps all, ``0`` none (only ``last``).
+    with ``check_val_every_n_epoch=2``) refreshes only ``last``. Each save writes a complete ``save_state`` folder
+    named ``{filename}.ckpt`` (``FILE_EXTENSION``). With ``monitor``, a checkpoint is kept when its score is among
+    the ``save_top_k`` best (a NaN score counts as the worst: +inf when minimizing, -inf when maximizing); without
+    it only the newest is kept (``save_top_k`` 1), or all (-1). ``save_top_k=0`` keeps none (only ``last``).
 
     Args:
         dirpath: Folder for the checkpoints; default: the first logger's ``version_{n}/checkpoints`` (as
             Lightning's), or ``{default_root_dir}/checkpoints`` without a logger (``stoker.loggers.layout``).
-        filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"``; fields are ``epoch``, ``step``
-            and any metric in ``trainer.callback_metrics`` and become ``name=value``. Characters that
-            are unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``. Default ``"{epoch}-{step}"``.
-        monitor: Metric that ranks checkpoints, e.g. ``"val/loss"``; ``None`` ranks by recency.
-        mode: ``"min"`` or ``"max"``: which scores are better.
-        save_top_k: How many ranked checkpoints to keep (-1 all, 0 none).
-        save_last: Keep ``{dirpath}/last`` refreshed at every save.
+        filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"`` (default ``"{epoch}-{step}"``); fields are
+            ``epoch``, ``step`` and any metric in ``trainer.callback_metrics`` and become ``name=value``; characters
+            unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``.
+        monitor: Metric that ranks checkpoints, e.g. ``"val/loss"``; ``None`` keeps the newest.
+        mode: ``"min"`` or ``"max"``: which scores are better. save_top_k: How many to keep (-1 all, 0 none).
+        save_last: True (or ``"link"``): keep ``{dirpath}/last.ckpt`` refreshed at every save (a hard-linked copy of
+            a new top-k folder). None/False (default, as Lightning): no ``last``.
+        save_on_exception: When ``fit`` raises after training started, save the state at that moment under the
+            ``filename`` template (not ranked; one process only, as `OnExceptionCheckpoint`).
+        enable_version_counter: A name already taken in ``dirpath`` gets ``-v1``, ``-v2``... (default); False
+            replaces the folder of that name instead.
         every_n_train_steps: Save every n optimizer steps (``None`` or 0: never by steps).
-        every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends). Default: 1, or 0 when
-            ``every_n_train_steps`` is given.
-        export_weights: Also write ``save_model`` safetensors of the unwrapped model to
-            ``{dirpath}/weights/{name}`` (and ``weights/last``) for inference.
+        every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends). Default: 1, or 0 with a step trigger.
+        export_weights: Also write ``save_model`` safetensors of the unwrapped model to ``{dirpath}/weights/{name}``.
         save_on_train_epoch_end: When the epoch trigger saves: None (default) or True at the end of the training
             epoch (after its validation); False after every validation run inside ``fit`` in the epochs
             ``every_n_epochs`` selects (several per epoch with ``val_check_interval`` < 1). Lightning's None picks
@@ -90,31 +83,32 @@ class ModelCheckpoint(Callback):
             (checked after each optimizer step; with several processes every 10 steps, as the processes agree with
             a collective). Like ``every_n_train_steps`` it turns the default epoch trigger off.
         verbose: Print a line for each checkpoint written (main process).
-        async_save: Write each checkpoint in the background (``save_state(async_save=True)``): training goes on
-            once the state is copied to CPU memory. ``last`` and the removal of evicted checkpoints follow when
-            the new checkpoint is complete; the next save and the end of ``fit`` wait for it. Until then the
-            folders at ``best_model_path`` / ``last_model_path`` may still hold the previous state (or not exist
-            yet). Holds a CPU copy of the state while writing. Ignored (synchronous) with several processes,
-            FSDP or ``export_weights``. Without it (the default) each checkpoint's files are written before
-            training goes on and only the commit is in the background (``save_state(background_commit=True)``:
-            the fsyncs, the rename into place, ``last`` and the evictions), with the same waiting rules; no
-            copy of the state is held. Under the same conditions as ``async_save``; otherwise synchronous.
+        async_save: Write each checkpoint in the background (``save_state(async_save=True)``, holding a CPU copy
+            of the state): training goes on once the state is copied. Without it each checkpoint's files are written
+            before training goes on and only the commit (fsyncs, rename, ``last``, evictions) is in the background.
+            Either way the next save and the end of ``fit`` wait for it, and until then ``best_model_path`` /
+            ``last_model_path`` may still hold the previous state. Synchronous with several processes, FSDP or
+            ``export_weights``.
 
     Attributes:
         best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
         best_model_score: Its monitored value as a float (``None`` before the first, or without ``monitor``).
         last_model_path: Absolute path of ``last`` once written (``""`` before).
         best_k_models: Absolute path -> score of every kept ranked checkpoint.
+        current_score: The score of the latest ranked save (``None`` before it).
+        CHECKPOINT_NAME_LAST, FILE_EXTENSION: ``last``'s name template and every name's end (``".ckpt"``).
 
     Example:
         >>> from stoker import Trainer
         >>> ckpt = ModelCheckpoint(monitor="val/loss", save_top_k=2, filename="{epoch}-{val/loss:.3f}")
-        >>> trainer = Trainer(max_epochs=10, callbacks=[ckpt])   # doctest: +SKIP
-        >>> trainer.fit(module, train_loader, val_loader)         # doctest: +SKIP
+        >>> Trainer(max_epochs=10, callbacks=[ckpt]).fit(module, train_loader, val_loader)  # doctest: +SKIP
         >>> ckpt.best_model_path                                  # doctest: +SKIP
-        '/runs/checkpoints/epoch=7-val_loss=0.112'
+        '/runs/checkpoints/epoch=7-val_loss=0.112.ckpt'
         >>> Trainer(max_epochs=20).fit(module, train_loader, val_loader, ckpt_path="last")  # doctest: +SKIP
     """
+
+    CHECKPOINT_NAME_LAST = LAST_NAME
+    FILE_EXTENSION = EXTENSION
 
     def __init__(
         self,
@@ -123,7 +117,7 @@ class ModelCheckpoint(Callback):
         monitor: str | None = None,
         mode: str = "min",
         save_top_k: int = 1,
-        save_last: bool = True,
+        save_last: bool | str | None = None,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = _EVERY_EPOCH,
         export_weights: bool = False,
@@ -133,10 +127,12 @@ class ModelCheckpoint(Callback):
         save_weights_only: bool = False,
         train_time_interval: timedelta | None = None,
         verbose: bool = False,
+        save_on_exception: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
-        _check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps,
-                       every_n_epochs=every_n_epochs, monitor=monitor, save_on_train_epoch_end=save_on_train_epoch_end,
-                       train_time_interval=train_time_interval)
+        check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps, save_last=save_last,
+                      every_n_epochs=every_n_epochs, monitor=monitor, save_on_train_epoch_end=save_on_train_epoch_end,
+                      train_time_interval=train_time_interval)
         self.auto_insert_metric_name = bool(auto_insert_metric_name)
         self.filename = filename or "{epoch}-{step}"
         try:  # fail now, not after the first epoch, on a template that cannot be filled
@@ -144,10 +140,12 @@ class ModelCheckpoint(Callback):
         except (ValueError, IndexError, KeyError) as error:
             raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
-        self.dirpath: str | None = None if dirpath is None else os.path.abspath(dirpath)
+        self.dirpath: str | None = None if dirpath is None else os.path.abspath(os.path.expanduser(dirpath))
         if self.dirpath is not None:
             check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
+        self.save_on_exception, self.enable_version_counter = bool(save_on_exception), bool(enable_version_counter)
+        self.current_score: float | None = None
         self.every_n_train_steps = every_n_train_steps or 0
         if every_n_epochs is _EVERY_EPOCH:  # not given: the epoch trigger is the default only without another
             every_n_epochs = 0 if self.every_n_train_steps or train_time_interval is not None else 1
@@ -157,10 +155,9 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
         self.best_k_models: dict[str, float] = {}
         self.last_model_path = ""
-        self._last_time_save = 0.0
+        self._last_time_save, self._warned_missing = 0.0, False
         self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
-        self._warned_missing = False
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
         self._pending_state: dict[str, Any] | None = None
 
@@ -247,11 +244,11 @@ class ModelCheckpoint(Callback):
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        if not trainer.epoch_finished:
+        if not trainer.epoch_finished and self.save_last:
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
         elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
-            self._save(trainer)
+            self._save(trainer)  # also a stopped epoch without `last` (ranked, as Lightning): its state is kept
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         if getattr(trainer, "fast_dev_run", 0):
@@ -260,15 +257,36 @@ class ModelCheckpoint(Callback):
             self.save_last_now(trainer)
 
     def save_last_now(self, trainer: TrainerView) -> str:
-        """Writes ``{dirpath}/last`` now (even with ``save_last=False``); returns its path.
+        """Writes ``{dirpath}/last.ckpt`` now (even with ``save_last=False``); returns its path.
 
         Used by `Timer` and anyone who must stop with a resumable checkpoint: always synchronous, the folder is
         complete when this returns.
         """
         self._require_dirpath()
-        self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
-        self._write(trainer, None, [], wait=True)
+        self.last_model_path = self._last_path(trainer)
+        self._write(trainer, None, [], wait=True, last=True)
         return self.last_model_path
+
+    def _last_path(self, trainer: TrainerView) -> str:
+        metrics = {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step),
+                   **dict(trainer.callback_metrics)}
+        name = format_checkpoint_name(self.CHECKPOINT_NAME_LAST, metrics, self.auto_insert_metric_name)
+        return os.path.join(self.dirpath, name + self.FILE_EXTENSION)
+
+    def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
+        """``save_on_exception``: the state at the moment ``fit`` raised, under the ``filename`` template."""
+        if (not self.save_on_exception or not trainer.fitting or trainer.sanity_checking or self.dirpath is None
+                or getattr(trainer, "fast_dev_run", 0) or self._last_save_step == trainer.global_step
+                or isinstance(exception, SystemExit) or trainer.accelerator.num_processes > 1):
+            return  # nothing new to save; a preemption saved already; a collective save could hang other processes
+        metrics = {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step),
+                   **dict(trainer.callback_metrics)}
+        path = self._new_path(metrics, [])
+        try:
+            self._write(trainer, path, [], wait=True)
+        except Exception as error:  # the user must see the original exception, not this one
+            warnings.warn(f"ModelCheckpoint(save_on_exception=True) could not save to {path} after "
+                          f"{type(exception).__name__}: {type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
 
     # -- saving -------------------------------------------------------------------------------------------------
     def _save(self, trainer: TrainerView, rank: bool = True) -> None:
@@ -291,7 +309,7 @@ class ModelCheckpoint(Callback):
         if topk_path is None and (not self.save_last or unchanged):
             return  # nothing to keep, or `last` already holds exactly this state
         if self.save_last:
-            self.last_model_path = os.path.join(self.dirpath, LAST_NAME)
+            self.last_model_path = self._last_path(trainer)
         self._write(trainer, topk_path, evicted)
         if self.verbose and trainer.is_global_zero:
             print(f"ModelCheckpoint: saved {topk_path or self.last_model_path} (epoch {trainer.current_epoch}, "
@@ -322,18 +340,28 @@ class ModelCheckpoint(Callback):
             return None
         self._last_ranked = value
         # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
-        return agreed_mean(trainer, monitored_value(value, f"ModelCheckpoint(monitor={self.monitor!r})"))
+        score = agreed_mean(trainer, monitored_value(value, f"ModelCheckpoint(monitor={self.monitor!r})"))
+        self.current_score = ordering(score, self._minimize)  # NaN: the worst score (Lightning's +-inf)
+        return self.current_score
 
     def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
-        return admit(self.best_k_models, self.save_top_k, score, self._minimize, lambda replaceable: unique_path(
-            self.dirpath, format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name), replaceable))
+        return admit(self.best_k_models, self.save_top_k, score, self._minimize,
+                     lambda replaceable: self._new_path(metrics, replaceable))
 
-    def _write(self, trainer: TrainerView, topk_path: str | None, evicted: list[str], wait: bool = False) -> None:
+    def _new_path(self, metrics: dict[str, Any], replaceable: list[str]) -> str:
+        name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)
+        reserved = (os.path.basename(self.last_model_path), self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION,
+                    WEIGHTS_DIR)
+        return unique_path(self.dirpath, name, replaceable, self.FILE_EXTENSION, reserved, self.enable_version_counter)
+
+    def _write(self, trainer: TrainerView, topk_path: str | None, evicted: list[str], wait: bool = False,
+               last: bool = False) -> None:
         # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
-        CheckpointWriter(self.dirpath, self.save_last, self.export_weights, self.save_weights_only,
-                         self.async_save).write(trainer, topk_path, evicted, wait)
+        CheckpointWriter(self.dirpath, bool(self.save_last) or last, self.export_weights, self.save_weights_only,
+                         self.async_save, os.path.basename(self.last_model_path) or LAST_NAME + EXTENSION,
+                         ).write(trainer, topk_path, evicted, wait)
 
     def _require_dirpath(self) -> None:
         if self.dirpath is None:
@@ -371,28 +399,4 @@ class ModelCheckpoint(Callback):
 
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
-                f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last})")
-
-
-def _check_options(**options: Any) -> None:
-    """Raises for the first bad constructor option, quoting it: at construction, not after the first epoch."""
-    def count(value: Any, low: int) -> bool:
-        return not isinstance(value, bool) and isinstance(value, int) and value >= low
-
-    monitor, interval, when = options["monitor"], options["train_time_interval"], options["save_on_train_epoch_end"]
-    if monitor is not None and (not isinstance(monitor, str) or not monitor):
-        raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a metric name such as 'val/loss', or None.")
-    steps, epochs = options["every_n_train_steps"], options["every_n_epochs"]
-    off = "must be None or an int >= 0 (0 or None: off)."
-    rules = (
-        ("mode", options["mode"] in ("min", "max"), "is not a mode. Expected 'min' or 'max'."),
-        ("save_top_k", count(options["save_top_k"], -1), "must be an int: -1 (all), 0 (none) or k >= 1."),
-        ("every_n_train_steps", steps is None or count(steps, 0), off),
-        ("every_n_epochs", epochs is None or count(epochs, 0), off),
-        ("save_on_train_epoch_end", when is None or isinstance(when, bool), "must be True, False or None."),
-        ("train_time_interval", interval is None or (isinstance(interval, timedelta) and interval.total_seconds() > 0),
-         "must be a positive datetime.timedelta, e.g. timedelta(minutes=30), or None."),
-    )
-    for name, ok, rule in rules:
-        if not ok:
-            raise ValueError(f"ModelCheckpoint({name}={options[name]!r}) {rule}")
+                f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last!r})")

@@ -27,6 +27,7 @@ _FIELD = re.compile(r"\{([^{}:]+)(:[^{}]*)?\}")
 _UNSAFE = re.compile(r'[\\/:*?"<>|\x00-\x1f]')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 LAST_NAME = "last"
+EXTENSION = ".ckpt"  # a checkpoint folder's name ends like Lightning's files (and its sharded checkpoint folders)
 WEIGHTS_DIR = "weights"
 
 
@@ -73,13 +74,15 @@ def format_checkpoint_name(template: str, metrics: dict[str, Any], auto_insert_m
     return safe_name(_FIELD.sub(field, template))
 
 
-def unique_path(dirpath: str, name: str, replaceable: list[str]) -> str:
-    """``dirpath/name``, with ``-v1``, ``-v2``... when a folder we may not replace already has that name (or the name
-    is one this layout reserves: ``last``, ``weights``)."""
-    path, version = os.path.join(dirpath, name), 0
-    while (os.path.exists(path) and path not in replaceable) or os.path.basename(path) in (LAST_NAME, WEIGHTS_DIR):
+def unique_path(dirpath: str, name: str, replaceable: list[str], extension: str = EXTENSION,
+                reserved: tuple[str, ...] = (LAST_NAME + EXTENSION, WEIGHTS_DIR), versioned: bool = True) -> str:
+    """``dirpath/{name}{extension}``, as ``{name}-v1{extension}``, ``-v2``... when a folder we may not replace already
+    has that name (or the name is one this layout reserves: ``last.ckpt``, ``weights``). ``versioned=False``: the
+    existing folder is replaced instead (Lightning's ``enable_version_counter=False``)."""
+    path, version = os.path.join(dirpath, name + extension), 0
+    while (versioned and os.path.exists(path) and path not in replaceable) or os.path.basename(path) in reserved:
         version += 1
-        path = os.path.join(dirpath, f"{name}-v{version}")
+        path = os.path.join(dirpath, f"{name}-v{version}{extension}")
     return path
 
 

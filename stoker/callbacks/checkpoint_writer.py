@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from stoker.callbacks.checkpoint_files import LAST_NAME, WEIGHTS_DIR
+from stoker.callbacks.checkpoint_files import EXTENSION, LAST_NAME, WEIGHTS_DIR
 from stoker.callbacks.hparams_file import write_hparams
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class CheckpointWriter:
 
     Example:
         >>> writer = CheckpointWriter("/runs/checkpoints", save_last=True)          # doctest: +SKIP
-        >>> writer.write(trainer, "/runs/checkpoints/epoch=3-step=400", evicted=[])  # doctest: +SKIP
+        >>> writer.write(trainer, "/runs/checkpoints/epoch=3-step=400.ckpt", evicted=[])  # doctest: +SKIP
     """
 
     dirpath: str
@@ -58,10 +58,11 @@ class CheckpointWriter:
     export_weights: bool = False
     save_weights_only: bool = False
     async_save: bool = False
+    last_name: str = LAST_NAME + EXTENSION
 
     @property
     def last_path(self) -> str:
-        return os.path.join(self.dirpath, LAST_NAME)
+        return os.path.join(self.dirpath, self.last_name)
 
     def weights_path(self, checkpoint_path: str) -> str:
         """Where ``export_weights`` puts the weights of the checkpoint at ``checkpoint_path``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from enum import Enum
 from typing import Any
 
 import torch
@@ -17,9 +18,19 @@ from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.user_frame import user_stacklevel
 
-__all__ = ["EarlyStopping"]
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
 
 _MODES = ("min", "max")
+
+
+class EarlyStoppingReason(Enum):
+    """Why `EarlyStopping` stopped the run (``stopping_reason``); its ``stopping_reason_message`` says it in words."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -30,7 +41,8 @@ class EarlyStopping(Callback):
     otherwise). An improvement is a value below ``best - min_delta`` (``mode="min"``) or above
     ``best + min_delta`` (``mode="max"``). A check stops the run at once, before patience, when the
     value is not finite (``check_finite``), better than ``stopping_threshold`` (good enough) or worse
-    than ``divergence_threshold`` (hopeless); ``stopping_reason`` says which. The counters
+    than ``divergence_threshold`` (hopeless); ``stopping_reason`` (an `EarlyStoppingReason`) says which, and
+    ``stopping_reason_message`` (None until a stop) says it in words. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
     across a resume.
 
@@ -102,7 +114,8 @@ class EarlyStopping(Callback):
         self.wait_count = 0
         self.stopped_epoch = -1
         self.best_score = math.inf if mode == "min" else -math.inf
-        self.stopping_reason = ""
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -136,20 +149,21 @@ class EarlyStopping(Callback):
         value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")
         current = agreed_mean(trainer, value)
         previous_best = self.best_score
-        should_stop, reason = self._evaluate(current)
+        reason, message = self._evaluate(current)
+        should_stop = reason is not EarlyStoppingReason.NOT_STOPPED
         if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
             print(f"EarlyStopping: {self.monitor} improved to {self.best_score:.6g} (epoch {trainer.current_epoch}).")
         if should_stop:
             trainer.should_stop = True
             self.stopped_epoch = int(trainer.current_epoch)
-            self.stopping_reason = reason
+            self.stopping_reason, self.stopping_reason_message = reason, message
             if trainer.is_global_zero:
-                print(f"EarlyStopping: {reason} Stopping at epoch {trainer.current_epoch}.")
+                print(f"EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
 
-    def _evaluate(self, current: float) -> tuple[bool, str]:
-        """Updates the counters with ``current``; returns (stop?, why)."""
+    def _evaluate(self, current: float) -> tuple[EarlyStoppingReason, str]:
+        """Updates the counters with ``current``; returns (why it stops or NOT_STOPPED, the message)."""
         if self.check_finite and not math.isfinite(current):
-            return True, f"{self.monitor} = {current} is not finite."
+            return EarlyStoppingReason.NON_FINITE_METRIC, f"{self.monitor} = {current} is not finite."
         better, sign = (float.__lt__, "<") if self.mode == "min" else (float.__gt__, ">")
         improved = better(current, self.best_score - self.min_delta if self.mode == "min"
                           else self.best_score + self.min_delta)
@@ -157,27 +171,33 @@ class EarlyStopping(Callback):
             self.best_score = current
             self.wait_count = 0
         if self.stopping_threshold is not None and better(current, self.stopping_threshold):
-            return True, (f"stopping threshold reached: {self.monitor} = {current:.6g} {sign} "
-                          f"{self.stopping_threshold}.")
+            return EarlyStoppingReason.STOPPING_THRESHOLD, (
+                f"Stopping threshold reached: {self.monitor} = {current:.6g} {sign} {self.stopping_threshold}.")
         if self.divergence_threshold is not None and better(self.divergence_threshold, current):
             opposite = ">" if sign == "<" else "<"
-            return True, (f"divergence threshold reached: {self.monitor} = {current:.6g} {opposite} "
-                          f"{self.divergence_threshold}.")
+            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (
+                f"Divergence threshold reached: {self.monitor} = {current:.6g} {opposite} {self.divergence_threshold}.")
         if improved:
-            return False, ""
+            return EarlyStoppingReason.NOT_STOPPED, ""
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (f"{self.monitor} did not improve by more than {self.min_delta} for "
-                          f"{self.wait_count} checks; best {self.best_score:.6g}.")
-        return False, ""
+            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (
+                f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} checks; "
+                f"best {self.best_score:.6g}.")
+        return EarlyStoppingReason.NOT_STOPPED, ""
 
     def state_dict(self) -> dict[str, Any]:
         # Scores go in a tensor: checkpoint JSON need not represent the initial +/-inf.
         return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch,
-                "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience}
+                "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience,
+                "stopping_reason": self.stopping_reason.name, "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
         self.best_score = monitored_value(state_dict["best_score"], "EarlyStopping")
+        # Absent in checkpoints written before the reason was saved: not stopped.
+        reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.name)
+        self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason[reason]
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
 

@@ -213,4 +213,5 @@ def _save_last(trainer: TrainerView) -> None:
     if callback is not None:
         callback.save_last_now(trainer)
     else:
-        trainer.save_checkpoint(os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), "last"))
+        folder = default_checkpoint_dir(trainer.default_root_dir, trainer.loggers)
+        trainer.save_checkpoint(os.path.join(folder, "last.ckpt"))

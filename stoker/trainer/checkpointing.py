@@ -7,8 +7,8 @@ or its atomicity (``stoker/accelerator/checkpointing/``).
 
 Layout (``stoker.loggers.layout``; the run's checkpoints folder is ``ModelCheckpoint``'s default ``dirpath``)::
 
-    {default_root_dir}/stoker_logs/version_N/checkpoints/last/   newest state (ModelCheckpoint, preemption)
-    {default_root_dir}/stoker_logs/version_N/checkpoints/epoch=3-step=400/   ModelCheckpoint's top-k folders
+    {default_root_dir}/stoker_logs/version_N/checkpoints/last.ckpt/   newest state (save_last=True, preemption)
+    {default_root_dir}/stoker_logs/version_N/checkpoints/epoch=3-step=400.ckpt/   ModelCheckpoint's top-k folders
     {default_root_dir}/checkpoints/...            the same without a logger (and runs of the older layout)
 
 ``ckpt_path="last"`` takes, among the complete checkpoint folders there (every version's, and the
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .parts import TrainerParts
 
 LAST = "last"
+LAST_FOLDER = "last.ckpt"  # the folder ModelCheckpoint(save_last=True), preemption and Timer write
 BEST = "best"
 _FORMAT = "stoker-trainer"
 
@@ -224,7 +225,8 @@ def find_last_checkpoint(folders: Iterable[str]) -> str | None:
     for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
         for entry, step, saved_at in checkpoints_in(folder):
             # The time recorded in the checkpoint; the folder's own time for one written before it was recorded.
-            key = (entry.stat().st_mtime if saved_at is None else saved_at, int(entry.name == LAST), step)
+            is_last = int(entry.name in (LAST_FOLDER, LAST))
+            key = (entry.stat().st_mtime if saved_at is None else saved_at, is_last, step)
             if best is None or key > best:
                 best, found = key, entry.path
     return found

@@ -26,6 +26,9 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
     elif not isinstance(callbacks, (list, tuple)):
         callbacks = [callbacks]
     result = check_callbacks(callbacks)
+    if not checkpointing and any(isinstance(c, ModelCheckpoint) for c in result):
+        raise ValueError("Trainer(enable_checkpointing=False) but found a ModelCheckpoint in callbacks: remove it, or "
+                         "drop enable_checkpointing=False.")
     if model_summary and not any(isinstance(c, ModelSummary) for c in result):
         result.append(ModelSummary())
     if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):

@@ -79,15 +79,16 @@ def _not_a_hook(owner: str, name: str) -> str:
 
 
 def defines_hook(obj: Any, name: str, base: type) -> bool:
-    """Whether ``obj`` defines ``name`` itself: set on the instance, or its class's ``name`` is not ``base``'s
-    (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and data modules.
+    """Whether ``obj`` defines ``name`` itself: set on the instance (to anything but None), or its class's ``name`` is
+    not ``base``'s (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and
+    data modules.
 
     Example:
         >>> defines_hook(my_module, "validation_step", TrainingModule)   # doctest: +SKIP
         True
     """
-    if name in getattr(obj, "__dict__", {}):
-        return True
+    if name in getattr(obj, "__dict__", {}):  # set on the instance; None turns it off (Lightning's idiom)
+        return obj.__dict__[name] is not None
     impl = getattr(type(obj), name, None)
     return impl is not None and impl is not getattr(base, name, None)
 

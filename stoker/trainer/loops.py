@@ -153,7 +153,10 @@ class FitLoop:
         results = t.train_results
         results.in_batch = False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
-        t.hooks.call("on_train_epoch_end")
+        for hook in t.hooks.get("on_train_epoch_end"):  # the module's first, then the callbacks'
+            hook()
+            if getattr(hook, "__self__", None) is t.module:
+                results.publish_epoch()  # what the module logged there is seen by callbacks checking now
         values = results.publish_epoch()  # again: now with what the hooks logged
         t.send_to_loggers(values)
         results.reset_epoch()

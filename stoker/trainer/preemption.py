@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..accelerator import SignalAgreement, agree_on_max
 from ..loggers.layout import default_checkpoint_dir
-from .checkpointing import LAST
+from .checkpointing import LAST_FOLDER
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -30,7 +30,7 @@ class Preemption:
     """Turns SIGTERM/SIGUSR1/SIGINT during ``fit`` into: finish the optimizer step, save, exit non-zero.
 
     The handler only records the signal; :meth:`check`, called by the loop right after an optimizer step (and
-    after each epoch), saves ``{default_root_dir}/checkpoints/last`` and raises ``SystemExit(128 + signal)``
+    after each epoch), saves ``{default_root_dir}/checkpoints/last.ckpt`` and raises ``SystemExit(128 + signal)``
     (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). In one process that is the step during which the signal
     arrived. With several processes the processes agree on the signal without blocking each step
     (:class:`SignalAgreement`): every process stops after the same optimizer step, the one after the step during
@@ -88,7 +88,7 @@ class Preemption:
         if flag is None:
             return
         self.received = flag
-        path = os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), LAST)  # the run's
+        path = os.path.join(default_checkpoint_dir(trainer.default_root_dir, trainer.loggers), LAST_FOLDER)  # the run's
         self.saved_to = trainer.save_checkpoint(path)
         name = signal.Signals(flag).name if flag in set(signal.Signals) else flag
         if trainer.is_global_zero:

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
@@ -45,6 +45,9 @@ class RunSetup:
         self.trainer = trainer
         self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None
+        # stage name -> the loaders its latest run was given (before preparation): Lightning's
+        # trainer.val_dataloaders / test_dataloaders / predict_dataloaders
+        self.stage_loaders: dict[str, list[Any]] = {}
 
     # -- checks -----------------------------------------------------------------------------------------------------
     def check_module(self, module: Any, fit: bool) -> TrainingModule:
@@ -79,6 +82,8 @@ class RunSetup:
         if value is None and datamodule is not None and defines(datamodule, hook):
             value = getattr(datamodule, hook)()
         elif value is None and callable(getattr(module, hook, None)):
+            if isinstance(module, TrainingModule):  # the hook may read self.trainer (Lightning attaches it first)
+                module.trainer = self.trainer
             value = getattr(module, hook)()
         if value is None:
             if required:
@@ -163,14 +168,18 @@ class RunSetup:
         # autocast_forward=False: the loops enter the precision's autocast around each step themselves (one mechanism)
         model = self.last_model = acc.prepare_model(module, autocast_forward=False)
         training_step = self._route(module, model, automatic)
-        loader = acc.prepare_data_loader(train)
-        val_loaders = [acc.prepare_data_loader(v) for v in vals]
-        self._limit_train(loader)
-        self._count(VALIDATE, val_loaders)
         has_validation_step = defines_hook(module, VALIDATE.step, TrainingModule)
         if vals and not has_validation_step:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=user_stacklevel())
+            vals = []  # not prepared or counted: num_val_batches == [] (Lightning's)
+        if t.options.in_order_fit_loaders:
+            train, vals = in_order(train, "train"), [in_order(v, "val") for v in vals]
+        self.stage_loaders.update({TRAIN.name: [train], VALIDATE.name: list(vals)})
+        loader = acc.prepare_data_loader(train)
+        val_loaders = [acc.prepare_data_loader(v) for v in vals]
+        self._limit_train(loader)
+        self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers())
         if len(optimizers) > 1 and automatic:
@@ -271,6 +280,7 @@ class RunSetup:
             acc.free_memory(reset_step=False)  # a second fit continues its step count
         # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
         model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
+        self.stage_loaders[stage.name] = list(loaders)
         prepared = [acc.prepare_data_loader(loader) for loader in loaders]
         self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)
@@ -304,6 +314,23 @@ class RunSetup:
                 routed.forward = inner
         if module is not None:
             self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)
+
+
+def in_order(loader: Any, kind: str) -> Any:
+    """``loader`` reading its dataset in order (``RunOptions.in_order_fit_loaders``): a loader with another sampler
+    is rebuilt with a ``SequentialSampler``, with a warning; a custom batch sampler or an iterable dataset is kept."""
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(loader, DataLoader) or sampler is None or isinstance(sampler, SequentialSampler) or \
+            isinstance(loader.dataset, IterableDataset) or type(loader.batch_sampler) not in (BatchSampler, type(None)):
+        return loader
+    warnings.warn(f"The {kind} loader shuffles (or samples) but this fit reads its loaders in order (overfit_batches):"
+                  f" its {type(sampler).__name__} is replaced by a SequentialSampler.", UserWarning, stacklevel=5)
+    keep = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+            "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+    options = {name: getattr(loader, name) for name in keep}
+    if not options["num_workers"]:  # these are only accepted with worker processes
+        options.pop("prefetch_factor"), options.pop("persistent_workers")
+    return DataLoader(loader.dataset, sampler=SequentialSampler(loader.dataset), **options)
 
 
 def from_compiled(module: Any) -> Any:

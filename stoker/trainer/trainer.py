@@ -57,7 +57,7 @@ class Trainer:
             not given.
         logger: True (a TensorBoardLogger under ``default_root_dir/stoker_logs``), False, a Logger, a name or a list.
         default_root_dir: Where logs, checkpoints and preemption checkpoints go.
-        enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, and ``last``).
+        enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, ``epoch=N-step=M.ckpt``).
         enable_progress_bar: Add a default ``ProgressBar``.
         enable_model_summary: Add a default ``ModelSummary`` (the layer table printed at the start of ``fit``).
         val_check_interval: Validate every this fraction of a training epoch (float) or every this many

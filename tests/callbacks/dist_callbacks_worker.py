@@ -59,7 +59,7 @@ def fit(root: Path, callbacks: list) -> Trainer:
     return trainer
 
 
-ckpt = ModelCheckpoint(monitor="score", save_top_k=1, filename="{epoch}")
+ckpt = ModelCheckpoint(save_last=True, monitor="score", save_top_k=1, filename="{epoch}")
 stop = EarlyStopping("score", patience=2)
 first = fit(OUT / "stop", [ckpt, stop])
 timer = Timer({"seconds": 2})

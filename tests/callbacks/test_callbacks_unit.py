@@ -47,7 +47,7 @@ def test_early_stopping_non_finite_stops_at_once(tmp_path):
     stop = EarlyStopping("val/loss", patience=10)
     trainer = _fitting(tmp_path, stop)
     _validate(trainer, stop, float("nan"))
-    assert trainer.should_stop and "not finite" in stop.stopping_reason
+    assert trainer.should_stop and "not finite" in stop.stopping_reason_message
 
 
 def test_early_stopping_missing_metric_names_the_existing_ones(tmp_path):
@@ -131,10 +131,10 @@ def test_timer_stops_at_a_step_boundary_with_a_last_checkpoint(tmp_path, capsys)
     assert not trainer.should_stop
     trainer.global_step, trainer.window_closed = 1, True
     timer.on_train_batch_end(trainer, trainer.module, None, None, 1)
-    assert trainer.should_stop and trainer.saves == ["last"]
+    assert trainer.should_stop and trainer.saves == ["last.ckpt"]
     assert "Timer: duration" in capsys.readouterr().out
     timer.on_train_epoch_end(trainer, trainer.module)
-    assert trainer.saves == ["last"]  # stops once
+    assert trainer.saves == ["last.ckpt"]  # stops once
 
 
 def test_timer_without_checkpoint_callback_saves_under_default_root(tmp_path):
@@ -145,7 +145,7 @@ def test_timer_without_checkpoint_callback_saves_under_default_root(tmp_path):
     timer.on_train_batch_end(trainer, trainer.module, None, None, 0)
     assert not trainer.should_stop  # interval="epoch"
     timer.on_train_epoch_end(trainer, trainer.module)
-    assert trainer.should_stop and (tmp_path / "checkpoints" / "last" / "state.json").is_file()
+    assert trainer.should_stop and (tmp_path / "checkpoints" / "last.ckpt" / "state.json").is_file()
 
 
 def test_timer_elapsed_survives_state_round_trip(tmp_path):

@@ -22,22 +22,23 @@ def _folders(path) -> list[str]:
 
 
 def test_auto_insert_metric_name_off_writes_bare_values(tmp_path):
-    ckpt = ModelCheckpoint(filename="e{epoch:02d}-s{step}-{val/score:.1f}", auto_insert_metric_name=False,
+    ckpt = ModelCheckpoint(save_last=True, filename="e{epoch:02d}-s{step}-{val/score:.1f}",
+                           auto_insert_metric_name=False,
                            save_top_k=-1)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(val_scores=[0.5, 0.25]), *loaders())
-    assert _folders(tmp_path / "checkpoints") == ["e00-s4-0.5", "e01-s8-0.2", "last"]
+    assert _folders(tmp_path / "checkpoints") == ["e00-s4-0.5.ckpt", "e01-s8-0.2.ckpt", "last.ckpt"]
     with pytest.raises(ValueError, match="not a valid template"):
         ModelCheckpoint(filename="{epoch:q}", auto_insert_metric_name=False)
 
 
 def test_save_weights_only_writes_loadable_weights_and_no_state(tmp_path):
-    ckpt = ModelCheckpoint(monitor="val/score", save_weights_only=True, export_weights=True)
+    ckpt = ModelCheckpoint(save_last=True, monitor="val/score", save_weights_only=True, export_weights=True)
     t = trainer(tmp_path, max_epochs=2, callbacks=[ckpt])
     module = Regressor(val_scores=[0.5, 0.7])
     t.fit(module, *loaders())
     best, last = ckpt.best_model_path, ckpt.last_model_path
-    assert os.path.basename(best) == "epoch=0-step=4" and ckpt.export_weights is False
-    assert _folders(tmp_path / "checkpoints") == ["epoch=0-step=4", "last"]  # no weights/ export beside them
+    assert os.path.basename(best) == "epoch=0-step=4.ckpt" and ckpt.export_weights is False
+    assert _folders(tmp_path / "checkpoints") == ["epoch=0-step=4.ckpt", "last.ckpt"]  # no weights/ export beside them
     for folder in (best, last):
         # The weights and the hyperparameters load_from_checkpoint rebuilds the module from; no training state.
         assert _folders(folder) == ["hparams.json", "model.safetensors"] and checkpoint_step(folder) is None
@@ -53,25 +54,26 @@ def test_save_weights_only_writes_loadable_weights_and_no_state(tmp_path):
 
 def test_save_after_each_validation_instead_of_the_epoch_end(tmp_path):
     # Validation twice per epoch (every 2 of 4 batches).
-    after_validation = ModelCheckpoint(save_top_k=-1, save_on_train_epoch_end=False)
+    after_validation = ModelCheckpoint(save_last=True, save_top_k=-1, save_on_train_epoch_end=False)
     trainer(tmp_path / "a", max_epochs=2, val_check_interval=2, callbacks=[after_validation]).fit(
         Regressor(), *loaders())
     assert _folders(tmp_path / "a" / "checkpoints") == [
-        "epoch=0-step=2", "epoch=0-step=4", "epoch=1-step=6", "epoch=1-step=8", "last"]
-    at_epoch_end = ModelCheckpoint(save_top_k=-1, save_on_train_epoch_end=True)
+        "epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+    at_epoch_end = ModelCheckpoint(save_last=True, save_top_k=-1, save_on_train_epoch_end=True)
     trainer(tmp_path / "b", max_epochs=2, val_check_interval=2, callbacks=[at_epoch_end]).fit(
         Regressor(), *loaders())
-    assert _folders(tmp_path / "b" / "checkpoints") == ["epoch=0-step=4", "epoch=1-step=8", "last"]
-    every_other = ModelCheckpoint(save_top_k=-1, save_on_train_epoch_end=False, every_n_epochs=2)
+    assert _folders(tmp_path / "b" / "checkpoints") == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+    every_other = ModelCheckpoint(save_last=True, save_top_k=-1, save_on_train_epoch_end=False, every_n_epochs=2)
     trainer(tmp_path / "c", max_epochs=2, val_check_interval=2, callbacks=[every_other]).fit(
         Regressor(), *loaders())
-    assert _folders(tmp_path / "c" / "checkpoints") == ["epoch=1-step=6", "epoch=1-step=8", "last"]
+    assert _folders(tmp_path / "c" / "checkpoints") == ["epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
 
 
 def test_save_after_validation_without_validation_keeps_only_last(tmp_path):
-    ckpt = ModelCheckpoint(save_top_k=-1, save_on_train_epoch_end=False)
+    ckpt = ModelCheckpoint(save_last=True, save_top_k=-1, save_on_train_epoch_end=False)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), loaders()[0])
-    assert _folders(tmp_path / "checkpoints") == ["last"] and checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 8
+    assert _folders(tmp_path / "checkpoints") == ["last.ckpt"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 8
 
 
 class _Clock:
@@ -93,21 +95,21 @@ def test_train_time_interval_saves_by_wall_clock(tmp_path, monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(checkpoint_module, "time", clock)
     Slow.clock = clock
-    ckpt = ModelCheckpoint(save_top_k=-1, train_time_interval=timedelta(seconds=1))
+    ckpt = ModelCheckpoint(save_last=True, save_top_k=-1, train_time_interval=timedelta(seconds=1))
     assert ckpt.every_n_epochs == 0 and "train_time_interval" in ckpt.state_key
     trainer(tmp_path / "a", max_epochs=2, callbacks=[ckpt]).fit(Slow(), *loaders())
     # 0.4 s per step: 1 s has passed after steps 3 and 6; `last` holds the end (step 8).
-    assert _folders(tmp_path / "a" / "checkpoints") == ["epoch=0-step=3", "epoch=1-step=6", "last"]
-    both = ModelCheckpoint(save_top_k=-1, train_time_interval=timedelta(seconds=1), every_n_epochs=1)
+    assert _folders(tmp_path / "a" / "checkpoints") == ["epoch=0-step=3.ckpt", "epoch=1-step=6.ckpt", "last.ckpt"]
+    both = ModelCheckpoint(save_last=True, save_top_k=-1, train_time_interval=timedelta(seconds=1), every_n_epochs=1)
     trainer(tmp_path / "b", max_epochs=1, callbacks=[both]).fit(Slow(), *loaders())
-    assert _folders(tmp_path / "b" / "checkpoints") == ["epoch=0-step=3", "epoch=0-step=4", "last"]
+    assert _folders(tmp_path / "b" / "checkpoints") == ["epoch=0-step=3.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"]
 
 
 def test_verbose_names_each_save(tmp_path, capsys):
-    ckpt = ModelCheckpoint(verbose=True)
+    ckpt = ModelCheckpoint(save_last=True, verbose=True)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), *loaders())
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ModelCheckpoint: saved")]
-    assert len(lines) == 2 and lines[1].endswith("epoch=1-step=8 (epoch 1, step 8) and last.")
+    assert len(lines) == 2 and lines[1].endswith("epoch=1-step=8.ckpt (epoch 1, step 8) and last.")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -18,8 +18,8 @@ def test_checkpoint_early_stopping_and_timer_agree_across_ranks(tmp_path):
     assert results[0] == results[1]
     result = results[0]
     # Mean scores 4.0, 2.0, 2.75, 3.1, 3.5: best at epoch 1; patience 2 ends the run after epoch 3.
-    assert (result["best"], result["best_score"]) == ("epoch=1", 2.0)
+    assert (result["best"], result["best_score"]) == ("epoch=1.ckpt", 2.0)
     assert (result["stopped_epoch"], result["steps"]) == (3, 16)
-    assert sorted(os.listdir(tmp_path / "stop" / "checkpoints")) == ["epoch=1", "last"]
+    assert sorted(os.listdir(tmp_path / "stop" / "checkpoints")) == ["epoch=1.ckpt", "last.ckpt"]
     # Rank 1 passes the duration at step 9 (mid-epoch); both stop at the next agreement point, step 10.
     assert result["timer_stopped"] and result["timer_steps"] == 10

@@ -21,24 +21,25 @@ def test_stopping_threshold_stops_once_good_enough(tmp_path):
     stop = EarlyStopping("val/score", patience=10, stopping_threshold=0.1)
     t, module = _fit(tmp_path, stop, [1.0, 0.5, 0.09, 0.05, 0.01])
     assert stop.stopped_epoch == 2 and module.validations == 3 and t.global_step == 12
-    assert stop.stopping_reason == "stopping threshold reached: val/score = 0.09 < 0.1."
+    assert stop.stopping_reason_message == "Stopping threshold reached: val/score = 0.09 < 0.1."
     assert stop.best_score == 0.09 and stop.wait_count == 0
 
 
 def test_divergence_threshold_stops_a_hopeless_run(tmp_path):
     stop = EarlyStopping("val/score", patience=10, divergence_threshold=3.0)
     _fit(tmp_path, stop, [1.0, 2.0, 3.5, 0.1])
-    assert stop.stopped_epoch == 2 and stop.stopping_reason.startswith("divergence threshold reached: val/score = 3.5 >")
+    assert stop.stopped_epoch == 2 and stop.stopping_reason_message.startswith(
+        "Divergence threshold reached: val/score = 3.5 >")
     assert stop.best_score == 1.0
 
 
 def test_thresholds_follow_the_mode(tmp_path):
     stop = EarlyStopping("val/score", mode="max", stopping_threshold=0.9, divergence_threshold=0.0)
     _fit(tmp_path / "a", stop, [0.5, 0.95, 0.99])
-    assert stop.stopped_epoch == 1 and "0.95 > 0.9" in stop.stopping_reason
+    assert stop.stopped_epoch == 1 and "0.95 > 0.9" in stop.stopping_reason_message
     stop = EarlyStopping("val/score", mode="max", stopping_threshold=0.9, divergence_threshold=0.0)
     _fit(tmp_path / "b", stop, [0.5, -0.1, 0.99])
-    assert stop.stopped_epoch == 1 and "-0.1 < 0" in stop.stopping_reason
+    assert stop.stopped_epoch == 1 and "-0.1 < 0" in stop.stopping_reason_message
     equal = EarlyStopping("val/score", patience=5, stopping_threshold=0.5)  # strictly better than the threshold
     _fit(tmp_path / "c", equal, [0.5, 0.5, 0.5])
     assert equal.stopped_epoch == -1

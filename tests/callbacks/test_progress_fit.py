@@ -97,7 +97,7 @@ def test_resume_prints_one_line_naming_the_checkpoint_and_the_step(tmp_path, cap
     capsys.readouterr()
     trainer(tmp_path, max_epochs=2).fit(Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("stoker:")]
-    last = tmp_path / "checkpoints" / "last"
+    last = tmp_path / "checkpoints" / "epoch=0-step=4.ckpt"  # the default ModelCheckpoint writes no `last`
     assert lines == [f"stoker: resumed from checkpoint {last}; continuing from global_step 4 (the end of epoch 0)."]
 
     trainer(tmp_path / "fresh", max_epochs=1).fit(Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
@@ -108,10 +108,11 @@ def test_resume_prints_one_line_naming_the_checkpoint_and_the_step(tmp_path, cap
 def test_resume_mid_epoch_names_the_next_batch(tmp_path, capsys):
     from stoker import ModelCheckpoint
 
-    ckpt = ModelCheckpoint(every_n_train_steps=3)
+    ckpt = ModelCheckpoint(save_last=True, every_n_train_steps=3)
     trainer(tmp_path, max_steps=3, callbacks=[ckpt]).fit(Regressor(prog_bar=True), loaders()[0])
     capsys.readouterr()
-    trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(every_n_train_steps=3)], enable_progress_bar=True).fit(
+    trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+            enable_progress_bar=True).fit(
         Regressor(prog_bar=True), loaders()[0], ckpt_path="last")
     err = capsys.readouterr().err.splitlines()
     lines = [line for line in err if line.startswith("stoker:")]

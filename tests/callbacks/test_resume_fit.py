@@ -36,7 +36,7 @@ class RecordingTimer(Timer):
 
 def _callbacks():
     return [EarlyStopping("val/score", patience=5),
-            ModelCheckpoint(monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}"),
+            ModelCheckpoint(save_last=True, monitor="val/score", save_top_k=2, filename="{epoch}-{val/score:.1f}"),
             RecordingTimer()]
 
 
@@ -53,10 +53,10 @@ def test_callback_states_survive_an_exact_resume(tmp_path):
 
     part, _, (_, _, part_timer, _) = _fit(tmp_path / "part", extra=[StopAt(6)])
     assert part.global_step == 6
-    last = tmp_path / "part" / "checkpoints" / "last"
+    last = tmp_path / "part" / "checkpoints" / "last.ckpt"
     assert checkpoint_step(str(last)) == 6
     # A stop mid-epoch writes only `last`: the partial epoch is not ranked.
-    assert sorted(os.listdir(last.parent)) == ["epoch=0-val_score=3.0", "last"]
+    assert sorted(os.listdir(last.parent)) == ["epoch=0-val_score=3.0.ckpt", "last.ckpt"]
 
     resumed, module, (stop, ckpt, timer) = _fit(tmp_path / "part", ckpt_path="last")
     assert resumed.global_step == full.global_step == 20
@@ -64,11 +64,11 @@ def test_callback_states_survive_an_exact_resume(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert (stop.wait_count, stop.best_score) == (full_stop.wait_count, full_stop.best_score) == (3, 1.0)
     names = lambda cb: {os.path.basename(p): s for p, s in cb.best_k_models.items()}  # noqa: E731
-    assert names(ckpt) == names(full_ckpt) == {"epoch=1-val_score=1.0": 1.0, "epoch=3-val_score=1.5": 1.5}
+    assert names(ckpt) == names(full_ckpt) == {"epoch=1-val_score=1.0.ckpt": 1.0, "epoch=3-val_score=1.5.ckpt": 1.5}
     assert sorted(os.listdir(tmp_path / "part" / "checkpoints")) == \
         sorted(os.listdir(tmp_path / "full" / "checkpoints")) == \
-        ["epoch=1-val_score=1.0", "epoch=3-val_score=1.5", "last"]
-    assert os.path.basename(ckpt.best_model_path) == "epoch=1-val_score=1.0"
+        ["epoch=1-val_score=1.0.ckpt", "epoch=3-val_score=1.5.ckpt", "last.ckpt"]
+    assert os.path.basename(ckpt.best_model_path) == "epoch=1-val_score=1.0.ckpt"
     # Elapsed training time carried over: the resumed Timer counts on from the interrupted run's 0.2 s+.
     saved = timer.loaded["time_elapsed"]["train"]
     assert saved >= 0.2

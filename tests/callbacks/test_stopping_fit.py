@@ -24,8 +24,8 @@ def test_early_stopping_stops_after_patience_validations(tmp_path):
     t.fit(module, *loaders())
     assert module.validations == 4 and t.current_epoch == 4  # epochs 0-3 ran; stopped after epoch 3's check
     assert stop.stopped_epoch == 3 and stop.best_score == 0.5 and t.should_stop
-    # The checkpoint written at that epoch's end holds the stopped state, and `last` is that state.
-    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 16
+    # The checkpoint written at that epoch's end holds the stopped state.
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "epoch=3-step=16.ckpt")) == 16
 
 
 def test_early_stopping_without_validation_checks_each_epoch_end(tmp_path):
@@ -49,7 +49,7 @@ def test_timer_stops_the_fit_with_a_resumable_checkpoint(tmp_path):
     t = trainer(tmp_path, max_epochs=3, callbacks=[timer])
     t.fit(Regressor(), *loaders())
     assert t.global_step == 1 and timer.stopped  # the first applied step is past a zero duration
-    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 1
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 1
 
     resumed = trainer(tmp_path, max_epochs=1, callbacks=[Timer()])  # elapsed time: see test_resume_fit.py
     resumed.fit(Regressor(), *loaders(), ckpt_path="last")
@@ -60,4 +60,4 @@ def test_timer_without_a_checkpoint_callback_still_saves_last(tmp_path):
     t = trainer(tmp_path, max_epochs=2, enable_checkpointing=False, accumulate=2, callbacks=[Timer("00:00:00:00")])
     t.fit(Regressor(), *loaders())
     assert t.global_step == 1 and t.checkpoint_callback is None
-    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 1
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 1

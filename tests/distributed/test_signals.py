@@ -92,7 +92,7 @@ def test_a_signal_to_the_launcher_reaches_the_workers_which_save_once_and_exit(s
     assert run["returncode"] == 128 + sig, out[-3000:]
     assert out.count(f"preempted by {sig.name} at step") == 1, out[-3000:]  # one save, announced once
     assert f"{sig.name} was forwarded to the 2 workers; they stopped with exit code {128 + sig}" in out
-    assert (run["dir"] / "checkpoints" / "last" / "stoker_manifest.json").exists()
+    assert (run["dir"] / "checkpoints" / "last.ckpt" / "stoker_manifest.json").exists()
     assert not run["alive"], "workers still running after the launcher exited"
 
 

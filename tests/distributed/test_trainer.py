@@ -38,7 +38,7 @@ def _full_sigterm_resume(out: Path) -> tuple[Path, str, dict[str, list[dict]], l
     last = out / "run_preempted" / "stoker_logs" / "version_0" / "checkpoints"  # the run's checkpoints folder
     (out / "after_sigterm.json").write_text(json.dumps({
         "folders": sorted(p.name for p in last.iterdir()),
-        "state": json.loads((last / "last" / "stoker_state.json").read_text())}))
+        "state": json.loads((last / "last.ckpt" / "stoker_state.json").read_text())}))
     run_workers(WORKER, [out, "resume"], timeout=240)
     return out, full.stdout + full.stderr, {m: _read(out, m) for m in ("full", "sigterm", "resume")}, preempted
 
@@ -95,9 +95,9 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     assert [r["log_dir"] for r in runs[2]["full"]] == [str(root / "stoker_logs" / "version_0")] * 2
     rows = (root / "stoker_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
-    checkpoints = root / "stoker_logs" / "version_0" / "checkpoints"
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch=1-step=6", "last"]
-    files = sorted(p.name for p in (checkpoints / "last").iterdir())
+    checkpoints = root / "stoker_logs" / "version_0" / "checkpoints"  # the run's checkpoints live under its version
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch=1-step=6.ckpt"]
+    files = sorted(p.name for p in (checkpoints / "epoch=1-step=6.ckpt").iterdir())
     assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(files)
     for stem in ("dataloader", "custom_checkpoint"):  # every process saved its own loader and Trainer state
         assert any(f.startswith(stem) and "process1" in f for f in files), files
@@ -113,7 +113,8 @@ def test_sigterm_on_one_rank_stops_all_ranks_at_the_same_step_with_one_checkpoin
     assert "".join(r.output for r in preempted).count("preempted by SIGTERM at step 5") == 1
     saved = json.loads((out / "after_sigterm.json").read_text())
     assert saved["state"]["counters"]["step"] == 5
-    assert saved["folders"] == ["epoch=0-step=3", "last"]  # the end of epoch 0, then the preemption's one save
+    # the end of epoch 0, then the preemption's one save
+    assert saved["folders"] == ["epoch=0-step=3.ckpt", "last.ckpt"]
 
 
 def test_killed_and_resumed_two_process_fit_equals_the_uninterrupted_run(runs: tuple) -> None:
@@ -143,5 +144,5 @@ def test_fsdp_through_the_trainer_matches_ddp(runs: tuple, session_launches: Lau
     for r in fsdp:  # validate(ckpt_path="last") reads the weights from the DCP shards
         assert r["validate_ckpt"] == pytest.approx(r["validate"], rel=1e-6)
         assert r["validate_fresh"] == pytest.approx(r["validate"], rel=1e-6)
-    last = out / "run_fsdp" / "stoker_logs" / "version_0" / "checkpoints" / "last"
+    last = out / "run_fsdp" / "stoker_logs" / "version_0" / "checkpoints" / "epoch=1-step=6.ckpt"  # the default's
     assert (last / ".metadata").exists() and (last / "__1_0.distcp").exists()

@@ -40,7 +40,7 @@ def test_readme_trainer_quickstart_runs(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert "after 21 optimizer steps" in capsys.readouterr().out  # 14 micro-batches per epoch, windows of 2
-    assert (tmp_path / "runs" / "quick" / "stoker_logs" / "version_0" / "checkpoints" / "last").is_dir()
+    assert (tmp_path / "runs" / "quick" / "stoker_logs" / "version_0" / "checkpoints" / "epoch=2-step=21.ckpt").is_dir()
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # resumes: max_epochs already reached
     assert "after 21 optimizer steps" in capsys.readouterr().out
 

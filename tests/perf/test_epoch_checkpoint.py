@@ -47,21 +47,22 @@ def commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_default_epoch_checkpoints_commit_on_the_saver_thread_and_fit_waits(tmp_path: Path,
                                                                             commit_threads: list[str]) -> None:
-    callback = ModelCheckpoint()
+    callback = ModelCheckpoint(save_last=True)
     fit(tmp_path, callback)
     assert len(commit_threads) == 3 and all(n.startswith("stoker-save") for n in commit_threads), commit_threads
     # fit returned: every commit, `last` and every eviction are done; nothing half-written or pending is left.
     ckpts = tmp_path / "checkpoints"
-    assert sorted(os.listdir(ckpts)) == ["epoch=2-step=12", "last"]
+    assert sorted(os.listdir(ckpts)) == ["epoch=2-step=12.ckpt", "last.ckpt"]
     for name in os.listdir(ckpts):
         verify_checkpoint(ckpts / name)
-    assert checkpoint_step(str(ckpts / "last")) == 12 and callback.best_model_path == str(ckpts / "epoch=2-step=12")
+    assert checkpoint_step(str(ckpts / "last.ckpt")) == 12
+    assert callback.best_model_path == str(ckpts / "epoch=2-step=12.ckpt")
 
 
 def test_weights_only_checkpoints_stay_synchronous(tmp_path: Path, commit_threads: list[str]) -> None:
-    fit(tmp_path, ModelCheckpoint(save_weights_only=True), epochs=1)
+    fit(tmp_path, ModelCheckpoint(save_weights_only=True, save_last=True), epochs=1)
     assert commit_threads == []  # not a save_state folder: written by save_model on the training thread
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=4", "last"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=4.ckpt", "last.ckpt"]
 
 
 class NanAt(Regressor):
@@ -76,9 +77,10 @@ class NanAt(Regressor):
 
 @pytest.mark.parametrize("async_save", [False, True])
 def test_no_background_checkpoint_is_written_after_a_nan_loss(tmp_path: Path, async_save: bool) -> None:
-    callback = ModelCheckpoint(every_n_train_steps=1, save_top_k=-1, async_save=async_save)
+    callback = ModelCheckpoint(every_n_train_steps=1, save_top_k=-1, async_save=async_save, save_last=True)
     with pytest.raises(ValueError, match=r"global_step 2 \(epoch 0, batch_idx 2\) was not finite"):
         fit(tmp_path, callback, NanAt(step=2))
     # Steps 1 and 2 were saved before the NaN loss (computed for step 3); step 3's save found it first.
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=1", "epoch=0-step=2", "last"]
-    assert checkpoint_step(str(tmp_path / "checkpoints" / "last")) == 2
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == [
+        "epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "last.ckpt"]
+    assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 2

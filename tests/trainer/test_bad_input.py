@@ -63,12 +63,12 @@ def test_an_infinite_loss_raises_at_the_next_log_step(value: float) -> None:
 
 
 def test_no_checkpoint_is_written_after_a_nan_loss(tmp_path: Any) -> None:
-    ckpt = ModelCheckpoint(every_n_train_steps=1, save_top_k=-1)
+    ckpt = ModelCheckpoint(every_n_train_steps=1, save_top_k=-1, save_last=True)
     trainer = Trainer(logger=False, enable_progress_bar=False, callbacks=[ckpt], default_root_dir=str(tmp_path),
                       max_epochs=1)
     with pytest.raises(ValueError, match=r"global_step 2 \(epoch 0, batch_idx 2\)"):
         trainer.fit(Loss(nan, at=((0, 2),)), make_loader(DATA))
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=1", "epoch=0-step=2", "last"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "last.ckpt"]
 
 
 def test_skip_never_reaches_the_optimizer_or_the_scheduler() -> None:

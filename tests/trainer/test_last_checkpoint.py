@@ -52,7 +52,7 @@ def fit(root: Path, lr: float, crash_after: int | None = None, ckpt_path: str | 
     x = torch.randn(64, 4, generator=g)
     loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=True)
     module = Regressor(lr)
-    callbacks: list[Callback] = [ModelCheckpoint(every_n_train_steps=3)]
+    callbacks: list[Callback] = [ModelCheckpoint(every_n_train_steps=3, save_last=True)]
     if crash_after is not None:
         callbacks.append(CrashAfter(crash_after))
     trainer = Trainer(max_epochs=2, default_root_dir=str(root), seed=0, logger=False, enable_progress_bar=False,
@@ -78,7 +78,7 @@ def test_a_crashed_run_resumes_itself_not_an_earlier_run_with_more_steps(tmp_pat
 
 def test_each_save_records_its_time_and_the_state_file_checks_it(tmp_path: Path) -> None:
     fit(tmp_path, lr=0.05)
-    folder = tmp_path / "checkpoints" / "last"
+    folder = tmp_path / "checkpoints" / "last.ckpt"
     step, saved_at = checkpoint_written(folder)
     assert step == 16 and isinstance(saved_at, float) and saved_at <= os.path.getmtime(folder / STATE_NAME) + 1
     copy = tmp_path / "copy"

@@ -98,7 +98,7 @@ def test_datamodule_state_is_saved_and_restored(tmp_path: Any) -> None:
     dm = Data()
     trainer = quiet(tmp_path, max_epochs=1)
     trainer.fit(Regressor(), datamodule=dm)
-    last = os.path.join(tmp_path, "checkpoints", "last")
+    last = os.path.join(tmp_path, "checkpoints", "epoch=1-step=8.ckpt")  # the resumed fit's epoch checkpoint
     resumed, trainer = Data(), quiet(tmp_path, max_epochs=2)
     trainer.fit(Regressor(), datamodule=resumed, ckpt_path="last")
     assert resumed.counter == 1 + 100 and trainer.global_step == 8 and os.path.isdir(last)
@@ -116,7 +116,7 @@ def test_ckpt_path_best_and_best_model_score(tmp_path: Any) -> None:
     trainer = quiet(tmp_path, max_epochs=3, callbacks=[ckpt])
     trainer.fit(module, datamodule=Data())
     assert ckpt.best_model_score == 1.0 and isinstance(ckpt.best_model_score, float)
-    assert os.path.basename(trainer.checkpoint_callback.best_model_path) == "epoch=1-step=8"
+    assert os.path.basename(trainer.checkpoint_callback.best_model_path) == "epoch=1-step=8.ckpt"
     trained = params_of(module)
     trainer.test(module, datamodule=Data(), ckpt_path="best")  # weights of epoch 1 come back
     assert any(not torch.equal(a, b) for a, b in zip(trained, module.parameters()))

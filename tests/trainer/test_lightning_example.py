@@ -27,4 +27,5 @@ def test_lightning_style_example(tmp_path: Path) -> None:
     assert result["test_acc"] == result["reloaded_test_acc"] > 0.8
     assert result["hidden"] == 32
     checkpoints = tmp_path / "stoker_logs" / "version_0" / "checkpoints"  # the run's folder (logger="csv")
-    assert sorted(p.name for p in checkpoints.iterdir())[-1] == "last"
+    names = sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith("."))
+    assert len(names) == 2 and all(n.endswith(".ckpt") for n in names)  # save_top_k=2; no `last` unless asked

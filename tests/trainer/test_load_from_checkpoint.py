@@ -18,7 +18,7 @@ from tests.helpers.weights import assert_same_weights
 
 def train(tmp_path: Any, module: TrainingModule, **checkpoint: Any) -> Trainer:
     trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      default_root_dir=tmp_path, callbacks=[ModelCheckpoint(**checkpoint)])
+                      default_root_dir=tmp_path, callbacks=[ModelCheckpoint(save_last=True, **checkpoint)])
     trainer.fit(module, make_loader(make_regression_data(n=32)))
     return trainer
 
@@ -26,7 +26,7 @@ def train(tmp_path: Any, module: TrainingModule, **checkpoint: Any) -> Trainer:
 def test_checkpoint_folder_rebuilds_hparams_and_weights(tmp_path: Any) -> None:
     trained = Regressor(lr=0.1, momentum=0.5, seed=3)
     train(tmp_path, trained)
-    path = os.path.join(tmp_path, "checkpoints", "last")
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
     loaded = Regressor.load_from_checkpoint(path)
     assert type(loaded) is Regressor and loaded.hparams.lr == 0.1 and loaded.hparams.seed == 3
     assert_same_weights(loaded, trained)
@@ -42,7 +42,7 @@ def test_on_load_checkpoint_sees_the_trainer_checkpoint(tmp_path: Any) -> None:
             self.noted = (checkpoint["global_step"], checkpoint["hyper_parameters"]["lr"])
 
     train(tmp_path, Noting(lr=0.2))
-    loaded = Noting.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last"))
+    loaded = Noting.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
     assert loaded.noted == (4, 0.2)
 
 
@@ -50,8 +50,8 @@ def test_on_load_checkpoint_sees_the_trainer_checkpoint(tmp_path: Any) -> None:
 def test_exported_weights_carry_hparams(tmp_path: Any, option: str) -> None:
     trained = Regressor(lr=0.2, seed=4)
     train(tmp_path, trained, **{option: True})
-    folder = os.path.join(tmp_path, "checkpoints", "weights", "last") if option == "export_weights" \
-        else os.path.join(tmp_path, "checkpoints", "last")
+    folder = os.path.join(tmp_path, "checkpoints", "weights", "last.ckpt") if option == "export_weights" \
+        else os.path.join(tmp_path, "checkpoints", "last.ckpt")
     with open(os.path.join(folder, "hparams.json"), encoding="utf-8") as f:
         assert json.load(f)["hyper_parameters"]["lr"] == 0.2
     for path in (folder, os.path.join(folder, "model.safetensors")):
@@ -107,7 +107,7 @@ def test_hparams_file_replaces_the_saved_hyperparameters(tmp_path: Any) -> None:
 
     trained = Regressor(lr=0.1, momentum=0.5, seed=3)
     train(tmp_path, trained)
-    path = os.path.join(tmp_path, "checkpoints", "last")
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
     logger = CSVLogger(tmp_path / "logs")
     logger.log_hyperparams({"lr": 0.25, "momentum": 0.5, "seed": 3})
     yaml_file = os.path.join(logger.log_dir, "hparams.yaml")

@@ -44,7 +44,7 @@ def test_configure_callbacks_merges_and_replaces_by_type(tmp_path: Any) -> None:
     checkpoints = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
     assert checkpoints == [own] and trainer.callbacks[-1] is own  # replaced the Trainer's; checkpoints go last
     assert [c.tag for c in trainer.callbacks if isinstance(c, Marker)] == ["module"]
-    assert (tmp_path / "own" / "last").is_dir() and not (tmp_path / "checkpoints").exists()
+    assert (tmp_path / "own" / "last.ckpt").is_dir() and not (tmp_path / "checkpoints").exists()
 
 
 def test_configure_callbacks_may_return_one_callback(tmp_path: Any) -> None:

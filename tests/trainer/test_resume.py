@@ -94,7 +94,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_non_zero(tmp_path: Any, unint
     assert signal.getsignal(signal.SIGTERM) is previous  # the Trainer's handler is gone again
     err = capfd.readouterr().err
     assert "preempted by SIGTERM at step 2" in err and "ckpt_path='last'" in err, err
-    last = os.path.join(str(tmp_path), "checkpoints", "last")
+    last = os.path.join(str(tmp_path), "checkpoints", "last.ckpt")
     assert Trainer(default_root_dir=str(tmp_path), logger=False).find_last_checkpoint() == last
     resumed = run(str(tmp_path), ckpt_path="last")
     assert_same_weights(resumed, uninterrupted, "after SIGTERM")
@@ -109,7 +109,7 @@ def test_sigusr1_before_the_first_step_saves_after_it(tmp_path: Any, monkeypatch
         run(str(tmp_path))
     assert exit_info.value.code == 128 + signal.SIGUSR1
     assert "preempted by SIGUSR1 at step 1" in capfd.readouterr().err
-    assert os.path.isdir(os.path.join(str(tmp_path), "checkpoints", "last"))
+    assert os.path.isdir(os.path.join(str(tmp_path), "checkpoints", "last.ckpt"))
 
 
 def test_ckpt_path_last_without_a_checkpoint_starts_fresh(tmp_path: Any, uninterrupted: dict) -> None:

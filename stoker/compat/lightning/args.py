@@ -15,7 +15,6 @@ from ...trainer.args import (accumulation_steps, clip_algorithm, clip_value, fla
 ALIASES = {"accumulate_grad_batches": "accumulate", "gradient_clip_val": "clip_grad_norm / clip_grad_value"}
 # Lightning arguments stoker does not take, with what to do instead (an unknown name gets a did-you-mean).
 NOT_SUPPORTED = {
-    "overfit_batches": "use limit_train_batches=n and the same loader for validation",
     "plugins": "precision and strategy are Trainer(precision=...) and Trainer(strategy=...)",
     "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
     "barebones": "stoker's default loop is already lean; pass logger=False, enable_progress_bar=False, "
@@ -81,6 +80,14 @@ def fast_dev_run(value: Any) -> int:
         raise ValueError(f"Trainer(fast_dev_run={value!r}) must be True (1 batch), False, or an int >= 0 (that many "
                          "batches of training and validation, without checkpoints or loggers).")
     return value
+
+
+def overfit_batches(value: Any) -> int | float:
+    """``overfit_batches``: 0 (off), an int >= 1 (batches) or a float in (0, 1] (a fraction of each fit loader)."""
+    if (is_int(value) and value >= 0) or (isinstance(value, float) and 0.0 <= value <= 1.0):
+        return value
+    raise ValueError(f"Trainer(overfit_batches={value!r}) must be an int >= 0 (that many batches of the train and "
+                     "val loaders, read in order) or a float in [0.0, 1.0] (that fraction of them); 0 turns it off.")
 
 
 def sanity_steps(value: Any) -> int | None:

@@ -28,7 +28,7 @@ from . import args as check
 if TYPE_CHECKING:
     import os
 
-    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint
+    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
     from ...loggers import Logger
     from ...trainer import TrainingModule
     from ...trainer.datamodule import DataModule
@@ -63,7 +63,8 @@ class Trainer(CoreTrainer):
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
-        float32_matmul_precision: str | None = None, profiler: Any = None, **core: Any,
+        float32_matmul_precision: str | None = None, profiler: Any = None,
+        overfit_batches: int | float = 0.0, **core: Any,
     ) -> None:
         unknown = {k: v for k, v in core.items() if k not in _CORE}
         if unknown:
@@ -73,7 +74,11 @@ class Trainer(CoreTrainer):
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
         profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
-        self.fast_dev_run = check.fast_dev_run(fast_dev_run)
+        n = check.fast_dev_run(fast_dev_run)
+        self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
+        self.overfit_batches = check.overfit_batches(overfit_batches)
+        if self.overfit_batches:  # the same first batches of train and val every epoch, read in order
+            core["limit_train_batches"] = core["limit_val_batches"] = self.overfit_batches
         self.max_time = None if self.fast_dev_run else check.max_time(max_time)
         self.detect_anomaly = check.flag("detect_anomaly", detect_anomaly)
         self.benchmark = check.flag("benchmark", benchmark, allow_none=True)
@@ -84,14 +89,16 @@ class Trainer(CoreTrainer):
             num_sanity_val_steps=0 if self.fast_dev_run else check.sanity_steps(num_sanity_val_steps),
             reload_dataloaders_every_n_epochs=check.optional_int(
                 "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
-            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler))
-        if self.fast_dev_run:  # Lightning's debugging run writes nothing
-            core.update(enable_checkpointing=False, logger=False)
+            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
+            in_order_fit_loaders=bool(self.overfit_batches))
+        if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
+            core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
-        if self.fast_dev_run:  # n batches everywhere, one epoch (after the core checked the values given)
-            n = self.fast_dev_run
-            self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = n
+        if n:  # n batches everywhere, one epoch (after the core checked the values given)
+            if not self.overfit_batches:
+                self.limit_train_batches = self.limit_val_batches = n
+            self.limit_test_batches = n
             self.limit_predict_batches = self.max_steps = n
             self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
         self._apply_torch_settings()
@@ -139,6 +146,43 @@ class Trainer(CoreTrainer):
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Lightning's name for ``accumulate`` (micro-batches per optimizer step; a scheduler may change it)."""
+        return self.accumulate
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        self.accumulate = value
+
+    @property
+    def progress_bar_callback(self) -> ProgressBar | None:
+        """The first ``ProgressBar`` among the callbacks, or None (``enable_progress_bar=False``)."""
+        from ...callbacks import ProgressBar
+
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest validation was given: ``fit``'s or ``validate``'s; None."""
+        return self._given_loaders(VALIDATE.name)
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest ``test`` was given, or None."""
+        return self._given_loaders(TEST.name)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The loader (or list of loaders) the latest ``predict`` was given, or None."""
+        return self._given_loaders(PREDICT.name)
+
+    def _given_loaders(self, stage: str) -> Any:
+        loaders = self.run_setup.stage_loaders.get(stage)
+        if not loaders:
+            return None
+        return loaders[0] if len(loaders) == 1 else list(loaders)
 
     @property
     def global_rank(self) -> int:
@@ -276,3 +320,10 @@ def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
                       "duration is used.", stacklevel=3)
         return callbacks
     return [*callbacks, Timer(duration=max_time, interval="step")]
+
+
+def _has_checkpoint(callbacks: Any) -> bool:
+    from ...callbacks import ModelCheckpoint
+
+    listed = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+    return any(isinstance(c, ModelCheckpoint) for c in listed)

@@ -1,0 +1,168 @@
+"""Lightning's run rules on stoker.Trainer: ``overfit_batches``, the loaders each stage was given, the module attached
+while its loader hooks run, ``validation_step = None``, ``fast_dev_run``'s value, and what ``on_train_epoch_end``
+logs being visible to callbacks at that same epoch end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from stoker import Callback, Trainer
+from stoker.callbacks import EarlyStopping, EarlyStoppingReason
+from stoker.trainer.states import RunningStage, TrainerFn
+from tests.callbacks.modules import loaders
+from tests.helpers.models import Regressor, make_regression_data
+
+
+def quiet(root, **kw) -> Trainer:
+    return Trainer(default_root_dir=str(root), logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                   enable_model_summary=False, seed=0, **kw)
+
+
+class Seen(Regressor):
+    """Records the inputs of every training and validation batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_x: list[torch.Tensor] = []
+        self.val_x: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        self.train_x.append(batch[0].clone())
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.val_x.append(batch[0].clone())
+        return super().validation_step(batch, batch_idx)
+
+
+def test_overfit_batches_reads_the_same_first_batches_in_order_every_epoch(tmp_path):
+    data = make_regression_data(64)
+    train = DataLoader(data, batch_size=8, shuffle=True)
+    module = Seen()
+    t = quiet(tmp_path, max_epochs=3, overfit_batches=2)
+    with pytest.warns(UserWarning, match="RandomSampler is replaced by a SequentialSampler"):
+        t.fit(module, train, DataLoader(make_regression_data(32, seed=1), batch_size=8))
+    assert t.overfit_batches == 2 and t.num_training_batches == 2 and t.num_val_batches == [2]
+    assert len(module.train_x) == 6 and len(module.val_x) == 6
+    first = data[0:8][0]
+    for epoch in range(3):  # in dataset order, the same two batches each epoch
+        torch.testing.assert_close(module.train_x[2 * epoch], first)
+    assert isinstance(t.val_dataloaders.sampler, SequentialSampler)
+    assert isinstance(train.sampler, RandomSampler)  # the user's loader itself is untouched
+
+
+def test_overfit_batches_fraction_and_bad_values(tmp_path):
+    t = quiet(tmp_path, max_epochs=1, overfit_batches=0.25)
+    t.fit(Regressor(), DataLoader(make_regression_data(64), batch_size=8))
+    assert t.num_training_batches == 2
+    for bad in (-1, 1.5, "2"):
+        with pytest.raises(ValueError, match="overfit_batches"):
+            quiet(tmp_path, overfit_batches=bad)
+
+
+class TwoVal(Regressor):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        return super().validation_step(batch, batch_idx)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return self(batch[0])
+
+
+def test_stage_loaders_are_the_loaders_each_run_was_given(tmp_path):
+    train, val = loaders()
+    other = DataLoader(make_regression_data(8, seed=2), batch_size=4)
+    t = quiet(tmp_path, max_epochs=1)
+    assert t.val_dataloaders is None and t.test_dataloaders is None and t.predict_dataloaders is None
+    t.fit(Regressor(), train, val)
+    assert t.val_dataloaders is val
+    t.validate(TwoVal(), [val, other])
+    assert t.val_dataloaders == [val, other]
+    t.test(Regressor(), other)
+    t.predict(TwoVal(), [other])
+    assert t.test_dataloaders is other and t.predict_dataloaders is other
+
+
+def test_the_module_is_attached_while_its_loader_hooks_run(tmp_path):
+    class FromHooks(Regressor):
+        def train_dataloader(self):
+            self.seen = self.trainer  # raises when not attached
+            return loaders()[0]
+
+        def val_dataloader(self):
+            assert self.trainer.max_epochs == 1
+            return loaders()[1]
+
+    module = FromHooks()
+    t = quiet(tmp_path, max_epochs=1)
+    t.fit(module)
+    assert module.seen is t
+
+
+def test_validation_step_set_to_none_turns_validation_off(tmp_path):
+    module = Seen()
+    module.validation_step = None
+    t = quiet(tmp_path, max_epochs=1)
+    with pytest.warns(UserWarning, match="has no validation_step"):
+        t.fit(module, *loaders())
+    assert t.num_val_batches == [] and module.val_x == [] and t.global_step == 4
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), (1, True), (3, 3), (False, False), (0, 0)])
+def test_fast_dev_run_keeps_lightnings_value(tmp_path, value, expected):
+    assert quiet(tmp_path, fast_dev_run=value).fast_dev_run == expected
+
+
+def test_states_are_string_enums():
+    assert RunningStage.VALIDATING == "validate" and TrainerFn.FITTING == "fit"
+
+
+def test_a_value_logged_in_the_modules_epoch_end_is_seen_by_callbacks_then(tmp_path):
+    class LogsAtEpochEnd(Regressor):
+        def on_train_epoch_end(self):
+            self.log("epoch_metric", float(self.current_epoch))
+
+    class Reader(Callback):
+        seen: list[float] = []
+
+        def on_train_epoch_end(self, trainer, module):
+            self.seen.append(float(trainer.callback_metrics["epoch_metric"]))
+
+    reader = Reader()
+    quiet(tmp_path, max_epochs=2, callbacks=[reader]).fit(LogsAtEpochEnd(), loaders()[0])
+    assert reader.seen == [0.0, 1.0]
+    stop = EarlyStopping("epoch_metric", mode="max", stopping_threshold=0.5, check_on_train_epoch_end=True)
+    t = quiet(tmp_path, max_epochs=5, callbacks=[stop])
+    t.fit(LogsAtEpochEnd(), loaders()[0])
+    assert t.current_epoch == 2 and stop.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
+
+
+def test_early_stopping_reason_and_message_round_trip():
+    stop = EarlyStopping("val/loss")
+    assert stop.stopping_reason is EarlyStoppingReason.NOT_STOPPED and stop.stopping_reason_message is None
+    stop.stopping_reason, stop.stopping_reason_message = EarlyStoppingReason.PATIENCE_EXHAUSTED, "gave up"
+    again = EarlyStopping("val/loss")
+    again.load_state_dict(stop.state_dict())
+    assert again.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED and again.stopping_reason_message == "gave up"
+    old = {k: v for k, v in stop.state_dict().items() if not k.startswith("stopping_reason")}
+    again.load_state_dict(old)  # a checkpoint written before the reason was saved
+    assert again.stopping_reason is EarlyStoppingReason.NOT_STOPPED and again.stopping_reason_message is None
+
+
+def test_accumulate_grad_batches_and_progress_bar_callback(tmp_path):
+    from stoker.callbacks import ProgressBar
+
+    t = quiet(tmp_path, accumulate_grad_batches=3)
+    assert t.accumulate_grad_batches == 3 == t.accumulate and t.progress_bar_callback is None
+    t.accumulate_grad_batches = 2
+    assert t.accumulate == 2
+    shown = Trainer(default_root_dir=str(tmp_path), logger=False)
+    assert isinstance(shown.progress_bar_callback, ProgressBar)
+
+
+def test_checkpoint_dirpath_expands_the_home_folder(monkeypatch, tmp_path):
+    from stoker.callbacks import ModelCheckpoint
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ModelCheckpoint(dirpath="~/ckpts").dirpath == str(tmp_path / "ckpts")
