@@ -32,7 +32,9 @@ class MetricsOwner(Protocol):
     progress_bar_metrics: dict[str, Any]
 
 _REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-_REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+# torch's reductions and python's builtins of the same meaning (Lightning accepts both)
+_REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", sum: "sum", max: "max",
+                 min: "min"}
 
 
 def _is_metric(value: Any) -> bool:

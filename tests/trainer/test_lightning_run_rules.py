@@ -166,3 +166,16 @@ def test_checkpoint_dirpath_expands_the_home_folder(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert ModelCheckpoint(dirpath="~/ckpts").dirpath == str(tmp_path / "ckpts")
+
+
+def test_log_reduce_fx_takes_pythons_max_min_and_sum(tmp_path):
+    class Logs(Regressor):
+        def training_step(self, batch, batch_idx):
+            for fn in (max, min, sum):
+                self.log(f"b_{fn.__name__}", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=fn)
+            return super().training_step(batch, batch_idx)
+
+    t = quiet(tmp_path, max_epochs=1)
+    t.fit(Logs(), loaders()[0])
+    metrics = {k: float(v) for k, v in t.callback_metrics.items() if k.startswith("b_")}
+    assert metrics == {"b_max": 3.0, "b_min": 0.0, "b_sum": 6.0}
