@@ -124,8 +124,9 @@ class RunReport:
 
     def _requested_stop(self) -> tuple[str, str]:
         for callback in self.trainer.callbacks:
-            said = getattr(callback, "stopping_reason", "")
-            if isinstance(said, str) and said:
+            # Lightning's stopping_reason_message (EarlyStopping), else a plain stopping_reason string (Timer)
+            said = getattr(callback, "stopping_reason_message", None) or getattr(callback, "stopping_reason", "")
+            if type(said) is str and said:
                 name = type(callback).__name__
                 kind = "time_limit" if name == "Timer" else "early_stopping" if name == "EarlyStopping" else "callback"
                 return kind, f"{name}: {said.rstrip('.')}"

@@ -42,5 +42,5 @@ def test_load_from_checkpoint_reads_the_loggers_hparams_yaml(tmp_path: Path) -> 
     hparams_file = os.path.join(logger.log_dir, "hparams.yaml")
     with open(hparams_file) as f:
         assert yaml.safe_load(f)["lr"] == 0.125
-    loaded = Regressor.load_from_checkpoint(trainer.checkpoint_callback.last_model_path, hparams_file=hparams_file)
+    loaded = Regressor.load_from_checkpoint(trainer.checkpoint_callback.best_model_path, hparams_file=hparams_file)
     assert (loaded.hparams.lr, loaded.hparams.momentum, loaded.hparams.seed) == (0.125, 0.25, 3)

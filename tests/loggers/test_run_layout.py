@@ -52,7 +52,7 @@ def test_checkpoints_live_under_the_first_loggers_version(tmp_path: Path) -> Non
         trainer.fit(Regressor(), loader())
         folder = tmp_path / "stoker_logs" / f"version_{expected}"
         assert trainer.checkpoint_callback.dirpath == str(folder / "checkpoints")
-        assert (folder / "checkpoints" / "last").is_dir() and (folder / "checkpoints" / "epoch=0-step=4").is_dir()
+        assert (folder / "checkpoints" / "epoch=0-step=4.ckpt").is_dir()  # Lightning's name (no `last` unless asked)
         assert trainer.log_dir == str(folder) and (folder / "metrics.csv").is_file()
     assert not (tmp_path / "checkpoints").exists()
 
@@ -70,18 +70,19 @@ def test_without_a_logger_and_with_an_explicit_dirpath(tmp_path: Path) -> None:
     trainer = quiet_trainer(max_steps=2, enable_checkpointing=True, default_root_dir=str(tmp_path))
     trainer.fit(Regressor(), loader())
     assert trainer.checkpoint_callback.dirpath == str(tmp_path / "checkpoints")
-    mine = ModelCheckpoint(dirpath=tmp_path / "mine")
-    trainer = quiet_trainer(max_steps=2, logger=loggers(tmp_path), callbacks=[mine], default_root_dir=str(tmp_path))
+    mine = ModelCheckpoint(dirpath=tmp_path / "mine", save_last=True)
+    trainer = quiet_trainer(max_steps=2, logger=loggers(tmp_path), callbacks=[mine], enable_checkpointing=True,
+                            default_root_dir=str(tmp_path))
     trainer.fit(Regressor(), loader())
-    assert mine.dirpath == str(tmp_path / "mine") and (tmp_path / "mine" / "last").is_dir()
+    assert mine.dirpath == str(tmp_path / "mine") and (tmp_path / "mine" / "last.ckpt").is_dir()
     assert not (tmp_path / "stoker_logs" / "version_0" / "checkpoints").exists()
 
 
 def interrupted_then_resumed(tmp_path: Path, ckpt_path: Any) -> tuple[Any, Any]:
     """Run 0 trains 8 steps, saving at step 4 and 8; run 1 resumes from ``ckpt_path`` to step 12."""
-    saver = ModelCheckpoint(every_n_train_steps=4, save_top_k=-1)
+    saver = ModelCheckpoint(every_n_train_steps=4, save_top_k=-1, save_last=True)
     first = quiet_trainer(max_steps=8, logger=loggers(tmp_path), callbacks=[saver], log_every_n_steps=1,
-                          default_root_dir=str(tmp_path))
+                          enable_checkpointing=True, default_root_dir=str(tmp_path))
     first.fit(Marked(0), loader())
     resumed = quiet_trainer(max_steps=12, logger=loggers(tmp_path), enable_checkpointing=True,
                             log_every_n_steps=1, default_root_dir=str(tmp_path))
@@ -90,7 +91,7 @@ def interrupted_then_resumed(tmp_path: Path, ckpt_path: Any) -> tuple[Any, Any]:
 
 
 def test_resume_continues_the_same_version_with_one_curve(tmp_path: Path) -> None:
-    first, resumed = interrupted_then_resumed(tmp_path, lambda d: os.path.join(d, "epoch=0-step=4"))
+    first, resumed = interrupted_then_resumed(tmp_path, lambda d: os.path.join(d, "epoch=0-step=4.ckpt"))
     folder = str(tmp_path / "stoker_logs" / "version_0")
     assert [lg.log_dir for lg in resumed.loggers] == [folder, folder]
     assert resumed.checkpoint_callback.dirpath == os.path.join(folder, "checkpoints")
@@ -139,10 +140,10 @@ def test_ckpt_path_last_finds_a_checkpoint_of_the_old_layout(tmp_path: Path) -> 
 
 
 def test_a_version_given_to_the_logger_wins_over_the_checkpoints(tmp_path: Path) -> None:
-    interrupted_then_resumed(tmp_path, lambda d: os.path.join(d, "last"))
+    interrupted_then_resumed(tmp_path, lambda d: os.path.join(d, "last.ckpt"))
     trainer = quiet_trainer(max_steps=14, logger=TensorBoardLogger(tmp_path, version=5),
                             default_root_dir=str(tmp_path))
-    trainer.fit(Regressor(), loader(), ckpt_path=tmp_path / "stoker_logs" / "version_0" / "checkpoints" / "last")
+    trainer.fit(Regressor(), loader(), ckpt_path=tmp_path / "stoker_logs" / "version_0" / "checkpoints" / "last.ckpt")
     assert trainer.log_dir == str(tmp_path / "stoker_logs" / "version_5")
 
 
@@ -198,6 +199,6 @@ def test_a_checkpoint_from_another_experiment_starts_a_new_version(tmp_path: Pat
     other.fit(Regressor(), loader())
     resumed = quiet_trainer(max_steps=6, logger=loggers(tmp_path / "here"), log_every_n_steps=1,
                             default_root_dir=str(tmp_path / "here"))
-    resumed.fit(Regressor(), loader(), ckpt_path=other.checkpoint_callback.last_model_path)
+    resumed.fit(Regressor(), loader(), ckpt_path=other.checkpoint_callback.best_model_path)
     assert resumed.log_dir == str(tmp_path / "here" / "stoker_logs" / "version_1")
     assert [s for s, _ in tensorboard_scalars(here.log_dir)["train/loss"]] == list(range(1, 9))  # untouched

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from stoker import Callback, EarlyStopping, Timer
+from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
 
@@ -26,7 +26,7 @@ def _summary(folder) -> dict:
 
 
 def test_fit_says_max_epochs_and_where_checkpoints_and_logs_are(tmp_path, capsys):
-    t = trainer(tmp_path, max_epochs=2, logger="csv")
+    t = trainer(tmp_path, max_epochs=2, logger="csv", callbacks=[ModelCheckpoint(save_last=True)])
     t.fit(Regressor(), *loaders())
     head, where = _closing(capsys.readouterr().out)
     assert head == "stoker: fit stopped at epoch 1 (global_step=8): max_epochs=2 reached."
@@ -56,7 +56,7 @@ def test_early_stopping_gives_its_reason(tmp_path, capsys):
     head = _closing(capsys.readouterr().out)[0]
     assert head.startswith("stoker: fit stopped at epoch 1 (global_step=8): EarlyStopping: val/score did not improve")
     facts = _summary(tmp_path)["fit"]
-    assert facts["reason"] == "early_stopping" and stop.stopping_reason.rstrip(".") in facts["why"]
+    assert facts["reason"] == "early_stopping" and stop.stopping_reason_message.rstrip(".") in facts["why"]
 
 
 def test_the_time_limit_is_named(tmp_path, capsys):
@@ -79,7 +79,7 @@ def test_a_signal_names_the_signal_and_the_resumable_checkpoint(tmp_path, capsys
         t.fit(Regressor(), *loaders())
     head, where = _closing(capsys.readouterr().out)
     assert head == "stoker: fit stopped at epoch 0 (global_step=2): preempted by SIGTERM."
-    last = os.path.join(os.path.abspath(tmp_path), "checkpoints", "last")
+    last = os.path.join(os.path.abspath(tmp_path), "checkpoints", "last.ckpt")
     assert f"last checkpoint: {last}" in where
     facts = _summary(tmp_path)["fit"]
     assert facts["status"] == "interrupted" and facts["reason"] == "signal" and facts["last_checkpoint"] == last
