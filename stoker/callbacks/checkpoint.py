@@ -1,14 +1,11 @@
 """`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` (when asked) fresh.
 
 Owns *when* to save (epoch, step and time triggers; a stopped epoch saves only ``last``), the score a save is ranked
-by, and the callback's state. Elsewhere: names and folder operations (checkpoint_files.py), the constructor checks
-(checkpoint_options.py), which are kept (checkpoint_ranking.py), the safe write order (checkpoint_writer.py).
-
-Layout under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, see ``stoker.loggers.layout``)::
-
-    epoch=3-step=400.ckpt/      a top-k checkpoint (a complete save_state folder, named as Lightning's files)
-    last.ckpt/                  with save_last=True: the newest state; ``fit(ckpt_path="last")`` resumes from it
-    weights/epoch=3-step=400.ckpt/model.safetensors   with export_weights=True (save_model of the unwrapped model)
+by, and the callback's state. Elsewhere: names and folders (checkpoint_files.py), constructor checks
+(checkpoint_options.py), what is kept (checkpoint_ranking.py), the safe write order (checkpoint_writer.py).
+Under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, ``stoker.loggers.layout``):
+``epoch=3-step=400.ckpt/`` (a top-k save_state folder, named as Lightning's files), ``last.ckpt/`` with
+save_last=True, and with export_weights ``weights/epoch=3-step=400.ckpt/model.safetensors``.
 
 ``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"``
 resumes an old epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
