@@ -195,6 +195,7 @@ def _stripped_batches(self: Any, run: Any, variant: str) -> bool:
     optimizer, scheduler = t.optimizers[0], run.step_schedulers[0].scheduler
     training_step = run.training_step
     self._backward_hooks = ((), ())  # what _training_step reads (bare)
+    self._step_call = acc.precision.autocast_calls(training_step)  # ... and the step it calls (set per epoch)
     self._zero_grad_hooks, self._has_before_optimizer_step = (), False  # and _optimizer_step
     if self.batches_done == 0:
         loader.set_epoch(self.epoch)

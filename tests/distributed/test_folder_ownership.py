@@ -119,5 +119,5 @@ def test_a_second_trainer_on_the_same_folder_refuses_at_start_and_the_first_keep
     finally:
         _stop(first)
     kept = _complete(tmp_path / "checkpoints")
-    steps = sorted(int(name.split("step=")[1]) for name in kept if "step=" in name)
+    steps = sorted(int(name.split("step=")[1].removesuffix(".ckpt")) for name in kept if "step=" in name)
     assert steps[:4] == [1, 2, 3, 4] and steps == list(range(1, steps[-1] + 1)), kept  # none deleted

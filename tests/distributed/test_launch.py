@@ -77,7 +77,8 @@ def test_char_lm_on_two_nodes_on_one_machine_with_c10d_rendezvous(session_launch
     ppl = re.findall(r"validation perplexity (\S+)", out)
     assert len(ppl) == 2 and ppl[0] == ppl[1], out
     assert sorted(p.name for p in (root / "stoker_logs").iterdir()) == ["version_0"]  # one writer
-    assert (root / "checkpoints" / "last.ckpt" / "random_states_1.safetensors").exists()
+    last = root / "stoker_logs" / "version_0" / "checkpoints" / "last.ckpt"  # the run's folder, beside its logs
+    assert (last / "random_states_1.safetensors").exists()
 
 
 def test_resolve_num_processes() -> None:
