@@ -71,10 +71,8 @@ class RunReport:
         try:
             facts = self._facts(fn, exception)
             self.last = facts
-            # fit's line and a failed validate/test go to stdout with the run's other output; a validate/test that
-            # went well says it on stderr, beside the progress lines (stdout stays as quiet as verbose=False asks)
-            quiet = fn != "fit" and facts["status"] == "completed"
-            print(facts["message"], file=sys.stderr if quiet else sys.stdout, flush=True)
+            if fn == "fit" or facts["status"] != "completed":  # validate/test stay quiet when they went well
+                print(facts["message"], file=sys.stdout, flush=True)
             if self.trainer.loggers or self.trainer.checkpoint_callback is not None:
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
