@@ -5,8 +5,9 @@ by, and the callback's state. Elsewhere: names and folders (checkpoint_files.py)
 (checkpoint_options.py), what is kept (checkpoint_ranking.py), the safe write order (checkpoint_writer.py).
 Under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, ``stoker.loggers.layout``):
 ``epoch=3-step=400.ckpt/`` (a top-k save_state folder, named as Lightning's files), ``last.ckpt/`` with
-save_last=True, and with export_weights ``weights/epoch=3-step=400.ckpt/model.safetensors``. ``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"``
-resumes an old epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
+save_last=True, and with export_weights ``weights/epoch=3-step=400.ckpt/model.safetensors``. ``last`` is refreshed
+at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"`` resumes an old
+epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
 """
 
 from __future__ import annotations
