@@ -81,7 +81,22 @@ def distributed_type_of(strategy: Any) -> DistributedType:
     return DistributedType(name) if name in _MULTI else DistributedType.MULTI_CPU
 
 
-class PartialState:
+class _PerAccelerator:
+    """Accelerate's singletons' reset hooks. stoker keeps no process-wide state (each Accelerator has its own), so
+    there is nothing to reset and a view is always initialized."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _reset_state(*args: Any, **kwargs: Any) -> None:
+        """Nothing to reset."""
+
+    @property
+    def initialized(self) -> bool:
+        return True
+
+
+class PartialState(_PerAccelerator):
     """This process: its device and ranks, and tools to coordinate processes (see the module docstring).
 
     Args:
@@ -117,15 +132,7 @@ class PartialState:
         self.debug = False
         self.fork_launched = False
 
-    @staticmethod
-    def _reset_state(*args: Any, **kwargs: Any) -> None:
-        """Nothing to reset: stoker keeps no process-wide state (each Accelerator has its own)."""
-
     # -- facts ------------------------------------------------------------------------------------------------
-    @property
-    def initialized(self) -> bool:
-        return True
-
     @property
     def use_distributed(self) -> bool:
         return self.distributed_type != DistributedType.NO and self.num_processes > 1
@@ -302,7 +309,7 @@ class AcceleratorState(PartialState):
         return super().__repr__() + f"\nMixed precision type: {self.mixed_precision}\n"
 
 
-class GradientState:
+class GradientState(_PerAccelerator):
     """The accumulation window and loader of one Accelerator, read live (``accelerator.gradient_state``).
 
     Attributes:
@@ -316,14 +323,6 @@ class GradientState:
 
     def __init__(self, gradient_accumulation_plugin: Any = None, *, accelerator: Accelerator | None = None) -> None:
         self._accelerator = accelerator
-
-    @staticmethod
-    def _reset_state(*args: Any, **kwargs: Any) -> None:
-        """Nothing to reset: each Accelerator has its own gradient state."""
-
-    @property
-    def initialized(self) -> bool:
-        return True
 
     @property
     def sync_gradients(self) -> bool:
