@@ -26,9 +26,10 @@ SCORES = [4.0, 3.0, 2.0, 1.0]
 def _checkpoint(dirpath: Path) -> ModelCheckpoint:
     return ModelCheckpoint(dirpath=str(dirpath), monitor="val/score", save_top_k=2, save_last=True)
 
-# Fits 3 epochs with save_top_k=2 (each epoch's score better than the last, so the newest two are kept) and SIGKILLs itself at one point of the save of epoch 2, which
-# evicts epoch 0: after the eviction is recorded ("intent"), between the commit and the eviction ("evict"), after the
-# evicted folder left its name but before the record went ("record").
+
+# Fits 3 epochs with save_top_k=2 (each score better than the last: the newest two are kept) and SIGKILLs itself at
+# one point of the save of epoch 2, which evicts epoch 0: after the eviction is recorded ("intent"), between the
+# commit and the eviction ("evict"), after the evicted folder left its name but before the record went ("record").
 KILLED_RUN = r"""
 import os, signal, sys
 import stoker.callbacks.checkpoint_writer as writer
@@ -134,3 +135,29 @@ def test_folders_the_user_put_there_and_checkpoints_the_restored_state_keeps_are
     assert (dirpath / "notes" / "readme.txt").read_text() == "mine"
     assert (dirpath / ".my-hidden-file").read_text() == "mine" and _records(dirpath) == []
     _loadable(tmp_path, dirpath, ["kept-by-hand.ckpt", Y0, Y1])
+
+
+def test_a_record_finishes_only_a_committed_save_of_its_own_callback(tmp_path):
+    from types import SimpleNamespace
+
+    from stoker.accelerator import Accelerator
+    from stoker.callbacks import checkpoint_writer as writer
+
+    folder = tmp_path / "ckpts"
+    for name in ("old.ckpt", "new.ckpt", "other.ckpt"):
+        (folder / name).mkdir(parents=True)
+    run = SimpleNamespace(is_global_zero=True, accelerator=Accelerator(cpu=True))
+    # The new name already held a folder (enable_version_counter=False replaces it): the record remembers which.
+    writer._write_record(str(folder / "new.ckpt"), [str(folder / "old.ckpt")], "mine")
+    writer._write_record(str(folder / "other.ckpt"), [str(folder / "old.ckpt")], "someone else's")
+    assert writer.finish_evictions(run, str(folder), "mine", []) == []  # still the recorded folder: no commit
+    assert _visible(folder) == ["new.ckpt", "old.ckpt", "other.ckpt"]
+    assert _records(folder) == [".other.ckpt.stoker-evict"]  # another callback's record is left to it
+
+    writer._write_record(str(folder / "new.ckpt"), [str(folder / "old.ckpt")], "mine")
+    os.rename(folder / "new.ckpt", folder / "replaced")  # the commit: a new folder under the name
+    (folder / "new.ckpt").mkdir()
+    shutil.rmtree(folder / "replaced")
+    assert writer.finish_evictions(run, str(folder), "mine", [str(folder / "other.ckpt")]) == [str(folder / "old.ckpt")]
+    run.accelerator.wait_for_checkpoints()
+    assert _visible(folder) == ["new.ckpt", "other.ckpt"] and _records(folder) == [".other.ckpt.stoker-evict"]
