@@ -201,6 +201,9 @@ def _drop_record(path: str) -> None:
     _fsync_dir(os.path.dirname(path))
 
 
+_RESERVED = (WEIGHTS_DIR, LAST_NAME + EXTENSION)  # never a top-k folder's name
+
+
 def _read_record(path: str) -> dict | None:
     """The record at ``path`` if it is one this module wrote (plain names only), else None (left alone)."""
     try:
@@ -214,7 +217,7 @@ def _read_record(path: str) -> dict | None:
     if before is not None and not (isinstance(before, list) and all(type(v) is int for v in before)):
         return None
     plain = isinstance(names, list) and all(
-        isinstance(n, str) and n == os.path.basename(n) and not n.startswith(".") and n != WEIGHTS_DIR for n in names)
+        isinstance(n, str) and n and n == os.path.basename(n) and n[0] != "." and n not in _RESERVED for n in names)
     return record if plain else None
 
 
