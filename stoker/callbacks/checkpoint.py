@@ -23,9 +23,8 @@ from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR, Zeros, check_dirpath,
                                                format_checkpoint_name, unique_path, warn_if_earlier_run)
 from stoker.callbacks.checkpoint_options import EVERY_EPOCH as _EVERY_EPOCH, check_options
-from stoker.callbacks.checkpoint_ranking import ordering
-from stoker.callbacks.checkpoint_ranking import admit, kept
-from stoker.callbacks.checkpoint_writer import CheckpointWriter
+from stoker.callbacks.checkpoint_ranking import admit, kept, ordering
+from stoker.callbacks.checkpoint_writer import CheckpointWriter, finish_evictions
 from stoker.loggers.layout import default_checkpoint_dir
 from stoker.user_frame import user_stacklevel
 
@@ -199,6 +198,7 @@ class ModelCheckpoint(Callback):
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
+        finish_evictions(trainer, self.dirpath, self.state_key, [*self.best_k_models, self.last_model_path])
         if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
             warn_if_earlier_run(self.dirpath)
         self._last_time_save = time.monotonic()
@@ -357,7 +357,7 @@ class ModelCheckpoint(Callback):
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
         CheckpointWriter(self.dirpath, bool(self.save_last) or last, self.export_weights, self.save_weights_only,
                          self.async_save, os.path.basename(self.last_model_path) or LAST_NAME + EXTENSION,
-                         ).write(trainer, topk_path, evicted, wait)
+                         self.state_key).write(trainer, topk_path, evicted, wait)
 
     def _require_dirpath(self) -> None:
         if self.dirpath is None:

@@ -6,9 +6,11 @@ of the callback that set ``should_stop`` (``EarlyStopping``, ``Timer``), the sig
 and the exception that ended the run. Only the main process prints and writes.
 
 The line goes to stdout, beside the model summary that opened the run (stderr carries the progress bars and the
-resume/preemption notices). ``validate`` / ``test`` print it only when they did not complete (an error, a signal):
-their default is quiet, as their metrics table is (``verbose``); their facts still go into the file. The file goes into ``default_root_dir``, not into the logger's ``version_N`` folder,
-whose contents match Lightning's file for file; it names that folder. A run that writes nothing else (no logger,
+resume/preemption notices). ``validate`` / ``test`` that did not complete (an error, a signal) print it here too;
+one that went well prints it only with ``verbose=True``, after its metrics table (the entry point calls
+:meth:`RunReport.say`), and stays quiet with ``verbose=False``; its facts go into the file either way. The file goes
+into ``default_root_dir``, not into the logger's ``version_N`` folder, whose contents match Lightning's file for
+file; it names that folder. A run that writes nothing else (no logger,
 no checkpoint callback, e.g. ``fast_dev_run``) writes no file either.
 """
 
@@ -71,12 +73,18 @@ class RunReport:
         try:
             facts = self._facts(fn, exception)
             self.last = facts
-            if fn == "fit" or facts["status"] != "completed":  # validate/test stay quiet when they went well
+            if fn == "fit" or facts["status"] != "completed":  # a validate/test that went well: say() if verbose
                 print(facts["message"], file=sys.stdout, flush=True)
             if self.trainer.loggers or self.trainer.checkpoint_callback is not None:
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
             warnings.warn(f"stoker could not write the end-of-run report: {error!r}", RuntimeWarning, stacklevel=2)
+
+    def say(self, fn: str) -> None:
+        """Prints the closing line of the ``fn`` call that just finished (main process): how ``validate`` /
+        ``test(verbose=True)`` end, after their metrics. Nothing when that call left no facts (its report failed)."""
+        if self.last is not None and self.last["fn"] == fn and self.trainer.is_global_zero:
+            print(self.last["message"], file=sys.stdout, flush=True)
 
     # -- the facts ----------------------------------------------------------------------------------------------
     def _facts(self, fn: str, exception: BaseException | None) -> dict[str, Any]:

@@ -284,7 +284,7 @@ class Trainer(CoreTrainer):
                                return_predictions=return_predictions)
 
     def _report(self, fn: str, verbose: bool, results: list[dict[str, float]]) -> list[dict[str, float]]:
-        """``verbose=True``: prints each loader's metrics on the main process."""
+        """``verbose=True``: prints each loader's metrics on the main process, then the closing line."""
         if verbose and self.is_global_zero:
             for i, values in enumerate(results):
                 title = f"{fn} metrics" + (f" (dataloader {i})" if len(results) > 1 else "")
@@ -292,6 +292,7 @@ class Trainer(CoreTrainer):
                 print(title)
                 for name, value in sorted(values.items()):
                     print(f"  {name:<{width}}  {value:.6g}")
+            self.run_report.say(fn)  # the closing line, as fit's, after the metrics
         return results
 
 
