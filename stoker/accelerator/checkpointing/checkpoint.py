@@ -160,7 +160,7 @@ def _parts_to_load(contents: CheckpointContents, files: dict[str, Any]) -> list[
 
 
 def _preflight(contents: CheckpointContents, path: str, models: list[tuple[Any, str, str]],
-               parts: list[tuple[str, Any, Any]], strict: bool, saved_processes: int) -> dict[str, Any]:
+               parts: list[tuple[str, Any, Any]], strict: bool, state: dict[str, Any]) -> dict[str, Any]:
     """Reads the parts' states and checks them and the weights against the objects; returns the states."""
     for model, weights, _ in models:
         check_weights(contents.unwrap(model), os.path.join(path, weights), path, strict)
@@ -168,7 +168,7 @@ def _preflight(contents: CheckpointContents, path: str, models: list[tuple[Any, 
     for name, obj, label in parts:
         if name.startswith("optimizer"):
             check_optimizer(obj, trees[name], path, label)
-    check_loader_states(path, parts, trees, saved_processes)
+    check_loader_states(path, parts, trees, state, contents.num_processes)
     return trees
 
 
@@ -387,7 +387,7 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     rng_name = rng_file(rank) if rng_file(rank) in files else rng_file(0)
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
     # everything checked before anything changes
-    trees = _preflight(contents, path, models, parts, strict, state["num_processes"])
+    trees = _preflight(contents, path, models, parts, strict, state)
     strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
     _load_models(contents, path, models, files, strict)
     for name, obj, _ in parts:

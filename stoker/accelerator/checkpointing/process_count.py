@@ -50,13 +50,23 @@ def rng_file(rank: int) -> str:
 
 
 def check_loader_states(path: str, parts: Iterable[tuple[str, Any, Any]], trees: dict[str, Any],
-                        saved_processes: int) -> None:
-    """Checks every loader state among ``parts`` against its loader before anything is loaded.
+                        state: dict[str, Any], num_processes: int) -> None:
+    """Checks every loader state among ``parts`` against its loader, and a save made by another process count
+    (``state``: the checkpoint's ``stoker_state.json``), before anything is loaded.
 
     Raises:
         CheckpointError: a state is malformed (names the file and the key).
-        ProcessCountError: a position saved by ``saved_processes`` processes cannot be continued exactly here.
+        ProcessCountError: a position saved by another number of processes cannot be continued exactly here, or
+            the save was made inside an accumulation window (each process's gradients so far belong to its own
+            share of the batches, which another process count divides differently).
     """
+    saved_processes = state["num_processes"]
+    if saved_processes != num_processes and state["counters"].get("micro_step", 0):
+        raise ProcessCountError(
+            f"Cannot resume {path} with {num_processes} process(es): it was saved by {saved_processes} in the "
+            f"middle of a gradient accumulation window (micro_step {state['counters']['micro_step']}), whose "
+            f"gradients so far are split by process. Resume with {saved_processes} processes, or from a checkpoint "
+            "saved after an optimizer step (e.g. ModelCheckpoint(every_n_train_steps=...)).")
     for name, loader, label in parts:
         if not name.startswith("dataloader"):
             continue
