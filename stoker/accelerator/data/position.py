@@ -47,14 +47,14 @@ class Resume:
 _MISSING = object()
 
 
-def _integer(state: Mapping[str, Any], key: str, where: str, least: int | None = 0, optional: bool = False) -> Any:
+def _integer(state: Mapping[str, Any], key: str, prefix: str = "", least: int | None = 0, optional: bool = False) -> Any:
     value = state.get(key, _MISSING)
     if optional and value in (None, _MISSING):
         return None
     if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
         found = "missing" if value is _MISSING else f"{value!r:.80}"
         bound = "an integer" if least is None else f"an integer >= {least}"
-        raise ValueError(f"{where}{key!r} is {found}, expected {bound}")
+        raise ValueError(f"key '{prefix}{key}' is {found}, expected {bound}")
     return value
 
 
@@ -63,9 +63,9 @@ def check_state(state: Any) -> None:
     altered or written by another tool)."""
     if not isinstance(state, Mapping):
         raise ValueError(f"the loader state is a {type(state).__name__}, expected a dict")
-    _integer(state, "epoch", "key ")
-    _integer(state, "batches_yielded", "key ")
-    _integer(state, "seed", "key ", least=None)
+    _integer(state, "epoch")
+    _integer(state, "batches_yielded")
+    _integer(state, "seed", least=None)
     if "loader" in state and not isinstance(state["loader"], Mapping):
         raise ValueError(f"key 'loader' is a {type(state['loader']).__name__}, expected torchdata's state (a dict)")
     position = state.get("position")
@@ -73,9 +73,9 @@ def check_state(state: Any) -> None:
         return
     if not isinstance(position, Mapping):
         raise ValueError(f"key 'position' is a {type(position).__name__}, expected a dict")
-    _integer(position, "num_processes", "key 'position.", least=1)
+    _integer(position, "num_processes", "position.", least=1)
     for key in ("inner_batches", "samples", "items", "item_base", "batch_base"):
-        _integer(position, key, "key 'position.", optional=True)
+        _integer(position, key, "position.", optional=True)
     if not isinstance(position.get("finished", False), bool):
         raise ValueError(f"key 'position.finished' is {position['finished']!r:.80}, expected true or false")
 
