@@ -170,6 +170,22 @@ def test_a_stream_resumed_again_after_a_conversion_keeps_its_item_count() -> Non
     assert len(seen + more + last) == 48 + third[0].padding_samples and third[0].padding_samples == 4
 
 
+def test_a_stream_resumed_on_the_same_count_through_torchdata_keeps_counting_items() -> None:
+    """torchdata restores a same-count position itself (its batch count starts again at 0); the item count the
+    next checkpoint records still includes what came before."""
+    first = run_of(1, lambda: DataLoader(Stream(48), batch_size=4))
+    seen, _ = take(first, 2)
+    second = run_of(1, lambda: DataLoader(Stream(48), batch_size=4))
+    second[0].load_state_dict(first[0].checkpoint_state_dict())
+    assert "loader" in first[0].state_dict() and not second[0].position_rescaled
+    more, _ = take(second, 2)
+    assert second[0].checkpoint_state_dict()["position"]["items"] == 16
+    third = run_of(2, lambda: DataLoader(Stream(48), batch_size=4))
+    for loader in third:
+        loader.load_state_dict(second[0].checkpoint_state_dict())
+    assert sorted(seen + more + rest(third)) == list(range(48))
+
+
 # -- refusals -------------------------------------------------------------------------------------------------------
 def test_a_batch_size_that_does_not_divide_the_samples_done_is_refused_naming_both_counts() -> None:
     first = run_of(2, shuffled(4, n=48))

@@ -386,8 +386,7 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     names += [window_name] if window_name in files else []
     rng_name = rng_file(rank) if rng_file(rank) in files else rng_file(0)
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
-    # everything checked before anything changes
-    trees = _preflight(contents, path, models, parts, strict, state)
+    trees = _preflight(contents, path, models, parts, strict, state)  # all checked before anything changes
     strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
     _load_models(contents, path, models, files, strict)
     for name, obj, _ in parts:

@@ -98,6 +98,7 @@ class PreparedDataLoader:
         self._restored_inner: int | None = None
         self._restored_items: int | None = None
         self.item_start = (0, 0)  # (stream items, batches of this process) at which this epoch's counting began
+        self.items_skipped = 0  # stream items this epoch started by dropping (a restored item count)
         self.position_rescaled = False  # the last load_state_dict converted a position of another process count
 
     # -- iteration ----------------------------------------------------------------------------------------------
@@ -149,9 +150,10 @@ class PreparedDataLoader:
         self.batches_yielded = 0
         self._inner_state = None
         self._last_handed_out = False
-        self.item_start = (0, 0)
-        if self.shards_stream:
-            self.base_loader.dataset.skip_items = 0
+        self.item_start, self.items_skipped = (0, 0), 0
+        dataset = self.base_loader.dataset
+        if isinstance(dataset, IterableShard):
+            dataset.skip_items = 0
 
     def __iter__(self) -> Iterator[Any]:
         return self.iterate(skip=0)
@@ -183,7 +185,8 @@ class PreparedDataLoader:
         generator = self.base_loader.generator
         if generator is not None:
             generator.manual_seed(self.seed + self.epoch + 1)  # worker seeds: a function of the epoch alone
-        continued = skip > 0 or self._pending_inner_state is not None or items is not None  # restored/unfinished
+        # a restored or unfinished epoch (a position of another process count may be 0 batches of this process)
+        continued = skip > 0 or self._pending_inner_state is not None or items is not None or inner is not None
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
@@ -206,9 +209,9 @@ class PreparedDataLoader:
             return 0
         if items is None:
             return 0
-        self.item_start = (items, self.batches_yielded)
-        if self.shards_stream:
-            self.base_loader.dataset.skip_items = items
+        dataset = self.base_loader.dataset
+        if isinstance(dataset, IterableShard):
+            dataset.skip_items = items
             return 0
         return self.batches_yielded  # the whole stream in this process: drop the batches consumed
 
@@ -300,6 +303,10 @@ class PreparedDataLoader:
         if resume.inner_state is not None:
             self._pending_inner_state = dict(resume.inner_state)
         self._restored_inner, self._restored_items = resume.inner_batches, resume.items
+        if resume.items is not None:
+            self.item_start, self.items_skipped = (resume.items, resume.batches), resume.items
+        else:
+            self.item_start, self.items_skipped = (resume.item_base, 0), 0
         self.position_rescaled = resume.inner_batches is not None or resume.items is not None
 
     # -- what position.py reads -------------------------------------------------------------------------------------

@@ -20,10 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .loader import PreparedDataLoader
+from torch.utils.data import DataLoader
+
+from .samplers import ShardedBatchSampler
+
+
+class PreparedDataLoader(Protocol):
+    """What this module reads of a prepared loader (``loader.PreparedDataLoader``, which imports this module)."""
+
+    base_loader: DataLoader
+    batches_yielded: int
+    item_start: tuple[int, int]
+    items_skipped: int
+
+    @property
+    def num_processes(self) -> int: ...
+
+    @property
+    def sharded_sampler(self) -> ShardedBatchSampler | None: ...
+
+    @property
+    def shards_stream(self) -> bool: ...
+
+    @property
+    def items_per_batch(self) -> int: ...
+
+    def __len__(self) -> int: ...
 
 
 class ProcessCountError(ValueError):
@@ -34,7 +58,7 @@ class ProcessCountError(ValueError):
 class Resume:
     """Where a restored loader starts: ``batches`` of this process done in ``epoch``; on another process count
     also ``inner_batches`` (map-style) or ``items`` (iterable) consumed by all processes; or torchdata's
-    ``inner_state`` (an iterable on the same process count)."""
+    ``inner_state`` (an iterable on the same process count, ``item_base`` stream items in)."""
 
     epoch: int
     seed: int
@@ -42,6 +66,7 @@ class Resume:
     inner_batches: int | None = None
     items: int | None = None
     inner_state: Mapping[str, Any] | None = None
+    item_base: int = 0
 
 
 _MISSING = object()
@@ -74,7 +99,7 @@ def check_state(state: Any) -> None:
     if not isinstance(position, Mapping):
         raise ValueError(f"key 'position' is a {type(position).__name__}, expected a dict")
     _integer(position, "num_processes", "position.", least=1)
-    for key in ("inner_batches", "samples", "items", "item_base", "batch_base"):
+    for key in ("inner_batches", "samples", "items", "item_base", "batch_base", "items_skipped"):
         _integer(position, key, "position.", optional=True)
     if not isinstance(position.get("finished", False), bool):
         raise ValueError(f"key 'position.finished' is {position['finished']!r:.80}, expected true or false")
@@ -96,7 +121,8 @@ def portable_position(loader: PreparedDataLoader) -> dict[str, Any]:
         position.update(inner_batches=inner, samples=None if size is None else inner * size)
     elif loader.base_loader.num_workers == 0:  # with workers the stream is split among them: no global count
         base, first = loader.item_start
-        position.update(items=base + (done - first) * loader.items_per_batch, item_base=base, batch_base=first)
+        position.update(items=base + (done - first) * loader.items_per_batch, item_base=base, batch_base=first,
+                        items_skipped=loader.items_skipped)
     return position
 
 
@@ -115,11 +141,13 @@ def plan_resume(loader: PreparedDataLoader, state: Any) -> Resume:
     position = state.get("position") or {}
     saved = int(position.get("num_processes", loader.num_processes))
     length = loader_length(loader)
-    if saved == loader.num_processes and not position.get("item_base"):  # the same process count: as saved
+    # The same process count: as saved (unless the epoch had started by dropping stream items, which torchdata's
+    # state does not know of: then by the item count, as on another process count).
+    if saved == loader.num_processes and not position.get("items_skipped"):
         if length is not None and done >= length:  # saved on the last batch: next is a fresh epoch
             return Resume(epoch + 1, seed, 0)
         if "loader" in state:  # torchdata restores its own position (batches count from there)
-            return Resume(epoch, seed, 0, inner_state=state["loader"])
+            return Resume(epoch, seed, 0, inner_state=state["loader"], item_base=position.get("items") or 0)
         return Resume(epoch, seed, done)
     if position.get("finished"):
         return Resume(epoch + 1, seed, 0)
