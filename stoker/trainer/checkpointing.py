@@ -193,7 +193,7 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
     apply_payload(trainer, payload)
     loop = trainer.fit_loop
-    if getattr(train_loader, "position_rescaled", False) and loop.phase == "batches" and \
+    if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
             not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
         loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
     if trainer.is_global_zero:

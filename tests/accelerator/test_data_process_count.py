@@ -124,7 +124,7 @@ def test_the_position_counts_this_processs_batches_as_len_minus_what_remains() -
     second = run_of(2, shuffled(4, n=40))
     for loader in second:
         loader.load_state_dict(first[0].checkpoint_state_dict())
-        assert loader.position_rescaled
+        assert loader.rebased
         assert (len(loader), loader.batches_yielded) == (5, 5 - 4)  # 7 inner batches left: 4 each (padded)
     iterators = [iter(loader) for loader in second]
     next(iterators[0])
@@ -136,10 +136,11 @@ def test_the_same_process_count_keeps_the_saved_position_and_state_dict_its_keys
     take(first, 2)
     assert set(first[1].state_dict()) == {"epoch", "batches_yielded", "seed"}
     state = first[1].checkpoint_state_dict()
-    assert state["position"] == {"num_processes": 2, "finished": False, "inner_batches": 4, "samples": 16}
+    assert state["position"] == {"num_processes": 2, "finished": False, "rebased": False, "inner_batches": 4,
+                                 "samples": 16}
     again = run_of(2, shuffled(4, n=40))
     again[1].load_state_dict(state)
-    assert again[1].batches_yielded == 2 and not again[1].position_rescaled
+    assert again[1].batches_yielded == 2 and not again[1].rebased
 
 
 def test_a_stream_continues_on_another_process_count() -> None:
@@ -177,13 +178,49 @@ def test_a_stream_resumed_on_the_same_count_through_torchdata_keeps_counting_ite
     seen, _ = take(first, 2)
     second = run_of(1, lambda: DataLoader(Stream(48), batch_size=4))
     second[0].load_state_dict(first[0].checkpoint_state_dict())
-    assert "loader" in first[0].state_dict() and not second[0].position_rescaled
+    assert "loader" in first[0].state_dict() and not second[0].rebased
     more, _ = take(second, 2)
     assert second[0].checkpoint_state_dict()["position"]["items"] == 16
     third = run_of(2, lambda: DataLoader(Stream(48), batch_size=4))
     for loader in third:
         loader.load_state_dict(second[0].checkpoint_state_dict())
     assert sorted(seen + more + rest(third)) == list(range(48))
+
+
+@pytest.mark.parametrize("after", [2, 1])
+def test_an_epoch_continued_from_a_global_count_is_saved_and_continued_again_by_it(after) -> None:
+    """3 inner batches done, continued on 2 processes (each counts 1 batch done): saving again, before or after
+    more batches, and resuming (on 2 or 1) still gives every sample once."""
+    first = run_of(1, shuffled(4, n=40))
+    seen, _ = take(first, 3)
+    for more in (0, 1):
+        second = run_of(2, shuffled(4, n=40))
+        for loader in second:
+            loader.load_state_dict(first[0].checkpoint_state_dict())
+        taken, _ = take(second, more)
+        state = second[0].checkpoint_state_dict()
+        assert state["position"]["inner_batches"] == 3 + 2 * more and state["position"]["rebased"]
+        third = run_of(after, shuffled(4, n=40))
+        for loader in third:
+            loader.load_state_dict(state)
+        last = rest(third)
+        padding = sum(loader.padding_samples for loader in third) // after
+        assert sorted(set(seen + taken + last)) == list(range(40))
+        assert len(seen + taken + last) == 40 + padding
+
+
+def test_a_loop_left_early_in_a_continued_epoch_goes_on_from_where_it_left() -> None:
+    first = run_of(1, shuffled(4, n=40))
+    seen, _ = take(first, 3)
+    [one] = run_of(1, shuffled(4, n=40))
+    one.load_state_dict(first[0].checkpoint_state_dict())
+    second = run_of(2, shuffled(4, n=40))
+    for loader in second:
+        loader.load_state_dict(first[0].checkpoint_state_dict())
+    taken, iterators = take(second, 1)
+    for it in iterators:
+        it.close()  # a `break`: the next iteration continues the epoch
+    assert sorted(set(seen + taken + rest(second))) == list(range(40))
 
 
 # -- refusals -------------------------------------------------------------------------------------------------------

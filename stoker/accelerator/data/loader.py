@@ -93,13 +93,11 @@ class PreparedDataLoader:
         self._inner_state: dict | None = None
         self._last_handed_out = False  # this epoch's last batch is out: the epoch ends with its iterator
         self._owner: object | None = None  # the iteration the position belongs to (an older one is stale)
-        # A position restored from another process count, used by the next iteration: inner batches (map-style)
-        # or stream items (iterable) consumed by all processes (position.py).
-        self._restored_inner: int | None = None
-        self._restored_items: int | None = None
-        self.item_start = (0, 0)  # (stream items, batches of this process) at which this epoch's counting began
-        self.items_skipped = 0  # stream items this epoch started by dropping (a restored item count)
-        self.position_rescaled = False  # the last load_state_dict converted a position of another process count
+        # Where counting in this epoch started: (inner batches or stream items of all processes, batches of this
+        # process); ``rebased`` when a restored global count set it (another process count; see position.py).
+        self.epoch_start = (0, 0)
+        self.rebased = False
+        self._restored_items: int | None = None  # stream items to drop at the next iteration (a restore)
 
     # -- iteration ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -150,7 +148,7 @@ class PreparedDataLoader:
         self.batches_yielded = 0
         self._inner_state = None
         self._last_handed_out = False
-        self.item_start, self.items_skipped = (0, 0), 0
+        self.epoch_start, self.rebased = (0, 0), False
         dataset = self.base_loader.dataset
         if isinstance(dataset, IterableShard):
             dataset.skip_items = 0
@@ -177,16 +175,15 @@ class PreparedDataLoader:
     def _start_epoch(self, skip: int) -> tuple[int, int]:
         """Positions the sampler, seeds the workers and draws what the user's loader would; returns the batches to
         skip (``skip`` plus a restored position) and the batches to read and drop first (see :meth:`_position`)."""
-        inner, items = self._restored_inner, self._restored_items
-        self._restored_inner = self._restored_items = None
-        discard = self._position(skip, inner, items)
+        items, self._restored_items = self._restored_items, None
+        discard = self._position(skip, items)
         skip += self.batches_yielded  # a restored position
         self.batches_yielded = 0
         generator = self.base_loader.generator
         if generator is not None:
             generator.manual_seed(self.seed + self.epoch + 1)  # worker seeds: a function of the epoch alone
         # a restored or unfinished epoch (a position of another process count may be 0 batches of this process)
-        continued = skip > 0 or self._pending_inner_state is not None or items is not None or inner is not None
+        continued = skip > 0 or self._pending_inner_state is not None or self.rebased
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
@@ -197,15 +194,15 @@ class PreparedDataLoader:
             self._draws.epoch_started()
         return skip, discard
 
-    def _position(self, skip: int, inner: int | None, items: int | None) -> int:
-        """Sets where the epoch starts in the sampler (inner batches of all processes: ``skip`` and the batches
-        done, or ``inner`` restored from another process count) or in a sharded stream (``items`` restored); returns
-        the batches to read and drop (``items`` restored into one process, whose stream is not sharded)."""
+    def _position(self, skip: int, items: int | None) -> int:
+        """Sets where the epoch starts in the sampler (in inner batches of all processes: ``skip`` and the batches
+        done, counted from ``epoch_start``) or in a sharded stream (``items`` restored); returns the batches to read
+        and drop (``items`` restored into one process, whose stream is not sharded)."""
         sampler = self._batch_sampler
         if sampler is not None:
             sampler.set_epoch(self.epoch, self.seed)  # the seed too: load_state_dict may have changed it
-            local = sampler.inner_batches_before(skip)
-            sampler.skip = local + (sampler.inner_batches_before(self.batches_yielded) if inner is None else inner)
+            base, first = self.epoch_start
+            sampler.skip = base + sampler.inner_batches_before(skip + self.batches_yielded - first)
             return 0
         if items is None:
             return 0
@@ -300,14 +297,10 @@ class PreparedDataLoader:
         self._owner = None
         self._last_handed_out = False
         self.seed, self.epoch, self.batches_yielded = resume.seed, resume.epoch, resume.batches
-        if resume.inner_state is not None:
-            self._pending_inner_state = dict(resume.inner_state)
-        self._restored_inner, self._restored_items = resume.inner_batches, resume.items
-        if resume.items is not None:
-            self.item_start, self.items_skipped = (resume.items, resume.batches), resume.items
-        else:
-            self.item_start, self.items_skipped = (resume.item_base, 0), 0
-        self.position_rescaled = resume.inner_batches is not None or resume.items is not None
+        # torchdata's own position (same process count), also what a save before the next iteration records
+        self._pending_inner_state = None if resume.inner_state is None else dict(resume.inner_state)
+        self._inner_state = self._pending_inner_state
+        self.epoch_start, self.rebased, self._restored_items = resume.start, resume.rebased, resume.items
 
     # -- what position.py reads -------------------------------------------------------------------------------------
     @property

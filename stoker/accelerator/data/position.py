@@ -32,8 +32,8 @@ class PreparedDataLoader(Protocol):
 
     base_loader: DataLoader
     batches_yielded: int
-    item_start: tuple[int, int]
-    items_skipped: int
+    epoch_start: tuple[int, int]
+    rebased: bool
 
     @property
     def num_processes(self) -> int: ...
@@ -56,17 +56,18 @@ class ProcessCountError(ValueError):
 
 @dataclass
 class Resume:
-    """Where a restored loader starts: ``batches`` of this process done in ``epoch``; on another process count
-    also ``inner_batches`` (map-style) or ``items`` (iterable) consumed by all processes; or torchdata's
-    ``inner_state`` (an iterable on the same process count, ``item_base`` stream items in)."""
+    """Where a restored loader starts: ``batches`` of this process done in ``epoch``, which are ``start`` =
+    (inner batches or stream items of all processes, batches of this process); ``rebased`` when the epoch
+    continues from that global count (another process count), with ``items`` to drop from a stream; or
+    torchdata's ``inner_state`` (an iterable on the same process count)."""
 
     epoch: int
     seed: int
     batches: int
-    inner_batches: int | None = None
+    start: tuple[int, int] = (0, 0)
+    rebased: bool = False
     items: int | None = None
     inner_state: Mapping[str, Any] | None = None
-    item_base: int = 0
 
 
 _MISSING = object()
@@ -99,20 +100,23 @@ def check_state(state: Any) -> None:
     if not isinstance(position, Mapping):
         raise ValueError(f"key 'position' is a {type(position).__name__}, expected a dict")
     _integer(position, "num_processes", "position.", least=1)
-    for key in ("inner_batches", "samples", "items", "item_base", "batch_base", "items_skipped"):
+    for key in ("inner_batches", "samples", "items"):
         _integer(position, key, "position.", optional=True)
-    if not isinstance(position.get("finished", False), bool):
-        raise ValueError(f"key 'position.finished' is {position['finished']!r:.80}, expected true or false")
+    for key in ("finished", "rebased"):
+        if not isinstance(position.get(key, False), bool):
+            raise ValueError(f"key 'position.{key}' is {position[key]!r:.80}, expected true or false")
 
 
 def portable_position(loader: PreparedDataLoader) -> dict[str, Any]:
     """The ``"position"`` entry a checkpoint stores beside the loader's ``state_dict`` (see the module docstring)."""
     done, n = loader.batches_yielded, loader.num_processes
     length = loader_length(loader)
-    position: dict[str, Any] = {"num_processes": n, "finished": length is not None and done >= length}
+    position: dict[str, Any] = {"num_processes": n, "finished": length is not None and done >= length,
+                                "rebased": loader.rebased}
+    base, first = loader.epoch_start  # counting in this epoch started there (a restored position)
     sampler = loader.sharded_sampler
     if sampler is not None:
-        inner = sampler.inner_batches_before(done)
+        inner = base + sampler.inner_batches_before(done - first)
         try:
             inner = min(inner, len(sampler.inner))
         except TypeError:
@@ -120,9 +124,7 @@ def portable_position(loader: PreparedDataLoader) -> dict[str, Any]:
         size = sampler.plain_batch_size
         position.update(inner_batches=inner, samples=None if size is None else inner * size)
     elif loader.base_loader.num_workers == 0:  # with workers the stream is split among them: no global count
-        base, first = loader.item_start
-        position.update(items=base + (done - first) * loader.items_per_batch, item_base=base, batch_base=first,
-                        items_skipped=loader.items_skipped)
+        position.update(items=base + (done - first) * loader.items_per_batch)
     return position
 
 
@@ -141,13 +143,13 @@ def plan_resume(loader: PreparedDataLoader, state: Any) -> Resume:
     position = state.get("position") or {}
     saved = int(position.get("num_processes", loader.num_processes))
     length = loader_length(loader)
-    # The same process count: as saved (unless the epoch had started by dropping stream items, which torchdata's
-    # state does not know of: then by the item count, as on another process count).
-    if saved == loader.num_processes and not position.get("items_skipped"):
+    # The same process count: as saved, unless the epoch was itself continued from a global count (then the
+    # per-process count, and torchdata's state, do not tell where it is: by the global count, as on another one).
+    if saved == loader.num_processes and not position.get("rebased"):
         if length is not None and done >= length:  # saved on the last batch: next is a fresh epoch
             return Resume(epoch + 1, seed, 0)
         if "loader" in state:  # torchdata restores its own position (batches count from there)
-            return Resume(epoch, seed, 0, inner_state=state["loader"], item_base=position.get("items") or 0)
+            return Resume(epoch, seed, 0, start=(position.get("items") or 0, 0), inner_state=state["loader"])
         return Resume(epoch, seed, done)
     if position.get("finished"):
         return Resume(epoch + 1, seed, 0)
@@ -180,7 +182,8 @@ def _map_style(loader: PreparedDataLoader, position: Mapping[str, Any], saved: i
                            f"Resume with {saved} processes, or choose a batch size that divides {samples} (the "
                            "global batch of the saving run, or a divisor of it).")
         inner = samples // size
-    return Resume(epoch, seed, sampler.local_batches_before(inner), inner_batches=inner)
+    local = sampler.local_batches_before(inner)
+    return Resume(epoch, seed, local, start=(inner, local), rebased=True)
 
 
 def _iterable(loader: PreparedDataLoader, position: Mapping[str, Any], saved: int, epoch: int, seed: int) -> Resume:
@@ -196,4 +199,4 @@ def _iterable(loader: PreparedDataLoader, position: Mapping[str, Any], saved: in
         raise _refusal(loader, saved, f"{items} stream items of epoch {epoch} were consumed, which is not a whole "
                        f"number of batches of {group}", f"Resume with {saved} processes, or with a batch size "
                        f"that divides {items}.")
-    return Resume(epoch, seed, items // group, items=items)
+    return Resume(epoch, seed, items // group, start=(items, items // group), rebased=True, items=items)
