@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from stoker import Accelerator, DataLoaderConfiguration
 from stoker.accelerator import CheckpointError

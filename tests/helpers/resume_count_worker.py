@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-import dist_common as common  # noqa: F401 - puts the repo on sys.path
+import dist_common as common  # also puts the repo on sys.path
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -358,9 +358,9 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate. A process that has no files of
     its own in the checkpoint (saved by fewer processes) takes the main process's; loader positions continue the
     same global order on another process count, or are refused with ``ProcessCountError`` (see
-    ``process_count.py``). The precision may differ from
-    the saving run's: a checkpoint without a grad scaler (saved in full precision or bf16) leaves an fp16 run's
-    scaler as it is, and an fp16 checkpoint's scaler is ignored by the other precisions.
+    ``process_count.py``). The precision may differ from the saving run's: a checkpoint without a grad scaler
+    (saved in full precision or bf16) leaves an fp16 run's scaler as it is, and an fp16 checkpoint's scaler is
+    ignored by the other precisions.
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
