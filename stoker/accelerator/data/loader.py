@@ -2,7 +2,8 @@
 
 Owns: what an epoch is (when it starts, when it ends, what ``break`` keeps), ``end_of_dataloader``, the saved
 position (``state_dict``/``load_state_dict``) and ``limit_batches``. Does not own: which indices each process
-reads (``samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``prepare.py``).
+reads (``samplers.py``), how a user's ``DataLoader`` is rebuilt (``prepare.py``), nor how a position is carried
+to another process count (``position.py``).
 """
 
 from __future__ import annotations
