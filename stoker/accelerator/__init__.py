@@ -13,6 +13,7 @@ from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
+from .data.position import ProcessCountError
 from .distributed.agreement import SignalAgreement, agree_on_max, average_gradients  # noqa: F401 - Trainer's agreement
 from .distributed.fsdp import FSDPStrategy
 from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
@@ -25,6 +26,7 @@ __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
     "FSDPStrategy", "SingleDevice",
     "ProjectConfiguration", "load_checkpoint_in_model", "parse_precision", "send_to_device", "set_seed",
+    "ProcessCountError",
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, remove; the rest are Accelerator methods: copy_checkpoint, ...) ...
     "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_io", "checkpoint_step",

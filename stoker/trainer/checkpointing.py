@@ -192,8 +192,11 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
     apply_payload(trainer, payload)
+    loop = trainer.fit_loop
+    if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
+            not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
+        loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
     if trainer.is_global_zero:
-        loop = trainer.fit_loop
         where = f"the end of epoch {loop.epoch}" if loop.phase == "end" or loop.epoch_batches_finished else \
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
         print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "

@@ -25,8 +25,9 @@ from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _crc_file, 
                      newest_checkpoint, rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, sweep_trash
 from .preflight import check_optimizer, check_weights
+from .process_count import check_loader_states, restore_rng, rng_file
 from .contents import CheckpointContents
-from .rng import capture_rng_state, restore_rng_state
+from .rng import capture_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
 from .state_file import (_KINDS, STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in,  # noqa: F401
                          encode_state, read_state)
@@ -148,7 +149,8 @@ def _check_counts(contents: CheckpointContents, state: dict[str, Any], path: str
 
 
 def _parts_to_load(contents: CheckpointContents, files: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """The shared parts and this process's own (the main process's when the checkpoint has none for it)."""
+    """The shared parts and this process's own (the main process's when the checkpoint has none for it: saved by
+    fewer processes; loader positions are then converted, see ``process_count.py``)."""
     shared, own = _parts(contents, contents.process_index)
     if any(name not in files for name, _, _ in own):
         own = _parts(contents, 0)[1]
@@ -158,7 +160,7 @@ def _parts_to_load(contents: CheckpointContents, files: dict[str, Any]) -> list[
 
 
 def _preflight(contents: CheckpointContents, path: str, models: list[tuple[Any, str, str]],
-               parts: list[tuple[str, Any, Any]], strict: bool) -> dict[str, Any]:
+               parts: list[tuple[str, Any, Any]], strict: bool, state: dict[str, Any]) -> dict[str, Any]:
     """Reads the parts' states and checks them and the weights against the objects; returns the states."""
     for model, weights, _ in models:
         check_weights(contents.unwrap(model), os.path.join(path, weights), path, strict)
@@ -166,6 +168,7 @@ def _preflight(contents: CheckpointContents, path: str, models: list[tuple[Any, 
     for name, obj, label in parts:
         if name.startswith("optimizer"):
             check_optimizer(obj, trees[name], path, label)
+    check_loader_states(path, parts, trees, state, contents.num_processes)
     return trees
 
 
@@ -246,8 +249,9 @@ def _encode_state(contents: CheckpointContents, filed_models: list, model_states
     anything is written. Tensors are the live objects (no copies)."""
     rank, main = contents.process_index, contents.is_main_process
     shared, own = _parts(contents, rank)
-    jobs = [(f"random_states_{rank}.safetensors", capture_rng_state(), f"RNG state of process {rank}")]
-    jobs += [(name, obj.state_dict(), f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
+    jobs = [(rng_file(rank), capture_rng_state(), f"RNG state of process {rank}")]
+    jobs += [(name, obj.checkpoint_state_dict() if name.startswith("dataloader") else obj.state_dict(),
+              f"{label} state_dict()") for name, obj, label in own + (shared if main else [])]
     files = [(name, *encode_tree(obj, what)) for name, obj, what in jobs]
     counters = dict(contents.counters())
     for i, state in enumerate(model_states if main else []):
@@ -352,9 +356,11 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
     after loading ``checkpoint_{n}`` is ``checkpoint_{n+1}``. Loader positions are restored only with
     ``DataLoaderConfiguration(use_stateful_dataloader=True)``, as in Accelerate. A process that has no files of
-    its own in the checkpoint (saved by fewer processes) takes the main process's. The precision may differ from
-    the saving run's: a checkpoint without a grad scaler (saved in full precision or bf16) leaves an fp16 run's
-    scaler as it is, and an fp16 checkpoint's scaler is ignored by the other precisions.
+    its own in the checkpoint (saved by fewer processes) takes the main process's; loader positions continue the
+    same global order on another process count, or are refused with ``ProcessCountError`` (see
+    ``process_count.py``). The precision may differ from the saving run's: a checkpoint without a grad scaler
+    (saved in full precision or bf16) leaves an fp16 run's scaler as it is, and an fp16 checkpoint's scaler is
+    ignored by the other precisions.
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
@@ -378,17 +384,15 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     names += strategy.checkpoint_shard_files(list(files))
     window_name = _name("window", 0, rank)
     names += [window_name] if window_name in files else []
-    rng_name = f"random_states_{rank}.safetensors"
+    rng_name = rng_file(rank) if rng_file(rank) in files else rng_file(0)
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))
-    trees = _preflight(contents, path, models, parts, strict)  # everything checked before anything changes
+    trees = _preflight(contents, path, models, parts, strict, state)  # all checked before anything changes
     strategy.load_checkpoint_shards(path, contents.models, contents.optimizers)  # FSDP: verified, then read
     _load_models(contents, path, models, files, strict)
     for name, obj, _ in parts:
         obj.load_state_dict(trees[name])
     _restore_counters(contents, path, state["counters"], window_name if window_name in files else None)
-    if rng_name in files:
-        restore_rng_state(load_tree(os.path.join(path, rng_name)))
-    else:
-        warnings.warn(f"{path} has no {rng_name} (saved by {state['num_processes']} processes); this process keeps "
-                      "its current RNG state.", stacklevel=3)
+    if not restore_rng(path, files, rank):  # its own, or derived from the main process's and the rank
+        warnings.warn(f"{path} has no {rng_file(rank)} (saved by {state['num_processes']} processes); this process "
+                      "keeps its current RNG state.", stacklevel=3)
     strategy.barrier()

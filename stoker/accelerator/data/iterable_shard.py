@@ -5,7 +5,9 @@ Every process reads the whole stream, in the same order, and keeps its share of 
 of every group, so each batch of the rebuilt loader is process p's part of one global batch (whole batches
 round-robin; with ``split_batches`` a slice of every batch). With ``even_batches`` a short last group is
 completed with the stream's first items, so that every process gets as many batches; ``padding`` counts them for
-``gather_for_metrics`` (visible in the main process when the loader has no workers).
+``gather_for_metrics`` (visible in the main process when the loader has no workers). ``skip_items`` starts the
+epoch after that many stream items (a position restored from a run with another process count): they are read and
+dropped, and the groups start after them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class IterableShard(IterableDataset):
         self.process_index = process_index
         self.even_batches = even_batches
         self.padding = 0
+        self.skip_items = 0  # stream items already consumed (by all processes) in this epoch: a restored position
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.dataset, "set_epoch"):
@@ -45,10 +48,13 @@ class IterableShard(IterableDataset):
         self.padding = 0
         first: list[Any] = []  # the stream's first group, to complete a short last one
         buffer: list[Any] = []
-        for item in self.dataset:
-            buffer.append(item)
+        skip = self.skip_items  # read again by every iteration of the epoch (torchdata's fast-forward too)
+        for index, item in enumerate(self.dataset):
             if len(first) < group:
                 first.append(item)
+            if index < skip:  # consumed before a restored position (possibly on another process count)
+                continue
+            buffer.append(item)
             if len(buffer) == group:
                 yield from buffer[start:start + per]
                 buffer = []

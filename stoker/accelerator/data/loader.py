@@ -2,7 +2,8 @@
 
 Owns: what an epoch is (when it starts, when it ends, what ``break`` keeps), ``end_of_dataloader``, the saved
 position (``state_dict``/``load_state_dict``) and ``limit_batches``. Does not own: which indices each process
-reads (``samplers.py``) nor how a user's ``DataLoader`` is rebuilt (``prepare.py``).
+reads (``samplers.py``), how a user's ``DataLoader`` is rebuilt (``prepare.py``), nor how a position is carried
+to another process count (``position.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from torch.utils.data import DataLoader
 
 from ..operations import send_to_device
 from ..step.torch_shortcuts import next_batch_function
+from .draws import GlobalDraws
+from .iterable_shard import IterableShard
+from .position import plan_resume, portable_position
 from .samplers import ShardedBatchSampler
 
 if TYPE_CHECKING:
@@ -55,45 +59,6 @@ class LoaderContext:
         return {**self.__dict__, "stack": []}  # an iteration does not survive a copy
 
 
-class GlobalDraws:
-    """What iterating the user's own ``DataLoader`` draws from the global RNG at each epoch's start, drawn (and
-    discarded) by the prepared loader at the same points, so that dropout and other global-RNG users see the same
-    numbers as in a plain PyTorch or Lightning loop, in every epoch.
-
-    A plain loader draws its workers' base seed from the global RNG each time it is iterated (once only with
-    persistent workers), unless it has a ``generator``; a ``RandomSampler`` without a generator draws its shuffle
-    seed too. The prepared loader takes its shuffle and worker seeds from its own generator instead (exact
-    mid-epoch resume), so it draws these numbers only to keep the global RNG in step. The shuffle seed that
-    ``prepare`` draws from the global RNG counts as the first epoch's first draw. An epoch continued (a restored
-    position, a loop left early) draws nothing: the run that saved that position drew at the epoch's start, and
-    ``load_state`` restores the RNG states from after it. ``Accelerate`` draws at every iteration instead.
-
-    Args:
-        base: The user's loader had no generator (its base seed came from the global RNG).
-        sampler: Its ``RandomSampler`` without a generator was replaced by the loader's seeded one.
-        persistent: Its workers are persistent (the base seed is drawn at the first iteration only).
-        prepaid: Draws already made by ``prepare`` (the shuffle seed, when ``data_seed`` is not set).
-    """
-
-    def __init__(self, base: bool = False, sampler: bool = False, persistent: bool = False, prepaid: int = 0) -> None:
-        self.base, self.sampler, self.persistent, self.prepaid = base, sampler, persistent, prepaid
-        self._base_drawn = False
-
-    def epoch_started(self) -> None:
-        count = int(self.sampler)
-        if self.base and not (self.persistent and self._base_drawn):
-            count += 1
-            self._base_drawn = True
-        count, self.prepaid = max(count - self.prepaid, 0), 0
-        for _ in range(count):
-            torch.empty((), dtype=torch.int64).random_()  # what torch's DataLoader and RandomSampler draw
-
-    def restored(self) -> None:
-        """A position was loaded: the global RNG comes from the checkpoint, so prepare's draw no longer counts."""
-        self.prepaid = 0
-        self._base_drawn = True  # persistent workers: the saved run had iterated already
-
-
 class PreparedDataLoader:
     """What ``Accelerator.prepare`` returns for a ``DataLoader``: iterate it exactly like the original.
 
@@ -129,6 +94,11 @@ class PreparedDataLoader:
         self._inner_state: dict | None = None
         self._last_handed_out = False  # this epoch's last batch is out: the epoch ends with its iterator
         self._owner: object | None = None  # the iteration the position belongs to (an older one is stale)
+        # Where counting in this epoch started: (inner batches or stream items of all processes, batches of this
+        # process); ``rebased`` when a restored global count set it (another process count; see position.py).
+        self.epoch_start = (0, 0)
+        self.rebased = False
+        self._restored_items: int | None = None  # stream items to drop at the next iteration (a restore)
 
     # -- iteration ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -179,6 +149,10 @@ class PreparedDataLoader:
         self.batches_yielded = 0
         self._inner_state = None
         self._last_handed_out = False
+        self.epoch_start, self.rebased = (0, 0), False
+        dataset = self.base_loader.dataset
+        if isinstance(dataset, IterableShard):
+            dataset.skip_items = 0
 
     def __iter__(self) -> Iterator[Any]:
         return self.iterate(skip=0)
@@ -188,29 +162,29 @@ class PreparedDataLoader:
         # (A generator: this body starts at the first next(), so an iterator made but never used changes nothing.)
         self._end_handed_out_epoch()  # e.g. next() called len(loader) times on an iterator that is still open
         owner = self._owner = object()
-        skip = self._start_epoch(skip)
+        skip, discard = self._start_epoch(skip)
         stack = self._context.stack
         stack.append(self)
         self.end_of_dataloader = False
         self._cut_short = False
         finished = [False]  # set when the epoch ran to its end (or to its limit)
         try:
-            yield from self._look_ahead(skip, finished)
+            yield from self._look_ahead(skip, finished, discard)
         finally:
             self._leave(stack, owner, finished[0])
 
-    def _start_epoch(self, skip: int) -> int:
+    def _start_epoch(self, skip: int) -> tuple[int, int]:
         """Positions the sampler, seeds the workers and draws what the user's loader would; returns the batches to
-        skip (``skip`` plus a restored position)."""
+        skip (``skip`` plus a restored position) and the batches to read and drop first (see :meth:`_position`)."""
+        items, self._restored_items = self._restored_items, None
+        discard = self._position(skip, items)
         skip += self.batches_yielded  # a restored position
         self.batches_yielded = 0
-        if self._batch_sampler is not None:
-            self._batch_sampler.set_epoch(self.epoch, self.seed)  # the seed too: load_state_dict may have changed it
-            self._batch_sampler.skip = skip
         generator = self.base_loader.generator
         if generator is not None:
             generator.manual_seed(self.seed + self.epoch + 1)  # worker seeds: a function of the epoch alone
-        continued = skip > 0 or self._pending_inner_state is not None  # a restored or unfinished epoch
+        # a restored or unfinished epoch (a position of another process count may be 0 batches of this process)
+        continued = skip > 0 or self._pending_inner_state is not None or self.rebased
         if self._pending_inner_state is not None:
             self.base_loader.load_state_dict(self._pending_inner_state)
             self._pending_inner_state = None
@@ -219,9 +193,27 @@ class PreparedDataLoader:
             context.epoch_started(context)  # Accelerator(rng_types=["torch", ...])
         if not continued:  # an epoch starts: the user's loader would draw now (a continued one draws nothing)
             self._draws.epoch_started()
-        return skip
+        return skip, discard
 
-    def _look_ahead(self, skip: int, finished: list[bool]) -> Iterator[Any]:
+    def _position(self, skip: int, items: int | None) -> int:
+        """Sets where the epoch starts in the sampler (in inner batches of all processes: ``skip`` and the batches
+        done, counted from ``epoch_start``) or in a sharded stream (``items`` restored); returns the batches to read
+        and drop (``items`` restored into one process, whose stream is not sharded)."""
+        sampler = self._batch_sampler
+        if sampler is not None:
+            sampler.set_epoch(self.epoch, self.seed)  # the seed too: load_state_dict may have changed it
+            base, first = self.epoch_start
+            sampler.skip = base + sampler.inner_batches_before(skip + self.batches_yielded - first)
+            return 0
+        if items is None:
+            return 0
+        dataset = self.base_loader.dataset
+        if isinstance(dataset, IterableShard):
+            dataset.skip_items = items
+            return 0
+        return self.batches_yielded  # the whole stream in this process: drop the batches consumed
+
+    def _look_ahead(self, skip: int, finished: list[bool], discard: int = 0) -> Iterator[Any]:
         """The batches, one fetched ahead so that the last one is known while it is processed."""
         limit = self.max_batches
         if limit is not None and skip >= limit:
@@ -229,6 +221,8 @@ class PreparedDataLoader:
             return
         it, fetch = next_batch_function(self.base_loader)  # noqa: F841 - `it` keeps the iterator alive
         try:
+            for _ in range(discard):  # consumed before a position restored from another process count
+                fetch()
             current = fetch()
         except StopIteration:
             finished[0] = True
@@ -286,25 +280,48 @@ class PreparedDataLoader:
             state["loader"] = inner
         return state
 
+    def checkpoint_state_dict(self) -> dict[str, Any]:
+        """:meth:`state_dict` and, under ``"position"``, the position in a form that holds on any process count
+        (what ``save_state`` stores; see ``position.py``)."""
+        return {**self.state_dict(), "position": portable_position(self)}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores a position from :meth:`state_dict`; an iterator still open becomes stale."""
+        """Restores a position from :meth:`state_dict` or :meth:`checkpoint_state_dict` (then also one saved by
+        another process count); an iterator still open becomes stale.
+
+        Raises:
+            ValueError: ``state`` is malformed (the message names the key), or (``ProcessCountError``) it was saved
+                by another process count at a point that cannot be continued exactly here.
+        """
+        resume = plan_resume(self, state)  # checks everything before anything changes
         self._draws.restored()
         self._owner = None
         self._last_handed_out = False
-        self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
-        done = int(state["batches_yielded"])
-        length = None
-        try:
-            length = len(self)
-        except TypeError:
-            pass
-        if length is not None and done >= length:  # saved on the last batch: next is a fresh epoch
-            self.epoch, done = self.epoch + 1, 0
-        self.batches_yielded = done
-        if "loader" in state:
-            self._pending_inner_state = state["loader"]
-            self.batches_yielded = 0
+        self.seed, self.epoch, self.batches_yielded = resume.seed, resume.epoch, resume.batches
+        # torchdata's own position (same process count), also what a save before the next iteration records
+        self._pending_inner_state = None if resume.inner_state is None else dict(resume.inner_state)
+        self._inner_state = self._pending_inner_state
+        self.epoch_start, self.rebased, self._restored_items = resume.start, resume.rebased, resume.items
+
+    # -- what position.py reads -------------------------------------------------------------------------------------
+    @property
+    def num_processes(self) -> int:
+        return self._context.num_processes
+
+    @property
+    def sharded_sampler(self) -> ShardedBatchSampler | None:
+        """The batch sampler that shares each epoch between processes (None for an iterable dataset)."""
+        return self._batch_sampler
+
+    @property
+    def shards_stream(self) -> bool:
+        """An iterable dataset read by several processes (each keeps its share of the stream)."""
+        return self._batch_sampler is None and isinstance(self.base_loader.dataset, IterableShard)
+
+    @property
+    def items_per_batch(self) -> int:
+        """Stream items that one batch of every process takes together (an iterable dataset)."""
+        return (self.base_loader.batch_size or 1) * self._context.num_processes
 
     # -- conveniences ---------------------------------------------------------------------------------------------
     @property
@@ -313,8 +330,6 @@ class PreparedDataLoader:
         if self._cut_short:  # a limited epoch never reaches the padded batches
             return 0
         if self._batch_sampler is None:  # an iterable dataset sharded over processes counts its own
-            from .iterable_shard import IterableShard
-
             dataset = self.base_loader.dataset
             return dataset.padding if isinstance(dataset, IterableShard) and self.base_loader.num_workers == 0 else 0
         return self._batch_sampler.padding

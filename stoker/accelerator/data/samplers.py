@@ -83,7 +83,8 @@ def _samples(indices: list[Any]) -> int:
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
-    """Gives this process its share of each epoch's batches and can start an epoch ``skip`` batches in.
+    """Gives this process its share of each epoch's batches and can start an epoch ``skip`` inner batches in (counted
+    over all processes, so that a position means the same on any process count).
 
     Several processes: whole batches go round-robin (``split_batches=False``: process p gets batches p, p+n, ...)
     or each batch is cut into n equal slices (``split_batches=True``). With ``even_batches`` the epoch is padded
@@ -137,15 +138,20 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def _batch_size(self) -> int | None:
         return getattr(self.inner, "batch_size", None)
 
-    def _my_batches(self) -> Iterator[Any]:
+    def _my_batches(self, skip: int) -> Iterator[Any]:
+        """This process's batches of the epoch after the first ``skip`` inner batches (all processes together).
+
+        The rest of the epoch is padded for the current process count, with the padding taken from the whole
+        epoch as without a skip: a resume on as many processes as the save gives the batches it gave unskipped.
+        """
         if self.num_shards == 1:
-            yield from self.inner
+            yield from itertools.islice(self.inner, skip, None)
             return
         with seeded_global_rng(self.seed + self.epoch):  # a user's sampler may draw from the global RNG
             batches = [list(b) for b in self.inner]
         n, p = self.num_shards, self.shard
         if self.split_batches:
-            for b in batches:
+            for b in batches[skip:]:
                 size = math.ceil(len(b) / n)
                 if self.even_batches and len(b) < size * n:
                     added = (b * n)[: size * n - len(b)]
@@ -153,20 +159,20 @@ class ShardedBatchSampler(Sampler[list[int]]):
                     b = b + added
                 yield b[p * size:(p + 1) * size]
             return
-        if self.even_batches and batches:
+        rest = batches[skip:]
+        if self.even_batches and rest:
             full = self._batch_size() or len(batches[0])
             flat = [i for b in batches for i in b]
-            if len(batches[-1]) < full:  # complete a short last batch with samples from the epoch's start
-                need = full - len(batches[-1])
+            if len(rest[-1]) < full:  # complete a short last batch with samples from the epoch's start
+                need = full - len(rest[-1])
                 added = (flat * (need // len(flat) + 1))[:need]
-                batches[-1] = batches[-1] + added
+                rest[-1] = rest[-1] + added
                 self.padding += _samples(added)
-            extra = (-len(batches)) % n
-            for k in range(extra):
+            for k in range((-len(rest)) % n):
                 start = (k * full) % len(flat)
-                batches.append((flat * (full // len(flat) + 2))[start:start + full])
-                self.padding += _samples(batches[-1])
-        yield from batches[p::n]
+                rest.append((flat * (full // len(flat) + 2))[start:start + full])
+                self.padding += _samples(rest[-1])
+        yield from rest[p::n]
 
     def __iter__(self) -> Iterator[Any]:
         if self.skip == 0 and self.num_shards == 1:
@@ -177,7 +183,33 @@ class ShardedBatchSampler(Sampler[list[int]]):
         # A generator, so `skip` is consumed at the first batch, not at iter(): torch's multi-process loader calls
         # iter(batch_sampler) twice and only uses the second iterator.
         skip, self.skip, self.padding = self.skip, 0, 0
-        yield from itertools.islice(self._my_batches(), skip, None)
+        yield from self._my_batches(skip)
+
+    # -- positions that do not depend on the process count ---------------------------------------------------------
+    def inner_batches_before(self, local: int) -> int:
+        """Inner batches (of all processes together) that the first ``local`` batches of each process cover."""
+        if self.num_shards == 1 or self.split_batches:
+            return local
+        return local * self.num_shards
+
+    def local_batches_before(self, inner_done: int) -> int:
+        """This process's position after ``inner_done`` inner batches: ``len(self)`` minus the batches it still
+        gets in that epoch (so that counting down to the epoch's end stays right)."""
+        rest = max(len(self.inner) - inner_done, 0)
+        n = self.num_shards
+        if n == 1 or self.split_batches:
+            remaining = rest
+        elif self.even_batches:
+            remaining = math.ceil(rest / n)
+        else:
+            remaining = len(range(self.shard, rest, n))
+        return len(self) - remaining
+
+    @property
+    def plain_batch_size(self) -> int | None:
+        """The batch size of every inner batch but an epoch's last: set for torch's own ``BatchSampler`` (the one
+        ``prepare`` builds), None for a user's batch sampler (its batches may have any size)."""
+        return self.inner.batch_size if type(self.inner) is BatchSampler else None
 
     def __len__(self) -> int:
         total = len(self.inner)
