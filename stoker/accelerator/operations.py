@@ -30,8 +30,6 @@ def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
         items = [apply_to_tensors(fn, o) for o in obj]
         if _is_namedtuple(obj):
             return type(obj)(*items)
-        if type(obj) in (list, tuple):
-            return type(obj)(items)
         try:
             return type(obj)(items)
         except TypeError:
@@ -82,8 +80,6 @@ def convert_to_fp32(obj: Any) -> Any:
     def cast(t: torch.Tensor) -> torch.Tensor:
         return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
-    if isinstance(obj, torch.Tensor):
-        return cast(obj)
     return apply_to_tensors(cast, obj)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .safetensors_io import FileRecord, fsync_dir, fsync_file, write_buffers
+from .safetensors_io import FileRecord, fsync_path, write_buffers
 
 if TYPE_CHECKING:
     from .background import CheckpointIO
@@ -269,9 +269,9 @@ def commit_checkpoint(tmp: str, target: str, records: dict[str, FileRecord], io:
         io.fsync(durable)
     else:
         for path in durable:
-            (fsync_dir if path == tmp else fsync_file)(path)
+            fsync_path(path)
     put_in_place(tmp, target, io)
-    fsync_dir(os.path.dirname(target))
+    fsync_path(os.path.dirname(target))
 
 
 def put_in_place(tmp: str, target: str, io: CheckpointIO | None = None) -> None:

@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .folder_lock import FolderLock
+from .safetensors_io import fsync_path as _fsync
 
 TRASH_RE = re.compile(r"\..+\.stoker-del-[0-9a-f]+")
 
@@ -55,21 +56,6 @@ def _remove(path: str) -> None:
             os.remove(path)
         except OSError:
             pass
-
-
-def _fsync(path: str) -> None:
-    """Waits until ``path`` (a file, or a folder's entries) is on disk; folders that cannot be opened are skipped."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except IsADirectoryError:  # some platforms refuse to open folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not os.path.isdir(path):  # fsync on a folder fails on some file systems; on a file it is an error
-            raise
-    finally:
-        os.close(fd)
 
 
 class CheckpointIO:

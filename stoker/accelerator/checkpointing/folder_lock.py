@@ -102,19 +102,24 @@ def describe(holder: dict[str, Any]) -> str:
             if holder else "an unreadable lock")
 
 
+def _other_live_holder(folder: str) -> dict[str, Any] | None:
+    """The record of the live run other than this process that holds ``folder``, or None."""
+    holder = read_holder(folder)
+    if holder is None or holder_is_gone(holder) or _is_self(holder):
+        return None
+    return holder
+
+
 def is_held_by_another_run(folder: str) -> bool:
     """Whether a live run other than this process holds ``folder`` (``ckpt_path="last"`` skips such folders)."""
-    holder = read_holder(folder)
-    if holder is None or holder_is_gone(holder):
-        return False
-    return not _is_self(holder)
+    return _other_live_holder(folder) is not None
 
 
 def check_folder_free(folder: str, what: str) -> None:
     """Raises :class:`FolderInUseError` (``what`` begins the message) when a live run other than this process holds
     ``folder``: a resume must not take the checkpoints of a run that is still writing them."""
-    holder = read_holder(os.path.abspath(folder))
-    if holder is not None and not holder_is_gone(holder) and not _is_self(holder):
+    holder = _other_live_holder(os.path.abspath(folder))
+    if holder is not None:
         raise FolderInUseError(f"{what} {os.path.abspath(folder)} is in use by another run: {describe(holder)}. "
                                "Resuming it would continue a run that is still going; wait for it to finish, or "
                                "pass that run a ckpt_path of its own.")

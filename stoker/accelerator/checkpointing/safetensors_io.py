@@ -168,25 +168,20 @@ def read_safetensors(path: str, device: str = "cpu", data: bool = True) -> tuple
         raise ValueError(f"{path} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
 
 
-def fsync_file(path: str) -> None:
-    """Waits until the file's data is on disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Makes renames and new entries in folder ``path`` durable (no-op where folders cannot be opened)."""
+def fsync_path(path: str) -> None:
+    """Waits until ``path`` (a file, or a folder's entries: renames and new names in it) is on disk. For a folder
+    this is best effort (some platforms refuse to open one, some file systems to fsync one); for a file a failure
+    raises."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return
+        if os.path.isdir(path):
+            return
+        raise
     try:
         os.fsync(fd)
     except OSError:
-        pass
+        if not os.path.isdir(path):
+            raise
     finally:
         os.close(fd)
-

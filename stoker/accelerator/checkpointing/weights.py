@@ -1,8 +1,8 @@
 """Model weights on disk: Hugging Face safetensors files, shards + index, and ``.bin`` exports.
 
 Owns the weight export behind ``Accelerator.save_model`` (:func:`save_model_weights`) and the import
-:func:`load_checkpoint_in_model`. The byte-level safetensors writer/reader lives in ``safetensors_io.py`` (its
-names are re-exported here, where they were first defined); the resumable training state is ``checkpoint.py``.
+:func:`load_checkpoint_in_model`. The byte-level safetensors writer/reader lives in ``safetensors_io.py``; the
+resumable training state is ``checkpoint.py``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import torch
 
 from .atomic import contained
 
-# Re-exported: these were first defined here and are imported from here.
-from .safetensors_io import (_DTYPES, FileRecord, fsync_dir, fsync_file, read_safetensors,  # noqa: F401
-                             write_buffers, write_safetensors)
+from .safetensors_io import fsync_path, read_safetensors, write_buffers, write_safetensors
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -199,10 +197,10 @@ def _commit_export(directory: str, staged: dict[str, str], prefix: str, ext: str
         os.remove(os.path.join(directory, index))
     for name in sorted(staged, key=lambda f: f == index):
         os.replace(staged[name], os.path.join(directory, name))
-    fsync_dir(directory)
+    fsync_path(directory)
     for name in sorted(old - set(staged), key=lambda f: (f != single, f != index)):
         os.remove(os.path.join(directory, name))
-    fsync_dir(directory)
+    fsync_path(directory)
 
 
 # -- import ---------------------------------------------------------------------------------------------------------

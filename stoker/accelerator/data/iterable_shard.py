@@ -17,6 +17,8 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from .samplers import split_batch_size
+
 
 class IterableShard(IterableDataset):
     """This process's share of ``dataset`` (see the module docstring).
@@ -83,10 +85,6 @@ def shard_iterable(dataset: Any, batch_size: int | None, context: Any) -> tuple[
     """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
     loaders' ``LoaderContext``: ``dataloader_config``, ``num_processes``, ``process_index``)."""
     config, n = context.dataloader_config, context.num_processes
-    if config.split_batches and batch_size is not None:
-        if batch_size % n:
-            raise ValueError(f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {n} "
-                             f"processes; got batch_size={batch_size}. Change the batch size or use "
-                             "split_batches=False.")
-        batch_size //= n
+    if config.split_batches:
+        batch_size = split_batch_size(batch_size, n)
     return IterableShard(dataset, batch_size or 1, n, context.process_index, config.even_batches), batch_size

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from .loader import GlobalDraws, LoaderContext, PreparedDataLoader, SkipView
-from .samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable
+from .samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable, split_batch_size
 
 
 def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
@@ -67,15 +67,12 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext,
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
     elif loader.batch_sampler is None:  # batch_size=None without a batch_sampler: automatic batching is off
         inner = BatchSampler(sampler, 1, False)  # one index at a time, unwrapped by the collate below
-        kwargs["collate_fn"] = _first_only(loader.collate_fn)
+        kwargs["collate_fn"] = _FirstOnly(loader.collate_fn)
     else:
         # a user's own batch sampler: kept, but a RandomSampler inside it shuffles with the loader's seed
         inner = seedable(loader.batch_sampler, seed) if config.use_seedable_sampler else loader.batch_sampler
-    if config.split_batches and n > 1 and loader.batch_size is not None and loader.batch_size % n:
-        raise ValueError(
-            f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {n} processes; "
-            f"got batch_size={loader.batch_size}. Change the batch size or use split_batches=False."
-        )
+    if config.split_batches:
+        split_batch_size(loader.batch_size, n)
     batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
     return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking, draws)
@@ -119,15 +116,13 @@ def transfer_settings(device: torch.device | None, non_blocking: bool | None,
 
 
 class _FirstOnly:
+    """The user's collate of one index at a time (batching off): a class, not a closure, so a loader pickles."""
+
     def __init__(self, collate: Any) -> None:
         self.collate = collate
 
     def __call__(self, items: list[Any]) -> Any:
         return self.collate(items[0])
-
-
-def _first_only(collate: Any) -> _FirstOnly:
-    return _FirstOnly(collate)
 
 
 def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.device | None, seed: int,
@@ -159,7 +154,7 @@ def skip_first_batches(loader: Any, num_batches: int) -> Any:
         inner = BatchSampler(loader.sampler, 1, False) if unbatched else loader.batch_sampler
         kwargs = _loader_kwargs(loader)
         if unbatched:
-            kwargs["collate_fn"] = _first_only(loader.collate_fn)
+            kwargs["collate_fn"] = _FirstOnly(loader.collate_fn)
         return DataLoader(loader.dataset, batch_sampler=_AlwaysSkip(inner, num_batches), generator=loader.generator,
                           **kwargs)
     raise TypeError(

@@ -76,6 +76,19 @@ def seeded_global_rng(seed: int) -> Iterator[None]:
         random.setstate(python_state)
 
 
+def split_batch_size(batch_size: int | None, num_processes: int) -> int | None:
+    """Each process's slice of a batch under ``split_batches=True`` (None: no batching); refuses a batch size
+    the processes cannot share evenly."""
+    if batch_size is None:
+        return None
+    if batch_size % num_processes:
+        raise ValueError(
+            f"DataLoaderConfiguration(split_batches=True) needs a batch size divisible by the {num_processes} "
+            f"processes; got batch_size={batch_size}. Change the batch size or use split_batches=False."
+        )
+    return batch_size // num_processes
+
+
 def _samples(indices: list[Any]) -> int:
     """Samples behind ``indices``: one per index, or a whole list's worth where an index is itself a batch
     (``sampler=BatchSampler(...), batch_size=None``: the dataset reads a list of indices at once)."""
@@ -195,15 +208,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def local_batches_before(self, inner_done: int) -> int:
         """This process's position after ``inner_done`` inner batches: ``len(self)`` minus the batches it still
         gets in that epoch (so that counting down to the epoch's end stays right)."""
-        rest = max(len(self.inner) - inner_done, 0)
-        n = self.num_shards
-        if n == 1 or self.split_batches:
-            remaining = rest
-        elif self.even_batches:
-            remaining = math.ceil(rest / n)
-        else:
-            remaining = len(range(self.shard, rest, n))
-        return len(self) - remaining
+        return len(self) - self._share(max(len(self.inner) - inner_done, 0))
 
     @property
     def plain_batch_size(self) -> int | None:
@@ -212,12 +217,15 @@ class ShardedBatchSampler(Sampler[list[int]]):
         return self.inner.batch_size if type(self.inner) is BatchSampler else None
 
     def __len__(self) -> int:
-        total = len(self.inner)
+        return self._share(len(self.inner))
+
+    def _share(self, inner_batches: int) -> int:
+        """This process's batches among ``inner_batches`` consecutive inner batches from an epoch's start."""
         if self.num_shards == 1 or self.split_batches:
-            return total
+            return inner_batches
         if self.even_batches:
-            return math.ceil(total / self.num_shards)
-        return len(range(self.shard, total, self.num_shards))
+            return math.ceil(inner_batches / self.num_shards)
+        return len(range(self.shard, inner_batches, self.num_shards))
 
 
 class _AlwaysSkip(Sampler[list[int]]):

@@ -10,7 +10,7 @@ What that changes elsewhere, and where it is handled:
   gradients reduced in fp32; fp16 loss scaling uses ``ShardedGradScaler`` so every process skips the same steps.
 * **Gradient clipping** computes the norm over all shards (``DTensor`` reductions) and returns a plain tensor.
 * **Checkpoints.** ``save_model`` gathers a full state dict on the main process; ``save_state``/``load_state``
-  go through ``torch.distributed.checkpoint`` (:meth:`FSDPStrategy.save_sharded_state`), each process writing
+  go through ``torch.distributed.checkpoint`` (:meth:`FSDPStrategy.save_checkpoint_shards`), each process writing
   and reading only its shards.
 """
 
@@ -161,7 +161,13 @@ class FSDPStrategy(DDPStrategy):
             state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(inner, models), inner)
         return state
 
-    def save_sharded_state(self, folder: str, models: list[nn.Module], optimizers: list[Any]) -> None:
+    # -- checkpoints: weights and optimizer state go through torch.distributed.checkpoint, every process its shards
+    saves_in_background = False  # DCP's save is collective: never off the training thread
+
+    def checkpoint_files_hold(self, models: list[Any], optimizers: list[Any]) -> tuple[list[Any], list[Any]]:
+        return [], []
+
+    def save_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> None:
         """Writes the models' and optimizers' shards into ``folder`` with ``torch.distributed.checkpoint``.
 
         Every process calls it and writes its own ``__{rank}_0.distcp``; the main process writes ``.metadata``.
@@ -170,30 +176,17 @@ class FSDPStrategy(DDPStrategy):
 
         dcp.save(self._sharded_state(models, optimizers), storage_writer=dcp.FileSystemWriter(folder))
 
-    # -- checkpoints: weights and optimizer state go through torch.distributed.checkpoint, every process its shards
-    saves_in_background = False  # DCP's save is collective: never off the training thread
-
-    def checkpoint_files_hold(self, models: list[Any], optimizers: list[Any]) -> tuple[list[Any], list[Any]]:
-        return [], []
-
-    def save_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> None:
-        self.save_sharded_state(folder, models, optimizers)  # __{rank}_0.distcp from each process, .metadata
-
     def checkpoint_shard_files(self, files: list[str]) -> list[str]:
         return [n for n in files if n.endswith(".distcp") or n == ".metadata"]
 
     def load_checkpoint_shards(self, folder: str, models: list[Any], optimizers: list[Any]) -> bool:
-        from ..checkpointing.atomic import check_dcp_metadata
-
-        check_dcp_metadata(folder)  # DCP unpickles its .metadata: only after proving it holds nothing but data
-        self.load_sharded_state(folder, models, optimizers)
-        return True
-
-    def load_sharded_state(self, folder: str, models: list[nn.Module], optimizers: list[Any]) -> None:
-        """Reads what :meth:`save_sharded_state` wrote into the (already prepared) models and optimizers."""
+        """Reads what :meth:`save_checkpoint_shards` wrote into the (already prepared) models and optimizers."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
+        from ..checkpointing.atomic import check_dcp_metadata
+
+        check_dcp_metadata(folder)  # DCP unpickles its .metadata: only after proving it holds nothing but data
         state = self._sharded_state(models, optimizers)
         dcp.load(state, storage_reader=dcp.FileSystemReader(folder))
         for i, model in enumerate(models):
@@ -201,6 +194,7 @@ class FSDPStrategy(DDPStrategy):
         for i, opt in enumerate(optimizers):
             inner = getattr(opt, "optimizer", opt)
             set_optimizer_state_dict(_owner(inner, models), inner, state[f"optimizer_{i}"])
+        return True
 
 
 def _sharded_grad_scaler(device_type: str) -> Any:

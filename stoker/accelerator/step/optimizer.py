@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from .window import GradientWindow
 
 
-
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps an optimizer so that ``step``/``zero_grad`` happen only when gradients are synchronised.
 
@@ -152,19 +151,7 @@ class AcceleratedScheduler:
         for _ in range(processes):
             self.scheduler.step(*args, **kwargs)
 
-    def get_last_lr(self) -> list[float]:
-        return self.scheduler.get_last_lr()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state_dict)
-
-    def get_lr(self) -> Any:
-        return self.scheduler.get_lr()
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # get_last_lr, state_dict, ...: the scheduler's own
         if name == "scheduler":  # not yet set (during unpickling): avoid infinite recursion
             raise AttributeError(name)
         return getattr(self.scheduler, name)
