@@ -4,7 +4,7 @@ The Trainer, callbacks and loggers import engine names from here only (``tests/t
 modules behind these names can move without touching them.
 """
 
-from .accelerator import Accelerator, checkpoint_io, wait_for_checkpoints
+from .accelerator import Accelerator, wait_for_checkpoints
 from .arguments import InvalidArgumentError, check_accumulation_steps, check_seed
 from .checkpointing.atomic import CheckpointError, remove_checkpoint, verify_checkpoint
 from .checkpointing.folder_lock import FolderInUseError, check_folder_free
@@ -29,7 +29,7 @@ __all__ = [
     "ProcessCountError",
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, remove; the rest are Accelerator methods: copy_checkpoint, ...) ...
-    "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_io", "checkpoint_step",
+    "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_step",
     "checkpoint_written", "checkpoints_in",
     "load_tree", "read_state", "remove_checkpoint", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names, random-number states, and launching processes.

@@ -382,11 +382,6 @@ class Accelerator:
                 f"num_processes={self.num_processes}, strategy={type(self.strategy).__name__})")
 
 
-def checkpoint_io(accelerator: Accelerator) -> CheckpointIO:
-    """``accelerator.checkpoint_io`` (the name callers used before it was a property)."""
-    return accelerator.checkpoint_io
-
-
 def wait_for_checkpoints(accelerator: Accelerator) -> None:
     """``accelerator.wait_for_checkpoints()`` (the name callers used before it was a method)."""
     accelerator.wait_for_checkpoints()

@@ -1,6 +1,6 @@
 """Checkpoint work that need not hold up training: deleting replaced folders, parallel fsyncs, asynchronous saves.
 
-Owns: :class:`CheckpointIO`, one per Accelerator (made on first use by :func:`checkpoint_io` and kept on the
+Owns: :class:`CheckpointIO`, one per Accelerator (made on first use by ``Accelerator.checkpoint_io`` and kept on the
 instance, so two Accelerators never share one), with
 
 - a deleter: a folder that a save replaced, rotated out or evicted is first *renamed* aside to a trash name
@@ -62,7 +62,7 @@ class CheckpointIO:
     """Background checkpoint I/O of one Accelerator (see the module docstring).
 
     Example:
-        >>> io = checkpoint_io(accelerator)
+        >>> io = accelerator.checkpoint_io
         >>> io.discard("runs/exp/checkpoints/epoch=1")   # gone from its name now, from the disk soon
         >>> io.wait()                                    # all pending saves and deletions done
     """

@@ -83,8 +83,8 @@ class IterableShard(IterableDataset):
 
 def shard_iterable(dataset: Any, batch_size: int | None, context: Any) -> tuple[IterableShard, int | None]:
     """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
-    loaders' ``LoaderContext``: ``dataloader_config``, ``num_processes``, ``process_index``)."""
-    config, n = context.dataloader_config, context.num_processes
+    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``)."""
+    config, n = context.dataloader_config, context.strategy.num_processes
     if config.split_batches:
         batch_size = split_batch_size(batch_size, n)
-    return IterableShard(dataset, batch_size or 1, n, context.process_index, config.even_batches), batch_size
+    return IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, config.even_batches), batch_size

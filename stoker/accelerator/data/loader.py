@@ -18,7 +18,7 @@ from ..operations import send_to_device
 from ..step.torch_shortcuts import next_batch_function
 from .draws import GlobalDraws
 from .iterable_shard import IterableShard
-from .position import plan_resume, portable_position
+from .position import loader_length, plan_resume, portable_position
 from .samplers import ShardedBatchSampler
 
 if TYPE_CHECKING:
@@ -46,14 +46,6 @@ class LoaderContext:
         self.dataloader_config = dataloader_config
         self.epoch_started = epoch_started
         self.stack: list[PreparedDataLoader] = []
-
-    @property
-    def num_processes(self) -> int:
-        return self.strategy.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.strategy.process_index
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "stack": []}  # an iteration does not survive a copy
@@ -128,10 +120,8 @@ class PreparedDataLoader:
     @property
     def remaining_batches(self) -> int | None:
         """Batches left in this epoch counting the one being processed; None when the length is unknown."""
-        try:
-            return len(self) - self.batches_yielded + 1
-        except TypeError:
-            return None
+        length = loader_length(self)
+        return None if length is None else length - self.batches_yielded + 1
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch (and so the shuffle) of the next iteration."""
@@ -274,8 +264,7 @@ class PreparedDataLoader:
     def state_dict(self) -> dict[str, Any]:
         """Position of this process's loader: resuming continues with the next batch of the same epoch."""
         state: dict[str, Any] = {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
-        if hasattr(self.base_loader, "state_dict") and self._batch_sampler is None:
-            # an iterable dataset: torchdata keeps its position (as it was before our one-batch look-ahead)
+        if self._tracks_inner:  # as it was before our one-batch look-ahead
             inner = self._inner_state if self._inner_state is not None else self.base_loader.state_dict()
             state["loader"] = inner
         return state
@@ -306,7 +295,7 @@ class PreparedDataLoader:
     # -- what position.py reads -------------------------------------------------------------------------------------
     @property
     def num_processes(self) -> int:
-        return self._context.num_processes
+        return self._context.strategy.num_processes
 
     @property
     def sharded_sampler(self) -> ShardedBatchSampler | None:
@@ -321,7 +310,7 @@ class PreparedDataLoader:
     @property
     def items_per_batch(self) -> int:
         """Stream items that one batch of every process takes together (an iterable dataset)."""
-        return (self.base_loader.batch_size or 1) * self._context.num_processes
+        return (self.base_loader.batch_size or 1) * self._context.strategy.num_processes
 
     # -- conveniences ---------------------------------------------------------------------------------------------
     @property
@@ -342,7 +331,7 @@ class PreparedDataLoader:
         sampler = self._batch_sampler
         if sampler is not None and sampler.split_batches:
             return bs
-        return bs * self._context.strategy.num_processes
+        return bs * self.num_processes
 
     @property
     def batch_size(self) -> int | None:

@@ -38,7 +38,7 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext,
     """Rebuilds ``loader`` for this process (see the module docstring). ``context``: the Accelerator's
     :class:`LoaderContext`."""
     config = context.dataloader_config
-    n, rank = context.num_processes, context.process_index
+    n, rank = context.strategy.num_processes, context.strategy.process_index
     seed = config.data_seed
     iterable = isinstance(loader.dataset, IterableDataset)
     shuffled = None if iterable or not config.use_seedable_sampler else _random_sampler(loader)
@@ -129,7 +129,7 @@ def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.
                       kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool,
                       draws: GlobalDraws) -> PreparedDataLoader:
     dataset, batch_size = loader.dataset, loader.batch_size
-    if context.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
+    if context.strategy.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
 
         dataset, batch_size = shard_iterable(dataset, batch_size, context)

@@ -9,18 +9,15 @@ a host tensor, which the strategies do not offer (it needs a gloo group beside t
 from __future__ import annotations
 
 import weakref
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
-
-class Collectives(Protocol):
-    """What these functions use of a strategy (``SingleDevice``, ``DDPStrategy``, ``FSDPStrategy``)."""
-
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor: ...
+if TYPE_CHECKING:
+    from .ddp import SingleDevice
 
 
-def agree_on_max(strategy: Collectives, value: int | None, device: torch.device | str,
+def agree_on_max(strategy: SingleDevice, value: int | None, device: torch.device | str,
                  num_processes: int) -> int | None:
     """The highest ``value`` any process holds (None: none holds one), by one small blocking all-reduce.
 
@@ -32,7 +29,7 @@ def agree_on_max(strategy: Collectives, value: int | None, device: torch.device 
     return int(strategy.all_reduce(code, "max").item()) or None
 
 
-def average_gradients(strategy: Collectives, grads: list[torch.Tensor]) -> None:
+def average_gradients(strategy: SingleDevice, grads: list[torch.Tensor]) -> None:
     """Averages ``grads`` across processes in place with one all-reduce of their concatenation (one collective
     per call instead of one per tensor)."""
     if not grads:

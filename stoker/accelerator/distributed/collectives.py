@@ -23,9 +23,7 @@ def has_tensor(data: Any) -> bool:
 
 def gather(strategy: SingleDevice, data: Any) -> Any:
     """Concatenates each tensor of ``data`` from every process along dim 0 (scalars become 1-D)."""
-    if strategy.num_processes == 1:
-        return apply_to_tensors(lambda t: t if t.dim() > 0 else t.reshape(1), data)
-    return apply_to_tensors(strategy.all_gather, data)
+    return apply_to_tensors(strategy.all_gather, data)  # one process: SingleDevice.all_gather is the identity
 
 
 def reduce(strategy: SingleDevice, data: Any, reduction: str = "sum") -> Any:

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     from .window import GradientWindow
 
 
+def _of_wrapped(name: str) -> Any:
+    """A property that reads and writes the wrapped optimizer's attribute ``name``."""
+    return property(lambda self: getattr(self.optimizer, name),
+                    lambda self, value: setattr(self.optimizer, name, value))
+
+
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps an optimizer so that ``step``/``zero_grad`` happen only when gradients are synchronised.
 
@@ -32,29 +38,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._precision = precision
         self.step_was_skipped = False  # True when the last step was skipped because fp16 gradients overflowed
 
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        self.optimizer.param_groups = value
-
-    @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self.optimizer.state = value
-
-    @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value: dict[str, Any]) -> None:
-        self.optimizer.defaults = value
+    param_groups = _of_wrapped("param_groups")
+    state = _of_wrapped("state")
+    defaults = _of_wrapped("defaults")
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)

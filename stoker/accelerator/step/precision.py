@@ -30,7 +30,6 @@ _NAMES: dict[str, tuple[str, torch.dtype | None]] = {
     # True half precision (Lightning's names): the weights themselves are in that dtype, no autocast, no scaler.
     "bf16-true": ("bf16-true", _BF16), "16-true": ("fp16-true", _F16), "fp16-true": ("fp16-true", _F16),
 }
-PRECISION_CHOICES = ("no", "fp16", "bf16", "bf16-true", "fp16-true")
 
 
 def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:

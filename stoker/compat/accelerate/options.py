@@ -60,7 +60,7 @@ class AcceleratorOptions:
         """A prepared loader starts an iteration: with ``rng_types`` naming global generators, every process takes
         process 0's states, as Accelerate does. (``"generator"``, the default, needs nothing: a prepared loader's
         own generator is seeded alike on every process.)"""
-        if context.num_processes > 1:
+        if context.strategy.num_processes > 1:
             from .operations import synchronize_rng_states
 
             synchronize_rng_states(self._global_rng_types)
