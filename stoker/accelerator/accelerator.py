@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -160,11 +160,9 @@ class Accelerator:
         """One micro-step of an accumulation window; gradient sync across processes only on its last one."""
         return MicroStep(self._window, self.loader_context.stack, self.strategy, models, self.sync_each_batch)
 
-    @contextlib.contextmanager
-    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         """No cross-process gradient sync inside (gradients accumulate locally)."""
-        with self.strategy.no_sync(model):
-            yield
+        return self.strategy.no_sync(model)
 
     def backward(self, loss: torch.Tensor, num_items: int | torch.Tensor | None = None, **kwargs: Any) -> None:
         """Backward of ``loss`` (a mean; a *sum* of ``num_items`` items) for the current window: divided by the

@@ -20,8 +20,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-_REDUCE_OPS = ("sum", "mean", "max", "min")
-
 
 def default_device(cpu: bool = False, local_rank: int = 0) -> torch.device:
     """CUDA (this process's local GPU), then MPS, then CPU; ``cpu=True`` forces CPU."""
@@ -246,10 +244,10 @@ class DDPStrategy(SingleDevice):
             dist.barrier()
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if op not in _REDUCE_OPS:
-            raise ValueError(f"all_reduce(op={op!r}) is not a reduction. Expected one of: {_REDUCE_OPS}.")
         ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                "min": dist.ReduceOp.MIN}
+        if op not in ops:
+            raise ValueError(f"all_reduce(op={op!r}) is not a reduction. Expected one of: {tuple(ops)}.")
         out = tensor.clone()
         dist.all_reduce(out, op=ops[op])
         return out / self.num_processes if op == "mean" else out
