@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .safetensors_io import read_safetensors
 from .weights import TIED_KEY, MismatchedKeysError, key_mismatch, strip_compile_prefix
 
 
@@ -25,15 +26,10 @@ class StateMismatchError(ValueError):
 
 def _saved_shapes(file: str) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     """Names and shapes of the tensors in a safetensors file (header only), and its tied-weight aliases."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(file, framework="pt") as f:
-            shapes = {strip_compile_prefix(k): tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-            tied = json.loads((f.metadata() or {}).get(TIED_KEY, "{}"))
-    except Exception as e:  # safetensors' own SafetensorError for a malformed header
-        raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
-    return shapes, {strip_compile_prefix(k): strip_compile_prefix(v) for k, v in tied.items()}
+    shapes, metadata = read_safetensors(file, data=False)
+    tied = json.loads(metadata.get(TIED_KEY, "{}"))
+    return ({strip_compile_prefix(k): shape for k, shape in shapes.items()},
+            {strip_compile_prefix(k): strip_compile_prefix(v) for k, v in tied.items()})
 
 
 def _listing(rows: list[str]) -> str:

@@ -153,16 +153,17 @@ def write_safetensors(path: str, tensors: Mapping[str, torch.Tensor], metadata: 
     return write_buffers(path, itertools.chain([struct.pack("<Q", len(raw)) + raw], data), fsync)
 
 
-def read_safetensors(path: str, device: str = "cpu", data: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
-    """Tensors (memory-mapped, copy-on-write) and metadata of a safetensors file; never unpickles anything.
+def read_safetensors(path: str, data: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """Tensors (memory-mapped, copy-on-write, on the CPU) and metadata of a safetensors file; never unpickles
+    anything.
 
-    With ``data=False`` only the header is read and the dict maps names to None.
+    With ``data=False`` only the header is read and the dict maps names to shapes (tuples).
     """
     from safetensors import safe_open
 
     try:
-        with safe_open(path, framework="pt", device=device) as f:
-            tensors = {k: f.get_tensor(k) if data else None for k in f.keys()}
+        with safe_open(path, framework="pt", device="cpu") as f:
+            tensors = {k: f.get_tensor(k) if data else tuple(f.get_slice(k).get_shape()) for k in f.keys()}
             return tensors, dict(f.metadata() or {})
     except Exception as e:  # safetensors raises its own SafetensorError (not an OSError) for malformed headers
         raise ValueError(f"{path} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
