@@ -97,12 +97,6 @@ class PreparedDataLoader:
         length = len(self.base_loader)
         return length if self.max_batches is None else min(length, self.max_batches)
 
-    def _longer_than(self, limit: int) -> bool:
-        try:
-            return len(self.base_loader) > limit
-        except TypeError:  # unknown length (an iterable dataset): never padded
-            return True
-
     def limit_batches(self, max_batches: int | None) -> None:
         """Ends every epoch after at most ``max_batches`` batches on this process (None: no limit).
 
@@ -222,7 +216,8 @@ class PreparedDataLoader:
         while True:
             if limit is not None and self.batches_yielded + 1 >= limit:
                 upcoming = _END  # the limit ends the epoch; the next batch is never loaded
-                self._cut_short = self._longer_than(limit)
+                length = loader_length(self.base_loader)  # None (an iterable dataset): never padded
+                self._cut_short = length is None or length > limit
             else:
                 if track_inner:  # the position *before* the look-ahead is the one a resume needs
                     self._inner_state = self.base_loader.state_dict()

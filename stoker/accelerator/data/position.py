@@ -128,7 +128,8 @@ def portable_position(loader: PreparedDataLoader) -> dict[str, Any]:
     return position
 
 
-def loader_length(loader: PreparedDataLoader) -> int | None:
+def loader_length(loader: PreparedDataLoader | DataLoader) -> int | None:
+    """``len(loader)``, or None when the length is unknown (an iterable dataset without ``__len__``)."""
     try:
         return len(loader)
     except TypeError:
