@@ -8,7 +8,7 @@ from .accelerator import Accelerator, wait_for_checkpoints
 from .arguments import InvalidArgumentError, check_accumulation_steps, check_seed
 from .checkpointing.atomic import CheckpointError, remove_checkpoint, verify_checkpoint
 from .checkpointing.folder_lock import FolderInUseError, check_folder_free
-from .checkpointing.checkpoint import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
+from .checkpointing.state_file import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model

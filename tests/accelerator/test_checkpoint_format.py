@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from stoker.accelerator.checkpointing.checkpoint import (MANIFEST_NAME, CheckpointError, commit_checkpoint, list_checkpoints,
-                                           load_tree, newest_checkpoint, rotate_checkpoints, save_tree,
-                                           verify_checkpoint)
+from stoker.accelerator.checkpointing.atomic import (MANIFEST_NAME, CheckpointError, commit_checkpoint, list_checkpoints,
+                                              newest_checkpoint, rotate_checkpoints, verify_checkpoint)
+from stoker.accelerator.checkpointing.tree import load_tree, save_tree
 from stoker.accelerator.checkpointing.rng import capture_rng_state, restore_rng_state
 
 
@@ -233,7 +233,7 @@ def test_dcp_metadata_checked_before_torch_unpickles_it(tmp_path):
 
     import torch.distributed.checkpoint as dcp
 
-    from stoker.accelerator.checkpointing.checkpoint import check_dcp_metadata
+    from stoker.accelerator.checkpointing.atomic import check_dcp_metadata
 
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters())

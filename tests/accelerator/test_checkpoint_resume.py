@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from stoker import Accelerator, ProjectConfiguration
-from stoker.accelerator.checkpointing.checkpoint import MANIFEST_NAME, list_checkpoints, verify_checkpoint
+from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, list_checkpoints, verify_checkpoint
 from tests.helpers import ckpt_worker
 from tests.helpers.dist_spawn import base_env
 

@@ -15,7 +15,8 @@ from torch import nn
 
 from stoker import Accelerator, ProjectConfiguration, load_checkpoint_in_model
 from stoker.accelerator.checkpointing import safetensors_io
-from stoker.accelerator.checkpointing.checkpoint import MANIFEST_NAME, STATE_NAME, CheckpointError
+from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, CheckpointError
+from stoker.accelerator.checkpointing.state_file import STATE_NAME
 from stoker.accelerator.checkpointing.weights import save_model_weights
 
 

@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import Accelerator, DataLoaderConfiguration, ProjectConfiguration, set_seed
 from stoker.accelerator.checkpointing import atomic, checkpoint
-from stoker.accelerator.checkpointing.checkpoint import MANIFEST_NAME, CheckpointError, load_tree, save_tree
+from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, CheckpointError
+from stoker.accelerator.checkpointing.tree import load_tree, save_tree
 from tests.helpers.ckpt_worker import Progress
 from tests.helpers.weights import assert_same_weights, state_of
 
@@ -268,7 +269,7 @@ def test_malicious_pickle_in_checkpoint_is_refused_and_never_runs(tmp_path):
     # 3. ... even with a manifest forged to match, it is only ever parsed as safetensors.
     manifest = json.loads((tmp_path / "ckpt" / MANIFEST_NAME).read_text())
     forged = str(tmp_path / "ckpt" / "custom_checkpoint.safetensors")
-    crc = f"{checkpoint._crc_file(forged):08x}"
+    crc = f"{atomic._crc_file(forged):08x}"
     manifest["files"]["custom_checkpoint.safetensors"] = {"size": len(evil), "crc32": crc}
     (tmp_path / "ckpt" / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="custom_checkpoint.safetensors"):

@@ -19,19 +19,16 @@ from typing import Any
 
 import torch
 
-# Re-exported: these names were defined here first and are imported from here.
-from .atomic import (_CHECKPOINT_RE, MANIFEST_NAME, CheckpointError, _crc_file, _is_complete,  # noqa: F401
-                     _read_json, _recover, _sweep, aside_path, check_dcp_metadata, commit_checkpoint, list_checkpoints,
-                     newest_checkpoint, rotate_checkpoints, verify_checkpoint)
+from .atomic import (_CHECKPOINT_RE, _is_complete, _recover, _sweep, aside_path, commit_checkpoint, newest_checkpoint,
+                     rotate_checkpoints, verify_checkpoint)
 from .background import CheckpointIO, sweep_trash
 from .preflight import check_optimizer, check_weights
 from .process_count import check_loader_states, restore_rng, rng_file
 from .contents import CheckpointContents
 from .rng import capture_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
-from .state_file import (_KINDS, STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in,  # noqa: F401
-                         encode_state, read_state)
-from .tree import TREE_KEY, encode_tree, load_tree, save_tree  # noqa: F401
+from .state_file import _KINDS, STATE_NAME, encode_state, read_state
+from .tree import encode_tree, load_tree
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
 SCALER_NAME = "scaler.safetensors"
