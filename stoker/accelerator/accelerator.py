@@ -17,7 +17,7 @@ import torch
 
 from .arguments import check_accumulation_steps
 from .checkpointing import checkpoint
-from .checkpointing.atomic import aside_path, copy_checkpoint, put_in_place, remove_checkpoint
+from .checkpointing.atomic import aside_path, copy_checkpoint, fresh_aside_folder, put_in_place, remove_checkpoint
 from .checkpointing.background import CheckpointIO, sweep_trash
 from .checkpointing.contents import CheckpointContents, StateHooks, checkpointable
 from .config import DataLoaderConfiguration, ProjectConfiguration, check_configurations
@@ -238,9 +238,7 @@ class Accelerator:
         target = os.fspath(target)
         tmp = aside_path(target, "tmp")
         if self.is_main_process:
-            if os.path.lexists(tmp):
-                self.checkpoint_io.discard(tmp)
-            os.makedirs(tmp)
+            fresh_aside_folder(target, self.checkpoint_io)
         self.wait_for_everyone()
         self.save_model(model, tmp)
         if self.is_main_process:

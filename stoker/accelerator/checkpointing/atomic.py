@@ -193,6 +193,16 @@ def aside_path(target: str, kind: str) -> str:
     return os.path.join(parent, f".{name}.stoker-{kind}")
 
 
+def fresh_aside_folder(target: str, io: CheckpointIO | None) -> str:
+    """Creates the empty temporary folder beside ``target`` (where it is written before :func:`put_in_place`),
+    discarding one that a crash left there; returns it."""
+    tmp = aside_path(target, "tmp")
+    if os.path.lexists(tmp):
+        _discard(tmp, io)
+    os.makedirs(tmp)
+    return tmp
+
+
 def _is_complete(path: str) -> bool:
     try:
         _read_manifest(path)
@@ -297,10 +307,7 @@ def copy_checkpoint(src: str, dst: str, io: CheckpointIO | None = None) -> None:
     missing ``src`` is nothing to do; an old ``dst`` is replaced as :func:`put_in_place` does."""
     if not os.path.isdir(src):
         return
-    tmp = aside_path(dst, "tmp")
-    if os.path.lexists(tmp):  # left by a crash
-        _discard(tmp, io)
-    os.makedirs(tmp)
+    tmp = fresh_aside_folder(dst, io)
     for entry in os.scandir(src):
         target = os.path.join(tmp, entry.name)
         if entry.is_dir():
