@@ -145,9 +145,8 @@ def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.
 
 def skip_first_batches(loader: Any, num_batches: int) -> Any:
     """A loader that starts ``num_batches`` in, without loading the skipped samples."""
-    if isinstance(loader, (PreparedDataLoader, SkipView)):
-        base = loader.loader if isinstance(loader, SkipView) else loader
-        return SkipView(base, num_batches)
+    if isinstance(loader, (PreparedDataLoader, SkipView)):  # a SkipView passes the call on to its loader
+        return loader.skip_first_batches(num_batches)
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset):
         # A user's batch_sampler leaves loader.batch_size None too: only a missing batch_sampler means no batching.
         unbatched = loader.batch_sampler is None
