@@ -27,7 +27,10 @@ class StateMismatchError(ValueError):
 def _saved_shapes(file: str) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     """Names and shapes of the tensors in a safetensors file (header only), and its tied-weight aliases."""
     shapes, metadata = read_safetensors(file, data=False)
-    tied = json.loads(metadata.get(TIED_KEY, "{}"))
+    try:
+        tied = json.loads(metadata.get(TIED_KEY, "{}"))
+    except ValueError as e:  # altered metadata: reported as the whole header is
+        raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be truncated or altered.") from e
     return ({strip_compile_prefix(k): shape for k, shape in shapes.items()},
             {strip_compile_prefix(k): strip_compile_prefix(v) for k, v in tied.items()})
 

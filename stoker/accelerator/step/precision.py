@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..operations import apply_to_tensors, convert_to_fp32
+from ..operations import convert_to_fp32
 from .torch_shortcuts import optimizer_step
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -254,12 +254,18 @@ class TruePrecision(Precision):
         module.to(dtype)
         original = module.forward
 
-        def cast(value: torch.Tensor) -> torch.Tensor:
-            return value.to(dtype) if value.is_floating_point() else value
+        def cast(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value.to(dtype)
+            if isinstance(value, (list, tuple)):
+                return type(value)(cast(v) for v in value)
+            if isinstance(value, dict):
+                return {k: cast(v) for k, v in value.items()}
+            return value
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            return original(*apply_to_tensors(cast, args), **apply_to_tensors(cast, kwargs))
+            return original(*cast(args), **cast(kwargs))
 
         forward._stoker_autocast = ("true", dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
