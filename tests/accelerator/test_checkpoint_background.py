@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from stoker.accelerator.checkpointing import background, checkpoint
-from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, list_checkpoints, newest_checkpoint, verify_checkpoint
+from stoker.accelerator.checkpointing.atomic import (MANIFEST_NAME, list_checkpoints, newest_checkpoint,
+                                              verify_checkpoint)
 from stoker.accelerator.checkpointing.state_file import STATE_NAME
 from stoker.trainer.checkpointing import find_last_checkpoint
 from tests.accelerator.test_checkpoint_state import make, run, visible
