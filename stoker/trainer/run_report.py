@@ -1,4 +1,4 @@
-"""The end of a run as the user sees it: a closing line and ``run_summary.json`` in ``default_root_dir``.
+"""The end of a run as the user sees it: a closing line and ``run_summary.json`` in the run's folder.
 
 Owns: the wording of the closing line and the summary file. Decides no stop itself, it reads each stop from its
 owner: the fit loop's ``stop_reason`` (``max_epochs`` / ``max_steps`` / ``should_stop``), the ``stopping_reason``
@@ -8,10 +8,12 @@ and the exception that ended the run. Only the main process prints and writes.
 The line goes to stdout, beside the model summary that opened the run (stderr carries the progress bars and the
 resume/preemption notices). ``validate`` / ``test`` that did not complete (an error, a signal) print it here too;
 one that went well prints it only with ``verbose=True``, after its metrics table (the entry point calls
-:meth:`RunReport.say`), and stays quiet with ``verbose=False``; its facts go into the file either way. The file goes
-into ``default_root_dir``, not into the logger's ``version_N`` folder, whose contents match Lightning's file for
-file; it names that folder. A run that writes nothing else (no logger,
-no checkpoint callback, e.g. ``fast_dev_run``) writes no file either.
+:meth:`RunReport.say`), and stays quiet with ``verbose=False``; its facts go into the file either way.
+
+The file goes into the run's folder, the first logger's ``log_dir`` (``{save_dir}/{name}/version_N``, beside
+``hparams.yaml``; a resumed run continues that version, so its file gains the new call's facts). A run without a
+logger (``logger=False``, ``fast_dev_run``) writes no file: it has no folder of its own, and ``default_root_dir``
+may be a folder the user lists (the current directory, a checkpoint ``dirpath``).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class RunReport:
             self.last = facts
             if fn == "fit" or facts["status"] != "completed":  # a validate/test that went well: say() if verbose
                 print(facts["message"], file=sys.stdout, flush=True)
-            if self.trainer.loggers or self.trainer.checkpoint_callback is not None:
+            if self.trainer.loggers:  # the run's folder is its first logger's version folder
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
             warnings.warn(f"stoker could not write the end-of-run report: {error!r}", RuntimeWarning, stacklevel=2)
@@ -149,7 +151,7 @@ class RunReport:
 
     def _write(self, fn: str, facts: dict[str, Any]) -> None:
         t = self.trainer
-        folder = os.path.abspath(t.default_root_dir)
+        folder = os.path.abspath(t.loggers[0].log_dir)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, SUMMARY_FILE)
         summary: dict[str, Any] = {}

@@ -1,5 +1,6 @@
 """The end of a run: the closing line (stdout) says why fit/validate/test stopped and where the checkpoints and
-logs are; ``run_summary.json`` in default_root_dir holds the same facts; a fit with nothing left to do says so."""
+logs are; ``run_summary.json`` in the run's folder (the first logger's version folder) holds the same facts; a fit
+with nothing left to do says so."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _closing(err: str) -> list[str]:
     return lines[start:start + 2]
 
 
-def _summary(folder) -> dict:
-    with open(os.path.join(folder, "run_summary.json"), encoding="utf-8") as f:
+def _summary(t) -> dict:
+    with open(os.path.join(t.loggers[0].log_dir, "run_summary.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -34,7 +35,7 @@ def test_fit_says_max_epochs_and_where_checkpoints_and_logs_are(tmp_path, capsys
     callback = t.checkpoint_callback
     assert f"best checkpoint: {callback.best_model_path}" in where
     assert f"last checkpoint: {callback.last_model_path}" in where and f"logs: {log_dir}" in where
-    facts = _summary(tmp_path)["fit"]
+    facts = _summary(t)["fit"]
     assert facts["status"] == "completed" and facts["reason"] == "max_epochs" and facts["global_step"] == 8
     assert facts["best_checkpoint"] == callback.best_model_path and facts["log_dirs"] == [log_dir]
     assert t.run_report.last["reason"] == "max_epochs"
@@ -49,22 +50,31 @@ def test_max_steps_and_a_run_that_writes_nothing_writes_no_summary(tmp_path, cap
     assert t.run_report.last["reason"] == "max_steps" and not os.listdir(tmp_path)
 
 
+def test_a_run_without_a_logger_leaves_no_summary_beside_its_checkpoints(tmp_path, capsys):
+    # Without a logger the run has no folder of its own: default_root_dir may be the checkpoints' own folder (as in
+    # many Lightning scripts and tests), which then holds the checkpoints and nothing else.
+    t = trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path, filename="model")])
+    t.fit(Regressor(), *loaders())
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt"]
+    assert "best checkpoint: " in _closing(capsys.readouterr().out)[1]  # the line still says where it is
+
+
 def test_early_stopping_gives_its_reason(tmp_path, capsys):
     stop = EarlyStopping("val/score", patience=1)
-    t = trainer(tmp_path, max_epochs=10, callbacks=[stop])
+    t = trainer(tmp_path, max_epochs=10, callbacks=[stop], logger="csv")
     t.fit(Regressor(val_scores=[1.0, 2.0, 3.0]), *loaders())
     head = _closing(capsys.readouterr().out)[0]
     assert head.startswith("stoker: fit stopped at epoch 1 (global_step=8): EarlyStopping: val/score did not improve")
-    facts = _summary(tmp_path)["fit"]
+    facts = _summary(t)["fit"]
     assert facts["reason"] == "early_stopping" and stop.stopping_reason_message.rstrip(".") in facts["why"]
 
 
 def test_the_time_limit_is_named(tmp_path, capsys):
-    t = trainer(tmp_path, max_epochs=10, callbacks=[Timer(duration={"seconds": 0})])
+    t = trainer(tmp_path, max_epochs=10, callbacks=[Timer(duration={"seconds": 0})], logger="csv")
     t.fit(Regressor(), *loaders())
     head = _closing(capsys.readouterr().out)[0]
     assert head.startswith("stoker: fit stopped at epoch 0 (global_step=1): Timer: duration 0:00:00 reached after")
-    assert _summary(tmp_path)["fit"]["reason"] == "time_limit"
+    assert _summary(t)["fit"]["reason"] == "time_limit"
 
 
 class _Signal(Callback):
@@ -74,14 +84,14 @@ class _Signal(Callback):
 
 
 def test_a_signal_names_the_signal_and_the_resumable_checkpoint(tmp_path, capsys):
-    t = trainer(tmp_path, max_epochs=3, callbacks=[_Signal()])
+    t = trainer(tmp_path, max_epochs=3, callbacks=[_Signal()], logger="csv")
     with pytest.raises(SystemExit):
         t.fit(Regressor(), *loaders())
     head, where = _closing(capsys.readouterr().out)
     assert head == "stoker: fit stopped at epoch 0 (global_step=2): preempted by SIGTERM."
-    last = os.path.join(os.path.abspath(tmp_path), "checkpoints", "last.ckpt")
+    last = os.path.join(os.path.abspath(t.loggers[0].log_dir), "checkpoints", "last.ckpt")
     assert f"last checkpoint: {last}" in where
-    facts = _summary(tmp_path)["fit"]
+    facts = _summary(t)["fit"]
     assert facts["status"] == "interrupted" and facts["reason"] == "signal" and facts["last_checkpoint"] == last
 
 
@@ -93,12 +103,12 @@ class _Broken(Regressor):
 
 
 def test_an_error_is_named_and_still_raised(tmp_path, capsys):
-    t = trainer(tmp_path, max_epochs=1)
+    t = trainer(tmp_path, max_epochs=1, logger="csv")
     with pytest.raises(ValueError, match="bad batch"):
         t.fit(_Broken(), *loaders())
     head = _closing(capsys.readouterr().out)[0]
     assert head == "stoker: fit stopped at epoch 0 (global_step=1): failed with ValueError: bad batch."
-    assert _summary(tmp_path)["fit"]["status"] == "failed"
+    assert _summary(t)["fit"]["status"] == "failed"
 
 
 class _BrokenTest(Regressor):
@@ -113,13 +123,13 @@ def test_validate_and_test_write_their_own_entry_and_say_a_failure(tmp_path, cap
     capsys.readouterr()
     t.validate(module, loaders()[1])
     assert capsys.readouterr().out == ""  # a validate that went well stays quiet; its facts go to the file
-    summary = _summary(tmp_path)
+    summary = _summary(t)
     assert set(summary) == {"fit", "validate"} and summary["validate"]["status"] == "completed"
     assert summary["validate"]["why"] == "finished (2 batches)"
     with pytest.raises(ValueError, match="bad batch"):
         t.test(_BrokenTest(), loaders()[1])
     assert _closing(capsys.readouterr().out)[0] == "stoker: test failed with ValueError: bad batch."
-    assert _summary(tmp_path)["test"]["status"] == "failed"
+    assert _summary(t)["test"]["status"] == "failed"
 
 
 def test_fit_again_with_nothing_left_says_so_and_why(tmp_path, capsys):
