@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stoker.loggers._packages import is_installed
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
                                  prefixed, to_scalars, write_hparams_yaml)
 
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["TensorBoardLogger"]
+
+# Lightning's flag under its module path: whether the writer's package is installed (found, not imported)
+_TENSORBOARD_AVAILABLE = is_installed("tensorboard")
 
 # SummaryWriter's arguments other than log_dir.
 _WRITER_ARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")

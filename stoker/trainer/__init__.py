@@ -6,7 +6,7 @@ This is the core Trainer (its own arguments only); ``stoker.Trainer`` adds Light
 
 from .module import TrainingModule
 from .options import RunOptions
-from .trainer import Trainer
+from .core_trainer import Trainer
 
 LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
 

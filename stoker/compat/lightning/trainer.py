@@ -22,7 +22,7 @@ from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.stages import PREDICT, TEST, VALIDATE
-from ...trainer.trainer import Trainer as CoreTrainer
+from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ...loggers import Logger
     from ...trainer import TrainingModule
     from ...trainer.datamodule import DataModule
+    from .strategies import Strategy
 
 _CORE = [n for n in inspect.signature(CoreTrainer.__init__).parameters if n not in ("self", "options")]
 
@@ -92,7 +93,7 @@ class Trainer(CoreTrainer):
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
             in_order_fit_loaders=bool(self.overfit_batches))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
-            core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
+            core.update(logger=_dev_run_logger(core), enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
         if n:  # n batches everywhere, one epoch (after the core checked the values given)
@@ -183,6 +184,24 @@ class Trainer(CoreTrainer):
         if not loaders:
             return None
         return loaders[0] if len(loaders) == 1 else list(loaders)
+
+    @property
+    def strategy(self) -> Strategy:
+        """Lightning's ``trainer.strategy`` (``root_device``, ``world_size``, ``barrier``, ``broadcast``, ``reduce``)
+        over this Trainer's Accelerator."""
+        from .strategies import Strategy
+
+        return Strategy(self.accelerator, self.module)
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether ``fit`` validates: the module defines ``validation_step`` and ``limit_val_batches`` is not 0."""
+        from ...trainer.hooks import defines_hook
+        from ...trainer import TrainingModule
+
+        module = self.module
+        return (module is not None and defines_hook(module, VALIDATE.step, TrainingModule)
+                and self.limit_val_batches != 0)
 
     @property
     def global_rank(self) -> int:
@@ -320,6 +339,15 @@ def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
                       "duration is used.", stacklevel=3)
         return callbacks
     return [*callbacks, Timer(duration=max_time, interval="step")]
+
+
+def _dev_run_logger(core: dict[str, Any]) -> Logger | bool:
+    """``fast_dev_run``'s logger: a `DummyLogger` (writes nothing) in place of any the user asked for."""
+    if core.get("logger", True) in (False, None, []):
+        return False
+    from ...loggers.logger import DummyLogger
+
+    return DummyLogger(core.get("default_root_dir") or ".")
 
 
 def _has_checkpoint(callbacks: Any) -> bool:
