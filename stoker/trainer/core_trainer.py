@@ -150,7 +150,7 @@ class Trainer:
         self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_metrics: dict[str, Any] = {}
+        self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []
@@ -289,6 +289,12 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The values logged with ``prog_bar=True``, as Python numbers (read from the device now: the bar reads them
+        only when it redraws)."""
+        return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in self.progress_bar_values.items()}
+
     @property
     def precision(self) -> str:
         """The run's precision, one spelling whatever alias was passed ("32-true", "16-mixed", ...): "fp32", "fp16",

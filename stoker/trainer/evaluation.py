@@ -120,7 +120,7 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
         restore_rng_state(states)
         t.callback_metrics.clear()
         t.logged_metrics.clear()
-        t.progress_bar_metrics.clear()
+        t.progress_bar_values.clear()
 
 
 @contextlib.contextmanager

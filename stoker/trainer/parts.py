@@ -128,7 +128,7 @@ class TrainerParts(Protocol):
     fit_run: FitRun | None
     callback_metrics: dict[str, Any]
     logged_metrics: dict[str, Any]
-    progress_bar_metrics: dict[str, Any]
+    progress_bar_values: dict[str, Any]
     default_root_dir: str
     max_epochs: int | None
     max_steps: int | None
