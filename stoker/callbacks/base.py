@@ -11,7 +11,7 @@ loop.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -122,6 +122,28 @@ class Callback:
         ...             print(trainer.global_step, float(outputs))
         >>> trainer = Trainer(callbacks=[PrintLoss()])  # doctest: +SKIP
     """
+
+    # -- logging (Lightning's callbacks log with self.log) --------------------------------------------------------
+    _run_module: Any = None
+
+    def attach_module(self, module: Any) -> None:
+        """The Trainer calls it when a run starts: ``self.log`` then logs through this module's ``log``."""
+        self._run_module = module
+
+    def log(self, name: str, value: Any, **kwargs: Any) -> None:
+        """``module.log(name, value, **kwargs)`` of the module being run: the value goes where the module's would
+        (loggers, ``callback_metrics``, the bar), with the defaults of the hook it is called from."""
+        if self._run_module is None:
+            raise RuntimeError(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; call it "
+                               "from one of the callback's hooks.")
+        self._run_module.log(name, value, **kwargs)
+
+    def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
+        """``self.log`` for every ``name: value`` of ``dictionary``."""
+        if self._run_module is None:
+            raise RuntimeError(f"{type(self).__name__}.log_dict() was called outside a Trainer run; call it from "
+                               "one of the callback's hooks.")
+        self._run_module.log_dict(dictionary, **kwargs)
 
     # -- identity and state ---------------------------------------------------------------------------------------
     @property

@@ -150,7 +150,8 @@ class Trainer:
         self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
+        self.progress_bar_values: dict[str, Any] = {}
+        self.eval_log_steps: dict[str, int] = {}  # stage -> batches whose per-step values went to the loggers  # prog_bar values as logged: device tensors, no sync
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []
@@ -246,9 +247,9 @@ class Trainer:
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     # -- logging --------------------------------------------------------------------------------------------------
-    def send_to_loggers(self, values: dict[str, Any]) -> None:
-        """Records ``values`` in ``logged_metrics`` and sends them to the loggers (main process) at the current
-        ``global_step``; nothing during the sanity check."""
+    def send_to_loggers(self, values: dict[str, Any], step: int | None = None) -> None:
+        """Records ``values`` in ``logged_metrics`` and sends them to the loggers (main process) at ``step``, by
+        default the current ``global_step``; nothing during the sanity check."""
         if not values or self.sanity_checking:
             return
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
@@ -257,7 +258,7 @@ class Trainer:
         # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
         values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         if self.is_global_zero:
-            step = self.global_step
+            step = self.global_step if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
 

@@ -174,9 +174,6 @@ class Results:
                                "predict_step instead (Trainer.predict returns them).")
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
-        if on_step and self.stage != "train":
-            raise ValueError(f"self.log({name!r}, on_step=True) during {self.stage}: only training logs per step. "
-                             "Use on_epoch=True (the default there).")
         entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
                        bool(sync_dist))
         old = self.entries.get(key)

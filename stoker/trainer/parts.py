@@ -129,6 +129,7 @@ class TrainerParts(Protocol):
     callback_metrics: dict[str, Any]
     logged_metrics: dict[str, Any]
     progress_bar_values: dict[str, Any]
+    eval_log_steps: dict[str, int]
     default_root_dir: str
     max_epochs: int | None
     max_steps: int | None
@@ -169,6 +170,6 @@ class TrainerParts(Protocol):
 
     def save_checkpoint(self, path: str | os.PathLike) -> str: ...
 
-    def send_to_loggers(self, values: dict[str, Any]) -> None: ...
+    def send_to_loggers(self, values: dict[str, Any], step: int | None = None) -> None: ...
 
     def apply_seed(self) -> None: ...

@@ -74,6 +74,7 @@ class Trainer(CoreTrainer):
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
+        check.note_ambiguous_values({**core, "overfit_batches": overfit_batches})
         profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
         n = check.fast_dev_run(fast_dev_run)
         self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
