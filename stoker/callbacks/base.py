@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
-NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
+NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict", "attach_module", "log", "log_dict"})
 
 
 class LastSaver(Protocol):

@@ -291,6 +291,11 @@ class Trainer:
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
     @property
+    def logger(self) -> Logger | None:
+        """The first of ``loggers``, or None."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``, as Python numbers (read from the device now: the bar reads them
         only when it redraws)."""

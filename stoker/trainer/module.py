@@ -194,8 +194,7 @@ class TrainingModule(torch.nn.Module):
     @property
     def logger(self) -> Any:
         """The Trainer's first logger (None without a Trainer or loggers)."""
-        loggers = self._trainer.loggers if self._trainer is not None else []
-        return loggers[0] if loggers else None
+        return self._trainer.logger if self._trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:

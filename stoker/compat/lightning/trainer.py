@@ -57,6 +57,7 @@ class Trainer(CoreTrainer):
 
     # trainer.accelerator answers Accelerate's names too (distributed_type, gather_for_metrics, ...), as before
     accelerator_class = Accelerator
+    dev_run_logger: Logger | None = None
 
     def __init__(
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
@@ -94,7 +95,8 @@ class Trainer(CoreTrainer):
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
             in_order_fit_loaders=bool(self.overfit_batches))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
-            core.update(logger=_dev_run_logger(core), enable_checkpointing=_has_checkpoint(core.get("callbacks")))
+            self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
+            core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
         if n:  # n batches everywhere, one epoch (after the core checked the values given)
@@ -228,7 +230,8 @@ class Trainer(CoreTrainer):
 
     @property
     def logger(self) -> Logger | None:
-        return self.loggers[0] if self.loggers else None
+        """The first logger; in a ``fast_dev_run`` asked to log, a `DummyLogger` (``trainer.loggers`` is empty)."""
+        return self.loggers[0] if self.loggers else self.dev_run_logger
 
     @property
     def log_dir(self) -> str:
@@ -342,10 +345,10 @@ def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
     return [*callbacks, Timer(duration=max_time, interval="step")]
 
 
-def _dev_run_logger(core: dict[str, Any]) -> Logger | bool:
-    """``fast_dev_run``'s logger: a `DummyLogger` (writes nothing) in place of any the user asked for."""
+def _dev_run_logger(core: dict[str, Any]) -> Logger | None:
+    """``fast_dev_run``'s ``trainer.logger``: a `DummyLogger` (writes nothing) in place of any the user asked for."""
     if core.get("logger", True) in (False, None, []):
-        return False
+        return None
     from ...loggers.logger import DummyLogger
 
     return DummyLogger(core.get("default_root_dir") or ".")
