@@ -15,11 +15,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
 from .hooks import defines_hook
+from .iterables import CombinedLoader, IterableLoader
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -28,6 +30,7 @@ from .stages import STAGES, TRAIN, VALIDATE, Stage
 from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
+    from ..accelerator import Accelerator
     from .parts import TrainerParts
 
 
@@ -76,8 +79,23 @@ class RunSetup:
             raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
-    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[DataLoader]:
-        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's."""
+    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
+        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
+        list, a dict (in order) or a ``CombinedLoader`` (its iterables, one after the other) gives several."""
+        value = self.requested(value, module, hook, required)
+        if value is None:
+            return []
+        if isinstance(value, CombinedLoader):
+            value = value.flattened
+        if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
+            value = list(value.values())
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            _check_iterable(item, f"Loader #{i}")
+        return items
+
+    def requested(self, value: Any, module: Any, hook: str, required: bool = False) -> Any:
+        """``value``, else what the data module's ``hook`` (when it defines it) or the module's returns, as it is."""
         datamodule = self.trainer.datamodule
         if value is None and datamodule is not None and defines(datamodule, hook):
             value = getattr(datamodule, hook)()
@@ -90,22 +108,25 @@ class RunSetup:
                 where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
                 raise ValueError(f"No dataloaders: pass dataloaders=... or define {where}"
                                  f"{type(module).__name__}.{hook}().")
-            return []
-        if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
-            value = list(value.values())
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-        for i, item in enumerate(items):
-            if not isinstance(item, DataLoader):
-                raise TypeError(f"Loader #{i} is a {type(item).__name__}; the Trainer needs torch.utils.data."
-                                "DataLoader objects (it rebuilds them to be resumable and sharded).")
-        return items
+        return value
 
-    def loader_or_hook(self, value: Any, module: Any, hook: str, argument: str) -> DataLoader:
-        items = self.loaders(value, module, hook)
-        if len(items) != 1:
+    def loader_or_hook(self, value: Any, module: Any, hook: str, argument: str) -> Any:
+        """The train loader; several (a list or dict) are read together, each batch holding one of each
+        (``CombinedLoader(..., "max_size_cycle")``, as Lightning does)."""
+        value = self.requested(value, module, hook)
+        if value is None:
             raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
-                             f"{type(module).__name__}.{hook}()); got {len(items)}.")
-        return items[0]
+                             f"{type(module).__name__}.{hook}()), or a list or dict of them; got none.")
+        if isinstance(value, (Mapping, list, tuple)):
+            for i, item in enumerate(CombinedLoader(value).flattened):
+                _check_iterable(item, f"Loader #{i}")
+            value = CombinedLoader(value, "max_size_cycle")
+        if isinstance(value, CombinedLoader) and value.mode == "sequential":
+            raise ValueError("Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
+                             "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
+                             "'min_size' (sequential is for validation and test loaders).")
+        _check_iterable(value, "The train loader")
+        return value
 
     # -- data modules -----------------------------------------------------------------------------------------------
     def datamodule(self, fn: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:
@@ -145,11 +166,11 @@ class RunSetup:
         module, acc = t.module, t.accelerator
         if run.train_from_hooks:
             new = self.loader_or_hook(None, module, TRAIN.loader_hook, "train_dataloaders")
-            run.train_loader = acc.replace_dataloader(run.train_loader, new)
+            run.train_loader = replace_loader(acc, run.train_loader, new)
             self._limit_train(run.train_loader)
             run.val_check_batch = self._val_check_batch()
         if run.val_from_hooks and run.val_loaders:
-            run.val_loaders = [acc.replace_dataloader(old, new) for old, new in
+            run.val_loaders = [replace_loader(acc, old, new) for old, new in
                                zip(run.val_loaders, self.loaders(None, module, VALIDATE.loader_hook))]
             self._count(VALIDATE, run.val_loaders)
 
@@ -176,8 +197,8 @@ class RunSetup:
         if t.options.in_order_fit_loaders:
             train, vals = in_order(train, "train"), [in_order(v, "val") for v in vals]
         self.stage_loaders.update({TRAIN.name: [train], VALIDATE.name: list(vals)})
-        loader = acc.prepare_data_loader(train)
-        val_loaders = [acc.prepare_data_loader(v) for v in vals]
+        loader = prepare_loader(acc, train)
+        val_loaders = [prepare_loader(acc, v) for v in vals]
         self._limit_train(loader)
         self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
@@ -281,7 +302,7 @@ class RunSetup:
         # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
         model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
         self.stage_loaders[stage.name] = list(loaders)
-        prepared = [acc.prepare_data_loader(loader) for loader in loaders]
+        prepared = [prepare_loader(acc, loader) for loader in loaders]
         self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)
 
@@ -314,6 +335,30 @@ class RunSetup:
                 routed.forward = inner
         if module is not None:
             self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)
+
+
+def _check_iterable(item: Any, what: str) -> None:
+    # A tensor iterates over its rows, not batches: passing one is a mistake, not a loader.
+    if isinstance(item, torch.Tensor) or not callable(getattr(item, "__iter__", None)):
+        raise TypeError(f"{what} is a {type(item).__name__}; the Trainer needs torch.utils.data.DataLoader objects "
+                        "(it makes them resumable and shards them across processes) or other iterables of batches.")
+
+
+def prepare_loader(acc: Accelerator, loader: Any) -> Any:
+    """A DataLoader prepared by the Accelerator; any other iterable read as it is (``iterables.py``), the
+    DataLoaders inside a ``CombinedLoader`` prepared."""
+    if isinstance(loader, DataLoader):
+        return acc.prepare_data_loader(loader)
+    if isinstance(loader, CombinedLoader):
+        loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
+    return IterableLoader(loader, acc.device)
+
+
+def replace_loader(acc: Accelerator, old: Any, new: Any) -> Any:
+    """``reload_dataloaders_every_n_epochs``: the loader that replaces ``old`` for the next epochs."""
+    if isinstance(new, DataLoader) and not isinstance(old, IterableLoader):
+        return acc.replace_dataloader(old, new)
+    return prepare_loader(acc, new)
 
 
 def in_order(loader: Any, kind: str) -> Any:
