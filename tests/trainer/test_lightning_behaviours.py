@@ -1,0 +1,159 @@
+"""Lightning behaviours a renamed script relies on: ``fast_dev_run``'s logger, ``trainer.strategy``,
+``enable_validation``, ``progress_bar_metrics`` as numbers, the bar's totals, ``self.log(on_step=True)`` in
+validation, ``self.log`` from a callback, ``trainer.state.finished`` and the 1 / 1.0 info lines."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+
+from stoker import Callback, ProgressBar
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trackers_readback import ListLogger
+from tests.helpers.trainers import quiet_trainer
+
+
+def loader(n: int = 32) -> Any:
+    return make_loader(make_regression_data(n=n), batch_size=8)
+
+
+class UsesExperiment(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.logger.experiment.add_histogram("w", self.net[0].weight)  # a backend call in user code
+        return super().training_step(batch, batch_idx)
+
+
+def test_fast_dev_run_logger_is_a_dummy_that_writes_nothing(tmp_path):
+    from stoker.loggers.logger import DummyLogger
+
+    trainer = quiet_trainer(fast_dev_run=2, logger=True, default_root_dir=tmp_path)
+    trainer.fit(UsesExperiment(), loader(), loader())
+    assert isinstance(trainer.logger, DummyLogger) and trainer.loggers == []
+    assert list(tmp_path.iterdir()) == []
+    assert quiet_trainer(fast_dev_run=True).logger is None  # logger=False stays no logger
+
+
+def test_strategy_answers_lightnings_public_names():
+    trainer = quiet_trainer(max_steps=1)
+    strategy = trainer.strategy
+    assert strategy.root_device == torch.device("cpu") and strategy.world_size == 1
+    assert (strategy.global_rank, strategy.local_rank, strategy.is_global_zero) == (0, 0, True)
+    assert strategy.broadcast({"a": 1}) == {"a": 1} and strategy.barrier("x") is None
+    assert torch.equal(strategy.reduce(torch.tensor(3.0)), torch.tensor(3.0))
+    with pytest.raises(ValueError, match="reduce_op='max'"):
+        strategy.reduce(torch.tensor(1.0), reduce_op="max")
+    module = Regressor()
+    trainer.fit(module, loader())
+    assert trainer.strategy.lightning_module is module and trainer.strategy.model is module
+
+
+def test_enable_validation():
+    module = Regressor()
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(module, loader(), loader())
+    assert trainer.enable_validation
+    trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
+    trainer.fit(module, loader(), loader())
+    assert not trainer.enable_validation
+    module.validation_step = None
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(module, loader())
+    assert not trainer.enable_validation
+
+
+def test_progress_bar_metrics_are_numbers():
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(Regressor(prog_bar=True), loader(), loader())
+    metrics = trainer.progress_bar_metrics
+    assert set(metrics) == {"train/loss", "val/loss"} and all(type(v) is float for v in metrics.values())
+    assert metrics["val/loss"] == trainer.callback_metrics["val/loss"].item()
+    assert all(isinstance(v, torch.Tensor) for v in trainer.progress_bar_values.values())  # as logged
+
+
+class ReadsTotals(Callback):
+    def __init__(self) -> None:
+        self.val_totals: list[Any] = []
+        self.train_totals: list[Any] = []
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        bar = trainer.progress_bar_callback
+        self.val_totals.append(bar.total_val_batches)
+        self.train_totals.append(bar.total_train_batches)
+        self.shown = bar.get_metrics(trainer, module)
+
+
+def test_progress_bar_totals_and_metrics(capsys):
+    reader = ReadsTotals()
+    trainer = quiet_trainer(max_epochs=4, check_val_every_n_epoch=2, limit_val_batches=3, enable_progress_bar=True,
+                            callbacks=[ProgressBar(), reader])
+    trainer.fit(Regressor(prog_bar=True), loader(), loader())
+    assert reader.val_totals == [0, 3, 0, 3] and reader.train_totals == [4] * 4
+    assert set(reader.shown) == {"train/loss", "val/loss"} and type(reader.shown["train/loss"]) is float
+    with pytest.raises(RuntimeError, match="once a Trainer run has set the bar up"):
+        ProgressBar().total_train_batches
+
+
+class LogsPerValidationStep(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("n", float(batch_idx), on_step=True, on_epoch=True)
+
+
+def test_log_on_step_in_validation_gives_a_point_per_batch():
+    logger = ListLogger()
+    trainer = quiet_trainer(max_epochs=2, logger=logger, log_every_n_steps=100)
+    trainer.fit(LogsPerValidationStep(), loader(), loader(n=24))
+    assert {"n_step", "n_epoch"} <= set(trainer.logged_metrics)
+    steps = [(step, row["n_step"]) for step, row in logger.rows if "n_step" in row]
+    assert steps == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 0.0), (4, 1.0), (5, 2.0)]  # its own axis, across validations
+    assert [row["n_epoch"] for _, row in logger.rows if "n_epoch" in row] == [1.0, 1.0]
+
+
+class LogsFromCallback(Callback):
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.log("from_callback", 3.0)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.log_dict({"epoch_value": 5.0})
+
+
+def test_callback_logs_through_the_module():
+    callback = LogsFromCallback()
+    trainer = quiet_trainer(max_epochs=1, callbacks=[callback])
+    trainer.fit(Regressor(), loader())
+    assert trainer.callback_metrics["from_callback"] == 3.0 and trainer.callback_metrics["epoch_value"] == 5.0
+    with pytest.raises(RuntimeError, match="outside a Trainer run"):
+        LogsFromCallback().log("x", 1.0)
+
+
+class Fails(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        raise RuntimeError("boom")
+
+
+def test_state_status():
+    trainer = quiet_trainer(max_steps=1)
+    assert trainer.state.status == "initializing" and not trainer.state.finished
+    trainer.fit(Regressor(), loader())
+    assert trainer.state.finished and not trainer.state.stopped
+    trainer = quiet_trainer(max_steps=1)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Fails(), loader())
+    assert trainer.state.status == "failed" and trainer.state.stopped and not trainer.state.finished
+
+
+@pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "overfit_batches"])
+def test_info_line_for_one_and_one_point_zero(caplog, name):
+    with caplog.at_level(logging.INFO):
+        quiet_trainer(**{name: 1})
+        quiet_trainer(**{name: 1.0})
+        quiet_trainer(val_check_interval=1)
+    assert f"`Trainer({name}=1)` was configured so 1 batch per epoch" in caplog.text
+    assert f"`Trainer({name}=1.0)` was configured so 100% of the batches" in caplog.text
+    assert "`Trainer(val_check_interval=1)` was configured so validation will run after every batch" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        quiet_trainer()
+    assert "was configured" not in caplog.text
