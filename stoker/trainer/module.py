@@ -80,8 +80,9 @@ class TrainingModule(torch.nn.Module):
     def test_step(self, batch: Any, batch_idx: int) -> Any:
         """Evaluates one test batch. Optional."""
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Returns the prediction for one batch; the default is ``self(batch)``."""
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """Returns the prediction for one batch; the default is ``self(batch)`` (``dataloader_idx`` is passed when
+        ``predict`` reads several loaders)."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:

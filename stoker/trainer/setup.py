@@ -202,7 +202,7 @@ class RunSetup:
         self._limit_train(loader)
         self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
-        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic)
         if len(optimizers) > 1 and automatic:
             raise ValueError(
                 f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("
@@ -213,8 +213,9 @@ class RunSetup:
                 "several parameter groups if they need different settings."
             )
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
-        for config in configs:
-            config.scheduler = acc.prepare_scheduler(config.scheduler)
+        for config in configs:  # a scheduler of another kind (manual optimization) is the module's own business
+            if config.is_torch_scheduler:
+                config.scheduler = acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs
         return FitRun(
             model=model, train_loader=loader, val_loaders=val_loaders,

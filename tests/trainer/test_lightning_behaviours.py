@@ -157,3 +157,76 @@ def test_info_line_for_one_and_one_point_zero(caplog, name):
     with caplog.at_level(logging.INFO):
         quiet_trainer()
     assert "was configured" not in caplog.text
+
+
+class ManualWithScheduler(Regressor):
+    """Manual optimization whose scheduler the module steps itself: any object with ``step``."""
+
+    def __init__(self, scheduler: Any) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.make_scheduler = scheduler
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(super().training_step(batch, batch_idx))
+        opt.step()
+
+    def on_train_epoch_end(self) -> None:
+        self.lr_schedulers().step(0.0)
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [opt], [self.make_scheduler(opt)]
+
+
+class CountsSteps:
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer, self.steps = optimizer, 0
+
+    def step(self, metric: float) -> None:
+        self.steps += 1
+
+
+def test_manual_optimization_takes_any_scheduler_and_a_plateau_without_monitor():
+    module = ManualWithScheduler(CountsSteps)
+    quiet_trainer(max_epochs=2).fit(module, loader())
+    assert module.lr_schedulers().steps == 2  # stepped by the module only
+    plateau = ManualWithScheduler(torch.optim.lr_scheduler.ReduceLROnPlateau)
+    quiet_trainer(max_epochs=1).fit(plateau, loader())
+    with pytest.raises(TypeError, match="the scheduler CountsSteps is not a torch LR scheduler"):
+        quiet_trainer(max_epochs=1).fit(AutoWithScheduler(), loader())
+
+
+class AutoWithScheduler(Regressor):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [opt], [CountsSteps(opt)]
+
+
+class ManualWithMonitorKey(ManualWithScheduler):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+        return [opt], [{"scheduler": plateau, "monitor": "train/loss", "interval": "step"}]
+
+
+def test_manual_optimization_warns_that_monitor_is_ignored():
+    trainer = quiet_trainer(max_epochs=1)
+    with pytest.warns(RuntimeWarning, match=r"\['monitor'\], but the keys will be ignored"):
+        trainer.fit(ManualWithMonitorKey(torch.optim.lr_scheduler.ReduceLROnPlateau), loader())
+    assert trainer.lr_scheduler_configs[0].interval == "step"
+
+
+def test_default_predict_step_takes_a_dataloader_idx():
+    out = quiet_trainer().predict(Regressor(), [make_loader(make_regression_data(n=8).tensors[0], 8)] * 2)
+    assert len(out) == 2 and out[0][0].shape == (8, 2)
+
+
+def test_early_stopping_decides_nothing_in_a_fast_dev_run():
+    from stoker import EarlyStopping
+
+    stop = EarlyStopping(monitor="not_logged")  # strict: a real run would fail at the first check
+    quiet_trainer(fast_dev_run=True, callbacks=[stop]).fit(Regressor(), loader(), loader())
+    assert stop.wait_count == 0 and stop.stopped_epoch == -1
