@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader
 
-__all__ = ["CombinedLoader", "IterableLoader", "MODES"]
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
+
+__all__ = ["CombinedLoader", "IterableLoader", "MODES", "check_iterable", "prepare_loader", "replace_loader"]
 
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 
@@ -174,3 +178,27 @@ class IterableLoader:
             self.end_of_dataloader = upcoming is _END
             yield send_to_device(batch, self.device)
             batch = upcoming
+
+
+def check_iterable(item: Any, what: str) -> None:
+    # A tensor iterates over its rows, not batches: passing one is a mistake, not a loader.
+    if isinstance(item, torch.Tensor) or not callable(getattr(item, "__iter__", None)):
+        raise TypeError(f"{what} is a {type(item).__name__}; the Trainer needs torch.utils.data.DataLoader objects "
+                        "(it makes them resumable and shards them across processes) or other iterables of batches.")
+
+
+def prepare_loader(acc: Accelerator, loader: Any) -> Any:
+    """A DataLoader prepared by the Accelerator; any other iterable read as it is (module docstring), the
+    DataLoaders inside a ``CombinedLoader`` prepared."""
+    if isinstance(loader, DataLoader):
+        return acc.prepare_data_loader(loader)
+    if isinstance(loader, CombinedLoader):
+        loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
+    return IterableLoader(loader, acc.device)
+
+
+def replace_loader(acc: Accelerator, old: Any, new: Any) -> Any:
+    """``reload_dataloaders_every_n_epochs``: the loader that replaces ``old`` for the next epochs."""
+    if isinstance(new, DataLoader) and not isinstance(old, IterableLoader):
+        return acc.replace_dataloader(old, new)
+    return prepare_loader(acc, new)

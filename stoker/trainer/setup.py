@@ -15,13 +15,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
 from .hooks import defines_hook
-from .iterables import CombinedLoader, IterableLoader
+from .iterables import CombinedLoader, check_iterable, prepare_loader, replace_loader
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -91,7 +90,7 @@ class RunSetup:
             value = list(value.values())
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         for i, item in enumerate(items):
-            _check_iterable(item, f"Loader #{i}")
+            check_iterable(item, f"Loader #{i}")
         return items
 
     def requested(self, value: Any, module: Any, hook: str, required: bool = False) -> Any:
@@ -119,13 +118,13 @@ class RunSetup:
                              f"{type(module).__name__}.{hook}()), or a list or dict of them; got none.")
         if isinstance(value, (Mapping, list, tuple)):
             for i, item in enumerate(CombinedLoader(value).flattened):
-                _check_iterable(item, f"Loader #{i}")
+                check_iterable(item, f"Loader #{i}")
             value = CombinedLoader(value, "max_size_cycle")
         if isinstance(value, CombinedLoader) and value.mode == "sequential":
             raise ValueError("Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
                              "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
                              "'min_size' (sequential is for validation and test loaders).")
-        _check_iterable(value, "The train loader")
+        check_iterable(value, "The train loader")
         return value
 
     # -- data modules -----------------------------------------------------------------------------------------------
@@ -200,6 +199,11 @@ class RunSetup:
         loader = prepare_loader(acc, train)
         val_loaders = [prepare_loader(acc, v) for v in vals]
         self._limit_train(loader)
+        if t.loggers and t.num_training_batches < t.log_every_n_steps:
+            warnings.warn(f"The number of training batches ({t.num_training_batches}) is smaller than the logging "
+                          f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
+                          "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
+                          UserWarning, stacklevel=user_stacklevel())
         self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic)
@@ -336,30 +340,6 @@ class RunSetup:
                 routed.forward = inner
         if module is not None:
             self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)
-
-
-def _check_iterable(item: Any, what: str) -> None:
-    # A tensor iterates over its rows, not batches: passing one is a mistake, not a loader.
-    if isinstance(item, torch.Tensor) or not callable(getattr(item, "__iter__", None)):
-        raise TypeError(f"{what} is a {type(item).__name__}; the Trainer needs torch.utils.data.DataLoader objects "
-                        "(it makes them resumable and shards them across processes) or other iterables of batches.")
-
-
-def prepare_loader(acc: Accelerator, loader: Any) -> Any:
-    """A DataLoader prepared by the Accelerator; any other iterable read as it is (``iterables.py``), the
-    DataLoaders inside a ``CombinedLoader`` prepared."""
-    if isinstance(loader, DataLoader):
-        return acc.prepare_data_loader(loader)
-    if isinstance(loader, CombinedLoader):
-        loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
-    return IterableLoader(loader, acc.device)
-
-
-def replace_loader(acc: Accelerator, old: Any, new: Any) -> Any:
-    """``reload_dataloaders_every_n_epochs``: the loader that replaces ``old`` for the next epochs."""
-    if isinstance(new, DataLoader) and not isinstance(old, IterableLoader):
-        return acc.replace_dataloader(old, new)
-    return prepare_loader(acc, new)
 
 
 def in_order(loader: Any, kind: str) -> Any:

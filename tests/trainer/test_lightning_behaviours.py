@@ -230,3 +230,8 @@ def test_early_stopping_decides_nothing_in_a_fast_dev_run():
     stop = EarlyStopping(monitor="not_logged")  # strict: a real run would fail at the first check
     quiet_trainer(fast_dev_run=True, callbacks=[stop]).fit(Regressor(), loader(), loader())
     assert stop.wait_count == 0 and stop.stopped_epoch == -1
+
+
+def test_warns_when_an_epoch_is_shorter_than_the_logging_interval():
+    with pytest.warns(UserWarning, match=r"The number of training batches \(4\) is smaller than the logging interval"):
+        quiet_trainer(max_epochs=1, logger=ListLogger(), log_every_n_steps=5).fit(Regressor(), loader())
