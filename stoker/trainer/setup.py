@@ -29,7 +29,6 @@ from .stages import STAGES, TRAIN, VALIDATE, Stage
 from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
-    from ..accelerator import Accelerator
     from .parts import TrainerParts
 
 
@@ -199,11 +198,6 @@ class RunSetup:
         loader = prepare_loader(acc, train)
         val_loaders = [prepare_loader(acc, v) for v in vals]
         self._limit_train(loader)
-        if t.loggers and t.num_training_batches < t.log_every_n_steps:
-            warnings.warn(f"The number of training batches ({t.num_training_batches}) is smaller than the logging "
-                          f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
-                          "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
-                          UserWarning, stacklevel=user_stacklevel())
         self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
         optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic)
@@ -239,6 +233,11 @@ class RunSetup:
             raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "
                              "dataset size, batch_size and drop_last.")
         t.num_training_batches = n
+        if t.loggers and n < t.log_every_n_steps:
+            warnings.warn(f"The number of training batches ({n}) is smaller than the logging "
+                          f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
+                          "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
+                          UserWarning, stacklevel=user_stacklevel())
         if math.isinf(n) and t.max_epochs is None and t.max_steps is None:
             raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
                              "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
