@@ -9,6 +9,7 @@ checkpoint contents and preemption: ``checkpointing.py``; Lightning's extra name
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -60,10 +61,11 @@ class Trainer:
         enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, ``epoch=N-step=M.ckpt``).
         enable_progress_bar: Add a default ``ProgressBar``.
         enable_model_summary: Add a default ``ModelSummary`` (the layer table printed at the start of ``fit``).
-        val_check_interval: Validate every this fraction of a training epoch (float) or every this many
-            training batches (int).
+        val_check_interval: Validate every this fraction of a training epoch (float), every this many
+            training batches (int), or once this much time has passed since the last validation (``"DD:HH:MM:SS"``,
+            a ``timedelta`` or a dict of its keywords; checked after each batch).
         check_val_every_n_epoch: Validate in every n-th epoch only; None counts an int ``val_check_interval``
-            across epochs.
+            across epochs (or lets a time interval run across them).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: Batches per epoch, as
             a count or a fraction of the loader (None: all).
         log_every_n_steps: Send step values to the loggers every n optimizer steps.
@@ -138,8 +140,10 @@ class Trainer:
             raise ValueError(f"Trainer(clip_grad_norm={clip_grad_norm!r}, clip_grad_value={clip_grad_value!r}): "
                              "choose one way of clipping.")
         self.val_check_interval = check.val_check_interval(val_check_interval)
+        interval = self.val_check_interval  # a timedelta: validation by wall-clock time (a host clock, no sync)
+        self.val_check_seconds = interval.total_seconds() if isinstance(interval, timedelta) else None
         self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1)
-        if self.check_val_every_n_epoch is None and not isinstance(self.val_check_interval, int):
+        if self.check_val_every_n_epoch is None and not isinstance(interval, (int, timedelta)):
             raise ValueError("Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
                              f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
 

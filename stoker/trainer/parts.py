@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ class TrainerParts(Protocol):
     default_root_dir: str
     max_epochs: int | None
     max_steps: int | None
-    val_check_interval: int | float
+    val_check_interval: int | float | timedelta
+    val_check_seconds: float | None
     check_val_every_n_epoch: int | None
     limit_train_batches: int | float | None
     log_every_n_steps: int

@@ -262,6 +262,8 @@ class RunSetup:
     def _val_check_batch(self) -> int | None:
         t = self.trainer
         interval, n = t.val_check_interval, t.num_training_batches
+        if t.val_check_seconds is not None:
+            return None  # validation by time (the fit loop's clock), not by batch count
         if isinstance(interval, int):
             if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "

@@ -235,3 +235,32 @@ def test_early_stopping_decides_nothing_in_a_fast_dev_run():
 def test_warns_when_an_epoch_is_shorter_than_the_logging_interval():
     with pytest.warns(UserWarning, match=r"The number of training batches \(4\) is smaller than the logging interval"):
         quiet_trainer(max_epochs=1, logger=ListLogger(), log_every_n_steps=5).fit(Regressor(), loader())
+
+
+class Clock:
+    """``time.monotonic`` advancing one second per call: a run whose wall-clock time the test decides."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("interval", ["00:00:00:03", {"seconds": 3}, __import__("datetime").timedelta(seconds=3)])
+def test_time_based_val_check_interval(monkeypatch, interval):
+    import stoker.trainer.loops as loops
+
+    clock = Clock()
+    monkeypatch.setattr(loops.time, "monotonic", clock)
+    module = Regressor()
+    trainer = quiet_trainer(max_epochs=2, val_check_interval=interval)
+    trainer.fit(module, loader(n=64), loader())  # 8 batches an epoch, one clock call per check
+    assert trainer.val_check_seconds == 3.0 and module.validations == 5
+    gated = Regressor()
+    quiet_trainer(max_epochs=2, val_check_interval=interval, check_val_every_n_epoch=2).fit(gated, loader(n=64), loader())
+    monkeypatch.undo()
+    assert gated.validations == 2  # the first epoch does not validate, the second every third second
+    with pytest.raises(ValueError, match=r"val_check_interval='00:00:00:00'\) must be"):
+        quiet_trainer(val_check_interval="00:00:00:00")

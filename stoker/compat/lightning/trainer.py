@@ -105,6 +105,7 @@ class Trainer(CoreTrainer):
             self.limit_test_batches = n
             self.limit_predict_batches = self.max_steps = n
             self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
+            self.val_check_seconds = None
         self._apply_torch_settings()
         self.callbacks = _add_timer(self.callbacks, self.max_time)
         self.profiler = profiling
