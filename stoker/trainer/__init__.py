@@ -7,7 +7,8 @@ This is the core Trainer (its own arguments only); ``stoker.Trainer`` adds Light
 from .module import TrainingModule
 from .options import RunOptions
 from .core_trainer import Trainer
+from .iterables import CombinedLoader
 
 LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
 
-__all__ = ["LightningModule", "RunOptions", "Trainer", "TrainingModule"]
+__all__ = ["CombinedLoader", "LightningModule", "RunOptions", "Trainer", "TrainingModule"]
