@@ -196,6 +196,7 @@ class Trainer:
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with run_scope(self, "fit", module, datamodule):
             train, vals = early or loaders()
+            module.configure_model()
             run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
@@ -245,6 +246,7 @@ class Trainer:
         early = setup.loaders(dataloaders, module, stage.loader_hook, required=True) if datamodule is None else None
         with run_scope(self, fn, module, datamodule):
             loaders = early or setup.loaders(dataloaders, module, stage.loader_hook, required=True)
+            module.configure_model()
             run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
             self.state.stage = fn

@@ -223,6 +223,10 @@ class TrainingModule(torch.nn.Module):
             param.requires_grad = True
         self.train()
 
+    def configure_model(self) -> None:
+        """Builds (parts of) the model at the start of every fit / validate / test / predict, after ``setup`` and
+        before the optimizers; called again by each run, so make it return early once built. Default: nothing."""
+
     def configure_callbacks(self) -> Any:
         """Callbacks this module brings (a Callback or a list); merged into the Trainer's at each run, where one of
         the same type replaces the Trainer's. Default: none."""

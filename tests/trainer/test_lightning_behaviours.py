@@ -264,3 +264,27 @@ def test_time_based_val_check_interval(monkeypatch, interval):
     assert gated.validations == 2  # the first epoch does not validate, the second every third second
     with pytest.raises(ValueError, match=r"val_check_interval='00:00:00:00'\) must be"):
         quiet_trainer(val_check_interval="00:00:00:00")
+
+
+class BuildsLate(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: torch.nn.Module | None = None
+        self.built = 0
+
+    def configure_model(self) -> None:
+        self.built += 1
+        if self.head is None:
+            self.head = torch.nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(super().forward(x))
+
+
+def test_configure_model_runs_before_the_optimizers_in_every_run():
+    module = BuildsLate()
+    trainer = quiet_trainer(max_epochs=1)
+    trainer.fit(module, loader())
+    assert module.built == 1 and any(p is module.head.weight for p in trainer.optimizers[0].param_groups[0]["params"])
+    trainer.validate(module, loader())
+    assert module.built == 2
