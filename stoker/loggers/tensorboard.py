@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import functools
 import glob
 import os
@@ -258,7 +259,10 @@ class TensorBoardLogger(Logger):
             moved = [t.to(device) if isinstance(t, torch.Tensor) else t
                      for t in (input_array if isinstance(input_array, tuple) else (input_array,))]
             input_array = tuple(moved) if isinstance(input_array, tuple) else moved[0]
-        self.experiment.add_graph(model, input_array)
+        # A module that knows how to be traced outside a run says so (TrainingModule: no Trainer needed then).
+        exporting = getattr(model, "exporting", None)
+        with exporting() if callable(exporting) else contextlib.nullcontext():
+            self.experiment.add_graph(model, input_array)
 
     def flush(self) -> None:
         """Push pending events to the event file (no-op before the first write)."""

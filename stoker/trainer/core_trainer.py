@@ -154,8 +154,8 @@ class Trainer:
         self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_values: dict[str, Any] = {}
-        self.eval_log_steps: dict[str, int] = {}  # stage -> batches whose per-step values went to the loggers  # prog_bar values as logged: device tensors, no sync
+        self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
+        self.eval_log_steps: dict[str, int] = {}  # stage -> batches whose per-step values went to the loggers
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []

@@ -224,8 +224,7 @@ class TrainingModule(torch.nn.Module):
         self.train()
 
     def configure_model(self) -> None:
-        """Builds (parts of) the model at the start of every fit / validate / test / predict, after ``setup`` and
-        before the optimizers; called again by each run, so make it return early once built. Default: nothing."""
+        """Builds (parts of) the model at the start of every run, after ``setup``; return early once built."""
 
     def configure_callbacks(self) -> Any:
         """Callbacks this module brings (a Callback or a list); merged into the Trainer's at each run, where one of
@@ -320,6 +319,11 @@ class TrainingModule(torch.nn.Module):
         return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file)
 
     # -- export ---------------------------------------------------------------------------------------------------
+    def exporting(self) -> contextlib.AbstractContextManager[None]:
+        """To trace the module yourself: eval mode, no grad, ``self.trainer`` None without a Trainer (then restored)."""
+        from .export import exporting
+        return exporting(self)
+
     def to_onnx(self, file_path: str | os.PathLike | Any | None = None, input_sample: Any = None,
                 **kwargs: Any) -> Any:
         """Exports the module to ONNX with ``torch.onnx.export`` (needs ``onnx``, and ``onnxscript`` for torch's

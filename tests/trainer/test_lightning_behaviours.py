@@ -259,7 +259,8 @@ def test_time_based_val_check_interval(monkeypatch, interval):
     trainer.fit(module, loader(n=64), loader())  # 8 batches an epoch, one clock call per check
     assert trainer.val_check_seconds == 3.0 and module.validations == 5
     gated = Regressor()
-    quiet_trainer(max_epochs=2, val_check_interval=interval, check_val_every_n_epoch=2).fit(gated, loader(n=64), loader())
+    gated_trainer = quiet_trainer(max_epochs=2, val_check_interval=interval, check_val_every_n_epoch=2)
+    gated_trainer.fit(gated, loader(n=64), loader())
     monkeypatch.undo()
     assert gated.validations == 2  # the first epoch does not validate, the second every third second
     with pytest.raises(ValueError, match=r"val_check_interval='00:00:00:00'\) must be"):
@@ -288,3 +289,15 @@ def test_configure_model_runs_before_the_optimizers_in_every_run():
     assert module.built == 1 and any(p is module.head.weight for p in trainer.optimizers[0].param_groups[0]["params"])
     trainer.validate(module, loader())
     assert module.built == 2
+
+
+def test_tensorboard_graph_of_a_module_outside_a_run(tmp_path):
+    from stoker.loggers import TensorBoardLogger
+
+    module = Regressor()
+    logger = TensorBoardLogger(tmp_path, log_graph=True)
+    logger.log_graph(module, torch.zeros(2, 8))  # traced without a Trainer: self.trainer is None meanwhile
+    logger.finalize("success")
+    assert module.training and any(p.name.startswith("events.out") for p in tmp_path.rglob("*"))
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        module.trainer
