@@ -301,3 +301,18 @@ def test_tensorboard_graph_of_a_module_outside_a_run(tmp_path):
     assert module.training and any(p.name.startswith("events.out") for p in tmp_path.rglob("*"))
     with pytest.raises(RuntimeError, match="not attached to a Trainer"):
         module.trainer
+
+
+def test_logger_folders_expand_home_and_variables_and_follow_overridden_names(tmp_path, monkeypatch):
+    from stoker.loggers import CSVLogger, TensorBoardLogger
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RUNS", "runs")
+    assert CSVLogger("~/$RUNS", name="x", version=0).log_dir == str(tmp_path / "runs" / "x" / "version_0")
+
+    class Named(TensorBoardLogger):
+        @property
+        def name(self) -> str:
+            return "named"
+
+    assert Named(tmp_path, version=1).log_dir == str(tmp_path / "named" / "version_1")
