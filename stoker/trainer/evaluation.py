@@ -50,9 +50,8 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                     call(batch_start, batch, batch_idx, *extra)
                     outputs = step_fn(batch, batch_idx, *extra)
                     call(batch_end, outputs, batch, batch_idx, *extra)
-                    step_values = results.pop_step_values()
-                    if step_values:  # self.log(on_step=True) here: one point per batch, on this stage's own axis
-                        trainer.send_to_loggers(step_values, step=trainer.eval_log_steps.get(stage, 0))
+                    if results.step_values:  # self.log(on_step=True) here: a point per batch, on the stage's axis
+                        trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(stage, 0))
                         trainer.eval_log_steps[stage] = trainer.eval_log_steps.get(stage, 0) + 1
             results.suffix = ""
             call(table.hook("epoch_end"))
