@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
-NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict", "attach_module", "log", "log_dict"})
+NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict", "log", "log_dict"})
 
 
 class LastSaver(Protocol):
@@ -124,26 +124,23 @@ class Callback:
     """
 
     # -- logging (Lightning's callbacks log with self.log) --------------------------------------------------------
-    _run_module: Any = None
-
-    def attach_module(self, module: Any) -> None:
-        """The Trainer calls it when a run starts: ``self.log`` then logs through this module's ``log``."""
-        self._run_module = module
+    # The module of the run in progress (the Trainer sets it when a run starts): what self.log logs through.
+    run_module: Any = None
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
         """``module.log(name, value, **kwargs)`` of the module being run: the value goes where the module's would
         (loggers, ``callback_metrics``, the bar), with the defaults of the hook it is called from."""
-        if self._run_module is None:
+        if self.run_module is None:
             raise RuntimeError(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; call it "
                                "from one of the callback's hooks.")
-        self._run_module.log(name, value, **kwargs)
+        self.run_module.log(name, value, **kwargs)
 
     def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
         """``self.log`` for every ``name: value`` of ``dictionary``."""
-        if self._run_module is None:
+        if self.run_module is None:
             raise RuntimeError(f"{type(self).__name__}.log_dict() was called outside a Trainer run; call it from "
                                "one of the callback's hooks.")
-        self._run_module.log_dict(dictionary, **kwargs)
+        self.run_module.log_dict(dictionary, **kwargs)
 
     # -- identity and state ---------------------------------------------------------------------------------------
     @property
