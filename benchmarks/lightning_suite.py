@@ -8,7 +8,11 @@ demos its tests build on), makes two copies of it in a scratch folder and runs t
   ``pytorch_lightning``, ``lightning.fabric`` -> ``lightning_fabric``);
 * ``stoker``: the same files with the rename a user makes (``lightning.pytorch`` / ``pytorch_lightning`` ->
   ``stoker``) and the demos (``BoringModel`` ...) re-based on stoker's module the same way. Lightning's test
-  infrastructure (``conftest.py``, ``helpers/runif.py``) stays Lightning's: it only provides fixtures.
+  infrastructure (``conftest.py``, ``helpers/runif.py``) stays Lightning's: it only provides fixtures (its check
+  that a test leaves no environment variable behind also allows ``STOKER_GLOBAL_SEED``, the renamed
+  ``PL_GLOBAL_SEED`` that ``seed_everything`` writes). Each module-level ``from stoker... import ...`` is wrapped
+  in ``try``/``except ImportError``, so a name stoker lacks (a Lightning internal such as a connector's private
+  function) fails only the tests that use it, not the whole file at collection.
 
 Every test's outcome under both is written to ``--out`` (JSON), with the table per file printed at the end.
 A test is *public* unless its source reads Lightning's internals (``PRIVATE_HINTS``: the loops' and connectors'

@@ -198,10 +198,11 @@ class ModelCheckpoint(Callback):
             self._apply_state(state)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
-        if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
-            warn_if_earlier_run(self.dirpath)
         self._last_time_save = time.monotonic()
+        if not getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing, not even the folder's lock
+            trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
+            if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
+                warn_if_earlier_run(self.dirpath)
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check (num_sanity_val_steps): it trains nothing, so there is

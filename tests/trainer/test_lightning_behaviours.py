@@ -5,6 +5,7 @@ validation, ``self.log`` from a callback, ``trainer.state.finished`` and the 1 /
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import pytest
@@ -316,3 +317,13 @@ def test_logger_folders_expand_home_and_variables_and_follow_overridden_names(tm
             return "named"
 
     assert Named(tmp_path, version=1).log_dir == str(tmp_path / "named" / "version_1")
+
+
+def test_fast_dev_run_with_a_model_checkpoint_creates_no_folder(tmp_path):
+    from stoker import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint()
+    trainer = quiet_trainer(fast_dev_run=2, default_root_dir=tmp_path, callbacks=[checkpoint])
+    trainer.fit(Regressor(), loader(), loader())
+    assert checkpoint.dirpath == str(tmp_path / "checkpoints") and not os.path.exists(checkpoint.dirpath)
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["run_summary.json"])
