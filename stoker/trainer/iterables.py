@@ -132,16 +132,28 @@ _END = object()
 class IterableLoader:
     """An iterable of batches read as the Trainer reads a prepared loader (see the module docstring).
 
+    While it is iterated it is the Accelerator's current loader (``accelerator.loader_context.stack``), as a
+    prepared loader is: its last batch closes the gradient-accumulation window, and a window cut short by the end
+    is averaged over its true length when the length is known.
+
     Args:
         source: The iterable (a ``CombinedLoader`` gives its batches, not its ``(batch, idx, idx)`` triples).
-        device: Where batches go (tensors at any depth of dicts, lists and tuples).
+        accelerator: Whose device the batches go to (tensors at any depth of dicts, lists and tuples).
     """
 
-    def __init__(self, source: Iterable[Any], device: torch.device) -> None:
+    def __init__(self, source: Iterable[Any], accelerator: Accelerator) -> None:
         self.source = source
-        self.device = device
+        self.device = accelerator.device
         self.max_batches: int | None = None
         self.end_of_dataloader = False
+        self.batches_yielded = 0
+        self._current = accelerator.loader_context.stack  # the loaders being iterated, innermost last
+
+    @property
+    def remaining_batches(self) -> int | None:
+        """Batches left in this epoch counting the one being processed; None when the length is unknown."""
+        n = _length(self)
+        return None if n is None else n - self.batches_yielded + 1
 
     def __len__(self) -> int:
         n = _length(self.source)
@@ -171,13 +183,23 @@ class IterableLoader:
         source = self.source.batches() if isinstance(self.source, CombinedLoader) else iter(self.source)
         if self.max_batches is not None:
             source = itertools.islice(source, self.max_batches)
-        self.end_of_dataloader = False
-        batch = next(source, _END)
-        while batch is not _END:
-            upcoming = next(source, _END)  # one batch ahead, so that the last one is known while it runs
-            self.end_of_dataloader = upcoming is _END
-            yield send_to_device(batch, self.device)
-            batch = upcoming
+        self.end_of_dataloader, self.batches_yielded = False, 0
+        stack = self._current
+        try:
+            batch = next(source, _END)
+            while batch is not _END:
+                upcoming = next(source, _END)  # one batch ahead, so that the last one is known while it runs
+                self.end_of_dataloader = upcoming is _END
+                if not stack or stack[-1] is not self:  # on top, over the prepared loaders a CombinedLoader reads
+                    if self in stack:
+                        stack.remove(self)
+                    stack.append(self)
+                self.batches_yielded += 1
+                yield send_to_device(batch, self.device)
+                batch = upcoming
+        finally:
+            if self in stack:
+                stack.remove(self)
 
 
 def check_iterable(item: Any, what: str) -> None:
@@ -194,7 +216,7 @@ def prepare_loader(acc: Accelerator, loader: Any) -> Any:
         return acc.prepare_data_loader(loader)
     if isinstance(loader, CombinedLoader):
         loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
-    return IterableLoader(loader, acc.device)
+    return IterableLoader(loader, acc)
 
 
 def replace_loader(acc: Accelerator, old: Any, new: Any) -> Any:

@@ -94,3 +94,21 @@ def test_evaluation_reads_a_combined_loader_one_loader_after_the_other():
                              "sequential")
     quiet_trainer().validate(module, loaders)
     assert module.seen == [0, 0, 1]
+
+
+class SizedBatches(Batches):
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def test_an_iterable_closes_the_accumulation_window_at_its_end():
+    data = make_regression_data(n=40)  # 5 batches an epoch, windows of 3: 3 + a short one of 2
+    reference, trainer = Regressor(), quiet_trainer(max_epochs=2, accumulate=3)
+    trainer.fit(reference, make_loader(data, batch_size=8))
+    sized, sized_trainer = Regressor(), quiet_trainer(max_epochs=2, accumulate=3)
+    sized_trainer.fit(sized, SizedBatches(batches(data, 8)))
+    assert trainer.global_step == sized_trainer.global_step == 4
+    assert_same_weights(state_of(sized), state_of(reference))  # the short window averaged over its 2 batches
+    unsized = quiet_trainer(max_epochs=2, accumulate=3)
+    unsized.fit(Regressor(), Batches(batches(data, 8)))
+    assert unsized.global_step == 4  # closed at the end too (averaged over 3: the length is unknown)
