@@ -11,7 +11,7 @@ loop.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["HOOKS", "NOT_HOOKS", "Callback", "TrainerView", "evaluation_hooks"]
 
 #: Public members of :class:`Callback` that are not hooks: the callback's own state, saved in checkpoints.
-NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict"})
+NOT_HOOKS = frozenset({"state_key", "state_dict", "load_state_dict", "log", "log_dict"})
 
 
 class LastSaver(Protocol):
@@ -85,6 +85,8 @@ class TrainerView(Protocol):
     @property
     def fitting(self) -> bool: ...
     @property
+    def check_val_every_n_epoch(self) -> int | None: ...
+    @property
     def window_closed(self) -> bool: ...
     @property
     def epoch_finished(self) -> bool: ...
@@ -120,6 +122,25 @@ class Callback:
         ...             print(trainer.global_step, float(outputs))
         >>> trainer = Trainer(callbacks=[PrintLoss()])  # doctest: +SKIP
     """
+
+    # -- logging (Lightning's callbacks log with self.log) --------------------------------------------------------
+    # The module of the run in progress (the Trainer sets it when a run starts): what self.log logs through.
+    run_module: Any = None
+
+    def log(self, name: str, value: Any, **kwargs: Any) -> None:
+        """``module.log(name, value, **kwargs)`` of the module being run: the value goes where the module's would
+        (loggers, ``callback_metrics``, the bar), with the defaults of the hook it is called from."""
+        if self.run_module is None:
+            raise RuntimeError(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; call it "
+                               "from one of the callback's hooks.")
+        self.run_module.log(name, value, **kwargs)
+
+    def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
+        """``self.log`` for every ``name: value`` of ``dictionary``."""
+        if self.run_module is None:
+            raise RuntimeError(f"{type(self).__name__}.log_dict() was called outside a Trainer run; call it from "
+                               "one of the callback's hooks.")
+        self.run_module.log_dict(dictionary, **kwargs)
 
     # -- identity and state ---------------------------------------------------------------------------------------
     @property

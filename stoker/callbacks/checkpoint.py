@@ -109,8 +109,7 @@ class ModelCheckpoint(Callback):
         self,
         dirpath: str | os.PathLike | None = None,
         filename: str | None = None,
-        monitor: str | None = None,
-        mode: str = "min",
+        monitor: str | None = None, mode: str = "min",
         save_top_k: int = 1,
         save_last: bool | str | None = None,
         every_n_train_steps: int | None = None,
@@ -197,11 +196,12 @@ class ModelCheckpoint(Callback):
             self._apply_state(state)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
-        finish_evictions(trainer, self.dirpath, self.state_key, [*self.best_k_models, self.last_model_path])
-        if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
-            warn_if_earlier_run(self.dirpath)
         self._last_time_save = time.monotonic()
+        if not getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing, not even the folder's lock
+            trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
+            finish_evictions(trainer, self.dirpath, self.state_key, [*self.best_k_models, self.last_model_path])
+            if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
+                warn_if_earlier_run(self.dirpath)
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check (num_sanity_val_steps): it trains nothing, so there is

@@ -82,6 +82,8 @@ def _logged(loss: Any, values: Any) -> bool:
                 return True
         elif not isinstance(value, torch.Tensor) and value == loss:
             return True
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and isinstance(value, float) and value == loss.item():
+            return True  # progress_bar_metrics holds numbers: the same value (read at a redraw only)
     return False
 
 
@@ -179,6 +181,42 @@ class ProgressBar(Callback):
         self._next_draw = 0.0
         self._outputs: Any = None
         self._stdout: StdoutThroughBar | None = None  # installed while a terminal bar is drawn
+        self._trainer: TrainerView | None = None
+
+    # -- what the bars count and show (Lightning's names; for a bar of your own) ------------------------------------
+    @property
+    def trainer(self) -> TrainerView:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__}.trainer is known once a Trainer run has set the bar up; "
+                               "read the totals from a hook.")
+        return self._trainer
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """Training batches per epoch (inf: unknown)."""
+        return self.trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> int | float:
+        """Validation batches of the current validation; in ``fit`` 0 for an epoch that does not validate."""
+        trainer = self.trainer
+        every_n = trainer.check_val_every_n_epoch
+        if trainer.fitting and every_n is not None and (trainer.current_epoch + 1) % every_n:
+            return 0
+        return sum(trainer.num_val_batches)
+
+    @property
+    def total_test_batches(self) -> int | float:
+        return sum(getattr(self.trainer, "num_test_batches", []))
+
+    @property
+    def total_predict_batches(self) -> int | float:
+        return sum(getattr(self.trainer, "num_predict_batches", []))
+
+    def get_metrics(self, trainer: TrainerView, module: Any) -> dict[str, int | float | str]:
+        """The values the bar shows after the loss: every ``prog_bar`` metric (override it to show more or less;
+        Lightning's bar adds ``v_num``, the logger's version, which stoker's leaves out)."""
+        return dict(trainer.progress_bar_metrics)
 
     @property
     def is_enabled(self) -> bool:
@@ -194,6 +232,7 @@ class ProgressBar(Callback):
 
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         self._active = bool(trainer.is_global_zero)
+        self._trainer = trainer
         self._file = self._file_arg or sys.stderr
 
     def _tty(self) -> bool:
@@ -225,7 +264,7 @@ class ProgressBar(Callback):
     def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, str]:
         postfix: dict[str, str] = {}
         outputs = self._outputs
-        metrics = trainer.progress_bar_metrics
+        metrics = self.get_metrics(trainer, trainer.module)
         if with_loss:
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if isinstance(loss, (torch.Tensor, float, int)) and not _logged(loss, metrics.values()):

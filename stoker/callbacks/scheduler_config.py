@@ -46,6 +46,8 @@ class LRSchedulerConfig:
         # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
         inner = getattr(self.scheduler, "scheduler", self.scheduler)
         self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        # False only for a scheduler of another kind, which manual optimization allows (the module steps it)
+        self.is_torch_scheduler = self.reduce_on_plateau or isinstance(inner, torch.optim.lr_scheduler.LRScheduler)
 
     def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
         return getattr(self, key)

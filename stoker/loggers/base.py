@@ -77,7 +77,8 @@ class Logger:
         name: str | None = "stoker_logs",
         version: int | str | None = None,
     ) -> None:
-        self._save_dir = _path_text(save_dir, type(self).__name__)
+        # "~" and "$VAR" expanded, as a shell would (Lightning's file loggers do the same)
+        self._save_dir = os.path.expandvars(os.path.expanduser(_path_text(save_dir, type(self).__name__)))
         self._name = name or ""
         self._version = None if version is None else _checked_version(version)
         self._version_given = version is not None
@@ -95,7 +96,8 @@ class Logger:
     @property
     def root_dir(self) -> str:
         """``{save_dir}/{name}``: the folder that holds the version folders."""
-        return os.path.join(self._save_dir, self._name) if self._name else self._save_dir
+        name = self.name  # the properties: a subclass may override name or save_dir
+        return os.path.join(self.save_dir, name) if name else self.save_dir
 
     @property
     def version(self) -> int | str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import functools
 import glob
 import os
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stoker.loggers._packages import is_installed
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
                                  prefixed, to_scalars, write_hparams_yaml)
 
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["TensorBoardLogger"]
+
+# Lightning's flag under its module path: whether the writer's package is installed (found, not imported)
+_TENSORBOARD_AVAILABLE = is_installed("tensorboard")
 
 # SummaryWriter's arguments other than log_dir.
 _WRITER_ARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
@@ -254,7 +259,10 @@ class TensorBoardLogger(Logger):
             moved = [t.to(device) if isinstance(t, torch.Tensor) else t
                      for t in (input_array if isinstance(input_array, tuple) else (input_array,))]
             input_array = tuple(moved) if isinstance(input_array, tuple) else moved[0]
-        self.experiment.add_graph(model, input_array)
+        # A module that knows how to be traced outside a run says so (TrainingModule: no Trainer needed then).
+        exporting = getattr(model, "exporting", None)
+        with exporting() if callable(exporting) else contextlib.nullcontext():
+            self.experiment.add_graph(model, input_array)
 
     def flush(self) -> None:
         """Push pending events to the event file (no-op before the first write)."""

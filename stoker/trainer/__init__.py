@@ -4,10 +4,17 @@ This is the core Trainer (its own arguments only); ``stoker.Trainer`` adds Light
 (``stoker/compat/lightning/``).
 """
 
+import os
+
 from .module import TrainingModule
 from .options import RunOptions
-from .trainer import Trainer
+from .core_trainer import Trainer
+from .iterables import CombinedLoader
 
 LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
 
-__all__ = ["LightningModule", "RunOptions", "Trainer", "TrainingModule"]
+# Lightning's module paths under this package (stoker.trainer.trainer) are faces kept in stoker/faces/trainer/,
+# found through this __path__ entry: the core itself imports nothing from them (nor from compat).
+__path__.append(os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "trainer"))
+
+__all__ = ["CombinedLoader", "LightningModule", "RunOptions", "Trainer", "TrainingModule"]

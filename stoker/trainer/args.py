@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 from ..accelerator import check_accumulation_steps, check_seed
@@ -82,13 +83,23 @@ def resolve_limit(name: str, limit: int | float | None, length: int | None) -> i
     return limit
 
 
-def val_check_interval(value: Any) -> int | float:
+def val_check_interval(value: Any) -> int | float | timedelta:
     if is_int(value) and value >= 1:
         return value
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
+    if isinstance(value, (str, dict, timedelta)):  # wall-clock time between validations
+        from ..callbacks.timer import parse_duration
+
+        try:
+            duration = parse_duration(value)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"Trainer(val_check_interval={value!r}): {error}") from error
+        if duration is not None and duration.total_seconds() > 0:
+            return duration
     raise ValueError(f"Trainer(val_check_interval={value!r}) must be a float in (0.0, 1.0] (a fraction of the "
-                     "training epoch) or an int >= 1 (every that many training batches).")
+                     "training epoch), an int >= 1 (every that many training batches), or a time > 0 between "
+                     "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")
 
 
 def accelerator_choice(value: Any) -> bool:

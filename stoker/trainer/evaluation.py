@@ -50,6 +50,9 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                     call(batch_start, batch, batch_idx, *extra)
                     outputs = step_fn(batch, batch_idx, *extra)
                     call(batch_end, outputs, batch, batch_idx, *extra)
+                    if results.step_values:  # self.log(on_step=True) here: a point per batch, on the stage's axis
+                        trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(stage, 0))
+                        trainer.eval_log_steps[stage] = trainer.eval_log_steps.get(stage, 0) + 1
             results.suffix = ""
             call(table.hook("epoch_end"))
             values = results.publish_epoch()
@@ -120,7 +123,7 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
         restore_rng_state(states)
         t.callback_metrics.clear()
         t.logged_metrics.clear()
-        t.progress_bar_metrics.clear()
+        t.progress_bar_values.clear()
 
 
 @contextlib.contextmanager

@@ -110,6 +110,8 @@ class HookDispatcher:
 
         self._table: dict[str, tuple[Callable[..., Any], ...]] = {}
         callbacks = list(callbacks)
+        for callback in callbacks:  # a callback's self.log logs through the module of this run
+            callback.run_module = module
         for name in HOOKS:
             fns: list[Callable[..., Any]] = []
             if module is not None and defines_hook(module, name, TrainingModule):

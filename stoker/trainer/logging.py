@@ -29,7 +29,7 @@ class MetricsOwner(Protocol):
 
     accelerator: Accelerator
     callback_metrics: dict[str, Any]
-    progress_bar_metrics: dict[str, Any]
+    progress_bar_values: dict[str, Any]  # the prog_bar values as logged (tensors); progress_bar_metrics reads them
 
 _REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 # torch's reductions and python's builtins of the same meaning (Lightning accepts both)
@@ -157,7 +157,7 @@ class Results:
             if on_epoch:
                 callback_metrics[key] = step_value
             if prog_bar:
-                self.trainer.progress_bar_metrics[step_name] = step_value
+                self.trainer.progress_bar_values[step_name] = step_value
         if on_epoch and not metric:
             weight = 1.0
             if entry.reduce == "mean":
@@ -174,9 +174,6 @@ class Results:
                                "predict_step instead (Trainer.predict returns them).")
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
-        if on_step and self.stage != "train":
-            raise ValueError(f"self.log({name!r}, on_step=True) during {self.stage}: only training logs per step. "
-                             "Use on_epoch=True (the default there).")
         entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
                        bool(sync_dist))
         old = self.entries.get(key)
@@ -256,7 +253,7 @@ class Results:
             trainer.callback_metrics[name] = value
             trainer.callback_metrics[entry.key] = value
             if entry.prog_bar:
-                trainer.progress_bar_metrics[name] = value
+                trainer.progress_bar_values[name] = value
             if entry.logger:
                 for_loggers[name] = value
         return for_loggers

@@ -80,8 +80,9 @@ class TrainingModule(torch.nn.Module):
     def test_step(self, batch: Any, batch_idx: int) -> Any:
         """Evaluates one test batch. Optional."""
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Returns the prediction for one batch; the default is ``self(batch)``."""
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """Returns the prediction for one batch; the default is ``self(batch)`` (``dataloader_idx`` is passed when
+        ``predict`` reads several loaders)."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:
@@ -194,8 +195,7 @@ class TrainingModule(torch.nn.Module):
     @property
     def logger(self) -> Any:
         """The Trainer's first logger (None without a Trainer or loggers)."""
-        loggers = self._trainer.loggers if self._trainer is not None else []
-        return loggers[0] if loggers else None
+        return self._trainer.logger if self._trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:
@@ -222,6 +222,9 @@ class TrainingModule(torch.nn.Module):
         for param in self.parameters():
             param.requires_grad = True
         self.train()
+
+    def configure_model(self) -> None:
+        """Builds (parts of) the model at the start of every run, after ``setup``; return early once built."""
 
     def configure_callbacks(self) -> Any:
         """Callbacks this module brings (a Callback or a list); merged into the Trainer's at each run, where one of
@@ -316,6 +319,11 @@ class TrainingModule(torch.nn.Module):
         return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file)
 
     # -- export ---------------------------------------------------------------------------------------------------
+    def exporting(self) -> contextlib.AbstractContextManager[None]:
+        """To trace the module yourself: eval mode, no grad, ``self.trainer`` None without a Trainer (then restored)."""
+        from .export import exporting
+        return exporting(self)
+
     def to_onnx(self, file_path: str | os.PathLike | Any | None = None, input_sample: Any = None,
                 **kwargs: Any) -> Any:
         """Exports the module to ONNX with ``torch.onnx.export`` (needs ``onnx``, and ``onnxscript`` for torch's

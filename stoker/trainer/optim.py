@@ -9,10 +9,13 @@ skipped for overflow neither counts nor steps a scheduler), ``interval="epoch"``
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+
+from ..user_frame import user_stacklevel
 
 # Built here from configure_optimizers, read and replaced by callbacks: defined below both (see its module).
 from stoker.callbacks.scheduler_config import LRSchedulerConfig
@@ -41,14 +44,16 @@ def _bad_return(value: Any, detail: str = "") -> TypeError:
     )
 
 
-def parse_optimizers(value: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
-    """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value."""
+def parse_optimizers(value: Any, manual: bool = False) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+    """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value.
+    ``manual``: under manual optimization the module steps its schedulers itself, so a scheduler need not be
+    torch's, and a ``ReduceLROnPlateau`` needs no ``monitor``."""
     optimizers: list[torch.optim.Optimizer] = []
     configs: list[LRSchedulerConfig] = []
     if isinstance(value, torch.optim.Optimizer):
         optimizers.append(value)
     elif isinstance(value, Mapping):
-        _parse_dict(value, optimizers, configs)
+        _parse_dict(value, optimizers, configs, manual)
     elif isinstance(value, (list, tuple)) and value:
         if len(value) == 2 and not isinstance(value[1], torch.optim.Optimizer) \
                 and not (isinstance(value[1], Mapping) and "optimizer" in value[1]):
@@ -56,11 +61,11 @@ def parse_optimizers(value: Any) -> tuple[list[torch.optim.Optimizer], list[LRSc
             for opt in opts if isinstance(opts, (list, tuple)) else [opts]:
                 optimizers.append(_check_optimizer(opt, value))
             for sched in scheds if isinstance(scheds, (list, tuple)) else [scheds]:
-                configs.append(_scheduler_config(sched, None, value))
+                configs.append(_scheduler_config(sched, None, value, manual))
         else:
             for item in value:
                 if isinstance(item, Mapping):
-                    _parse_dict(item, optimizers, configs)
+                    _parse_dict(item, optimizers, configs, manual)
                 else:
                     optimizers.append(_check_optimizer(item, value))
     else:
@@ -76,13 +81,13 @@ def _check_optimizer(opt: Any, whole: Any) -> torch.optim.Optimizer:
     return opt
 
 
-def _parse_dict(value: Mapping, optimizers: list, configs: list) -> None:
+def _parse_dict(value: Mapping, optimizers: list, configs: list, manual: bool) -> None:
     _check_keys(value, _TOP_KEYS, "configure_optimizers() dict")
     if "optimizer" not in value:
         raise _bad_return(value, " without an 'optimizer' key")
     optimizers.append(_check_optimizer(value["optimizer"], value))
     if value.get("lr_scheduler") is not None:
-        configs.append(_scheduler_config(value["lr_scheduler"], value.get("monitor"), value))
+        configs.append(_scheduler_config(value["lr_scheduler"], value.get("monitor"), value, manual))
 
 
 def _check_keys(value: Mapping, allowed: Sequence[str], what: str) -> None:
@@ -93,9 +98,14 @@ def _check_keys(value: Mapping, allowed: Sequence[str], what: str) -> None:
             raise ValueError(f"{what} has an unknown key {key!r}.{hint} Allowed keys: {', '.join(allowed)}.")
 
 
-def _scheduler_config(value: Any, monitor: str | None, whole: Any) -> LRSchedulerConfig:
+def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool) -> LRSchedulerConfig:
     if isinstance(value, Mapping):
         _check_keys(value, _SCHEDULER_KEYS, "the lr_scheduler dict")
+        ignored = [key for key in value if key in ("monitor", "strict")]
+        if manual and ignored:
+            warnings.warn(f"The lr_scheduler dict sets {ignored}, but the keys will be ignored: under manual "
+                          "optimization the module steps its schedulers itself (self.lr_schedulers().step(...)).",
+                          RuntimeWarning, stacklevel=user_stacklevel())
         if "scheduler" not in value:
             raise ValueError(f"the lr_scheduler dict {dict(value)!r} needs a 'scheduler' key holding the scheduler.")
         config = LRSchedulerConfig(value["scheduler"], value.get("interval", "epoch"), value.get("frequency", 1),
@@ -104,7 +114,7 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any) -> LRSchedule
         config = LRSchedulerConfig(value, monitor=monitor)
     from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-    if not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
+    if not manual and not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
         raise _bad_return(whole, f": the scheduler {type(config.scheduler).__name__} is not a torch LR scheduler")
     if config.interval not in ("step", "epoch"):
         raise ValueError(f"lr_scheduler interval={config.interval!r} is not an interval. Expected 'step' "
@@ -112,7 +122,7 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any) -> LRSchedule
     freq = config.frequency
     if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
         raise ValueError(f"lr_scheduler frequency={freq!r} must be an int >= 1.")
-    if config.reduce_on_plateau and not config.monitor:
+    if config.reduce_on_plateau and not config.monitor and not manual:
         raise ValueError("A ReduceLROnPlateau scheduler needs a metric to watch: return {'optimizer': opt, "
                          "'lr_scheduler': {'scheduler': sched, 'monitor': 'val/loss'}} with a name you self.log.")
     return config

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -128,11 +129,13 @@ class TrainerParts(Protocol):
     fit_run: FitRun | None
     callback_metrics: dict[str, Any]
     logged_metrics: dict[str, Any]
-    progress_bar_metrics: dict[str, Any]
+    progress_bar_values: dict[str, Any]
+    eval_log_steps: dict[str, int]
     default_root_dir: str
     max_epochs: int | None
     max_steps: int | None
-    val_check_interval: int | float
+    val_check_interval: int | float | timedelta
+    val_check_seconds: float | None
     check_val_every_n_epoch: int | None
     limit_train_batches: int | float | None
     log_every_n_steps: int
@@ -169,6 +172,6 @@ class TrainerParts(Protocol):
 
     def save_checkpoint(self, path: str | os.PathLike) -> str: ...
 
-    def send_to_loggers(self, values: dict[str, Any]) -> None: ...
+    def send_to_loggers(self, values: dict[str, Any], step: int | None = None) -> None: ...
 
     def apply_seed(self) -> None: ...

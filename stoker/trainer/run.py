@@ -64,3 +64,16 @@ class RunState:
 
     fn: str | None = None
     stage: str | None = None
+    # "initializing" before the first run, "running", then how the last one ended: "finished", "interrupted"
+    # (KeyboardInterrupt, SystemExit) or "failed" (Lightning's TrainerStatus has no "failed": it says interrupted)
+    status: str = "initializing"
+
+    @property
+    def finished(self) -> bool:
+        """The last run ended normally."""
+        return self.status == "finished"
+
+    @property
+    def stopped(self) -> bool:
+        """The last run ended by an exception (Lightning's ``trainer.state.stopped``)."""
+        return self.status in ("interrupted", "failed")

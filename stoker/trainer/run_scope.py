@@ -30,7 +30,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
     if t.state.fn is not None:
         raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{t.state.fn}() is running; a Trainer "
                            "runs one thing at a time.")
-    t.state.fn = fn
+    t.state.fn, t.state.status = fn, "running"
     t.module = module
     module.trainer = t
     if fn == "fit":
@@ -66,6 +66,7 @@ def _end_run(t: TrainerParts, fn: str, module: TrainingModule, datamodule: DataM
         t.hooks.call("teardown", fn)
     finally:
         t.state.fn = t.state.stage = None
+        t.state.status = "finished" if status == "success" else status
         t.run_setup.teardown(module)
         if t.is_global_zero:
             for logger in t.loggers:

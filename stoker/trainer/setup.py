@@ -20,6 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sequenti
 from . import args as check
 from .datamodule import DataModule, defines, prepare_data_once
 from .hooks import defines_hook
+from .iterables import CombinedLoader, check_iterable, prepare_loader, replace_loader
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -76,8 +77,23 @@ class RunSetup:
             raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
-    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[DataLoader]:
-        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's."""
+    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
+        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
+        list, a dict (in order) or a ``CombinedLoader`` (its iterables, one after the other) gives several."""
+        value = self.requested(value, module, hook, required)
+        if value is None:
+            return []
+        if isinstance(value, CombinedLoader):
+            value = value.flattened
+        if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
+            value = list(value.values())
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for i, item in enumerate(items):
+            check_iterable(item, f"Loader #{i}")
+        return items
+
+    def requested(self, value: Any, module: Any, hook: str, required: bool = False) -> Any:
+        """``value``, else what the data module's ``hook`` (when it defines it) or the module's returns, as it is."""
         datamodule = self.trainer.datamodule
         if value is None and datamodule is not None and defines(datamodule, hook):
             value = getattr(datamodule, hook)()
@@ -90,22 +106,25 @@ class RunSetup:
                 where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
                 raise ValueError(f"No dataloaders: pass dataloaders=... or define {where}"
                                  f"{type(module).__name__}.{hook}().")
-            return []
-        if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
-            value = list(value.values())
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-        for i, item in enumerate(items):
-            if not isinstance(item, DataLoader):
-                raise TypeError(f"Loader #{i} is a {type(item).__name__}; the Trainer needs torch.utils.data."
-                                "DataLoader objects (it rebuilds them to be resumable and sharded).")
-        return items
+        return value
 
-    def loader_or_hook(self, value: Any, module: Any, hook: str, argument: str) -> DataLoader:
-        items = self.loaders(value, module, hook)
-        if len(items) != 1:
+    def loader_or_hook(self, value: Any, module: Any, hook: str, argument: str) -> Any:
+        """The train loader; several (a list or dict) are read together, each batch holding one of each
+        (``CombinedLoader(..., "max_size_cycle")``, as Lightning does)."""
+        value = self.requested(value, module, hook)
+        if value is None:
             raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
-                             f"{type(module).__name__}.{hook}()); got {len(items)}.")
-        return items[0]
+                             f"{type(module).__name__}.{hook}()), or a list or dict of them; got none.")
+        if isinstance(value, (Mapping, list, tuple)):
+            for i, item in enumerate(CombinedLoader(value).flattened):
+                check_iterable(item, f"Loader #{i}")
+            value = CombinedLoader(value, "max_size_cycle")
+        if isinstance(value, CombinedLoader) and value.mode == "sequential":
+            raise ValueError("Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
+                             "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
+                             "'min_size' (sequential is for validation and test loaders).")
+        check_iterable(value, "The train loader")
+        return value
 
     # -- data modules -----------------------------------------------------------------------------------------------
     def datamodule(self, fn: str, datamodule: Any, dataloaders: Any) -> tuple[Any, Any]:
@@ -145,11 +164,11 @@ class RunSetup:
         module, acc = t.module, t.accelerator
         if run.train_from_hooks:
             new = self.loader_or_hook(None, module, TRAIN.loader_hook, "train_dataloaders")
-            run.train_loader = acc.replace_dataloader(run.train_loader, new)
+            run.train_loader = replace_loader(acc, run.train_loader, new)
             self._limit_train(run.train_loader)
             run.val_check_batch = self._val_check_batch()
         if run.val_from_hooks and run.val_loaders:
-            run.val_loaders = [acc.replace_dataloader(old, new) for old, new in
+            run.val_loaders = [replace_loader(acc, old, new) for old, new in
                                zip(run.val_loaders, self.loaders(None, module, VALIDATE.loader_hook))]
             self._count(VALIDATE, run.val_loaders)
 
@@ -176,12 +195,12 @@ class RunSetup:
         if t.options.in_order_fit_loaders:
             train, vals = in_order(train, "train"), [in_order(v, "val") for v in vals]
         self.stage_loaders.update({TRAIN.name: [train], VALIDATE.name: list(vals)})
-        loader = acc.prepare_data_loader(train)
-        val_loaders = [acc.prepare_data_loader(v) for v in vals]
+        loader = prepare_loader(acc, train)
+        val_loaders = [prepare_loader(acc, v) for v in vals]
         self._limit_train(loader)
         self._count(VALIDATE, val_loaders)
         val_check_batch = self._val_check_batch()
-        optimizers, configs = parse_optimizers(module.configure_optimizers())
+        optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic)
         if len(optimizers) > 1 and automatic:
             raise ValueError(
                 f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("
@@ -192,8 +211,9 @@ class RunSetup:
                 "several parameter groups if they need different settings."
             )
         t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
-        for config in configs:
-            config.scheduler = acc.prepare_scheduler(config.scheduler)
+        for config in configs:  # a scheduler of another kind (manual optimization) is the module's own business
+            if config.is_torch_scheduler:
+                config.scheduler = acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs
         return FitRun(
             model=model, train_loader=loader, val_loaders=val_loaders,
@@ -213,6 +233,11 @@ class RunSetup:
             raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "
                              "dataset size, batch_size and drop_last.")
         t.num_training_batches = n
+        if t.loggers and n < t.log_every_n_steps:
+            warnings.warn(f"The number of training batches ({n}) is smaller than the logging "
+                          f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
+                          "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
+                          UserWarning, stacklevel=user_stacklevel())
         if math.isinf(n) and t.max_epochs is None and t.max_steps is None:
             raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
                              "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
@@ -237,6 +262,8 @@ class RunSetup:
     def _val_check_batch(self) -> int | None:
         t = self.trainer
         interval, n = t.val_check_interval, t.num_training_batches
+        if t.val_check_seconds is not None:
+            return None  # validation by time (the fit loop's clock), not by batch count
         if isinstance(interval, int):
             if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
@@ -281,7 +308,7 @@ class RunSetup:
         # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
         model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
         self.stage_loaders[stage.name] = list(loaders)
-        prepared = [acc.prepare_data_loader(loader) for loader in loaders]
+        prepared = [prepare_loader(acc, loader) for loader in loaders]
         self._count(stage, prepared)
         return EvalRun(model=model, loaders=prepared)
 

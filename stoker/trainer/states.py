@@ -26,3 +26,8 @@ class RunningStage(str, Enum):
     VALIDATING = "validate"
     TESTING = "test"
     PREDICTING = "predict"
+
+    @property
+    def dataloader_prefix(self) -> str | None:
+        """The prefix of this stage's loader hook (``"val"`` for ``val_dataloader``); None for the sanity check."""
+        return {"sanity_check": None, "validate": "val"}.get(self.value, self.value)

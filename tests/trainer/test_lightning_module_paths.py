@@ -41,3 +41,48 @@ def test_is_overridden():
     assert not is_overridden("on_fit_start", Callback()) and not is_overridden("x", None)
     with pytest.raises(ValueError, match="expected a TrainingModule"):
         is_overridden("forward", object())
+
+
+def test_trainer_trainer_path_is_the_lightning_trainer():
+    import stoker
+    from stoker.trainer import Trainer as CoreTrainer
+    from stoker.trainer.trainer import Trainer
+
+    assert Trainer is stoker.Trainer and Trainer is not CoreTrainer and issubclass(Trainer, CoreTrainer)
+    Trainer(accumulate_grad_batches=2, logger=False)  # Lightning's arguments are taken under this path
+
+
+def test_loggers_logger_path_and_dummy_logger(tmp_path):
+    from stoker.loggers import Logger
+    from stoker.loggers.logger import DummyLogger, Logger as PathLogger
+
+    logger = DummyLogger(tmp_path)
+    assert PathLogger is Logger and isinstance(logger, Logger)
+    assert logger.experiment.add_histogram("w", [1, 2]) is None and logger.experiment[0].anything() is None
+    logger.log_metrics({"loss": 1.0}, step=0)
+    assert logger.version_dir == logger.log_dir == str(tmp_path) and list(tmp_path.iterdir()) == []
+
+
+def test_strategies_path_names():
+    from stoker.strategies import DeepSpeedStrategy, Strategy
+
+    assert isinstance(Strategy, type)
+    with pytest.raises(ValueError, match="stoker has no DeepSpeed backend"):
+        DeepSpeedStrategy(stage=3)
+
+
+def test_tensorboard_flag_and_combined_loader_paths():
+    from importlib.util import find_spec
+
+    from stoker.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+    from stoker.trainer.iterables import CombinedLoader
+    from stoker.utilities.combined_loader import CombinedLoader as PathCombinedLoader
+
+    assert _TENSORBOARD_AVAILABLE == (find_spec("tensorboard") is not None)
+    assert PathCombinedLoader is CombinedLoader
+
+
+def test_running_stage_dataloader_prefix():
+    from stoker.trainer.states import RunningStage
+
+    assert [s.dataloader_prefix for s in RunningStage] == ["train", None, "val", "test", "predict"]

@@ -137,3 +137,20 @@ def num_nodes(value: Any, processes_per_node: int) -> int:
                          f"{value * processes_per_node} processes, but the launcher started WORLD_SIZE={world}. "
                          f"Pass num_nodes={max(1, int(world) // max(processes_per_node, 1))} or start as many nodes.")
     return value
+
+
+def note_ambiguous_values(values: dict[str, Any]) -> None:
+    """An info line for the values whose int and float spellings mean different things (1 batch or 100% of them,
+    validation after every batch or at the epoch's end), as Lightning logs them."""
+    from ...utilities.rank_zero import rank_zero_info
+
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                 "overfit_batches"):
+        value = values.get(name)
+        if value == 1 and not isinstance(value, bool):
+            what = "1 batch" if isinstance(value, int) else "100% of the batches"
+            rank_zero_info(f"`Trainer({name}={value!r})` was configured so {what} per epoch will be used.")
+    value = values.get("val_check_interval")
+    if value == 1 and not isinstance(value, bool):
+        when = "after every batch" if isinstance(value, int) else "at the end of the training epoch"
+        rank_zero_info(f"`Trainer(val_check_interval={value!r})` was configured so validation will run {when}.")

@@ -17,10 +17,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from ...accelerator import DDPStrategy as _EngineDDP
 from ...accelerator import FSDPStrategy
+
+if TYPE_CHECKING:
+    from ...accelerator import Accelerator
+    from ...trainer import TrainingModule
 
 _REFUSED = {
     "accelerator": "Trainer(accelerator=...)",
@@ -52,4 +58,64 @@ class DDPStrategy(_EngineDDP):
         super().__init__(*args, **kwargs)
 
 
-__all__ = ["DDPStrategy", "FSDPStrategy"]
+class DeepSpeedStrategy:
+    """Lightning's DeepSpeed strategy name, so that a script importing it loads; stoker has no DeepSpeed backend."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("DeepSpeedStrategy: stoker has no DeepSpeed backend. Shard the model with "
+                         "Trainer(strategy=FSDPStrategy(...)) (stoker's FSDP2), or use Lightning for DeepSpeed.")
+
+
+class Strategy:
+    """What ``trainer.strategy`` answers: Lightning's public strategy attributes, read off the run's Accelerator
+    (the engine's own strategy object, ``DDPStrategy`` / ``FSDPStrategy``, is ``trainer.accelerator.strategy``).
+
+    Example:
+        >>> from stoker import Trainer
+        >>> Trainer(accelerator="cpu").strategy.root_device
+        device(type='cpu')
+    """
+
+    def __init__(self, accelerator: Accelerator, module: TrainingModule | None) -> None:
+        self.accelerator = accelerator
+        self.lightning_module = module
+
+    @property
+    def root_device(self) -> torch.device:
+        return self.accelerator.device
+
+    @property
+    def model(self) -> TrainingModule | None:
+        return self.lightning_module
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def global_rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def local_rank(self) -> int:
+        return self.accelerator.local_process_index
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def barrier(self, name: str | None = None) -> None:
+        self.accelerator.wait_for_everyone()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return self.accelerator.broadcast_object(obj, from_process=src)
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: str | None = "mean") -> Any:
+        """``reduce_op``: "mean" (default) or "sum" over the processes."""
+        op = "mean" if reduce_op in (None, "mean", "avg") else reduce_op
+        if op not in ("mean", "sum"):
+            raise ValueError(f"Strategy.reduce(reduce_op={reduce_op!r}): expected 'mean' or 'sum'.")
+        return self.accelerator.reduce(tensor, reduction=op)
+
+
+__all__ = ["DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "Strategy"]

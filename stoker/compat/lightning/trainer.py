@@ -22,7 +22,7 @@ from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.stages import PREDICT, TEST, VALIDATE
-from ...trainer.trainer import Trainer as CoreTrainer
+from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ...loggers import Logger
     from ...trainer import TrainingModule
     from ...trainer.datamodule import DataModule
+    from .strategies import Strategy
 
 _CORE = [n for n in inspect.signature(CoreTrainer.__init__).parameters if n not in ("self", "options")]
 
@@ -56,6 +57,7 @@ class Trainer(CoreTrainer):
 
     # trainer.accelerator answers Accelerate's names too (distributed_type, gather_for_metrics, ...), as before
     accelerator_class = Accelerator
+    dev_run_logger: Logger | None = None
 
     def __init__(
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
@@ -73,6 +75,7 @@ class Trainer(CoreTrainer):
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
+        check.note_ambiguous_values({**core, "overfit_batches": overfit_batches})
         profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
         n = check.fast_dev_run(fast_dev_run)
         self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
@@ -92,6 +95,7 @@ class Trainer(CoreTrainer):
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
             in_order_fit_loaders=bool(self.overfit_batches))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
+            self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
         super().__init__(**core, options=options)
         self.num_nodes = check.num_nodes(num_nodes, self.processes_per_node)
@@ -101,6 +105,7 @@ class Trainer(CoreTrainer):
             self.limit_test_batches = n
             self.limit_predict_batches = self.max_steps = n
             self.max_epochs, self.val_check_interval, self.check_val_every_n_epoch = 1, 1.0, 1
+            self.val_check_seconds = None
         self._apply_torch_settings()
         self.callbacks = _add_timer(self.callbacks, self.max_time)
         self.profiler = profiling
@@ -185,6 +190,24 @@ class Trainer(CoreTrainer):
         return loaders[0] if len(loaders) == 1 else list(loaders)
 
     @property
+    def strategy(self) -> Strategy:
+        """Lightning's ``trainer.strategy`` (``root_device``, ``world_size``, ``barrier``, ``broadcast``, ``reduce``)
+        over this Trainer's Accelerator."""
+        from .strategies import Strategy
+
+        return Strategy(self.accelerator, self.module)
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether ``fit`` validates: the module defines ``validation_step`` and ``limit_val_batches`` is not 0."""
+        from ...trainer.hooks import defines_hook
+        from ...trainer import TrainingModule
+
+        module = self.module
+        return (module is not None and defines_hook(module, VALIDATE.step, TrainingModule)
+                and self.limit_val_batches != 0)
+
+    @property
     def global_rank(self) -> int:
         return self.accelerator.process_index
 
@@ -208,7 +231,8 @@ class Trainer(CoreTrainer):
 
     @property
     def logger(self) -> Logger | None:
-        return self.loggers[0] if self.loggers else None
+        """The first logger; in a ``fast_dev_run`` asked to log, a `DummyLogger` (``trainer.loggers`` is empty)."""
+        return self.loggers[0] if self.loggers else self.dev_run_logger
 
     @property
     def log_dir(self) -> str:
@@ -321,6 +345,15 @@ def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
                       "duration is used.", stacklevel=3)
         return callbacks
     return [*callbacks, Timer(duration=max_time, interval="step")]
+
+
+def _dev_run_logger(core: dict[str, Any]) -> Logger | None:
+    """``fast_dev_run``'s ``trainer.logger``: a `DummyLogger` (writes nothing) in place of any the user asked for."""
+    if core.get("logger", True) in (False, None, []):
+        return None
+    from ...loggers.logger import DummyLogger
+
+    return DummyLogger(core.get("default_root_dir") or ".")
 
 
 def _has_checkpoint(callbacks: Any) -> bool:

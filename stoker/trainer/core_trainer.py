@@ -9,6 +9,7 @@ checkpoint contents and preemption: ``checkpointing.py``; Lightning's extra name
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -60,10 +61,11 @@ class Trainer:
         enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, ``epoch=N-step=M.ckpt``).
         enable_progress_bar: Add a default ``ProgressBar``.
         enable_model_summary: Add a default ``ModelSummary`` (the layer table printed at the start of ``fit``).
-        val_check_interval: Validate every this fraction of a training epoch (float) or every this many
-            training batches (int).
+        val_check_interval: Validate every this fraction of a training epoch (float), every this many
+            training batches (int), or once this much time has passed since the last validation (``"DD:HH:MM:SS"``,
+            a ``timedelta`` or a dict of its keywords; checked after each batch).
         check_val_every_n_epoch: Validate in every n-th epoch only; None counts an int ``val_check_interval``
-            across epochs.
+            across epochs (or lets a time interval run across them).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: Batches per epoch, as
             a count or a fraction of the loader (None: all).
         log_every_n_steps: Send step values to the loggers every n optimizer steps.
@@ -138,8 +140,10 @@ class Trainer:
             raise ValueError(f"Trainer(clip_grad_norm={clip_grad_norm!r}, clip_grad_value={clip_grad_value!r}): "
                              "choose one way of clipping.")
         self.val_check_interval = check.val_check_interval(val_check_interval)
+        interval = self.val_check_interval  # a timedelta: validation by wall-clock time (a host clock, no sync)
+        self.val_check_seconds = interval.total_seconds() if isinstance(interval, timedelta) else None
         self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1)
-        if self.check_val_every_n_epoch is None and not isinstance(self.val_check_interval, int):
+        if self.check_val_every_n_epoch is None and not isinstance(interval, (int, timedelta)):
             raise ValueError("Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
                              f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
 
@@ -150,7 +154,8 @@ class Trainer:
         self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_metrics: dict[str, Any] = {}
+        self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
+        self.eval_log_steps: dict[str, int] = {}  # stage -> batches whose per-step values went to the loggers
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []
@@ -191,6 +196,7 @@ class Trainer:
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with run_scope(self, "fit", module, datamodule):
             train, vals = early or loaders()
+            module.configure_model()
             run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
@@ -240,15 +246,16 @@ class Trainer:
         early = setup.loaders(dataloaders, module, stage.loader_hook, required=True) if datamodule is None else None
         with run_scope(self, fn, module, datamodule):
             loaders = early or setup.loaders(dataloaders, module, stage.loader_hook, required=True)
+            module.configure_model()
             run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
             self.state.stage = fn
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     # -- logging --------------------------------------------------------------------------------------------------
-    def send_to_loggers(self, values: dict[str, Any]) -> None:
-        """Records ``values`` in ``logged_metrics`` and sends them to the loggers (main process) at the current
-        ``global_step``; nothing during the sanity check."""
+    def send_to_loggers(self, values: dict[str, Any], step: int | None = None) -> None:
+        """Records ``values`` in ``logged_metrics`` and sends them to the loggers (main process) at ``step``, by
+        default the current ``global_step``; nothing during the sanity check."""
         if not values or self.sanity_checking:
             return
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
@@ -257,7 +264,7 @@ class Trainer:
         # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
         values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         if self.is_global_zero:
-            step = self.global_step
+            step = self.global_step if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
 
@@ -289,6 +296,17 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
+    @property
+    def logger(self) -> Logger | None:
+        """The first of ``loggers``, or None."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The values logged with ``prog_bar=True``, as Python numbers (read from the device now: the bar reads them
+        only when it redraws)."""
+        return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in self.progress_bar_values.items()}
+
     @property
     def precision(self) -> str:
         """The run's precision, one spelling whatever alias was passed ("32-true", "16-mixed", ...): "fp32", "fp16",

@@ -1,0 +1,226 @@
+"""Loaders that are not a ``DataLoader``: a :class:`CombinedLoader` of several, or any iterable of batches.
+
+Owns how the Trainer reads them. A ``DataLoader`` is rebuilt by the Accelerator (sharded, seeded, resumable); an
+iterable of another kind cannot be rebuilt, so :class:`IterableLoader` reads it as it is: batches are moved to the
+device, ``limit_*_batches`` applies, the last batch is known one batch ahead (it closes an epoch), but each process
+reads the whole iterable and a run resumed mid-epoch starts that epoch's iterable again. The ``DataLoader``\\ s inside
+a ``CombinedLoader`` are prepared as usual, so only the combining is plain.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
+
+__all__ = ["CombinedLoader", "IterableLoader", "MODES", "check_iterable", "prepare_loader", "replace_loader"]
+
+MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
+
+
+def _length(iterable: Any) -> int | None:
+    try:
+        return len(iterable)
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def _leaves(tree: Any) -> list[Any]:
+    """The iterables of a (nested) dict / list / tuple of them, in order."""
+    if isinstance(tree, Mapping):
+        return [leaf for value in tree.values() for leaf in _leaves(value)]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for value in tree for leaf in _leaves(value)]
+    return [tree]
+
+
+def _rebuild(tree: Any, leaves: Iterator[Any]) -> Any:
+    """``tree`` with its leaves replaced, in order, by ``leaves``."""
+    if isinstance(tree, Mapping):
+        return {key: _rebuild(value, leaves) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_rebuild(value, leaves) for value in tree) if isinstance(tree, list) else \
+            tuple(_rebuild(value, leaves) for value in tree)
+    return next(leaves)
+
+
+class CombinedLoader:
+    """Several iterables read together; a batch has their structure (a dict of loaders gives a dict of batches).
+
+    Modes: ``"min_size"`` stops with the shortest; ``"max_size_cycle"`` runs as long as the longest and restarts
+    the shorter ones (what ``fit`` does with a list or dict of train loaders); ``"max_size"`` runs as long as the
+    longest and gives None for the exhausted ones; ``"sequential"`` reads them one after the other (evaluation
+    only: each is one of the stage's loaders). Iterating it yields ``(batch, batch_idx, dataloader_idx)``.
+
+    Example:
+        >>> combined = CombinedLoader({"a": range(3), "b": range(2)}, "max_size_cycle")
+        >>> [batch for batch, _, _ in combined]
+        [{'a': 0, 'b': 0}, {'a': 1, 'b': 1}, {'a': 2, 'b': 0}]
+    """
+
+    def __init__(self, iterables: Any, mode: str = "min_size") -> None:
+        if mode not in MODES:
+            raise ValueError(f"CombinedLoader(mode={mode!r}) is not a mode. Expected one of: {', '.join(MODES)}.")
+        self.iterables = iterables
+        self.mode = mode
+
+    @property
+    def flattened(self) -> list[Any]:
+        """The iterables, in order (a nested dict / list flattened)."""
+        return _leaves(self.iterables)
+
+    def map(self, fn: Callable[[Any], Any]) -> CombinedLoader:
+        """The same combination over ``fn`` of each iterable (the Trainer prepares the DataLoaders so)."""
+        return CombinedLoader(_rebuild(self.iterables, iter([fn(leaf) for leaf in self.flattened])), self.mode)
+
+    def __len__(self) -> int:
+        lengths = [_length(leaf) for leaf in self.flattened]
+        if any(n is None for n in lengths):
+            raise TypeError("CombinedLoader has no length: one of its iterables has none.")
+        sizes = [n for n in lengths if n is not None]
+        if self.mode == "sequential":
+            return sum(sizes)
+        return min(sizes) if self.mode == "min_size" else max(sizes)
+
+    def batches(self) -> Iterator[Any]:
+        """The batches alone (what a step gets), in this mode; ``"sequential"``: each iterable's in turn."""
+        leaves = self.flattened
+        if self.mode == "sequential":
+            yield from itertools.chain.from_iterable(leaves)
+            return
+        if self.mode == "min_size":
+            for batches in zip(*leaves):
+                yield _rebuild(self.iterables, iter(batches))
+            return
+        iterators = [iter(leaf) for leaf in leaves]
+        done = [False] * len(leaves)
+        while True:
+            batches = []
+            for i, leaf in enumerate(leaves):
+                batch = next(iterators[i], _END)
+                if batch is _END:
+                    done[i] = True
+                    if self.mode == "max_size_cycle" and not all(done):
+                        iterators[i] = iter(leaf)  # the shorter ones start again until the longest ends
+                        batch = next(iterators[i], None)
+                    else:
+                        batch = None
+                batches.append(batch)
+            if all(done):
+                return
+            yield _rebuild(self.iterables, iter(batches))
+
+    def __iter__(self) -> Iterator[tuple[Any, int, int]]:
+        if self.mode != "sequential":
+            for batch_idx, batch in enumerate(self.batches()):
+                yield batch, batch_idx, 0
+            return
+        for dataloader_idx, leaf in enumerate(self.flattened):
+            for batch_idx, batch in enumerate(leaf):
+                yield batch, batch_idx, dataloader_idx
+
+
+_END = object()
+
+
+class IterableLoader:
+    """An iterable of batches read as the Trainer reads a prepared loader (see the module docstring).
+
+    While it is iterated it is the Accelerator's current loader (``accelerator.loader_context.stack``), as a
+    prepared loader is: its last batch closes the gradient-accumulation window, and a window cut short by the end
+    is averaged over its true length when the length is known.
+
+    Args:
+        source: The iterable (a ``CombinedLoader`` gives its batches, not its ``(batch, idx, idx)`` triples).
+        accelerator: Whose device the batches go to (tensors at any depth of dicts, lists and tuples).
+    """
+
+    def __init__(self, source: Iterable[Any], accelerator: Accelerator) -> None:
+        self.source = source
+        self.device = accelerator.device
+        self.max_batches: int | None = None
+        self.end_of_dataloader = False
+        self.batches_yielded = 0
+        self._current = accelerator.loader_context.stack  # the loaders being iterated, innermost last
+
+    @property
+    def remaining_batches(self) -> int | None:
+        """Batches left in this epoch counting the one being processed; None when the length is unknown."""
+        n = _length(self)
+        return None if n is None else n - self.batches_yielded + 1
+
+    def __len__(self) -> int:
+        n = _length(self.source)
+        if n is None:
+            raise TypeError(f"{type(self.source).__name__} has no length.")
+        return n if self.max_batches is None else min(n, self.max_batches)
+
+    def limit_batches(self, max_batches: int | None) -> None:
+        self.max_batches = max_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Passed on to the iterable (or its sampler) when it takes one."""
+        for owner in (self.source, getattr(self.source, "sampler", None)):
+            if callable(getattr(owner, "set_epoch", None)):
+                owner.set_epoch(epoch)  # type: ignore[union-attr]
+                return
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loader": None}  # no position: a resumed epoch starts the iterable again
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see :meth:`state_dict`)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        from ..accelerator import send_to_device
+
+        source = self.source.batches() if isinstance(self.source, CombinedLoader) else iter(self.source)
+        if self.max_batches is not None:
+            source = itertools.islice(source, self.max_batches)
+        self.end_of_dataloader, self.batches_yielded = False, 0
+        stack = self._current
+        try:
+            batch = next(source, _END)
+            while batch is not _END:
+                upcoming = next(source, _END)  # one batch ahead, so that the last one is known while it runs
+                self.end_of_dataloader = upcoming is _END
+                if not stack or stack[-1] is not self:  # on top, over the prepared loaders a CombinedLoader reads
+                    if self in stack:
+                        stack.remove(self)
+                    stack.append(self)
+                self.batches_yielded += 1
+                yield send_to_device(batch, self.device)
+                batch = upcoming
+        finally:
+            if self in stack:
+                stack.remove(self)
+
+
+def check_iterable(item: Any, what: str) -> None:
+    # A tensor iterates over its rows, not batches: passing one is a mistake, not a loader.
+    if isinstance(item, torch.Tensor) or not callable(getattr(item, "__iter__", None)):
+        raise TypeError(f"{what} is a {type(item).__name__}; the Trainer needs torch.utils.data.DataLoader objects "
+                        "(it makes them resumable and shards them across processes) or other iterables of batches.")
+
+
+def prepare_loader(acc: Accelerator, loader: Any) -> Any:
+    """A DataLoader prepared by the Accelerator; any other iterable read as it is (module docstring), the
+    DataLoaders inside a ``CombinedLoader`` prepared."""
+    if isinstance(loader, DataLoader):
+        return acc.prepare_data_loader(loader)
+    if isinstance(loader, CombinedLoader):
+        loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
+    return IterableLoader(loader, acc)
+
+
+def replace_loader(acc: Accelerator, old: Any, new: Any) -> Any:
+    """``reload_dataloaders_every_n_epochs``: the loader that replaces ``old`` for the next epochs."""
+    if isinstance(new, DataLoader) and not isinstance(old, IterableLoader):
+        return acc.replace_dataloader(old, new)
+    return prepare_loader(acc, new)
