@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-import time
+from time import monotonic  # the clock of a time-based val_check_interval (a test replaces this name)
 from collections.abc import Callable, Mapping
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -62,7 +62,7 @@ class FitLoop:
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
         self.validation_count = 0  # validations completed in this fit (the sanity check excluded)
-        self.last_val_time = 0.0  # time.monotonic() when the last validation ended (or run() began)
+        self.last_val_time = 0.0  # monotonic() when the last validation ended (or run() began)
 
     # -- position -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -117,7 +117,7 @@ class FitLoop:
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
-        self.last_val_time = time.monotonic()  # a time-based val_check_interval counts from here
+        self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
         while not self.done():
             self._run_epoch(run)
 
@@ -318,7 +318,7 @@ class FitLoop:
             run_evaluation(self.trainer, VALIDATE.name, run.val_loaders, counter=self)
         finally:
             state.stage = previous
-            self.last_val_time = time.monotonic()
+            self.last_val_time = monotonic()
 
     def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False) -> bool:
         t = self.trainer
@@ -326,7 +326,7 @@ class FitLoop:
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
         if t.val_check_seconds is not None:  # due once that long has passed since the last validation (or start)
-            return time.monotonic() - self.last_val_time >= t.val_check_seconds
+            return monotonic() - self.last_val_time >= t.val_check_seconds
         interval = run.val_check_batch
         if interval is None:  # a fraction of 1.0 of a loader of unknown length: the epoch's end
             return at_end
