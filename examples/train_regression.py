@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> float:
     set_seed(0)  # the initial weights; Trainer(seed=0) seeds again at fit (shuffling, dropout)
     data = make_data(args.samples)
     train, val = torch.utils.data.random_split(data, [0.875, 0.125], generator=torch.Generator().manual_seed(0))
-    trainer = Trainer(max_epochs=args.epochs, default_root_dir=args.root, seed=0)
+    trainer = Trainer(max_epochs=args.epochs, default_root_dir=args.root, seed=0, log_every_n_steps=10)
     trainer.fit(Regression(), DataLoader(train, batch_size=32, shuffle=True), DataLoader(val, batch_size=128),
                 ckpt_path="last")  # continues where a previous (or preempted) run stopped
     loss = trainer.callback_metrics["val/loss"]

@@ -7,6 +7,7 @@ and that running it twice resumes.)
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,10 @@ def test_readme_trainer_quickstart_runs(tmp_path: Path, monkeypatch: pytest.Monk
                                         capsys: pytest.CaptureFixture) -> None:
     code = next(b for b in _python_blocks() if "Trainer(" in b and "class " in b)  # the Trainer one
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert not [w for w in caught if "logging interval" in str(w.message)]  # its step values reach the logger
     assert "after 21 optimizer steps" in capsys.readouterr().out  # 14 micro-batches per epoch, windows of 2
     assert (tmp_path / "runs" / "quick" / "stoker_logs" / "version_0" / "checkpoints" / "epoch=2-step=21.ckpt").is_dir()
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # resumes: max_epochs already reached
