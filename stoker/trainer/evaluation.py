@@ -15,6 +15,7 @@ import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
 from .logging import Results
+from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
     previous, trainer.results = trainer.results, results
     try:
-        with _eval_mode(trainer.module), trainer.accelerator.autocast():
+        with _eval_mode(trainer.module, table.prefix), trainer.accelerator.autocast():
             call(table.hook("start"))
             call(table.hook("epoch_start"))
             for i, loader in enumerate(loaders):
@@ -80,7 +81,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     outputs: list[list[Any]] = []
     previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
     try:
-        with _eval_mode(trainer.module), trainer.accelerator.autocast():
+        with _eval_mode(trainer.module, PREDICT.prefix), trainer.accelerator.autocast():
             call(PREDICT.hook("start"))
             call(PREDICT.hook("epoch_start"))
             for i, loader in enumerate(loaders):
@@ -127,12 +128,21 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
 
 
 @contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module):  # noqa: ANN202 - a context manager
+def _eval_mode(module: torch.nn.Module, prefix: str):  # noqa: ANN202 - a context manager
+    """Eval mode and no gradients for a ``prefix`` stage, through the module's mode hooks (``mode_hooks.py``): a
+    module that is not a TrainingModule is put in eval mode and back."""
     modes = [(m, m.training) for m in module.modules()]
-    module.eval()
+    eval_hook = getattr(module, f"on_{prefix}_model_eval", None)
+    if callable(eval_hook):
+        eval_hook()
+    else:
+        module.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        for m, mode in modes:
-            m.training = mode
+        if overrides_train_hook(module, prefix):
+            getattr(module, f"on_{prefix}_model_train")()
+        else:
+            for m, mode in modes:
+                m.training = mode

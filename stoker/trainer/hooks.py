@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 # they are written; re-exported here for the Trainer. ``TrainingModule`` defines the same hooks without
 # ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
 from ..callbacks.base import HOOKS, Callback
+from .mode_hooks import MODE_HOOKS
 
 if TYPE_CHECKING:
     from .profilers import Profiler
@@ -72,6 +73,9 @@ def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
 
 
 def _not_a_hook(owner: str, name: str) -> str:
+    if name in MODE_HOOKS:  # Lightning's module-only hooks: a callback does not get them
+        return (f"{owner}.{name} is a hook of the TrainingModule only (evaluation's mode switch), so a callback's "
+                "would never be called. Define it on your TrainingModule, or use on_validation_start/_end here.")
     close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (f"{owner}.{name} is not a Trainer hook, so it would never be called.{hint} Rename it, or make it "

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 
 from .hparams import AttributeDict, caller_init_arguments
+from .mode_hooks import EvalModeHooks
 
 
-class TrainingModule(torch.nn.Module):
+class TrainingModule(EvalModeHooks):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the

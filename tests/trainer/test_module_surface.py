@@ -14,6 +14,7 @@ import stoker.trainer.hooks
 from stoker import Callback, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint, ModelSummary
 from stoker.trainer.hooks import HOOKS
+from stoker.trainer.mode_hooks import MODE_HOOKS
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
@@ -80,7 +81,8 @@ def test_hook_names_agree_everywhere() -> None:
     assert len(HOOKS) == len(set(HOOKS)) == 37 and HOOKS[:2] == ("setup", "teardown")
     assert "on_before_zero_grad" in HOOKS and "state_dict" not in HOOKS and "configure_callbacks" not in HOOKS
     assert all(h.startswith("on_") for h in HOOKS[2:])
-    assert hooks_of(Callback) == set(HOOKS) and hooks_of(TrainingModule) == set(HOOKS)
+    # The module also has Lightning's module-only hooks around evaluation's mode switch (mode_hooks.py).
+    assert hooks_of(Callback) == set(HOOKS) and hooks_of(TrainingModule) == set(HOOKS) | set(MODE_HOOKS)
     assert stoker.trainer.hooks.HOOKS is stoker.callbacks.base.HOOKS  # one list, read off Callback
 
 

@@ -1,0 +1,46 @@
+"""The module's own hooks around evaluation's mode switch: ``on_{validation,test,predict}_model_eval`` / ``_train``.
+
+Module-only hooks, as in Lightning (callbacks do not get them). Evaluation calls ``on_{stage}_model_eval`` before
+its ``on_{stage}_start`` hooks, and after its ``on_{stage}_end`` hooks puts every sub-module back in the mode it had
+(a frozen BatchNorm stays in eval mode) — unless the module overrides ``on_{stage}_model_train``, which is then
+called instead and decides alone. Override ``on_validation_model_eval`` to keep, e.g., dropout active while
+validating (Monte Carlo dropout).
+"""
+
+from __future__ import annotations
+
+import torch
+
+MODE_HOOKS = ("on_validation_model_eval", "on_validation_model_train", "on_test_model_eval", "on_test_model_train",
+              "on_predict_model_eval", "on_predict_model_train")
+
+
+class EvalModeHooks(torch.nn.Module):
+    """The mode hooks' defaults: eval mode before a stage, train mode after it (see the module docstring)."""
+
+    def on_validation_model_eval(self) -> None:
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.eval()
+
+    def on_predict_model_train(self) -> None:
+        self.train()
+
+
+def overrides_train_hook(module: torch.nn.Module, prefix: str) -> bool:
+    """Whether ``module`` (its class or the instance) replaces ``on_{prefix}_model_train``'s default."""
+    name = f"on_{prefix}_model_train"
+    if name in vars(module):  # set on the instance (e.g. None, as Lightning's tests do, or a function)
+        return callable(vars(module)[name])
+    own = getattr(type(module), name, None)
+    return own is not None and own is not getattr(EvalModeHooks, name)
