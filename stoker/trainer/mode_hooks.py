@@ -1,4 +1,5 @@
-"""The module's own hooks around evaluation's mode switch: ``on_{validation,test,predict}_model_eval`` / ``_train``.
+"""A TrainingModule's train/eval mode: ``freeze``/``unfreeze``, and the module's own hooks around evaluation's mode
+switch, ``on_{validation,test,predict}_model_eval`` / ``_train``.
 
 Module-only hooks, as in Lightning (callbacks do not get them). Evaluation calls ``on_{stage}_model_eval`` before
 its ``on_{stage}_start`` hooks, and after its ``on_{stage}_end`` hooks puts every sub-module back in the mode it had
@@ -15,25 +16,47 @@ MODE_HOOKS = ("on_validation_model_eval", "on_validation_model_train", "on_test_
               "on_predict_model_eval", "on_predict_model_train")
 
 
-class EvalModeHooks(torch.nn.Module):
-    """The mode hooks' defaults: eval mode before a stage, train mode after it (see the module docstring)."""
+class ModuleModes(torch.nn.Module):
+    """``freeze``/``unfreeze``, and the mode hooks' defaults: eval mode before a stage, train mode after it (see the
+    module docstring)."""
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and eval mode (for inference or a frozen sub-model)."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Gradients for every parameter again, and train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
 
     def on_validation_model_eval(self) -> None:
+        """Before ``on_validation_start``: eval mode for validating (override to keep, e.g., dropout on)."""
         self.eval()
 
     def on_validation_model_train(self) -> None:
+        """After ``on_validation_end``, when overridden: the mode to leave the module in (without an override each
+        sub-module gets back the mode it had)."""
         self.train()
 
     def on_test_model_eval(self) -> None:
+        """Before ``on_test_start``: eval mode for testing (override to keep, e.g., dropout on)."""
         self.eval()
 
     def on_test_model_train(self) -> None:
+        """After ``on_test_end``, when overridden: the mode to leave the module in (without an override each
+        sub-module gets back the mode it had)."""
         self.train()
 
     def on_predict_model_eval(self) -> None:
+        """Before ``on_predict_start``: eval mode for predicting (override to keep, e.g., dropout on)."""
         self.eval()
 
     def on_predict_model_train(self) -> None:
+        """After ``on_predict_end``, when overridden: the mode to leave the module in (without an override each
+        sub-module gets back the mode it had)."""
         self.train()
 
 
@@ -43,4 +66,4 @@ def overrides_train_hook(module: torch.nn.Module, prefix: str) -> bool:
     if name in vars(module):  # set on the instance (e.g. None, as Lightning's tests do, or a function)
         return callable(vars(module)[name])
     own = getattr(type(module), name, None)
-    return own is not None and own is not getattr(EvalModeHooks, name)
+    return own is not None and own is not getattr(ModuleModes, name)

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from .hparams import AttributeDict, caller_init_arguments
-from .mode_hooks import EvalModeHooks
+from .mode_hooks import ModuleModes
 
 
-class TrainingModule(EvalModeHooks):
+class TrainingModule(ModuleModes):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
@@ -211,18 +211,6 @@ class TrainingModule(EvalModeHooks):
     @example_input_array.setter
     def example_input_array(self, value: Any) -> None:
         object.__setattr__(self, "_example_input_array", value)
-
-    def freeze(self) -> None:
-        """No gradients for any parameter, and eval mode (for inference or a frozen sub-model)."""
-        for param in self.parameters():
-            param.requires_grad = False
-        self.eval()
-
-    def unfreeze(self) -> None:
-        """Gradients for every parameter again, and train mode."""
-        for param in self.parameters():
-            param.requires_grad = True
-        self.train()
 
     def configure_model(self) -> None:
         """Builds (parts of) the model at the start of every run, after ``setup``; return early once built."""
