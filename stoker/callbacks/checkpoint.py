@@ -197,7 +197,7 @@ class ModelCheckpoint(Callback):
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         self._last_time_save = time.monotonic()
-        if not getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing, not even the folder's lock
+        if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
             finish_evictions(trainer, self.dirpath, self.state_key, [*self.best_k_models, self.last_model_path])
             if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
@@ -247,7 +247,7 @@ class ModelCheckpoint(Callback):
             self._save(trainer)  # also a stopped epoch without `last` (ranked, as Lightning): its state is kept
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
-        if getattr(trainer, "fast_dev_run", 0):
+        if trainer.dry_run:
             return
         if self.save_last and self._last_save_step != trainer.global_step:
             self.save_last_now(trainer)
@@ -272,7 +272,7 @@ class ModelCheckpoint(Callback):
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         """``save_on_exception``: the state at the moment ``fit`` raised, under the ``filename`` template."""
         if (not self.save_on_exception or not trainer.fitting or trainer.sanity_checking or self.dirpath is None
-                or getattr(trainer, "fast_dev_run", 0) or self._last_save_step == trainer.global_step
+                or trainer.dry_run or self._last_save_step == trainer.global_step
                 or isinstance(exception, SystemExit) or trainer.accelerator.num_processes > 1):
             return  # nothing new to save; a preemption saved already; a collective save could hang other processes
         metrics = {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step),
@@ -286,7 +286,7 @@ class ModelCheckpoint(Callback):
 
     # -- saving -------------------------------------------------------------------------------------------------
     def _save(self, trainer: TrainerView, rank: bool = True) -> None:
-        if getattr(trainer, "fast_dev_run", 0):  # a debugging run writes nothing (Lightning's rule)
+        if trainer.dry_run:  # a debugging run writes nothing (Lightning's rule)
             return
         self._require_dirpath()
         # Names and the top k are decided against finished folders: a save still committing in the background is

@@ -133,7 +133,7 @@ class EarlyStopping(Callback):
             self._run_check(trainer)
 
     def _run_check(self, trainer: TrainerView) -> None:
-        if getattr(trainer, "fast_dev_run", 0):  # a debugging run decides nothing (Lightning's rule)
+        if trainer.dry_run:  # a debugging run decides nothing (Lightning's rule)
             return
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:

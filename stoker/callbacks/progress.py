@@ -207,11 +207,11 @@ class ProgressBar(Callback):
 
     @property
     def total_test_batches(self) -> int | float:
-        return sum(getattr(self.trainer, "num_test_batches", []))
+        return sum(self.trainer.num_test_batches)
 
     @property
     def total_predict_batches(self) -> int | float:
-        return sum(getattr(self.trainer, "num_predict_batches", []))
+        return sum(self.trainer.num_predict_batches)
 
     def get_metrics(self, trainer: TrainerView, module: Any) -> dict[str, int | float | str]:
         """The values the bar shows after the loss: every ``prog_bar`` metric (override it to show more or less;

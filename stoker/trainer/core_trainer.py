@@ -371,6 +371,8 @@ class Trainer:
         last, short window counts), times the epochs, capped by ``max_steps``."""
         return self.run_setup.estimated_steps()
 
+    dry_run = property(lambda self: self.options.dry_run, doc="A debugging run: nothing is saved or decided on.")
+
     @property
     def max_epochs_effective(self) -> int | None:
         """The epochs ``fit`` runs to: ``max_epochs``; with neither limit, one (or ``min_epochs``)."""

@@ -24,6 +24,8 @@ class RunOptions:
         use_distributed_sampler: False keeps the user's own sampler (one process only).
         nonfinite_skip_limit: With ``on_nonfinite_loss="skip"``, this many skipped optimizer steps in a row end the
             fit with an error (a loss that stays NaN would otherwise skip every step and never reach ``max_steps``).
+        dry_run: A debugging run (Lightning's ``fast_dev_run``): ModelCheckpoint and EarlyStopping decide nothing
+            and write nothing.
         in_order_fit_loaders: ``fit`` reads its train and val loaders in dataset order (a shuffling sampler is
             replaced, with a warning): the same batches every epoch, e.g. to overfit a few batches while debugging.
 
@@ -38,6 +40,7 @@ class RunOptions:
     use_distributed_sampler: bool = True
     nonfinite_skip_limit: int = 100
     in_order_fit_loaders: bool = False
+    dry_run: bool = False
 
     def __post_init__(self) -> None:
         check.optional_int("min_epochs", self.min_epochs, 0)
@@ -47,3 +50,4 @@ class RunOptions:
         check.flag("use_distributed_sampler", self.use_distributed_sampler)
         check.optional_int("nonfinite_skip_limit", self.nonfinite_skip_limit, 1)
         check.flag("in_order_fit_loaders", self.in_order_fit_loaders)
+        check.flag("dry_run", self.dry_run)

@@ -105,6 +105,9 @@ class FakeTrainer:
         # The Trainer's published facts of the fit in progress (a test that simulates a fit sets them).
         self.fitting, self.window_closed, self.epoch_finished, self.validation_count = False, True, True, 0
         self.sanity_checking = False
+        self.dry_run = False  # not a fast_dev_run
+        self.num_test_batches: list[int | float] = []
+        self.num_predict_batches: list[int | float] = []
         for key, value in published.items():
             setattr(self, key, value)
 

@@ -93,7 +93,7 @@ class Trainer(CoreTrainer):
             reload_dataloaders_every_n_epochs=check.optional_int(
                 "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
-            in_order_fit_loaders=bool(self.overfit_batches))
+            in_order_fit_loaders=bool(self.overfit_batches), dry_run=bool(n))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
