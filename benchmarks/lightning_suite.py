@@ -61,7 +61,7 @@ FILES = [
 PRIVATE_HINTS = re.compile(
     r"fit_loop\.|\.epoch_loop|_logger_connector|_results\b|_accelerator_connector|_checkpoint_connector|"
     r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
-    r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
+    r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning|stoker)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
     r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._")
 INFRA = {"conftest.py", os.path.join("helpers", "runif.py")}
 
@@ -159,10 +159,12 @@ def outcomes(xml: Path) -> dict[str, str]:
 def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals."""
     source = path.read_text(encoding="utf-8")
+    lines = source.splitlines(keepends=True)
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            if PRIVATE_HINTS.search(ast.get_source_segment(source, node) or ""):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])  # decorators hold mocks too
+            if PRIVATE_HINTS.search("".join(lines[first - 1:node.end_lineno])):
                 names.add(node.name)
     return names
 
