@@ -43,6 +43,7 @@ _LAZY = {
     "ThroughputMonitor": "stoker.callbacks",
     "OnExceptionCheckpoint": "stoker.callbacks",
     "StochasticWeightAveraging": "stoker.callbacks",
+    "LambdaCallback": "stoker.callbacks",
     "Logger": "stoker.loggers",
     "TensorBoardLogger": "stoker.loggers",
     "CSVLogger": "stoker.loggers",
@@ -84,7 +85,8 @@ __all__ = [
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
     from stoker.callbacks import (
         BasePredictionWriter as BasePredictionWriter, Callback as Callback, EarlyStopping as EarlyStopping,
-        GradientAccumulationScheduler as GradientAccumulationScheduler, LearningRateMonitor as LearningRateMonitor,
+        GradientAccumulationScheduler as GradientAccumulationScheduler, LambdaCallback as LambdaCallback,
+        LearningRateMonitor as LearningRateMonitor,
         ModelCheckpoint as ModelCheckpoint, ModelSummary as ModelSummary,
         OnExceptionCheckpoint as OnExceptionCheckpoint, ProgressBar as ProgressBar,
         StochasticWeightAveraging as StochasticWeightAveraging, ThroughputMonitor as ThroughputMonitor, Timer as Timer,
