@@ -8,6 +8,7 @@ kept in ``lrs`` for inspection.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -23,19 +24,22 @@ _INTERVALS = (None, "step", "epoch")
 class LearningRateMonitor(Callback):
     """Logs the learning rate of each param group of each optimizer.
 
-    Names: ``lr-{OptimizerClass}`` for a one-group optimizer; with several groups one name per group,
-    ``lr-{OptimizerClass}/pg1``, ``/pg2``, ... (or ``/{group["name"]}`` when the group has a ``"name"``).
-    A second optimizer of the same class gets ``lr-{OptimizerClass}-1``; a scheduler configured with
-    ``"name"`` replaces the ``lr-{OptimizerClass}`` prefix. The x-axis is the optimizer step
-    (``trainer.global_step`` before the update, so step 0 is the first update).
+    Names (Lightning's): ``lr-{OptimizerClass}`` for a one-group optimizer; with several groups one name per group,
+    ``lr-{OptimizerClass}/pg1``, ``/pg2``, ... (``/{group["name"]}`` when the group has a ``"name"``, also for a
+    single group; two groups of one optimizer may not share a name). A second optimizer of the same class gets
+    ``lr-{OptimizerClass}-1``; a scheduler configured with ``"name"`` replaces the ``lr-{OptimizerClass}`` prefix.
+    Momentum and weight decay go under the learning rate's name plus ``-momentum`` / ``-weight_decay``
+    (``lr-SGD-momentum``); the latest values are in ``last_momentum_values`` / ``last_weight_decay_values``, the
+    learning rates' history in ``lrs``.
 
     Args:
         logging_interval: ``"step"``: at every optimizer step (thinned by the Trainer's
             ``log_every_n_steps``, like the loss); ``"epoch"``: at the start of each training epoch; ``None``: each
             optimizer at its scheduler's interval (``"step"`` or ``"epoch"``), optimizers without a
             scheduler per epoch.
-        log_momentum: Also log ``momentum`` (or Adam's ``betas[0]``) as ``momentum-{OptimizerClass}...``.
-        log_weight_decay: Also log ``weight_decay`` as ``weight_decay-{OptimizerClass}...``.
+        log_momentum: Also log ``momentum`` (or Adam's ``betas[0]``); an optimizer without either logs 0, with a
+            ``RuntimeWarning`` once.
+        log_weight_decay: Also log ``weight_decay``.
 
     Example:
         >>> from stoker import Trainer
@@ -57,6 +61,9 @@ class LearningRateMonitor(Callback):
         self.log_momentum = log_momentum
         self.log_weight_decay = log_weight_decay
         self.lrs: dict[str, list[float]] = defaultdict(list)
+        self.last_momentum_values: dict[str, float | None] = {}
+        self.last_weight_decay_values: dict[str, float | None] = {}
+        self._warned_momentum = False
         # (optimizer, metric prefix, interval) for each optimizer, decided once at the start of training.
         self._targets: list[tuple[Any, str, str]] = []
 
@@ -86,6 +93,7 @@ class LearningRateMonitor(Callback):
                 seen[prefix] += 1
                 if count:
                     prefix = f"{prefix}-{count}"
+            _group_names(optimizer)  # refused now, before the first step, if two groups share a name
             interval = self.logging_interval or (getattr(config, "interval", "epoch") if config else "epoch")
             targets.append((optimizer, prefix, interval))
         return targets
@@ -109,7 +117,12 @@ class LearningRateMonitor(Callback):
         if not values:
             return
         for name, value in values.items():
-            self.lrs[name].append(value)
+            if name.endswith("-momentum"):
+                self.last_momentum_values[name] = value
+            elif name.endswith("-weight_decay"):
+                self.last_weight_decay_values[name] = value
+            else:
+                self.lrs[name].append(value)
             # As Lightning's: also a callback metric (ModelCheckpoint/EarlyStopping can watch it); a host tensor
             trainer.callback_metrics[name] = torch.tensor(value)
         if trainer.is_global_zero:
@@ -118,18 +131,37 @@ class LearningRateMonitor(Callback):
 
     def _values(self, optimizer: Any, prefix: str) -> dict[str, float]:
         groups = optimizer.param_groups
+        names = _group_names(optimizer)
         out: dict[str, float] = {}
         for index, group in enumerate(groups):
-            suffix = "" if len(groups) == 1 else f"/{group.get('name') or f'pg{index + 1}'}"
-            out[f"{prefix}{suffix}"] = float(group["lr"])
-            tail = prefix[len("lr"):] if prefix.startswith("lr-") else f"-{prefix}"
+            name = names[index] or (f"pg{index + 1}" if len(groups) > 1 else "")
+            key = f"{prefix}/{name}" if name else prefix
+            out[key] = float(group["lr"])
             if self.log_momentum:
-                momentum = group.get("momentum", group.get("betas", (None,))[0])
-                if momentum is not None:
-                    out[f"momentum{tail}{suffix}"] = float(momentum)
-            if self.log_weight_decay and "weight_decay" in group:
-                out[f"weight_decay{tail}{suffix}"] = float(group["weight_decay"])
+                out[f"{key}-momentum"] = self._momentum(group)
+            if self.log_weight_decay:
+                out[f"{key}-weight_decay"] = float(group.get("weight_decay", 0.0))
         return out
+
+    def _momentum(self, group: dict[str, Any]) -> float:
+        momentum = group.get("momentum", group.get("betas", (None,))[0])
+        if momentum is None and not self._warned_momentum:
+            self._warned_momentum = True
+            warnings.warn("LearningRateMonitor(log_momentum=True): some optimizers do not have momentum (neither "
+                          "'momentum' nor 'betas' in their param groups); 0 is logged for them.", RuntimeWarning,
+                          stacklevel=2)
+        return float(momentum or 0.0)
+
+
+def _group_names(optimizer: Any) -> list[str | None]:
+    """The ``"name"`` of each param group (None where unnamed); two groups may not share one."""
+    names = [group.get("name") for group in optimizer.param_groups]
+    given = [n for n in names if n]
+    if len(set(given)) < len(given):
+        kind = type(getattr(optimizer, "optimizer", optimizer)).__name__  # the user's class, not the wrapper
+        raise ValueError(f"LearningRateMonitor: the param groups of {kind} share a name "
+                         f"({names}); give each group its own 'name' so that each has its own metric.")
+    return names
 
 
 def _same_optimizer(a: Any, b: Any) -> bool:

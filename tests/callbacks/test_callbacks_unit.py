@@ -181,10 +181,30 @@ def test_lr_monitor_names_per_param_group_and_repeated_optimizer_classes(tmp_pat
     monitor.on_train_start(trainer, trainer.module)
     monitor.on_train_epoch_start(trainer, trainer.module)
     assert logger.rows == [(1, {
-        "lr-AdamW/pg1": 0.1, "momentum-AdamW/pg1": 0.9, "lr-AdamW/pg2": 0.5, "momentum-AdamW/pg2": 0.9,
-        "lr-SGD": 0.2, "momentum-SGD": 0.9,
-        "lr-SGD-1/head": 0.3, "momentum-SGD-1/head": 0.0, "lr-SGD-1/pg2": 0.3, "momentum-SGD-1/pg2": 0.0,
+        "lr-AdamW/pg1": 0.1, "lr-AdamW/pg1-momentum": 0.9, "lr-AdamW/pg2": 0.5, "lr-AdamW/pg2-momentum": 0.9,
+        "lr-SGD": 0.2, "lr-SGD-momentum": 0.9,
+        "lr-SGD-1/head": 0.3, "lr-SGD-1/head-momentum": 0.0, "lr-SGD-1/pg2": 0.3, "lr-SGD-1/pg2-momentum": 0.0,
     })]
+    assert list(monitor.lrs) == ["lr-AdamW/pg1", "lr-AdamW/pg2", "lr-SGD", "lr-SGD-1/head", "lr-SGD-1/pg2"]
+    assert monitor.last_momentum_values["lr-SGD-momentum"] == 0.9
+
+
+def test_lr_monitor_names_a_single_named_group_and_refuses_a_shared_group_name(tmp_path):
+    layer = torch.nn.Linear(2, 2)
+    named = torch.optim.SGD([{"params": layer.parameters(), "name": "head"}], lr=0.1)
+    plain = torch.optim.ASGD(torch.nn.Linear(2, 2).parameters(), lr=0.2, weight_decay=0.01)
+    logger = ListLogger()
+    monitor = LearningRateMonitor(logging_interval="epoch", log_momentum=True, log_weight_decay=True)
+    trainer = FakeTrainer(str(tmp_path), callbacks=[monitor], optimizers=[named, plain], loggers=[logger])
+    monitor.on_train_start(trainer, trainer.module)
+    with pytest.warns(RuntimeWarning, match="do not have momentum"):  # ASGD has neither momentum nor betas
+        monitor.on_train_epoch_start(trainer, trainer.module)
+    assert logger.rows == [(1, {"lr-SGD/head": 0.1, "lr-SGD/head-momentum": 0.0, "lr-SGD/head-weight_decay": 0.0,
+                                "lr-ASGD": 0.2, "lr-ASGD-momentum": 0.0, "lr-ASGD-weight_decay": 0.01})]
+    shared = torch.optim.SGD([{"params": layer.weight, "name": "x"}, {"params": layer.bias, "name": "x"}], lr=0.1)
+    trainer = FakeTrainer(str(tmp_path), callbacks=[monitor], optimizers=[shared], loggers=[logger])
+    with pytest.raises(ValueError, match="share a name"):
+        monitor.on_train_start(trainer, trainer.module)
 
 
 def test_lr_monitor_without_logger_is_an_error(tmp_path):
