@@ -75,7 +75,8 @@ class Timer(Callback):
     Training time is checked after every optimizer step (never in the middle of an accumulation
     window; with several processes every ``SYNC_EVERY_N_STEPS`` = 10 steps, because the processes
     must agree, with a collective, to stop at the same step) and at the end of each training epoch and
-    validation run. When the time is up (on any process) the Timer writes the ``last`` checkpoint
+    validation run, and when a resumed ``fit`` starts: a duration used up before its checkpoint stops it before
+    its first step (a fresh run takes at least one step, even with a zero duration). When the time is up (on any process) the Timer writes the ``last`` checkpoint
     (through the Trainer's `ModelCheckpoint` when there is one, else into
     ``{default_root_dir}/checkpoints/last``) and sets ``trainer.should_stop``; the Trainer then ends
     the run normally. ``duration=None`` measures only.
@@ -138,6 +139,12 @@ class Timer(Callback):
         if self._start[stage] is not None and self._end[stage] is None:
             self._end[stage] = time.monotonic()
 
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+        # A duration used up before the checkpoint this fit resumes from: stop before the first step rather than
+        # after it. (A fresh run always takes its first step: a zero duration stops it after one.)
+        if self._offset["train"] > 0:
+            self._check(trainer, before_training=True)
+
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("train")
 
@@ -177,8 +184,8 @@ class Timer(Callback):
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         self._check(trainer)
 
-    def _check(self, trainer: TrainerView) -> None:
-        if self.duration is None or self.stopped or self._start["train"] is None:
+    def _check(self, trainer: TrainerView, before_training: bool = False) -> None:
+        if self.duration is None or self.stopped or (self._start["train"] is None and not before_training):
             return
         if not agreed_any(trainer, self.time_elapsed("train") >= self.duration.total_seconds()):
             return

@@ -61,3 +61,13 @@ def test_timer_without_a_checkpoint_callback_still_saves_last(tmp_path):
     t.fit(Regressor(), *loaders())
     assert t.global_step == 1 and t.checkpoint_callback is None
     assert checkpoint_step(str(tmp_path / "checkpoints" / "last.ckpt")) == 1
+
+
+def test_a_resumed_timer_with_its_duration_used_up_stops_before_the_first_step(tmp_path):
+    train, val = loaders()
+    first = trainer(tmp_path, max_epochs=1, callbacks=[Timer(duration={"seconds": 3600})])
+    first.fit(Regressor(), train, val)
+    spent = Timer(duration={"milliseconds": 1})  # less than the first run already took
+    resumed = trainer(tmp_path, max_epochs=3, callbacks=[spent])
+    resumed.fit(Regressor(), train, val, ckpt_path="last")
+    assert resumed.global_step == first.global_step and spent.stopped
