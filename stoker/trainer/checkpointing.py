@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ import torch
 # checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
 from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -111,12 +113,23 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     for callback in trainer.callbacks:
         if callback.state_key in states:
             callback.load_state_dict(states[callback.state_key])
+    _warn_missing_callbacks(states, {callback.state_key for callback in trainer.callbacks})
     trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
     trainer.hooks.call("on_load_checkpoint", checkpoint)
+
+
+def _warn_missing_callbacks(states: Mapping[str, Any], present: set[str]) -> None:
+    """Warns when the checkpoint holds the state of callbacks this run does not have (a callback without state,
+    such as the progress bar, may come and go freely)."""
+    missing = [key for key, state in states.items() if state and key not in present]
+    if missing:
+        warnings.warn(f"The checkpoint holds the state of callbacks this Trainer does not have, so it is not "
+                      f"restored. Please add the following callbacks: {missing} (with the same arguments, which "
+                      "make up each key) to resume them too.", UserWarning, stacklevel=user_stacklevel())
 
 
 def storable(value: Any) -> Any:

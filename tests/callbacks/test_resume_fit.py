@@ -74,3 +74,23 @@ def test_callback_states_survive_an_exact_resume(tmp_path):
     assert saved >= 0.2
     assert timer.time_elapsed("train") > saved
     assert part_timer.time_elapsed("train") >= saved
+
+
+def test_resuming_without_a_callback_whose_state_was_saved_warns_and_names_it(tmp_path):
+    import warnings as _warnings
+
+    import pytest
+
+    from stoker import EarlyStopping
+
+    train, val = loaders()
+    stopper = EarlyStopping(monitor="val/loss", patience=5)
+    first = trainer(tmp_path, max_epochs=1, callbacks=[stopper])
+    first.fit(Regressor(), train, val)
+    with pytest.warns(UserWarning, match=r"Please add the following callbacks: \[\"EarlyStopping\{"):
+        trainer(tmp_path, max_epochs=2).fit(Regressor(), train, val, ckpt_path="last")
+    with _warnings.catch_warnings():
+        _warnings.filterwarnings("error", message=".*Please add the following callbacks")
+        again = trainer(tmp_path, max_epochs=3, callbacks=[EarlyStopping(monitor="val/loss", patience=5)],
+                        enable_progress_bar=True)  # a callback without state (the bar) may come and go
+        again.fit(Regressor(), train, val, ckpt_path="last")
