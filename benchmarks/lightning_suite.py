@@ -62,7 +62,9 @@ PRIVATE_HINTS = re.compile(
     r"fit_loop\.|\.epoch_loop|_logger_connector|_results\b|_accelerator_connector|_checkpoint_connector|"
     r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
     r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning|stoker)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
-    r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._")
+    r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._|"
+    # any object's private attribute or method (not the test's own classes' `self._x`, nor torch's or Python's)
+    r"(?<![\w.])(?!self\b|cls\b|torch\b|os\b|sys\b)[A-Za-z_]\w*\._[a-z]\w*|patch\.object\([^)]*?,\s*[\"']_[a-z]")
 INFRA = {"conftest.py", os.path.join("helpers", "runif.py")}
 
 
