@@ -207,6 +207,8 @@ class Trainer:
             try:
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_fit_start")
+                if self.accelerator.sync_gradients:  # no gradients at the start, but a resumed window's kept
+                    module.zero_grad()
                 run_sanity_check(self, run)
                 self.hooks.call("on_train_start")
                 self.run_report.training_starts()
@@ -249,7 +251,7 @@ class Trainer:
             module.configure_model()
             run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
-            self.state.stage = fn
+            self.state.stage, _ = fn, module.zero_grad()  # each run starts without gradients (as in Lightning)
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     # -- logging --------------------------------------------------------------------------------------------------
