@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from stoker import Callback, Trainer
 from stoker.callbacks import EarlyStopping, ModelCheckpoint
 from stoker.trainer.profilers import SimpleProfiler
@@ -92,3 +94,34 @@ def test_a_loaded_checkpoint_reaches_the_module_before_the_callbacks(tmp_path: A
     fit(tmp_path / "b", calls, epochs=2, ckpt_path=path)
     assert calls[:4] == ["plain:setup:fit", "module:setup:fit", "module:load", "plain:load"]
     assert calls[4:6] == ["plain", "module"] and calls[6].startswith("saver sees") and calls[7:] == ["stopper"]
+
+
+class BuildsHead(Regressor):
+    """Builds a layer in configure_model (not in __init__), and records the loading hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: torch.nn.Module | None = None
+        self.calls: list[str] = []
+
+    def configure_model(self) -> None:
+        self.calls.append("configure_model")
+        if self.head is None:
+            self.head = torch.nn.Linear(2, 2)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.calls.append("on_load_checkpoint")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(super().forward(x))
+
+
+def test_load_from_checkpoint_builds_the_model_before_its_weights_load(tmp_path: Any) -> None:
+    module = BuildsHead()
+    trainer = Trainer(max_epochs=1, default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False,
+                      enable_checkpointing=False)
+    trainer.fit(module, make_loader(make_regression_data(n=16)))
+    path = trainer.save_checkpoint(str(tmp_path / "saved"))
+    loaded = BuildsHead.load_from_checkpoint(path)
+    assert loaded.calls == ["configure_model", "on_load_checkpoint"]
+    assert torch.equal(loaded.head.weight, module.head.weight)
