@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
-from .hooks import batch_mover, overrides
+from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
@@ -122,8 +122,10 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
 
 def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     """``RunOptions.num_sanity_val_steps``: that many batches of each val loader before training (not logged, RNG
-    states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it."""
+    states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it. First, with or
+    without a sanity check, the fit's gradients are cleared (Lightning's ``zero_grad()`` after ``on_fit_start``)."""
     t = trainer
+    clear_gradients(t.module, t.accelerator)
     steps = t.options.num_sanity_val_steps
     if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return

@@ -5,7 +5,8 @@ module first; at ``on_train_epoch_end`` checkpointing and early stopping after t
 callback's ``on_*`` methods are all real hooks. Does not own: when hooks fire (``loops.py``), or the hook names and
 signatures (``stoker/callbacks/base.py`` writes each hook once, as a ``Callback`` method; ``HOOKS`` is read off it).
 
-The hook contract, as the fit loop runs it (Composer's event list style)::
+The hook contract, as the fit loop runs it (Composer's event list style; the module's own step hooks, in
+``step_hooks.py``, in brackets)::
 
     setup(stage="fit")
     on_fit_start
@@ -13,13 +14,18 @@ The hook contract, as the fit loop runs it (Composer's event list style)::
     for epoch:
         on_train_epoch_start
         for batch:
+            [on_before_batch_transfer -> transfer_batch_to_device -> on_after_batch_transfer]
             on_train_batch_start(batch, batch_idx)
-            training_step -> on_before_backward(loss) -> backward -> on_after_backward()
-            if the window closes: on_before_optimizer_step(opt) -> clip -> step -> on_before_zero_grad(opt)
+            training_step
+            if the window opens: on_before_zero_grad(opt) -> [optimizer_zero_grad]
+            on_before_backward(loss) -> [backward] -> on_after_backward()
+            if the window closes: on_before_optimizer_step(opt) -> [configure_gradient_clipping]
+                                  -> [optimizer_step] -> [lr_scheduler_step] (epoch schedulers: at the last batch)
             on_train_batch_end(outputs, batch, batch_idx)
             [validation when due mid-epoch]
         [validation when due at the epoch's end]
-        on_train_epoch_end
+        on_train_epoch_end (other callbacks, the module, then checkpointing / early stopping)
+        [ReduceLROnPlateau's lr_scheduler_step]
     on_train_end
     on_fit_end
     teardown(stage="fit")
@@ -46,10 +52,11 @@ from .step_hooks import STEP_HOOKS_ON, TRANSFER_HOOKS, StepHooks
 if TYPE_CHECKING:
     import torch
 
+    from ..accelerator import Accelerator
     from .profilers import Profiler
 
-__all__ = ["HOOKS", "HookDispatcher", "batch_mover", "check_callbacks", "defines_hook", "merge_module_callbacks",
-           "overrides"]
+__all__ = ["HOOKS", "HookDispatcher", "batch_mover", "check_callbacks", "clear_gradients", "defines_hook",
+           "merge_module_callbacks", "overrides"]
 _HOOK_SET = frozenset(HOOKS)
 
 
@@ -246,3 +253,10 @@ def batch_mover(module: object, loader: Any, device: torch.device) -> Callable[[
     def move(batch: Any, dataloader_idx: int) -> Any:
         return after(transfer(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
     return move
+
+
+def clear_gradients(module: torch.nn.Module, accelerator: Accelerator) -> None:
+    """A run starts without gradients (Lightning's ``zero_grad()`` after ``on_fit_start`` and before an evaluation),
+    except those of an accumulation window a resumed fit is inside (its checkpoint restored them)."""
+    if accelerator.sync_gradients:
+        module.zero_grad()

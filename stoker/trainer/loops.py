@@ -1,9 +1,9 @@
 """The fit loop: epochs and batches of ``fit`` (with its resumable position), its training step and when it
 validates.
 
-Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence), the optimizer step in the
-canonical order (backward -> unscale once -> on_before_optimizer_step -> clip -> step -> scheduler only if the
-step was applied -> zero_grad), when validation runs, when step values go to the loggers, and where a run may
+Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence; one batch's step under automatic
+optimization is ``auto_step.py``), when epoch schedulers step (at the epoch's last batch, ReduceLROnPlateau after
+the epoch's end hooks), when validation runs, when step values go to the loggers, and where a run may
 stop (``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
 validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``evaluation.py``), checkpoint contents
 (``checkpointing.py``), logged values (``logging.py``).
