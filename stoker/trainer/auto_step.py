@@ -45,6 +45,9 @@ class AutomaticStep:
         self.zero_grad, self.backward = _own(module, "optimizer_zero_grad"), _own(module, "backward")
         self.clip, self.step_hook = _own(module, "configure_gradient_clipping"), _own(module, "optimizer_step")
         self.scheduler_hook = _own(module, "lr_scheduler_step")
+        # Each prepared optimizer with the one it wraps (read per epoch: the accumulation may change between epochs).
+        self.optimizers = [(opt, getattr(opt, "optimizer", opt)) for opt in trainer.optimizers]
+        self.single_batch_windows = trainer.accelerator.gradient_accumulation_steps == 1
         # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
         # precision wraps training_step once (full precision: training_step itself, nothing per step).
         self.call = trainer.accelerator.precision.autocast_calls(run.training_step)
@@ -84,17 +87,15 @@ class AutomaticStep:
 
     def _zero_grad(self, batch_idx: int) -> None:
         # The hooks get the prepared optimizer (as on_before_optimizer_step does); the clearing itself acts on the
-        # optimizer configure_optimizers returned, since the prepared one only clears at a window's last batch.
-        for optimizer in self.trainer.optimizers:
+        # optimizer configure_optimizers returned, since the prepared one only clears at a window's last batch
+        # (with one-batch windows every batch is one: the prepared optimizer's fast path then).
+        for optimizer, inner in self.optimizers:
             for hook in self.before_zero_grad:
                 hook(optimizer)
-            inner = getattr(optimizer, "optimizer", optimizer)
             if self.zero_grad is not None:
                 self.zero_grad(self.epoch, batch_idx, inner)
-            elif self.trainer.accelerator.sync_gradients:  # a one-batch window: the prepared one's fast path
-                optimizer.zero_grad(set_to_none=True)
             else:
-                inner.zero_grad(set_to_none=True)
+                (optimizer if self.single_batch_windows else inner).zero_grad(set_to_none=True)
 
     def optimizer_step(self, batch_idx: int) -> None:
         """The window is complete: its hooks, clipping, the step, the per-step schedulers."""
