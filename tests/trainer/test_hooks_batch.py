@@ -145,3 +145,16 @@ def test_predict_gives_each_sub_module_its_mode_back_without_the_train_hook() ->
     module.net[0].eval()  # a sub-module kept in eval mode by the user
     quiet().predict(module, make_loader(make_regression_data(n=8).tensors[0]))
     assert called == [] and module.training and not module.net[0].training
+
+
+def test_the_transfer_hooks_also_shape_batches_of_a_plain_iterable() -> None:
+    data = make_regression_data(n=8)
+    batches = [[data.tensors[0][:4], data.tensors[1][:4]], [data.tensors[0][4:], data.tensors[1][4:]]]
+
+    class Batches:  # an iterable of batches that is not a DataLoader
+        def __iter__(self) -> Any:
+            return iter(batches)
+
+    module = PairModule()
+    quiet().test(module, Batches())
+    assert module.seen == ["before:0:list", "move:cpu", "after"] * 2
