@@ -22,9 +22,9 @@ Trainer parts, each the bare Trainer (``trainer-bare``'s Trainer, callbacks and 
 process run the real loop:
     trainer-stripped   a minimal batch loop: ``accumulate``, ``training_step``, ``backward``, the optimizer and
                        scheduler steps, the batch-end hooks: ``accelerator-module``'s loop, run by the Trainer.
-    trainer-step-fn    the stripped loop with the loss from the Trainer's own step (``FitLoop._training_step``:
+    trainer-step-fn    the stripped loop with the loss from the Trainer's own step (``AutomaticStep.step``:
                        the checks on what ``training_step`` returned, the non-finite-loss watch, the hooks).
-    trainer-opt-fn     + the Trainer's optimizer step (``FitLoop._optimizer_step``: clipping, hooks and scheduler
+    trainer-opt-fn     + the Trainer's optimizer step (``AutomaticStep.optimizer_step``: clipping, hooks and scheduler
                        configurations looked at); ``trainer-bare`` adds the rest of the real loop (the position
                        kept for resuming, the logging cadence, validation and stop rules).
     trainer-no-watch   the real bare Trainer without the non-finite-loss watch (``NonFiniteLoss.watch`` returns at
@@ -194,9 +194,9 @@ def _stripped_batches(self: Any, run: Any, variant: str) -> bool:
     end_hooks = t.hooks.get("on_train_batch_end")
     optimizer, scheduler = t.optimizers[0], run.step_schedulers[0].scheduler
     training_step = run.training_step
-    self._backward_hooks = ((), ())  # what _training_step reads (bare)
-    self._step_call = acc.precision.autocast_calls(training_step)  # ... and the step it calls (set per epoch)
-    self._zero_grad_hooks, self._has_before_optimizer_step = (), False  # and _optimizer_step
+    from stoker.trainer.auto_step import AutomaticStep
+
+    auto = AutomaticStep(t, run, self.epoch)  # the Trainer's own step (its hooks looked up once, as per epoch)
     if self.batches_done == 0:
         loader.set_epoch(self.epoch)
     batch_idx = self.batches_done
@@ -207,9 +207,9 @@ def _stripped_batches(self: Any, run: Any, variant: str) -> bool:
                 loss = training_step(batch, batch_idx)
                 acc.backward(loss)
             else:
-                loss = self._training_step(run, batch, batch_idx)
+                loss = auto.step(batch, batch_idx)
             if variant == "trainer-opt-fn":
-                self._optimizer_step(run)
+                auto.optimizer_step(batch_idx)
             else:
                 optimizer.step()
                 scheduler.step()

@@ -105,8 +105,9 @@ class TrainerView(Protocol):
 class Callback:
     """Base class for Trainer callbacks: override the hooks you need.
 
-    Every hook receives ``(trainer, module, ...)``. The Trainer calls the module's hook first, then the
-    callbacks' in the order of ``Trainer(callbacks=[...])``. A method named ``on_...`` that is not one of these
+    Every hook receives ``(trainer, module, ...)``. The Trainer calls the callbacks' hooks in the order of
+    ``Trainer(callbacks=[...])``, then the module's (Lightning's order; ``on_load_checkpoint`` reaches the module
+    first, and at ``on_train_epoch_end`` checkpointing and early stopping run after the module). A method named ``on_...`` that is not one of these
     hooks is an error at ``Trainer(...)`` time (a typo would otherwise be silently ignored).
 
     A callback that keeps state across a resume returns it from :meth:`state_dict` (tensors, numbers, strings,

@@ -20,7 +20,7 @@ from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_we
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
-from .hooks import HookDispatcher
+from .hooks import HookDispatcher, clear_gradients
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
 from .module import TrainingModule
@@ -207,7 +207,7 @@ class Trainer:
             try:
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_fit_start")
-                run_sanity_check(self, run)
+                run_sanity_check(self, run)  # after clearing the gradients the run starts with
                 self.hooks.call("on_train_start")
                 self.run_report.training_starts()
                 self.fit_loop.run(run)
@@ -249,6 +249,7 @@ class Trainer:
             module.configure_model()
             run = setup.prepare_eval(module, loaders, stage)
             load_weights(self, ckpt_path, run.model)
+            clear_gradients(module, self.accelerator)
             self.state.stage = fn
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 

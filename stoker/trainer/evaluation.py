@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
+from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
@@ -32,6 +33,8 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
     ``validation_count`` counts this run once its values are published, before its ``on_validation_end``.
     """
+    if _no_batches(loaders):  # limit_*_batches=0: the stage is skipped, its hooks and mode switch too
+        return [{} for _ in loaders]
     table = STAGES[stage]
     step_fn = getattr(trainer.module, table.step)
     results = Results(trainer, stage)
@@ -39,14 +42,19 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     call = trainer.hooks.call
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
     previous, trainer.results = trainer.results, results
+    if counter is not None:  # a validation inside fit (not the sanity check): the module's gradients cleared
+        _validation_zero_grad(trainer.module, counter)
     try:
-        with _eval_mode(trainer.module, table.prefix), trainer.accelerator.autocast():
+        with _eval_mode(trainer.module, table.prefix, train_back=True), trainer.accelerator.autocast():
             call(table.hook("start"))
             call(table.hook("epoch_start"))
             for i, loader in enumerate(loaders):
                 results.suffix = f"/dataloader_idx_{i}" if multiple else ""
                 extra = (i,) if multiple else ()
+                move = batch_mover(trainer.module, loader, trainer.accelerator.device)
                 for batch_idx, batch in enumerate(loader):
+                    if move is not None:
+                        batch = move(batch, i)
                     results.batch = batch
                     call(batch_start, batch, batch_idx, *extra)
                     outputs = step_fn(batch, batch_idx, *extra)
@@ -64,16 +72,23 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
             call(table.hook("end"))
     finally:
         trainer.results = previous
-    out: list[dict[str, float]] = [{} for _ in loaders]
+    return _per_loader(values, len(loaders))
+
+
+def _per_loader(values: dict[str, Any], count: int) -> list[dict[str, float]]:
+    """An evaluation's epoch values as one dict per loader (a ``/dataloader_idx_N`` name goes to loader N only)."""
+    out: list[dict[str, float]] = [{} for _ in range(count)]
     for name, value in values.items():
-        index = int(name.rsplit("_", 1)[1]) if multiple and "/dataloader_idx_" in name else None
-        for i in range(len(loaders)) if index is None else [index]:
+        index = int(name.rsplit("_", 1)[1]) if count > 1 and "/dataloader_idx_" in name else None
+        for i in range(count) if index is None else [index]:
             out[i][name] = float(value)
     return out
 
 
 def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     """Runs ``predict_step`` over ``loaders``; a list of outputs (a list of lists for several loaders)."""
+    if _no_batches(loaders):  # limit_predict_batches=0: skipped, hooks included
+        return [[] for _ in loaders] if len(loaders) > 1 else []
     call = trainer.hooks.call
     multiple = len(loaders) > 1
     step_fn = getattr(trainer.module, PREDICT.step)
@@ -81,13 +96,18 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     outputs: list[list[Any]] = []
     previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
     try:
-        with _eval_mode(trainer.module, PREDICT.prefix), trainer.accelerator.autocast():
+        # train_back=False: after predicting, as in Lightning, each sub-module gets its own mode back and
+        # on_predict_model_train is not called
+        with _eval_mode(trainer.module, PREDICT.prefix, train_back=False), trainer.accelerator.autocast():
             call(PREDICT.hook("start"))
             call(PREDICT.hook("epoch_start"))
             for i, loader in enumerate(loaders):
                 extra = (i,) if multiple else ()
                 mine: list[Any] = []
+                move = batch_mover(trainer.module, loader, trainer.accelerator.device)
                 for batch_idx, batch in enumerate(loader):
+                    if move is not None:
+                        batch = move(batch, i)
                     call(batch_start, batch, batch_idx, *extra)
                     prediction = step_fn(batch, batch_idx, *extra)
                     call(batch_end, prediction, batch, batch_idx, *extra)
@@ -102,8 +122,10 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
 
 def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     """``RunOptions.num_sanity_val_steps``: that many batches of each val loader before training (not logged, RNG
-    states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it."""
+    states restored after, skipped on resume), with ``on_sanity_check_start``/``_end`` around it. First, with or
+    without a sanity check, the fit's gradients are cleared (Lightning's ``zero_grad()`` after ``on_fit_start``)."""
     t = trainer
+    clear_gradients(t.module, t.accelerator)
     steps = t.options.num_sanity_val_steps
     if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
@@ -127,10 +149,25 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
         t.progress_bar_values.clear()
 
 
+def _no_batches(loaders: list[Any]) -> bool:
+    """Every loader is limited to zero batches (a loader without a limit, e.g. a CombinedLoader, counts as some)."""
+    return bool(loaders) and all(getattr(loader, "max_batches", None) == 0 for loader in loaders)
+
+
+def _validation_zero_grad(module: torch.nn.Module, loop: LoopPosition) -> None:
+    """``on_validation_model_zero_grad`` when overridden; otherwise the gradients are cleared unless an
+    accumulation window is still open (a validation between its batches must not drop what it gathered)."""
+    if overrides(module, "on_validation_model_zero_grad"):
+        module.on_validation_model_zero_grad()
+    elif loop.window_closed or loop.batches_done == 0:
+        module.zero_grad()
+
+
 @contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module, prefix: str):  # noqa: ANN202 - a context manager
+def _eval_mode(module: torch.nn.Module, prefix: str, train_back: bool):  # noqa: ANN202 - a context manager
     """Eval mode and no gradients for a ``prefix`` stage, through the module's mode hooks (``mode_hooks.py``): a
-    module that is not a TrainingModule is put in eval mode and back."""
+    module that is not a TrainingModule is put in eval mode and back. ``train_back``: an overridden
+    ``on_{prefix}_model_train`` decides the mode afterwards."""
     modes = [(m, m.training) for m in module.modules()]
     eval_hook = getattr(module, f"on_{prefix}_model_eval", None)
     if callable(eval_hook):
@@ -141,7 +178,7 @@ def _eval_mode(module: torch.nn.Module, prefix: str):  # noqa: ANN202 - a contex
         with torch.no_grad():
             yield
     finally:
-        if overrides_train_hook(module, prefix):
+        if train_back and overrides_train_hook(module, prefix):
             getattr(module, f"on_{prefix}_model_train")()
         else:
             for m, mode in modes:

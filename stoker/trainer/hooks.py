@@ -1,10 +1,12 @@
 """Hook names and the one dispatcher through which the Trainer calls them.
 
-Owns: the order of calls (the module's hook first, then the callbacks in list order) and the check that a
+Owns: the order of calls (Lightning's: the callbacks in list order, then the module; ``on_load_checkpoint`` the
+module first; at ``on_train_epoch_end`` checkpointing and early stopping after the module) and the check that a
 callback's ``on_*`` methods are all real hooks. Does not own: when hooks fire (``loops.py``), or the hook names and
 signatures (``stoker/callbacks/base.py`` writes each hook once, as a ``Callback`` method; ``HOOKS`` is read off it).
 
-The hook contract, as the fit loop runs it (Composer's event list style)::
+The hook contract, as the fit loop runs it (Composer's event list style; the module's own step hooks, in
+``step_hooks.py``, in brackets)::
 
     setup(stage="fit")
     on_fit_start
@@ -12,13 +14,18 @@ The hook contract, as the fit loop runs it (Composer's event list style)::
     for epoch:
         on_train_epoch_start
         for batch:
+            [on_before_batch_transfer -> transfer_batch_to_device -> on_after_batch_transfer]
             on_train_batch_start(batch, batch_idx)
-            training_step -> on_before_backward(loss) -> backward -> on_after_backward()
-            if the window closes: on_before_optimizer_step(opt) -> clip -> step -> on_before_zero_grad(opt)
+            training_step
+            if the window opens: on_before_zero_grad(opt) -> [optimizer_zero_grad]
+            on_before_backward(loss) -> [backward] -> on_after_backward()
+            if the window closes: on_before_optimizer_step(opt) -> [configure_gradient_clipping]
+                                  -> [optimizer_step] -> [lr_scheduler_step] (epoch schedulers: at the last batch)
             on_train_batch_end(outputs, batch, batch_idx)
             [validation when due mid-epoch]
         [validation when due at the epoch's end]
-        on_train_epoch_end
+        on_train_epoch_end (other callbacks, the module, then checkpointing / early stopping)
+        [ReduceLROnPlateau's lr_scheduler_step]
     on_train_end
     on_fit_end
     teardown(stage="fit")
@@ -40,11 +47,16 @@ from typing import TYPE_CHECKING, Any
 # ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
 from ..callbacks.base import HOOKS, Callback
 from .mode_hooks import MODE_HOOKS
+from .step_hooks import STEP_HOOKS_ON, TRANSFER_HOOKS, StepHooks
 
 if TYPE_CHECKING:
+    import torch
+
+    from ..accelerator import Accelerator
     from .profilers import Profiler
 
-__all__ = ["HOOKS", "HookDispatcher", "check_callbacks", "defines_hook", "merge_module_callbacks"]
+__all__ = ["HOOKS", "HookDispatcher", "batch_mover", "check_callbacks", "clear_gradients", "defines_hook",
+           "merge_module_callbacks", "overrides"]
 _HOOK_SET = frozenset(HOOKS)
 
 
@@ -73,9 +85,10 @@ def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
 
 
 def _not_a_hook(owner: str, name: str) -> str:
-    if name in MODE_HOOKS:  # Lightning's module-only hooks: a callback does not get them
-        return (f"{owner}.{name} is a hook of the TrainingModule only (evaluation's mode switch), so a callback's "
-                "would never be called. Define it on your TrainingModule, or use on_validation_start/_end here.")
+    if name in MODE_HOOKS or name in STEP_HOOKS_ON:  # Lightning's module-only hooks: a callback does not get them
+        return (f"{owner}.{name} is a hook of the TrainingModule only, so a callback's would never be called. "
+                "Define it on your TrainingModule, or use a Trainer hook here (on_validation_start, "
+                "on_train_batch_start...).")
     close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (f"{owner}.{name} is not a Trainer hook, so it would never be called.{hint} Rename it, or make it "
@@ -97,15 +110,35 @@ def defines_hook(obj: Any, name: str, base: type) -> bool:
     return impl is not None and impl is not getattr(base, name, None)
 
 
+# Hooks whose module implementation runs before the callbacks' (Lightning's order): a checkpoint's contents reach
+# the module first when loading. Every other hook calls the callbacks first, then the module.
+_MODULE_FIRST = frozenset({"on_load_checkpoint"})
+# The hook at which the monitoring callbacks (checkpointing, early stopping) go last, after the module: what the
+# module logs in its on_train_epoch_end is what they compare on that same epoch end.
+MONITORED_HOOK = "on_train_epoch_end"
+
+
+def is_monitoring(callback: Callback) -> bool:
+    """Whether ``callback`` decides on logged values at an epoch's end (a ModelCheckpoint, an EarlyStopping, or a
+    subclass): such callbacks run after the module's ``on_train_epoch_end`` (see :data:`MONITORED_HOOK`)."""
+    from ..callbacks.checkpoint import ModelCheckpoint
+    from ..callbacks.early_stopping import EarlyStopping
+    from ..callbacks.on_exception import OnExceptionCheckpoint
+
+    return isinstance(callback, (ModelCheckpoint, EarlyStopping, OnExceptionCheckpoint))
+
+
 class HookDispatcher:
-    """Calls a hook on the module, then on each callback, skipping objects that keep the no-op default.
+    """Calls a hook on each callback in list order, then on the module (Lightning's order), skipping objects that
+    keep the no-op default. Two exceptions: ``on_load_checkpoint`` calls the module first, and at
+    ``on_train_epoch_end`` the monitoring callbacks (:func:`is_monitoring`) come after the module.
 
     The table is built once per run, so the loop pays one dict lookup and a loop over the real implementations
     (usually none) per hook.
 
     Example:
         >>> hooks = HookDispatcher(trainer, module, callbacks)
-        >>> hooks.call("on_train_batch_start", batch, 0)  # module.on_train_batch_start(batch, 0), then callbacks
+        >>> hooks.call("on_train_batch_start", batch, 0)  # the callbacks, then module.on_train_batch_start(batch, 0)
     """
 
     def __init__(self, trainer: object, module: object, callbacks: Iterable[Callback]) -> None:
@@ -116,14 +149,22 @@ class HookDispatcher:
         callbacks = list(callbacks)
         for callback in callbacks:  # a callback's self.log logs through the module of this run
             callback.run_module = module
+        # How many implementations at the end of MONITORED_HOOK's entry belong to monitoring callbacks.
+        self._monitors = 0
         for name in HOOKS:
-            fns: list[Callable[..., Any]] = []
-            if module is not None and defines_hook(module, name, TrainingModule):
-                fns.append(getattr(module, name))
-            for callback in callbacks:
-                if defines_hook(callback, name, Callback):
-                    fns.append(functools.partial(getattr(callback, name), trainer, module))
-            self._table[name] = tuple(fns)
+            own = (getattr(module, name),) if module is not None and defines_hook(module, name, TrainingModule) \
+                else ()
+            fns = [functools.partial(getattr(c, name), trainer, module) for c in callbacks
+                   if defines_hook(c, name, Callback)]
+            if name in _MODULE_FIRST:
+                self._table[name] = (*own, *fns)
+            elif name == MONITORED_HOOK:
+                bound = [c for c in callbacks if defines_hook(c, name, Callback)]
+                late = [fn for fn, c in zip(fns, bound) if is_monitoring(c)]
+                self._monitors = len(late)
+                self._table[name] = (*[fn for fn, c in zip(fns, bound) if not is_monitoring(c)], *own, *late)
+            else:
+                self._table[name] = (*fns, *own)
         profiler = getattr(trainer, "profiler", None)
         if profiler is not None:
             self._profile(profiler, module, callbacks)
@@ -143,19 +184,28 @@ class HookDispatcher:
             action = f"[Stage]{stage}"
             self._table[opens] = (functools.partial(profiler.begin, action), *self._table[opens])
             self._table[closes] = (*self._table[closes], functools.partial(profiler.end, action))
+            if closes == MONITORED_HOOK:
+                self._monitors += 1  # the stage's end goes with the last part
 
     def get(self, name: str) -> tuple[Callable[..., Any], ...]:
         """The implementations of hook ``name`` in call order (callbacks already bound to trainer and module)."""
         return self._table[name]
 
+    def split_monitored(self) -> tuple[tuple[Callable[..., Any], ...], tuple[Callable[..., Any], ...]]:
+        """:data:`MONITORED_HOOK`'s implementations in two parts: the other callbacks' and the module's, then the
+        monitoring callbacks' (the loop publishes what the first part logged before it calls the second)."""
+        fns = self._table[MONITORED_HOOK]
+        cut = len(fns) - self._monitors
+        return fns[:cut], fns[cut:]
+
     def has(self, name: str) -> bool:
         """Whether any object implements hook ``name``."""
         return bool(self._table[name])
 
-    def call(self, name: str, *args: Any) -> None:
-        """Calls hook ``name`` with ``args`` (callbacks also get ``trainer, module`` first)."""
+    def call(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Calls hook ``name`` with ``args`` and ``kwargs`` (callbacks also get ``trainer, module`` first)."""
         for fn in self._table[name]:
-            fn(*args)
+            fn(*args, **kwargs)
 
 
 def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
@@ -182,3 +232,31 @@ def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
         raise ValueError(f"{type(module).__name__}.configure_callbacks() adds callbacks whose state_key {duplicates} "
                          "is already used by the Trainer's callbacks; give each a distinct state_key.")
     return merged
+
+
+def overrides(module: object, name: str) -> bool:
+    """Whether ``module`` replaces the default of step hook ``name`` (on its class, or set on the instance)."""
+    return defines_hook(module, name, StepHooks)
+
+
+def batch_mover(module: object, loader: Any, device: torch.device) -> Callable[[Any, int], Any] | None:
+    """The three transfer hooks as one call ``move(batch, dataloader_idx)``, or None when ``module`` overrides
+    none of them: the loader then places each batch itself and nothing runs per batch. When one is overridden the
+    loader stops placing batches (its public ``device`` is cleared) so that ``on_before_batch_transfer`` sees the
+    batch as collated; a loader without that attribute (inside a CombinedLoader) keeps placing."""
+    if not any(overrides(module, name) for name in TRANSFER_HOOKS):
+        return None
+    if getattr(loader, "device", None) is not None:
+        loader.device = None
+    before, transfer, after = (getattr(module, name) for name in TRANSFER_HOOKS)
+
+    def move(batch: Any, dataloader_idx: int) -> Any:
+        return after(transfer(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
+    return move
+
+
+def clear_gradients(module: torch.nn.Module, accelerator: Accelerator) -> None:
+    """A run starts without gradients (Lightning's ``zero_grad()`` after ``on_fit_start`` and before an evaluation),
+    except those of an accumulation window a resumed fit is inside (its checkpoint restored them)."""
+    if accelerator.sync_gradients:
+        module.zero_grad()

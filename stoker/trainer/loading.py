@@ -188,6 +188,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
         not_stored = [n for n in not_stored if n not in hparams]
     kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides)
     module = cls(**kwargs)
+    module.configure_model()  # layers it builds exist before the weights load (Lightning's order)
     if checkpoint is not None:
         module.on_load_checkpoint(checkpoint)
     from ..accelerator import load_checkpoint_in_model

@@ -1,9 +1,9 @@
 """The fit loop: epochs and batches of ``fit`` (with its resumable position), its training step and when it
 validates.
 
-Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence), the optimizer step in the
-canonical order (backward -> unscale once -> on_before_optimizer_step -> clip -> step -> scheduler only if the
-step was applied -> zero_grad), when validation runs, when step values go to the loggers, and where a run may
+Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence; one batch's step under automatic
+optimization is ``auto_step.py``), when epoch schedulers step (at the epoch's last batch, ReduceLROnPlateau after
+the epoch's end hooks), when validation runs, when step values go to the loggers, and where a run may
 stop (``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
 validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``evaluation.py``), checkpoint contents
 (``checkpointing.py``), logged values (``logging.py``).
@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .auto_step import AutomaticStep
 from .evaluation import run_evaluation
-from .losses import detached, no_grad_error, unpack_loss
+from .hooks import batch_mover
+from .losses import detached
 from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
@@ -52,12 +54,8 @@ class FitLoop:
         self.last_logged_step = -1
         # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
         self.stop_reason: str | None = None
-        # The step's hooks (set per epoch by _run_batches): before/after backward, before zero_grad, and whether
-        # any callback has on_before_optimizer_step.
-        self._backward_hooks: tuple = ((), ())
-        self._step_call: Callable[[Any, int], Any] = lambda batch, batch_idx: None  # set per epoch (_epoch_step)
-        self._zero_grad_hooks: tuple = ()
-        self._has_before_optimizer_step = False
+        # The epoch's automatic step (auto_step.py; set per epoch by _epoch_step, None under manual optimization).
+        self._auto: AutomaticStep | None = None
         # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
@@ -143,8 +141,10 @@ class FitLoop:
                 self.validate(run)
             self._epoch_end_hooks()
         if not self.schedulers_done:
-            if run.automatic:  # manual optimization steps its schedulers itself
-                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1)
+            if run.automatic:  # ReduceLROnPlateau, after the epoch's values (manual optimization steps its own)
+                hook = self._auto.scheduler_hook if self._auto is not None else None
+                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1, hook,
+                                plateau=True)
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
@@ -156,10 +156,13 @@ class FitLoop:
         results = t.train_results
         results.in_batch = False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
-        for hook in t.hooks.get("on_train_epoch_end"):  # the module's first, then the callbacks'
+        first, monitoring = t.hooks.split_monitored()  # the other callbacks and the module, then the monitors
+        for hook in first:
             hook()
-            if getattr(hook, "__self__", None) is t.module:
-                results.publish_epoch()  # what the module logged there is seen by callbacks checking now
+        if monitoring:
+            results.publish_epoch()  # what the module logged there is what checkpointing / early stopping compare
+            for hook in monitoring:
+                hook()
         values = results.publish_epoch()  # again: now with what the hooks logged
         t.send_to_loggers(values)
         results.reset_epoch()
@@ -168,23 +171,19 @@ class FitLoop:
     def _epoch_step(self, run: FitRun) -> Callable[[Any, int], Any]:
         """The call that runs one batch's step, with the step's hooks looked up once per epoch: the batch loop is
         the hot path (see DESIGN.md, "Hot path budget")."""
-        hooks = self.trainer.hooks
-        self._backward_hooks = (hooks.get("on_before_backward"), hooks.get("on_after_backward"))
-        self._zero_grad_hooks = hooks.get("on_before_zero_grad")
-        self._has_before_optimizer_step = hooks.has("on_before_optimizer_step")
-        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
-        # precision wraps training_step once (full precision: training_step itself, nothing per step).
-        self._step_call = self.trainer.accelerator.precision.autocast_calls(run.training_step)
         if run.automatic:
-            return functools.partial(self._training_step, run)
-        # Manual optimization: training_step does backward and steps itself (manual.py).
+            self._auto = AutomaticStep(self.trainer, run, self.epoch)
+            return self._auto.step
+        self._auto = None  # manual optimization: training_step does backward and steps itself (manual.py)
         return functools.partial(manual_training_step, run, self.trainer.accelerator)
 
     def _run_batches(self, run: FitRun) -> bool:
         """Runs the epoch's remaining batches; True when the run must stop before the epoch's end."""
         t = self.trainer
         acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
-        step, automatic, start_hooks = self._epoch_step(run), run.automatic, t.hooks.get("on_train_batch_start")
+        step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
+        auto = self._auto
+        move = batch_mover(t.module, loader, acc.device)  # None unless the module has its own transfer hooks
         fresh = self.batches_done == 0
         if fresh:
             loader.set_epoch(self.epoch)
@@ -195,6 +194,8 @@ class FitLoop:
             for batch in iterator:
                 self.batches_done = batch_idx + 1
                 last = self.epoch_batches_finished = loader.end_of_dataloader
+                if move is not None:
+                    batch = move(batch, 0)
                 results.batch, results.in_batch = batch, True
                 self.window_closed = False
                 for hook in start_hooks:
@@ -202,8 +203,11 @@ class FitLoop:
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
                     synced = acc.sync_gradients  # decided when the micro-step opened
-                    if synced and automatic:  # the window is complete: the optimizer step, inside the window
-                        self._optimizer_step(run)
+                    if synced and auto is not None:  # the window is complete: the optimizer step, inside it
+                        auto.optimizer_step(batch_idx)
+                        if last:  # as Lightning: epoch schedulers (not ReduceLROnPlateau) step at the last batch
+                            step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1,
+                                            auto.scheduler_hook, plateau=False)
                 self.window_closed = synced
                 if self._after_batch(run, outputs, batch, batch_idx, synced, last):
                     stopped = not last
@@ -251,51 +255,6 @@ class FitLoop:
         # without waiting; on the run's last step at once, so that no signal is left unread).
         t.preemption.check(t, blocking=stop)
         return stop
-
-    def _training_step(self, run: FitRun, batch: Any, batch_idx: int) -> Any:
-        t = self.trainer
-        acc = t.accelerator
-        before_backward, after_backward = self._backward_hooks
-        outputs = self._step_call(batch, batch_idx)
-        if type(outputs) is torch.Tensor and outputs.numel() == 1:
-            loss, num_items = outputs, None
-        else:
-            loss, num_items = unpack_loss(outputs)
-        if not loss.requires_grad:
-            raise no_grad_error(loss)
-        if t.nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
-            t.nonfinite.check(t.accelerator)
-        for hook in before_backward:
-            hook(loss)
-        acc.backward(loss, num_items=num_items)
-        for hook in after_backward:
-            hook()
-        return outputs
-
-    def _optimizer_step(self, run: FitRun) -> None:
-        t = self.trainer
-        acc, hooks, optimizers = t.accelerator, t.hooks, t.optimizers
-        if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(t.accelerator):
-            for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
-                optimizer.zero_grad(set_to_none=True)
-            return
-        if self._has_before_optimizer_step:
-            for optimizer in optimizers:
-                acc.unscale_gradients(optimizer)  # the hook sees true (unscaled, normalised) gradients
-                hooks.call("on_before_optimizer_step", optimizer)
-        if t.clip_grad_norm is not None:
-            acc.clip_grad_norm_(run.parameters, t.clip_grad_norm)
-        elif t.clip_grad_value is not None:
-            acc.clip_grad_value_(run.parameters, t.clip_grad_value)
-        for optimizer in optimizers:
-            optimizer.step()
-        if run.step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step)
-        before_zero_grad = self._zero_grad_hooks
-        for optimizer in optimizers:
-            for hook in before_zero_grad:
-                hook(optimizer)
-            optimizer.zero_grad(set_to_none=True)
 
     def _log_step(self, step: int, has_loggers: bool) -> None:
         """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them (the

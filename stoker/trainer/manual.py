@@ -43,6 +43,8 @@ class ModuleInFit(Protocol):
     @property
     def trainer(self) -> TrainerParts: ...
 
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
+
 
 class ManualOptimizer:
     """The optimizer ``self.optimizers()`` returns: ``step``/``zero_grad`` through the Accelerator, counted.
@@ -156,7 +158,7 @@ def manual_backward(module: ModuleInFit, loss: torch.Tensor, **kwargs: Any) -> N
         wrapper.gradients_changed()
     hooks = t.hooks
     hooks.call("on_before_backward", loss)
-    t.accelerator.backward(loss, **kwargs)
+    module.backward(loss, **kwargs)  # the module's backward hook (default: through the Accelerator)
     hooks.call("on_after_backward")
 
 

@@ -4,7 +4,8 @@ switch, ``on_{validation,test,predict}_model_eval`` / ``_train``.
 Module-only hooks, as in Lightning (callbacks do not get them). Evaluation calls ``on_{stage}_model_eval`` before
 its ``on_{stage}_start`` hooks, and after its ``on_{stage}_end`` hooks puts every sub-module back in the mode it had
 (a frozen BatchNorm stays in eval mode) — unless the module overrides ``on_{stage}_model_train``, which is then
-called instead and decides alone. Override ``on_validation_model_eval`` to keep, e.g., dropout active while
+called instead and decides alone (validation and test; after predicting the modes are always put back and
+``on_predict_model_train`` is not called, as in Lightning 2.6). Override ``on_validation_model_eval`` to keep, e.g., dropout active while
 validating (Monte Carlo dropout).
 """
 
@@ -55,8 +56,8 @@ class ModuleModes(torch.nn.Module):
         self.eval()
 
     def on_predict_model_train(self) -> None:
-        """After ``on_predict_end``, when overridden: the mode to leave the module in (without an override each
-        sub-module gets back the mode it had)."""
+        """Kept for Lightning's interface; the Trainer does not call it (as Lightning 2.6 does not): after
+        predicting each sub-module gets back the mode it had."""
         self.train()
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from .hparams import AttributeDict, caller_init_arguments
-from .mode_hooks import ModuleModes
+from .step_hooks import StepHooks
 
 
-class TrainingModule(ModuleModes):
+class TrainingModule(StepHooks):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
@@ -275,14 +275,6 @@ class TrainingModule(ModuleModes):
             yield
         finally:
             self.untoggle_optimizer(optimizer)
-
-    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
-                       gradient_clip_algorithm: str | None = None) -> None:
-        """Clips ``optimizer``'s gradients (``"norm"``: total norm, default; ``"value"``: each element); fp16
-        gradients are unscaled first. Call it between ``manual_backward`` and ``optimizer.step()``."""
-        from .manual import clip_gradients
-
-        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # -- loading --------------------------------------------------------------------------------------------------
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -129,11 +129,14 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool)
 
 
 def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerConfig], interval: str,
-                    count: int) -> None:
+                    count: int, step: Callable[[Any, Any], None] | None = None, plateau: bool | None = None) -> None:
     """Steps the schedulers of ``interval`` whose frequency divides ``count`` (applied steps, or epochs done);
-    ``metrics``: the Trainer's ``callback_metrics`` (what a ReduceLROnPlateau watches)."""
+    ``metrics``: the Trainer's ``callback_metrics`` (what a ReduceLROnPlateau watches). ``step``: the module's
+    ``lr_scheduler_step(scheduler, metric)`` when overridden; ``plateau``: only the ReduceLROnPlateau ones (True),
+    only the others (False), or all (None)."""
     for config in configs:
-        if config.interval != interval or count % config.frequency:
+        if config.interval != interval or count % config.frequency or \
+                plateau is not None and config.reduce_on_plateau != plateau:
             continue
         if config.reduce_on_plateau:
             value = metrics.get(config.monitor)
@@ -149,6 +152,11 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
                 warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped.",
                               stacklevel=2)
                 continue
-            config.scheduler.step(float(value))
-        else:
+            if step is None:
+                config.scheduler.step(float(value))
+            else:
+                step(config.scheduler, float(value))
+        elif step is None:
             config.scheduler.step()
+        else:
+            step(config.scheduler, None)

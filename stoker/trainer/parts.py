@@ -44,6 +44,7 @@ class LoopPosition(Protocol):
     batches_done: int
     phase: str
     epoch_batches_finished: bool
+    window_closed: bool  # the last training batch closed an accumulation window
     validation_count: int
     total_batches: int
     stop_reason: str | None

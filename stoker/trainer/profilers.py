@@ -70,10 +70,10 @@ class Profiler:
     def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` timed as ``action`` on each call."""
         @functools.wraps(fn)
-        def timed(*args: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:  # setup/teardown get stage= by keyword
             started = time.perf_counter()
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             finally:
                 self.durations[action].append(time.perf_counter() - started)
         return timed
@@ -195,9 +195,9 @@ class PyTorchProfiler(Profiler):
         timed = super().wrap(action, fn)
 
         @functools.wraps(fn)
-        def ranged(*args: Any) -> Any:
+        def ranged(*args: Any, **kwargs: Any) -> Any:
             with record_function(action):
-                return timed(*args)
+                return timed(*args, **kwargs)
         return ranged
 
     def stop(self, fn: str, folder: str | None) -> None:

@@ -43,7 +43,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
         t.profiler.start(fn)
     try:
         t.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
-        t.hooks.call("setup", fn)
+        t.hooks.call("setup", stage=fn)
         yield
     except BaseException as exception:
         status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
@@ -63,7 +63,7 @@ def _end_run(t: TrainerParts, fn: str, module: TrainingModule, datamodule: DataM
     try:
         if datamodule is not None:
             datamodule.teardown(stage=fn)
-        t.hooks.call("teardown", fn)
+        t.hooks.call("teardown", stage=fn)
     finally:
         t.state.fn = t.state.stage = None
         t.state.status = "finished" if status == "success" else status

@@ -22,7 +22,7 @@ T = TypeVar("T", bound=type)
 
 
 def _recording(name: str) -> Callable[..., None]:
-    def hook(self: Any, *args: Any) -> None:
+    def hook(self: Any, *args: Any, **kwargs: Any) -> None:  # setup/teardown get stage= as a keyword
         self.calls.append(f"{self.tag}:{name}")
     hook.__name__ = name
     return hook

@@ -11,8 +11,9 @@ from stoker import Callback, Trainer
 from tests.helpers.hooks import HookRecorder, record_hooks
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 
-BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-         "on_before_zero_grad", "on_train_batch_end"]
+# Lightning's order: the gradients are cleared at a window's first batch, before its backward
+BATCH = ["on_train_batch_start", "on_before_zero_grad", "on_before_backward", "on_after_backward",
+         "on_before_optimizer_step", "on_train_batch_end"]
 VALIDATION = ["on_validation_start", "on_validation_epoch_start",
               *["on_validation_batch_start", "on_validation_batch_end"] * 2,
               "on_validation_epoch_end", "on_validation_end"]
@@ -28,8 +29,8 @@ class RecordingModule(Regressor):
 
 
 def expand(names: list[str]) -> list[str]:
-    """Each hook: the module first, then the callbacks in list order."""
-    return [f"{who}:{name}" for name in names for who in ("m", "a", "b")]
+    """Each hook: the callbacks in list order, then the module (Lightning's order)."""
+    return [f"{who}:{name}" for name in names for who in ("a", "b", "m")]
 
 
 def fit_with_recording(accumulate: int = 1, n: int = 24) -> list[str]:
@@ -104,5 +105,5 @@ def test_exception_reaches_on_exception_and_teardown() -> None:
                       callbacks=[HookRecorder(calls, "a")])
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Boom(calls), make_loader(make_regression_data(n=8)))
-    assert calls[-4:] == ["m:on_exception", "a:on_exception", "m:teardown", "a:teardown"]
+    assert calls[-4:] == ["a:on_exception", "m:on_exception", "a:teardown", "m:teardown"]
     assert trainer.state.fn is None  # the Trainer can run again

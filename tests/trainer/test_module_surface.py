@@ -15,6 +15,7 @@ from stoker import Callback, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint, ModelSummary
 from stoker.trainer.hooks import HOOKS
 from stoker.trainer.mode_hooks import MODE_HOOKS
+from stoker.trainer.step_hooks import STEP_HOOKS_ON
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
@@ -81,8 +82,10 @@ def test_hook_names_agree_everywhere() -> None:
     assert len(HOOKS) == len(set(HOOKS)) == 37 and HOOKS[:2] == ("setup", "teardown")
     assert "on_before_zero_grad" in HOOKS and "state_dict" not in HOOKS and "configure_callbacks" not in HOOKS
     assert all(h.startswith("on_") for h in HOOKS[2:])
-    # The module also has Lightning's module-only hooks around evaluation's mode switch (mode_hooks.py).
-    assert hooks_of(Callback) == set(HOOKS) and hooks_of(TrainingModule) == set(HOOKS) | set(MODE_HOOKS)
+    # The module also has Lightning's module-only hooks around evaluation's mode switch (mode_hooks.py) and around
+    # a batch's transfer and the optimizer step (step_hooks.py).
+    assert hooks_of(Callback) == set(HOOKS)
+    assert hooks_of(TrainingModule) == set(HOOKS) | set(MODE_HOOKS) | set(STEP_HOOKS_ON)
     assert stoker.trainer.hooks.HOOKS is stoker.callbacks.base.HOOKS  # one list, read off Callback
 
 
@@ -118,7 +121,8 @@ def test_on_before_zero_grad_gets_each_optimizer(tmp_path: Any) -> None:
     module.zeroed = []
     trainer = quiet(tmp_path, enable_checkpointing=False)
     trainer.fit(module, loader())
-    assert [s for _, s in module.zeroed] == [1, 2]  # after each step, before its zero_grad
+    # Lightning's place: at each window's first batch, before its backward (so before the step that follows)
+    assert [s for _, s in module.zeroed] == [0, 1]
     assert all(opt is trainer.optimizers[0] for opt, _ in module.zeroed)
 
 

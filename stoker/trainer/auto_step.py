@@ -1,0 +1,140 @@
+"""One training batch under automatic optimization, with the Trainer's and the module's step hooks in Lightning's
+order::
+
+    training_step
+    [a window's first batch] on_before_zero_grad(opt) -> optimizer_zero_grad(epoch, batch_idx, opt)
+    on_before_backward(loss) -> backward(loss) -> on_after_backward()
+    [the window is complete] on_before_optimizer_step(opt) -> configure_gradient_clipping(opt, ...)
+                             -> optimizer_step(epoch, batch_idx, opt, closure) -> schedulers stepped per step
+
+Owns: that order and the Trainer's direct path for every module hook that is not overridden (looked up once per
+epoch: such a hook costs nothing per batch). Does not own: when a window closes (the Accelerator), the batch loop,
+or scheduler configs (``loops.py``, ``optim.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .hooks import overrides
+from .losses import no_grad_error, unpack_loss
+from .optim import step_schedulers
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
+    from .run import FitRun
+
+
+def _own(module: object, name: str) -> Any:
+    """The module's override of step hook ``name``, or None (the Trainer then does the default itself)."""
+    return getattr(module, name) if overrides(module, name) else None
+
+
+class AutomaticStep:
+    """The training step of one epoch: ``step(batch, batch_idx)`` runs forward and backward, then
+    :meth:`optimizer_step` when the window is complete (see the module docstring)."""
+
+    def __init__(self, trainer: TrainerParts, run: FitRun, epoch: int) -> None:
+        hooks, module = trainer.hooks, trainer.module
+        self.trainer, self.run, self.epoch = trainer, run, epoch
+        self.before_backward, self.after_backward = hooks.get("on_before_backward"), hooks.get("on_after_backward")
+        self.before_zero_grad = hooks.get("on_before_zero_grad")
+        self.before_optimizer_step = hooks.get("on_before_optimizer_step")
+        self.zero_grad, self.backward = _own(module, "optimizer_zero_grad"), _own(module, "backward")
+        self.clip, self.step_hook = _own(module, "configure_gradient_clipping"), _own(module, "optimizer_step")
+        self.scheduler_hook = _own(module, "lr_scheduler_step")
+        # Each prepared optimizer with the one it wraps (read per epoch: the accumulation may change between epochs).
+        self.optimizers = [(opt, getattr(opt, "optimizer", opt)) for opt in trainer.optimizers]
+        self.single_batch_windows = trainer.accelerator.gradient_accumulation_steps == 1
+        # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
+        # precision wraps training_step once (full precision: training_step itself, nothing per step).
+        self.call = trainer.accelerator.precision.autocast_calls(run.training_step)
+        # The next batch opens a window (the last one closed, or none yet); a run resumed inside a window keeps the
+        # gradients its checkpoint restored. Each optimizer step opens the next window.
+        self.zero_due = trainer.accelerator.sync_gradients
+        self.loss: torch.Tensor | None = None  # the window's last loss (what optimizer_step's closure returns)
+
+    def step(self, batch: Any, batch_idx: int) -> Any:
+        """``training_step``, the gradients cleared at a window's first batch, and backward with its hooks."""
+        t = self.trainer
+        acc = t.accelerator
+        outputs = self.call(batch, batch_idx)
+        if type(outputs) is torch.Tensor and outputs.numel() == 1:
+            loss, num_items = outputs, None
+        else:
+            loss, num_items = unpack_loss(outputs)
+        if not loss.requires_grad:
+            raise no_grad_error(loss)
+        if t.nonfinite.watch(loss, acc.step, self.epoch, batch_idx):  # a reference only: no device work
+            t.nonfinite.check(acc)
+        if self.zero_due:
+            self.zero_due = False
+            self._zero_grad(batch_idx)
+        for hook in self.before_backward:
+            hook(loss)
+        if self.backward is None:
+            acc.backward(loss, num_items=num_items)
+        elif num_items is None:
+            self.backward(loss)
+        else:
+            self.backward(loss, num_items=num_items)
+        for hook in self.after_backward:
+            hook()
+        self.loss = loss
+        return outputs
+
+    def _zero_grad(self, batch_idx: int) -> None:
+        # The hooks get the prepared optimizer (as on_before_optimizer_step does); the clearing itself acts on the
+        # optimizer configure_optimizers returned, since the prepared one only clears at a window's last batch
+        # (with one-batch windows every batch is one: the prepared optimizer's fast path then).
+        for optimizer, inner in self.optimizers:
+            for hook in self.before_zero_grad:
+                hook(optimizer)
+            if self.zero_grad is not None:
+                self.zero_grad(self.epoch, batch_idx, inner)
+            else:
+                (optimizer if self.single_batch_windows else inner).zero_grad(set_to_none=True)
+
+    def optimizer_step(self, batch_idx: int) -> None:
+        """The window is complete: its hooks, clipping, the step, the per-step schedulers."""
+        t = self.trainer
+        acc, run, optimizers = t.accelerator, self.run, t.optimizers
+        self.zero_due = True
+        if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(acc):
+            for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
+                optimizer.zero_grad(set_to_none=True)
+            return
+        if self.before_optimizer_step or self.clip is not None:
+            for optimizer in optimizers:
+                acc.unscale_gradients(optimizer)  # hooks and clipping see true (unscaled, normalised) gradients
+                for hook in self.before_optimizer_step:
+                    hook(optimizer)
+                if self.clip is not None:
+                    self.clip(optimizer, **self._clip_arguments())
+        if self.clip is None:
+            if t.clip_grad_norm is not None:
+                acc.clip_grad_norm_(run.parameters, t.clip_grad_norm)
+            elif t.clip_grad_value is not None:
+                acc.clip_grad_value_(run.parameters, t.clip_grad_value)
+        for optimizer in optimizers:
+            if self.step_hook is None:
+                optimizer.step()
+            else:
+                self.step_hook(self.epoch, batch_idx, optimizer, self._closure)
+        if run.step_schedulers and not acc.optimizer_step_was_skipped:
+            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
+
+    def _closure(self) -> torch.Tensor | None:
+        """What ``optimizer_step``'s closure returns: the loss already computed (forward and backward ran)."""
+        return self.loss
+
+    def _clip_arguments(self) -> dict[str, Any]:
+        """The Trainer's clipping settings as ``configure_gradient_clipping``'s keywords (None: no clipping)."""
+        t = self.trainer
+        if t.clip_grad_norm is not None:
+            return {"gradient_clip_val": t.clip_grad_norm, "gradient_clip_algorithm": "norm"}
+        if t.clip_grad_value is not None:
+            return {"gradient_clip_val": t.clip_grad_value, "gradient_clip_algorithm": "value"}
+        return {"gradient_clip_val": None, "gradient_clip_algorithm": None}

@@ -1,0 +1,99 @@
+"""A TrainingModule's own hooks around a batch and an optimizer step (module-only, as in Lightning: callbacks do
+not get them).
+
+Each default does what the Trainer does without it, and the loops look each one up once per epoch: a hook that is
+not overridden costs nothing per batch (the Trainer then takes its own direct path). In call order:
+
+    on_before_batch_transfer(batch, dataloader_idx)            the batch as the loader collated it
+    transfer_batch_to_device(batch, device, dataloader_idx)    moves it (tensors in dicts, lists, tuples, .to())
+    on_after_batch_transfer(batch, dataloader_idx)             the batch on the device
+    ... training_step ...
+    optimizer_zero_grad(epoch, batch_idx, optimizer)           at a window's first batch, before its backward
+    backward(loss)                                             through the Accelerator (scaling, accumulation)
+    configure_gradient_clipping(optimizer, gradient_clip_val=, gradient_clip_algorithm=)
+    optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+    lr_scheduler_step(scheduler, metric)                       each scheduler step the Trainer makes
+
+and ``on_validation_model_zero_grad()`` before a validation inside ``fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .mode_hooks import ModuleModes
+
+#: The step hooks whose names start like the Trainer's ``on_*`` hooks but that only a module gets.
+STEP_HOOKS_ON = ("on_before_batch_transfer", "on_after_batch_transfer", "on_validation_model_zero_grad")
+TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+class StepHooks(ModuleModes):
+    """The defaults of the module's batch and step hooks (see the module docstring)."""
+
+    def prepare_data(self) -> None:
+        """Downloads or writes what the data needs, once per node before ``setup`` (no state: it runs on one
+        process only). Default: nothing."""
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Changes a batch before it goes to the device (e.g. augmentation on the host); returns the batch."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Moves ``batch`` to ``device``: tensors at any depth of dicts, lists and tuples, and objects with a
+        ``.to(device)``. Override for a batch type that needs its own move; returns the moved batch."""
+        from ..accelerator import send_to_device
+
+        return send_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Changes a batch once it is on the device (e.g. augmentation on the GPU); returns the batch."""
+        return batch
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward of ``loss`` through the Accelerator (accumulation's scaling, fp16 loss scaling). An override
+        that calls ``loss.backward()`` itself gives those up; call ``super().backward(loss, ...)`` to keep them."""
+        self.trainer.accelerator.backward(loss, *args, **kwargs)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Clears ``optimizer``'s gradients (set to None) at the first batch of each accumulation window, before
+        its backward."""
+        optimizer.zero_grad(set_to_none=True)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
+                       optimizer_closure: Callable[[], Any] | None = None) -> None:
+        """Steps ``optimizer`` once the window's gradients are complete. ``training_step`` and ``backward`` have
+        already run: ``optimizer_closure()`` returns that loss without computing it again. Override to change the
+        learning rate before stepping (a warm-up) or to skip a step."""
+        optimizer.step(closure=optimizer_closure)
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clips before each optimizer step with the Trainer's ``gradient_clip_val`` / ``gradient_clip_algorithm``
+        (None: no clipping); override to clip by your own rule with :meth:`clip_gradients`."""
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clips ``optimizer``'s gradients (``"norm"``: total norm, default; ``"value"``: each element); fp16
+        gradients are unscaled first. Under manual optimization call it between ``manual_backward`` and
+        ``optimizer.step()``."""
+        from .manual import clip_gradients
+
+        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Steps ``scheduler``; ``metric`` is the monitored value for a ``ReduceLROnPlateau``, None otherwise."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Before a validation inside ``fit``: clears the gradients, so validating holds no training memory."""
+        self.zero_grad()
+
