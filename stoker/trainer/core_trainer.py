@@ -205,7 +205,7 @@ class Trainer:
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_fit_start")
                 run_sanity_check(self, run)
-                setup.train_loader(run)  # asked for after the sanity check, before on_train_start (Lightning's)
+                setup.training_loaders(run)  # asked for after the sanity check, before on_train_start (Lightning's)
                 self.hooks.call("on_train_start")
                 self.run_report.training_starts()
                 self.fit_loop.run(run)

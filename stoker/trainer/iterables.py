@@ -163,6 +163,10 @@ class IterableLoader:
 
     def limit_batches(self, max_batches: int | None) -> None:
         self.max_batches = max_batches
+        if isinstance(self.source, CombinedLoader):  # the prepared loaders inside end their epochs there too, so
+            for leaf in self.source.flattened:  # that the next epoch starts them at their beginning
+                if callable(getattr(leaf, "limit_batches", None)):
+                    leaf.limit_batches(max_batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Passed on to the iterable (or its sampler) when it takes one."""
@@ -214,7 +218,7 @@ def prepare_loader(acc: Accelerator, loader: Any, checkpointed: bool = True) -> 
     DataLoaders inside a ``CombinedLoader`` prepared. ``checkpointed=False``: not among the loaders whose positions
     the Accelerator's checkpoints hold (a loader read from its start each time)."""
     if not checkpointed:
-        from ..accelerator.data.prepare import prepare_data_loader
+        from ..accelerator import prepare_data_loader
 
         device = acc.device if acc.device_placement else None
 

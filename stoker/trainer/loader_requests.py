@@ -1,8 +1,9 @@
 """When a run asks for its loaders, and what happens at that moment: the request, its checks, the preparation.
 
 Owns the moments (Lightning's): a fit asks for its val loaders at its first validation (the sanity check's, after
-``on_sanity_check_start``, or the first one in the loop) and for its train loader after the sanity check, before
-``on_train_start`` (earlier in two cases: resuming from a checkpoint, whose train-loader position is restored with
+``on_sanity_check_start``; else, when the first epoch validates, right after the train loader, so that their batch
+counts are known from the start; else the first one in the loop) and for its train loader after the sanity check,
+before ``on_train_start`` (earlier in two cases: resuming from a checkpoint, whose train-loader position is restored with
 it, and reading ``estimated_stepping_batches``, which needs the loader's length); ``validate`` / ``test`` /
 ``predict`` ask when their stage runs, after the weights are loaded. Each is asked once per call, unless
 ``reload_dataloaders_every_n_epochs=n`` asks the hooks again (loaders passed as arguments are kept):
@@ -12,6 +13,9 @@ it, and reading ``estimated_stepping_batches``, which needs the loader's length)
 * the val loaders at a validation at least n epochs after the one that last asked for them. A sanity check asks
   for them too, and counts as epoch 0's request only when epoch 0 validates (``check_val_every_n_epoch``);
   otherwise the first validation asks again.
+
+With ``RunOptions.in_order_fit_loaders`` (Lightning's ``overfit_batches``) the train loader is read in dataset order
+and validation reads it too (its first ``limit_val_batches``): the val loaders are not asked for.
 
 At each request: the checks (a wrong or empty loader is an error there, naming the hook), the few-workers warning
 (``workers.py``), preparation through the Accelerator, the batch limits and counts. Only the train loader is
@@ -117,9 +121,13 @@ class LoaderRequests:
                           "validation is skipped.", stacklevel=user_stacklevel())
 
     def validates(self, module: Any) -> bool:
-        """Whether this fit may validate: a ``validation_step``, val loaders to ask for, a val batch limit > 0."""
-        return defines_hook(module, VALIDATE.step, TrainingModule) and self.trainer.limit_val_batches != 0 and \
-            self.has_source(self.given[1], module, VALIDATE.loader_hook)
+        """Whether this fit may validate: a ``validation_step``, val loaders to ask for, a val batch limit > 0. Until
+        they are asked for, ``num_val_batches`` is ``[inf]`` (not known yet) in such a fit, ``[]`` in another."""
+        t = self.trainer
+        validates = defines_hook(module, VALIDATE.step, TrainingModule) and t.limit_val_batches != 0 and \
+            (t.options.in_order_fit_loaders or self.has_source(self.given[1], module, VALIDATE.loader_hook))
+        t.num_val_batches = [math.inf] if validates else []
+        return validates
 
     def train(self, run: FitRun) -> Any:
         """The fit's prepared train loader: asked for now unless it was (or a reload is due: module docstring)."""
@@ -147,13 +155,14 @@ class LoaderRequests:
         n, epoch = t.options.reload_dataloaders_every_n_epochs, t.current_epoch
         if self.val_asked and not (n and run.val_from_hooks and epoch - self.val_epoch >= n):
             return run.val_loaders
-        every = t.check_val_every_n_epoch
-        if not t.sanity_checking or every is None or (epoch + 1) % every == 0:
+        if not t.sanity_checking or validates_in(t, epoch):
             self.val_epoch = epoch
         self.val_asked = True
-        vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
-        if t.options.in_order_fit_loaders:
-            vals = [in_order(v, "val") for v in vals]
+        if t.options.in_order_fit_loaders:  # overfitting: validation reads the train loader's first batches
+            self.train(run)
+            vals = flat_loaders(self.stage_loaders[TRAIN.name][0])
+        else:
+            vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
         run.val_enabled = bool(run.val_loaders) and any(t.num_val_batches)
         return run.val_loaders if run.val_enabled else []
@@ -219,6 +228,12 @@ class LoaderRequests:
         return max(1, int(n * interval))
 
 
+def validates_in(trainer: TrainerParts, epoch: int) -> bool:
+    """Whether ``epoch`` of a fit has validations (``check_val_every_n_epoch``)."""
+    every = trainer.check_val_every_n_epoch
+    return every is None or (epoch + 1) % every == 0
+
+
 def flat_loaders(value: Any) -> list[Any]:
     """``value`` as a list of loaders (a list, a dict in order, a ``CombinedLoader``'s iterables), each checked."""
     if value is None:
@@ -250,12 +265,15 @@ def check_train_value(value: Any) -> Any:
 def in_order(loader: Any, kind: str) -> Any:
     """``loader`` reading its dataset in order (``RunOptions.in_order_fit_loaders``): a loader with another sampler
     is rebuilt with a ``SequentialSampler``, with a warning; a custom batch sampler or an iterable dataset is kept."""
+    if isinstance(loader, CombinedLoader):  # several train loaders: each in order
+        return loader.map(lambda leaf: in_order(leaf, kind))
     sampler = getattr(loader, "sampler", None)
     if not isinstance(loader, DataLoader) or sampler is None or isinstance(sampler, SequentialSampler) or \
             isinstance(loader.dataset, IterableDataset) or type(loader.batch_sampler) not in (BatchSampler, type(None)):
         return loader
     warnings.warn(f"The {kind} loader shuffles (or samples) but this fit reads its loaders in order (overfit_batches):"
-                  f" its {type(sampler).__name__} is replaced by a SequentialSampler.", UserWarning, stacklevel=5)
+                  f" its {type(sampler).__name__} is replaced by a SequentialSampler.", UserWarning,
+                  stacklevel=user_stacklevel())
     keep = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
             "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
     options = {name: getattr(loader, name) for name in keep}

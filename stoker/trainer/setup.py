@@ -1,9 +1,9 @@
-"""Setting up a Trainer run: checking the module and loaders, preparing everything through the Accelerator.
+"""Setting up a Trainer run: checking the module, preparing it and its optimizers through the Accelerator.
 
-Owns: the checks that fail before any work (a module without ``training_step`` / ``configure_optimizers``, loaders
-that are not DataLoaders, an empty or endless train loader without a stopping rule), the preparation order
-(model -> loaders -> ``configure_optimizers`` -> optimizers and schedulers, so optimizers see the prepared,
-possibly sharded, parameters), batch limits, and the validation schedule in batches.
+Owns: the checks that fail before any work (a module without ``training_step`` / ``configure_optimizers``, a compiled
+module, a data module passed twice), the preparation order (model -> ``configure_optimizers`` -> optimizers and
+schedulers, so optimizers see the prepared, possibly sharded, parameters), and where a second ``fit`` continues.
+When the loaders are asked for, and their checks and batch limits: ``loader_requests.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .datamodule import DataModule, prepare_data_once
 from .hooks import defines_hook
-from .loader_requests import LoaderRequests
+from .loader_requests import LoaderRequests, validates_in
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
@@ -154,6 +154,14 @@ class RunSetup:
         if first and not self.resumed:
             self.continue_position(loader)
         return loader
+
+    def training_loaders(self, run: FitRun) -> None:
+        """Before ``on_train_start``: the train loader, and the val loaders too when the first epoch validates and
+        the sanity check did not ask for them (so that their batch counts are known from the start)."""
+        self.train_loader(run)
+        requests = self.requests
+        if run.val_enabled and not requests.val_asked and validates_in(self.trainer, self.trainer.current_epoch):
+            requests.val(run)
 
     def val_loaders(self, run: FitRun) -> list[Any]:
         """The fit's prepared val loaders, asked for at its first validation (and on reload); empty: none."""
