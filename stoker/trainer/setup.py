@@ -160,6 +160,8 @@ class RunSetup:
         the sanity check did not ask for them (so that their batch counts are known from the start)."""
         self.train_loader(run)
         requests = self.requests
+        if self.resumed:  # asked for before the checkpoint moved the fit to its epoch: reloads count from there
+            requests.train_epoch = self.trainer.current_epoch
         if run.val_enabled and not requests.val_asked and validates_in(self.trainer, self.trainer.current_epoch):
             requests.val(run)
 
