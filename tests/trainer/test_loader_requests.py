@@ -278,3 +278,12 @@ def test_seed_everything_records_the_worker_choice(monkeypatch):
     assert os.environ["PL_SEED_WORKERS"] == "1"
     seed_everything(3)
     assert os.environ["PL_SEED_WORKERS"] == "0"
+
+
+def test_a_whole_float_batch_limit_is_a_count(tmp_path):
+    t = quiet(tmp_path, max_epochs=1, limit_train_batches=1e50, limit_val_batches=1.0)
+    assert t.limit_train_batches == int(1e50) and t.limit_val_batches is None
+    t.fit(Regressor(), make_loader(make_regression_data(16)), make_loader(make_regression_data(8)))
+    assert t.num_training_batches == 2 and t.num_val_batches == [1]
+    with pytest.raises(ValueError, match=r"limit_train_batches=1.5\) must be None"):
+        quiet(tmp_path, limit_train_batches=1.5)
