@@ -3,8 +3,8 @@
 Owns the moments (Lightning's): a fit asks for its val loaders at its first validation (the sanity check's, after
 ``on_sanity_check_start``; else, when the first epoch validates, right after the train loader, so that their batch
 counts are known from the start; else the first one in the loop) and for its train loader after the sanity check,
-before ``on_train_start`` (earlier in two cases: resuming from a checkpoint, whose train-loader position is restored with
-it, and reading ``estimated_stepping_batches``, which needs the loader's length); ``validate`` / ``test`` /
+before ``on_train_start`` (earlier in two cases: resuming from a checkpoint, whose train-loader position is restored
+with it, and reading ``estimated_stepping_batches``, which needs the loader's length); ``validate`` / ``test`` /
 ``predict`` ask when their stage runs, after the weights are loaded. Each is asked once per call, unless
 ``reload_dataloaders_every_n_epochs=n`` asks the hooks again (loaders passed as arguments are kept):
 
@@ -62,7 +62,7 @@ class LoaderRequests:
         # trainer.val_dataloaders / test_dataloaders / predict_dataloaders
         self.stage_loaders: dict[str, list[Any]] = {}
         self.given: tuple[Any, Any] = (None, None)  # fit's train / val arguments (None: the hooks are asked)
-        self.module: Any = None
+        self.module: TrainingModule | None = None
         self.run: FitRun | None = None  # the fit being set up or run
         self.train_epoch = -math.inf  # the epoch that last asked for the train loader in this fit
         self.val_epoch = -math.inf  # likewise for the val loaders
@@ -105,7 +105,7 @@ class LoaderRequests:
         return check_train_value(value)
 
     # -- fit ----------------------------------------------------------------------------------------------------------
-    def begin_fit(self, module: Any, train: Any, vals: Any) -> None:
+    def begin_fit(self, module: TrainingModule, train: Any, vals: Any) -> None:
         """A new fit: loaders passed are checked now (hooks are asked later); a fit with no train loader at all, or
         val loaders without a ``validation_step``, is told at once."""
         self.given, self.module, self.run = (train, vals), module, None
@@ -120,7 +120,7 @@ class LoaderRequests:
             warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
                           "validation is skipped.", stacklevel=user_stacklevel())
 
-    def validates(self, module: Any) -> bool:
+    def validates(self, module: TrainingModule) -> bool:
         """Whether this fit may validate: a ``validation_step``, val loaders to ask for, a val batch limit > 0. Until
         they are asked for, ``num_val_batches`` is ``[inf]`` (not known yet) in such a fit, ``[]`` in another."""
         t = self.trainer

@@ -51,7 +51,8 @@ class Asking(Regressor):
         self.journal = journal
 
     def _note(self, name: str) -> None:
-        self.journal.append(f"{name}@{self.trainer.current_epoch}" + ("/sanity" if self.trainer.sanity_checking else ""))
+        sanity = "/sanity" if self.trainer.sanity_checking else ""
+        self.journal.append(f"{name}@{self.trainer.current_epoch}{sanity}")
 
     def train_dataloader(self):
         self._note("train")
