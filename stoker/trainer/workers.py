@@ -4,8 +4,8 @@ The rule: this process's share of the machine is the CPUs it may run on divided 
 for the process itself: its *spare* CPUs. A ``DataLoader`` with fewer workers than ``min(3, spare)`` gets one
 ``UserWarning`` (once per loader object and stage), which starts with the phrase Lightning users search for ("The
 'train_dataloader' does not have many workers"). No warning: no spare CPU, enough workers, a loader that is not a
-``DataLoader`` (its workers are not ours to count), or a ``TensorDataset`` (the data is already in memory as tensors:
-workers would only add copying).
+``DataLoader`` (its workers are not ours to count), or data already in memory as tensors (a ``TensorDataset``, a
+tensor, or a ``random_split`` of one: workers would only add copying).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader, TensorDataset
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from .iterables import CombinedLoader
 from ..user_frame import user_stacklevel
@@ -42,13 +43,21 @@ def suggested_workers(processes: int) -> int:
     return max(0, min(3, spare))
 
 
+def in_memory(dataset: Any) -> bool:
+    """A dataset of tensors already in memory: a ``TensorDataset``, a tensor, or a ``Subset`` of one
+    (``random_split``)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, (TensorDataset, torch.Tensor))
+
+
 def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
     """Warns (once per loader) about each ``DataLoader`` in ``loader`` with fewer workers than suggested."""
     leaves = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
     suggested = suggested_workers(trainer.accelerator.num_processes)
     for leaf in leaves:
-        if not isinstance(leaf, DataLoader) or leaf.num_workers >= suggested or \
-                isinstance(leaf.dataset, TensorDataset) or stage.name in _WARNED.setdefault(leaf, set()):
+        if not isinstance(leaf, DataLoader) or leaf.num_workers >= suggested or in_memory(leaf.dataset) or \
+                stage.name in _WARNED.setdefault(leaf, set()):
             continue
         _WARNED[leaf].add(stage.name)
         warnings.warn(f"The '{stage.loader_hook}' does not have many workers: DataLoader(num_workers="

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, random_split
 
 from stoker import Callback, Trainer, seed_everything
 from stoker.trainer import workers
@@ -222,6 +222,8 @@ def test_few_workers_warning_once_per_loader_and_stage(tmp_path, monkeypatch):
     (8, lambda: DataLoader(Rows(), batch_size=4, num_workers=3)),  # enough workers
     (2, lambda: DataLoader(Rows(), batch_size=4, num_workers=1)),  # one spare CPU, one worker
     (8, lambda: make_loader(make_regression_data(16))),  # in-memory tensors: workers would only copy
+    (8, lambda: DataLoader(random_split(make_regression_data(16), [8, 8])[0], batch_size=4)),  # a part of them
+    (8, lambda: DataLoader(torch.zeros(16, 8), batch_size=4)),  # a tensor
     (1, lambda: DataLoader(Rows(), batch_size=4)),  # no CPU to spare
     (8, lambda: [torch.zeros(4, 8)]),  # not a DataLoader: its workers are not ours to count
 ])
