@@ -20,7 +20,9 @@ and validation reads it too (its first ``limit_val_batches``): the val loaders a
 At each request: the checks (a wrong or empty loader is an error there, naming the hook), the few-workers warning
 (``workers.py``), preparation through the Accelerator, the batch limits and counts. Only the train loader is
 registered for checkpointing: its position is what a resume needs, and so the checkpoint's loader count does not
-depend on whether a validation had run yet. Val loaders are prepared alike but read from their start each time.
+depend on whether a validation had run yet. The others are prepared alike but read from their start each time, and
+their seeds (shuffle, workers) are not drawn from the global RNG: preparing one in the middle of a run leaves the
+random stream as it was, so a resumed run, which prepares it at another point, stays bit-identical.
 """
 
 from __future__ import annotations
