@@ -14,6 +14,7 @@ from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data.position import ProcessCountError
+from .data.prepare import prepare_data_loader
 from .distributed.agreement import SignalAgreement, agree_on_max, average_gradients  # noqa: F401 - Trainer's agreement
 from .distributed.fsdp import FSDPStrategy
 from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
@@ -37,4 +38,6 @@ __all__ = [
     "ensure_processes", "resolve_num_processes", "restore_rng_state", "run_outcome",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",
+    # ... and a loader prepared outside the Accelerator's checkpointed list (the Trainer's val and test loaders).
+    "prepare_data_loader",
 ]

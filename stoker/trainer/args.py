@@ -58,7 +58,8 @@ def clip_algorithm(value: Any, argument: str = "Trainer(gradient_clip_algorithm=
 
 
 def batch_limit(name: str, value: Any) -> int | float | None:
-    """None (all batches), an int count >= 0, or a fraction in [0, 1] (1.0 means all)."""
+    """None (all batches), an int count >= 0 (also written as a whole float: 1e4), or a fraction in [0, 1] (1.0
+    means all)."""
     if value is None:
         return None
     if is_int(value):
@@ -67,6 +68,8 @@ def batch_limit(name: str, value: Any) -> int | float | None:
         return value
     if isinstance(value, float) and 0.0 <= value <= 1.0:
         return None if value == 1.0 else value
+    if isinstance(value, float) and value > 1.0 and value.is_integer():  # a count written as a float (1e4)
+        return int(value)
     raise ValueError(f"Trainer({name}={value!r}) must be None (all batches), an int number of batches, or a float "
                      "fraction of the loader in [0.0, 1.0].")
 

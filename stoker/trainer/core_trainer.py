@@ -21,6 +21,7 @@ from .components import (agree_on_log_dirs, build_callbacks, build_loggers, chec
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
 from .hooks import HookDispatcher, clear_gradients
+from .loader_requests import flat_loaders
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
 from .module import TrainingModule
@@ -33,7 +34,7 @@ from .run import RunState
 from .run_report import RunReport
 from .run_scope import run_scope
 from .setup import RunSetup
-from .stages import PREDICT, STAGES, TRAIN, VALIDATE
+from .stages import PREDICT, STAGES, TRAIN
 
 if TYPE_CHECKING:
     from ..callbacks import Callback, ModelCheckpoint
@@ -186,20 +187,16 @@ class Trainer:
         if datamodule is not None and val_dataloaders is not None:
             raise ValueError("Trainer.fit() got both val_dataloaders and datamodule=; pass one of them.")
 
-        def loaders() -> tuple[Any, list[Any]]:
-            train = setup.loader_or_hook(train_dataloaders, module, TRAIN.loader_hook, "train_dataloaders")
-            return train, setup.loaders(val_dataloaders, module, VALIDATE.loader_hook)
-
         self.datamodule = datamodule
         passed = (train_dataloaders is not None, val_dataloaders is not None)
-        early = loaders() if datamodule is None else None  # without a data module, bad loaders fail before setup
+        setup.begin_fit(module, train_dataloaders, val_dataloaders)  # loaders passed: checked now; hooks: later
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with run_scope(self, "fit", module, datamodule):
-            train, vals = early or loaders()
             module.configure_model()
-            run = self.fit_run = setup.prepare_fit(module, train, vals, passed)
+            run = self.fit_run = setup.prepare_fit(module, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
+            setup.resume_from(run, ckpt_path)  # a checkpoint's train-loader position needs the loader
             restore(self, ckpt_path, run.train_loader)
             if self.is_global_zero:
                 log_hyperparams(self.module, self.loggers)
@@ -208,6 +205,7 @@ class Trainer:
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_fit_start")
                 run_sanity_check(self, run)  # after clearing the gradients the run starts with
+                setup.training_loaders(run)  # asked for after the sanity check, before on_train_start (Lightning's)
                 self.hooks.call("on_train_start")
                 self.run_report.training_starts()
                 self.fit_loop.run(run)
@@ -243,14 +241,14 @@ class Trainer:
         datamodule, dataloaders = setup.datamodule(fn, datamodule, dataloaders)
         stage = STAGES[fn]
         self.datamodule = datamodule
-        early = setup.loaders(dataloaders, module, stage.loader_hook, required=True) if datamodule is None else None
+        flat_loaders(dataloaders)  # loaders passed are checked now; the hooks are asked when the stage runs
         with run_scope(self, fn, module, datamodule):
-            loaders = early or setup.loaders(dataloaders, module, stage.loader_hook, required=True)
             module.configure_model()
-            run = setup.prepare_eval(module, loaders, stage)
+            run = setup.prepare_eval(module, stage)
             load_weights(self, ckpt_path, run.model)
             clear_gradients(module, self.accelerator)
             self.state.stage = fn
+            setup.eval_loaders(run, dataloaders, module, stage)
             return run_predict(self, run.loaders) if stage is PREDICT else run_evaluation(self, fn, run.loaders)
 
     # -- logging --------------------------------------------------------------------------------------------------

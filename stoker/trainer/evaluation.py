@@ -130,14 +130,17 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
     states = capture_rng_state()
-    loaders = run.val_loaders
-    limits = [loader.max_batches for loader in loaders]
+    loaders: list[Any] = []
+    limits: list[Any] = []
     t.sanity_checking, t.state.stage = True, VALIDATE.name  # send_to_loggers sends nothing meanwhile
     try:
+        t.hooks.call("on_sanity_check_start")
+        loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
+        limits = [loader.max_batches for loader in loaders]
         for loader, n in zip(loaders, t.num_val_batches):
             loader.limit_batches(None if steps is None else int(min(steps, n)))
-        t.hooks.call("on_sanity_check_start")
-        run_evaluation(t, VALIDATE.name, loaders)
+        if loaders:
+            run_evaluation(t, VALIDATE.name, loaders)
         t.hooks.call("on_sanity_check_end")
     finally:
         t.sanity_checking, t.state.stage = False, TRAIN.name

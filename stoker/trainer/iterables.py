@@ -163,6 +163,10 @@ class IterableLoader:
 
     def limit_batches(self, max_batches: int | None) -> None:
         self.max_batches = max_batches
+        if isinstance(self.source, CombinedLoader):  # the prepared loaders inside end their epochs there too, so
+            for leaf in self.source.flattened:  # that the next epoch starts them at their beginning
+                if callable(getattr(leaf, "limit_batches", None)):
+                    leaf.limit_batches(max_batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Passed on to the iterable (or its sampler) when it takes one."""
@@ -209,13 +213,24 @@ def check_iterable(item: Any, what: str) -> None:
                         "(it makes them resumable and shards them across processes) or other iterables of batches.")
 
 
-def prepare_loader(acc: Accelerator, loader: Any) -> Any:
+def prepare_loader(acc: Accelerator, loader: Any, checkpointed: bool = True) -> Any:
     """A DataLoader prepared by the Accelerator; any other iterable read as it is (module docstring), the
-    DataLoaders inside a ``CombinedLoader`` prepared."""
+    DataLoaders inside a ``CombinedLoader`` prepared. ``checkpointed=False``: not among the loaders whose positions
+    the Accelerator's checkpoints hold (a loader read from its start each time), and its seed is not drawn from the
+    global RNG (a resumed run prepares it at another point of the random stream)."""
+    if not checkpointed:
+        from ..accelerator import prepare_data_loader
+
+        device = acc.device if acc.device_placement else None
+
+        def prepare(leaf: DataLoader) -> Any:
+            return prepare_data_loader(leaf, acc.loader_context, device, draw_seed=False)
+    else:
+        prepare = acc.prepare_data_loader
     if isinstance(loader, DataLoader):
-        return acc.prepare_data_loader(loader)
+        return prepare(loader)
     if isinstance(loader, CombinedLoader):
-        loader = loader.map(lambda leaf: acc.prepare_data_loader(leaf) if isinstance(leaf, DataLoader) else leaf)
+        loader = loader.map(lambda leaf: prepare(leaf) if isinstance(leaf, DataLoader) else leaf)
     return IterableLoader(loader, acc)
 
 

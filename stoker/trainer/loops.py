@@ -274,7 +274,9 @@ class FitLoop:
         state = self.trainer.state
         previous, state.stage = state.stage, VALIDATE.name
         try:
-            run_evaluation(self.trainer, VALIDATE.name, run.val_loaders, counter=self)
+            loaders = self.trainer.run_setup.val_loaders(run)  # asked for at the first validation (and on reload)
+            if loaders:
+                run_evaluation(self.trainer, VALIDATE.name, loaders, counter=self)
         finally:
             state.stage = previous
             self.last_val_time = monotonic()

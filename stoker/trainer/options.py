@@ -26,8 +26,9 @@ class RunOptions:
             fit with an error (a loss that stays NaN would otherwise skip every step and never reach ``max_steps``).
         dry_run: A debugging run (Lightning's ``fast_dev_run``): ModelCheckpoint and EarlyStopping decide nothing
             and write nothing.
-        in_order_fit_loaders: ``fit`` reads its train and val loaders in dataset order (a shuffling sampler is
-            replaced, with a warning): the same batches every epoch, e.g. to overfit a few batches while debugging.
+        in_order_fit_loaders: ``fit`` reads its train loader in dataset order (a shuffling sampler is replaced, with a
+            warning) and validates on that same loader: the same batches every epoch, trained on and validated on,
+            e.g. to overfit a few batches while debugging (Lightning's ``overfit_batches``).
 
     Example:
         >>> Trainer(max_epochs=5, options=RunOptions(min_epochs=2, num_sanity_val_steps=2))  # doctest: +SKIP

@@ -16,7 +16,7 @@ from stoker import Accelerator, seed_everything
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch):
     """Neither seed variable set, and whatever a test (or seed_everything) writes is undone afterwards."""
-    for name in ("STOKER_GLOBAL_SEED", "PL_GLOBAL_SEED"):
+    for name in ("STOKER_GLOBAL_SEED", "PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
         monkeypatch.setenv(name, "0")  # recorded first, so the teardown restores the true previous state
         monkeypatch.delenv(name)
 

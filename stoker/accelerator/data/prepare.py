@@ -33,10 +33,12 @@ def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
     return kwargs
 
 
-def prepare_data_loader(loader: DataLoader, context: LoaderContext,
-                        device: torch.device | None) -> PreparedDataLoader:
+def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torch.device | None,
+                        draw_seed: bool = True) -> PreparedDataLoader:
     """Rebuilds ``loader`` for this process (see the module docstring). ``context``: the Accelerator's
-    :class:`LoaderContext`."""
+    :class:`LoaderContext`. ``draw_seed=False``: without a configured ``data_seed`` the loader's seed is 0 instead of
+    one drawn from the global RNG, so that preparing it moves no random state (a loader whose position no checkpoint
+    holds, prepared in the middle of a run: a resumed run prepares it at another point of the random stream)."""
     config = context.dataloader_config
     n, rank = context.strategy.num_processes, context.strategy.process_index
     seed = config.data_seed
@@ -46,7 +48,7 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext,
     # generator), its RandomSampler's seed (unless that has one); the prepared loader draws the same (GlobalDraws).
     draws = GlobalDraws(base=loader.generator is None, sampler=shuffled is not None and shuffled.generator is None,
                         persistent=loader.persistent_workers and loader.num_workers > 0)
-    if seed is None and (shuffled is not None or loader.num_workers > 0 or n > 1):
+    if seed is None and draw_seed and (shuffled is not None or loader.num_workers > 0 or n > 1):
         # The shuffle (and worker) seed comes from the global RNG once, here, so set_seed() before prepare fixes
         # every order; it counts as the first epoch's first draw. A loader that nothing random reads the seed of
         # (no shuffle, no workers, one process) draws nothing here: its epochs draw what the user's loader did.

@@ -18,6 +18,8 @@ __all__ = ["seed_everything"]
 #: The variable ``seed_everything`` writes and reads first; Lightning's ``PL_GLOBAL_SEED`` is read after it.
 SEED_ENV = "STOKER_GLOBAL_SEED"
 LIGHTNING_SEED_ENV = "PL_GLOBAL_SEED"
+#: Lightning's record of ``seed_everything(workers=...)``, which its worker-seeding helpers read.
+SEED_WORKERS_ENV = "PL_SEED_WORKERS"
 _MAX_SEED = 2**32 - 1  # numpy's limit: a seed every generator accepts as it is
 
 
@@ -27,10 +29,11 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     Args:
         seed: An int in ``[0, 2**32 - 1]``. ``None`` reads ``STOKER_GLOBAL_SEED``, then Lightning's
             ``PL_GLOBAL_SEED``; with neither set it uses 0 and warns (as Lightning 2.x does).
-        workers: Accepted for Lightning scripts; it changes nothing in stoker. Loaders prepared by the Trainer or
-            the Accelerator always seed their worker processes: each epoch's workers get python, numpy and torch
-            seeds derived from the loader's seed (drawn from the seeded global generator when the loader is
-            prepared), the epoch and the worker's index, so runs with the same seed load the same samples.
+        workers: Loaders prepared by the Trainer or the Accelerator always seed their worker processes (each
+            epoch's workers get python, numpy and torch seeds derived from the loader's seed, drawn from the seeded
+            global generator when the loader is prepared, the epoch and the worker's index), so stoker needs no
+            flag. The choice is recorded in ``PL_SEED_WORKERS`` ("1" / "0"), the variable Lightning's own worker
+            helpers read, so that loaders a ported script builds with them behave as under Lightning.
 
     Returns:
         The seed used. It is also written to ``os.environ["STOKER_GLOBAL_SEED"]``.
@@ -54,6 +57,7 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
                          "Pass a seed in that range.")
     set_seed(seed)
     os.environ[SEED_ENV] = str(seed)
+    os.environ[SEED_WORKERS_ENV] = str(int(bool(workers)))
     return seed
 
 

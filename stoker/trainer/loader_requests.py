@@ -1,0 +1,284 @@
+"""When a run asks for its loaders, and what happens at that moment: the request, its checks, the preparation.
+
+Owns the moments (Lightning's): a fit asks for its val loaders at its first validation (the sanity check's, after
+``on_sanity_check_start``; else, when the first epoch validates, right after the train loader, so that their batch
+counts are known from the start; else the first one in the loop) and for its train loader after the sanity check,
+before ``on_train_start`` (earlier in two cases: resuming from a checkpoint, whose train-loader position is restored
+with it, and reading ``estimated_stepping_batches``, which needs the loader's length); ``validate`` / ``test`` /
+``predict`` ask when their stage runs, after the weights are loaded. Each is asked once per call, unless
+``reload_dataloaders_every_n_epochs=n`` asks the hooks again (loaders passed as arguments are kept):
+
+* the train loader at the start of every epoch at least n epochs after the one that last asked for it
+  (epochs 0, n, 2n...);
+* the val loaders at a validation at least n epochs after the one that last asked for them. A sanity check asks
+  for them too, and counts as epoch 0's request only when epoch 0 validates (``check_val_every_n_epoch``);
+  otherwise the first validation asks again.
+
+With ``RunOptions.in_order_fit_loaders`` (Lightning's ``overfit_batches``) the train loader is read in dataset order
+and validation reads it too (its first ``limit_val_batches``): the val loaders are not asked for.
+
+At each request: the checks (a wrong or empty loader is an error there, naming the hook), the few-workers warning
+(``workers.py``), preparation through the Accelerator, the batch limits and counts. Only the train loader is
+registered for checkpointing: its position is what a resume needs, and so the checkpoint's loader count does not
+depend on whether a validation had run yet. The others are prepared alike but read from their start each time, and
+their seeds (shuffle, workers) are not drawn from the global RNG: preparing one in the middle of a run leaves the
+random stream as it was, so a resumed run, which prepares it at another point, stays bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+
+from . import args as check
+from .datamodule import defines
+from .hooks import defines_hook
+from .iterables import CombinedLoader, check_iterable, prepare_loader, replace_loader
+from .module import TrainingModule
+from .stages import TRAIN, VALIDATE, Stage
+from .workers import warn_few_workers
+from ..user_frame import user_stacklevel
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
+    from .run import FitRun
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+class LoaderRequests:
+    """Asks for a run's loaders at their moment and prepares them (see the module docstring); one per Trainer."""
+
+    def __init__(self, trainer: TrainerParts) -> None:
+        self.trainer = trainer
+        # stage name -> the loaders its latest run was given (before preparation): Lightning's
+        # trainer.val_dataloaders / test_dataloaders / predict_dataloaders
+        self.stage_loaders: dict[str, list[Any]] = {}
+        self.given: tuple[Any, Any] = (None, None)  # fit's train / val arguments (None: the hooks are asked)
+        self.module: TrainingModule | None = None
+        self.run: FitRun | None = None  # the fit being set up or run
+        self.train_epoch = -math.inf  # the epoch that last asked for the train loader in this fit
+        self.val_epoch = -math.inf  # likewise for the val loaders
+        self.val_asked = False
+
+    # -- asking -----------------------------------------------------------------------------------------------------
+    def requested(self, value: Any, module: Any, hook: str, required: bool = False) -> Any:
+        """``value``, else what the data module's ``hook`` (when it defines it) or the module's returns, as it is."""
+        datamodule = self.trainer.datamodule
+        if value is None and datamodule is not None and defines(datamodule, hook):
+            value = getattr(datamodule, hook)()
+        elif value is None and callable(getattr(module, hook, None)):
+            if isinstance(module, TrainingModule):  # the hook may read self.trainer (Lightning attaches it first)
+                module.trainer = self.trainer
+            value = getattr(module, hook)()
+        if value is None and required:
+            where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
+            raise ValueError(f"No dataloaders: pass dataloaders=... or define {where}"
+                             f"{type(module).__name__}.{hook}().")
+        return value
+
+    def has_source(self, value: Any, module: Any, hook: str) -> bool:
+        """Whether asking for ``hook``'s loaders can give any: passed, or a data module / module hook to call."""
+        datamodule = self.trainer.datamodule
+        return value is not None or (datamodule is not None and defines(datamodule, hook)) or \
+            callable(getattr(module, hook, None))
+
+    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
+        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
+        list, a dict (in order) or a ``CombinedLoader`` (its iterables, one after the other) gives several."""
+        return flat_loaders(self.requested(value, module, hook, required))
+
+    def train_value(self, value: Any, module: Any, argument: str = "train_dataloaders") -> Any:
+        """The train loader; several (a list or dict) are read together, each batch holding one of each
+        (``CombinedLoader(..., "max_size_cycle")``, as Lightning does)."""
+        value = self.requested(value, module, TRAIN.loader_hook)
+        if value is None:
+            raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
+                             f"{type(module).__name__}.{TRAIN.loader_hook}()), or a list or dict of them; got none.")
+        return check_train_value(value)
+
+    # -- fit ----------------------------------------------------------------------------------------------------------
+    def begin_fit(self, module: TrainingModule, train: Any, vals: Any) -> None:
+        """A new fit: loaders passed are checked now (hooks are asked later); a fit with no train loader at all, or
+        val loaders without a ``validation_step``, is told at once."""
+        self.given, self.module, self.run = (train, vals), module, None
+        self.train_epoch = self.val_epoch = -math.inf
+        self.val_asked = False
+        if train is not None:
+            check_train_value(train)
+        elif not self.has_source(None, module, TRAIN.loader_hook):
+            self.train_value(None, module)  # raises: it says how to give one
+        flat_loaders(vals)
+        if vals is not None and not defines_hook(module, VALIDATE.step, TrainingModule):
+            warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
+                          "validation is skipped.", stacklevel=user_stacklevel())
+
+    def validates(self, module: TrainingModule) -> bool:
+        """Whether this fit may validate: a ``validation_step``, val loaders to ask for, a val batch limit > 0. Until
+        they are asked for, ``num_val_batches`` is ``[inf]`` (not known yet) in such a fit, ``[]`` in another."""
+        t = self.trainer
+        validates = defines_hook(module, VALIDATE.step, TrainingModule) and t.limit_val_batches != 0 and \
+            (t.options.in_order_fit_loaders or self.has_source(self.given[1], module, VALIDATE.loader_hook))
+        t.num_val_batches = [math.inf] if validates else []
+        return validates
+
+    def train(self, run: FitRun) -> Any:
+        """The fit's prepared train loader: asked for now unless it was (or a reload is due: module docstring)."""
+        t = self.trainer
+        n, epoch = t.options.reload_dataloaders_every_n_epochs, t.current_epoch
+        if run.train_loader is not None and not (n and run.train_from_hooks and epoch - self.train_epoch >= n):
+            return run.train_loader
+        first = run.train_loader is None
+        self.train_epoch = epoch
+        value = self.train_value(self.given[0], self.module)
+        if t.options.in_order_fit_loaders:
+            value = in_order(value, "train")
+        warn_few_workers(t, value, TRAIN)
+        self.stage_loaders[TRAIN.name] = [value]
+        acc = t.accelerator
+        run.train_loader = prepare_loader(acc, value) if first else replace_loader(acc, run.train_loader, value)
+        self.limit_train(run.train_loader)
+        run.val_check_batch = self.val_check_batch()
+        return run.train_loader
+
+    def val(self, run: FitRun) -> list[Any]:
+        """The fit's prepared val loaders, asked for at a validation (module docstring); empty: none, and the fit
+        validates no more."""
+        t = self.trainer
+        n, epoch = t.options.reload_dataloaders_every_n_epochs, t.current_epoch
+        if self.val_asked and not (n and run.val_from_hooks and epoch - self.val_epoch >= n):
+            return run.val_loaders
+        if not t.sanity_checking or validates_in(t, epoch):
+            self.val_epoch = epoch
+        self.val_asked = True
+        if t.options.in_order_fit_loaders:  # overfitting: validation reads the train loader's first batches
+            self.train(run)
+            vals = flat_loaders(self.stage_loaders[TRAIN.name][0])
+        else:
+            vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
+        run.val_loaders = self.prepare(VALIDATE, vals)
+        run.val_enabled = bool(run.val_loaders) and any(t.num_val_batches)
+        return run.val_loaders if run.val_enabled else []
+
+    def prepare(self, stage: Stage, loaders: list[Any]) -> list[Any]:
+        """``stage``'s ``loaders`` prepared (not registered for checkpointing: read from their start each time),
+        limited and counted."""
+        t = self.trainer
+        self.stage_loaders[stage.name] = list(loaders)
+        for loader in loaders:
+            warn_few_workers(t, loader, stage)
+        prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]
+        limit = getattr(t, stage.limit)
+        setattr(t, stage.count, [self.limit(loader, limit, stage.limit) for loader in prepared])
+        return prepared
+
+    # -- limits -------------------------------------------------------------------------------------------------------
+    def limit_train(self, loader: Any) -> None:
+        t = self.trainer
+        n = self.limit(loader, t.limit_train_batches, TRAIN.limit)
+        if n == 0:
+            reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \
+                else "it is empty"
+            raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "
+                             "dataset size, batch_size and drop_last.")
+        t.num_training_batches = n
+        if t.loggers and n < t.log_every_n_steps:
+            warnings.warn(f"The number of training batches ({n}) is smaller than the logging "
+                          f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
+                          "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
+                          UserWarning, stacklevel=user_stacklevel())
+        if math.isinf(n) and t.max_epochs is None and t.max_steps is None:
+            raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
+                             "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
+                             "or Trainer(max_epochs=N).")
+
+    @staticmethod
+    def limit(loader: Any, limit: Any, name: str) -> int | float:
+        """Applies a ``limit_*_batches`` to a prepared loader; returns its batches per epoch (inf: unknown)."""
+        n = check.resolve_limit(name, limit, _length(loader))
+        loader.limit_batches(n)
+        length = _length(loader)
+        if length is not None:
+            return length
+        return float("inf") if n is None else n
+
+    def val_check_batch(self) -> int | None:
+        t = self.trainer
+        interval, n = t.val_check_interval, t.num_training_batches
+        if t.val_check_seconds is not None:
+            return None  # validation by time (the fit loop's clock), not by batch count
+        if isinstance(interval, int):
+            if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
+                raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
+                                 "an epoch, so validation would never run. Use a smaller int, a fraction such as "
+                                 "1.0, or check_val_every_n_epoch=None to count batches across epochs.")
+            return interval
+        if math.isinf(n):
+            if interval != 1.0:
+                raise ValueError(f"Trainer(val_check_interval={interval}) is a fraction of an epoch, but the train "
+                                 "loader has no length. Use an int number of batches, or 1.0.")
+            return None
+        return max(1, int(n * interval))
+
+
+def validates_in(trainer: TrainerParts, epoch: int) -> bool:
+    """Whether ``epoch`` of a fit has validations (``check_val_every_n_epoch``)."""
+    every = trainer.check_val_every_n_epoch
+    return every is None or (epoch + 1) % every == 0
+
+
+def flat_loaders(value: Any) -> list[Any]:
+    """``value`` as a list of loaders (a list, a dict in order, a ``CombinedLoader``'s iterables), each checked."""
+    if value is None:
+        return []
+    if isinstance(value, CombinedLoader):
+        value = value.flattened
+    if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order
+        value = list(value.values())
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for i, item in enumerate(items):
+        check_iterable(item, f"Loader #{i}")
+    return items
+
+
+def check_train_value(value: Any) -> Any:
+    """A train loader checked; a list or dict of them combined (``"max_size_cycle"``)."""
+    if isinstance(value, (Mapping, list, tuple)):
+        for i, item in enumerate(CombinedLoader(value).flattened):
+            check_iterable(item, f"Loader #{i}")
+        value = CombinedLoader(value, "max_size_cycle")
+    if isinstance(value, CombinedLoader) and value.mode == "sequential":
+        raise ValueError("Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
+                         "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
+                         "'min_size' (sequential is for validation and test loaders).")
+    check_iterable(value, "The train loader")
+    return value
+
+
+def in_order(loader: Any, kind: str) -> Any:
+    """``loader`` reading its dataset in order (``RunOptions.in_order_fit_loaders``): a loader with another sampler
+    is rebuilt with a ``SequentialSampler``, with a warning; a custom batch sampler or an iterable dataset is kept."""
+    if isinstance(loader, CombinedLoader):  # several train loaders: each in order
+        return loader.map(lambda leaf: in_order(leaf, kind))
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(loader, DataLoader) or sampler is None or isinstance(sampler, SequentialSampler) or \
+            isinstance(loader.dataset, IterableDataset) or type(loader.batch_sampler) not in (BatchSampler, type(None)):
+        return loader
+    warnings.warn(f"The {kind} loader shuffles (or samples) but this fit reads its loaders in order (overfit_batches):"
+                  f" its {type(sampler).__name__} is replaced by a SequentialSampler.", UserWarning,
+                  stacklevel=user_stacklevel())
+    keep = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+            "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+    options = {name: getattr(loader, name) for name in keep}
+    if not options["num_workers"]:  # these are only accepted with worker processes
+        options.pop("prefetch_factor"), options.pop("persistent_workers")
+    return DataLoader(loader.dataset, sampler=SequentialSampler(loader.dataset), **options)

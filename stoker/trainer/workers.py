@@ -1,0 +1,66 @@
+"""The few-workers warning: a loader that loads its batches in the training process while CPUs sit idle.
+
+The rule: this process's share of the machine is the CPUs it may run on divided by the Trainer's processes, less one
+for the process itself: its *spare* CPUs. A ``DataLoader`` with fewer workers than ``min(3, spare)`` gets one
+``UserWarning`` (once per loader object and stage), which starts with the phrase Lightning users search for ("The
+'train_dataloader' does not have many workers"). No warning: no spare CPU, enough workers, a loader that is not a
+``DataLoader`` (its workers are not ours to count), or data already in memory as tensors (a ``TensorDataset``, a
+tensor, or a ``random_split`` of one: workers would only add copying).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+from .iterables import CombinedLoader
+from ..user_frame import user_stacklevel
+
+if TYPE_CHECKING:
+    from .parts import TrainerParts
+    from .stages import Stage
+
+#: The stages each loader was warned about in (a loader given to several runs is warned about once per stage).
+_WARNED: weakref.WeakKeyDictionary[DataLoader, set[str]] = weakref.WeakKeyDictionary()
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
+def suggested_workers(processes: int) -> int:
+    """Workers worth having per loader: ``min(3, spare)`` (module docstring); 0 when no CPU is spare."""
+    spare = available_cpus() // max(1, processes) - 1
+    return max(0, min(3, spare))
+
+
+def in_memory(dataset: Any) -> bool:
+    """A dataset of tensors already in memory: a ``TensorDataset``, a tensor, or a ``Subset`` of one
+    (``random_split``)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, (TensorDataset, torch.Tensor))
+
+
+def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
+    """Warns (once per loader) about each ``DataLoader`` in ``loader`` with fewer workers than suggested."""
+    leaves = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
+    suggested = suggested_workers(trainer.accelerator.num_processes)
+    for leaf in leaves:
+        if not isinstance(leaf, DataLoader) or leaf.num_workers >= suggested or in_memory(leaf.dataset) or \
+                stage.name in _WARNED.setdefault(leaf, set()):
+            continue
+        _WARNED[leaf].add(stage.name)
+        warnings.warn(f"The '{stage.loader_hook}' does not have many workers: DataLoader(num_workers="
+                      f"{leaf.num_workers}) loads its batches in the training process, between steps, while this "
+                      f"process has CPUs to spare. Pass DataLoader(num_workers={suggested}) to load them in the "
+                      "background (or ignore this when loading is cheap).", UserWarning, stacklevel=user_stacklevel())
