@@ -196,10 +196,12 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         return
     trainer.checkpoint_state.loaded = None
     try:
-        trainer.accelerator.load_state(path)
+        # extra_loaders: checkpoints of earlier versions also hold the val loaders' positions, after the train
+        # loader's; validation starts its loaders afresh, so those are not read.
+        trainer.accelerator.load_state(path, extra_loaders=True)
     except ValueError as error:
         raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer and "
-                         "scheduler of configure_optimizers, the train loader and each val loader.)") from error
+                         "scheduler of configure_optimizers, and the train loader.)") from error
     payload = trainer.checkpoint_state.take_loaded()
     if payload is None:
         raise ValueError(f"{path} holds no Trainer state; it was written by Accelerator.save_state outside a "

@@ -361,3 +361,22 @@ def test_tree_files_are_plain_safetensors(tmp_path):
     from safetensors.torch import load_file
 
     assert torch.equal(next(iter(load_file(tmp_path / "x.safetensors").values())), torch.ones(2))
+
+
+def test_extra_loader_positions_are_refused_unless_asked_for(tmp_path):
+    def make_two(n_loaders):
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+        data = TensorDataset(torch.arange(24.0))
+        return accelerator, accelerator.prepare(*[DataLoader(data, batch_size=4) for _ in range(n_loaders)])
+
+    accelerator, (first, second) = make_two(2)
+    it = iter(first)
+    seen = [next(it)[0].tolist() for _ in range(2)]
+    accelerator.save_state(tmp_path / "ckpt")
+    accelerator, only = make_two(1)
+    with pytest.raises(ValueError, match="holds 2 dataloaders but 1 were prepared"):
+        accelerator.load_state(tmp_path / "ckpt")
+    accelerator.load_state(tmp_path / "ckpt", extra_loaders=True)  # the first position is the prepared loader's
+    assert [b[0].tolist() for b in only] == [[8.0, 9.0, 10.0, 11.0], [12.0, 13.0, 14.0, 15.0],
+                                             [16.0, 17.0, 18.0, 19.0], [20.0, 21.0, 22.0, 23.0]]
+    assert seen[-1] == [4.0, 5.0, 6.0, 7.0]

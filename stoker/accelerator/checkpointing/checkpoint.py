@@ -137,9 +137,11 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
     return target
 
 
-def _check_counts(contents: CheckpointContents, state: dict[str, Any], path: str) -> None:
+def _check_counts(contents: CheckpointContents, state: dict[str, Any], path: str, extra_loaders: bool) -> None:
     for kind in _KINDS:
         saved, have = state["counts"][kind], contents.count(kind)
+        if kind == "dataloaders" and extra_loaders and saved > have:
+            continue  # the first `have` positions are this run's loaders'; the later ones are not read
         if saved != have and (kind != "dataloaders" or contents.stateful_loaders):
             raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
                              "objects in the same order as when saving.")
@@ -347,7 +349,8 @@ def _source(contents: CheckpointContents, input_dir: str | None) -> str:
     return newest
 
 
-def load_state(contents: CheckpointContents, input_dir: str | None = None, strict: bool = True, **_: Any) -> None:
+def load_state(contents: CheckpointContents, input_dir: str | None = None, strict: bool = True,
+               extra_loaders: bool = False, **_: Any) -> None:
     """Restores what :func:`save_state` wrote, after checking every file it reads against the manifest.
 
     Without ``input_dir`` (automatic naming) it takes the newest complete checkpoint. The next automatic save
@@ -357,7 +360,9 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     same global order on another process count, or are refused with ``ProcessCountError`` (see
     ``process_count.py``). The precision may differ from the saving run's: a checkpoint without a grad scaler
     (saved in full precision or bf16) leaves an fp16 run's scaler as it is, and an fp16 checkpoint's scaler is
-    ignored by the other precisions.
+    ignored by the other precisions. ``extra_loaders=True`` accepts a checkpoint holding more loader positions
+    than loaders were prepared (the prepared ones take the first positions; the Trainer uses it for checkpoints
+    written when it also registered its val loaders).
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
@@ -368,7 +373,7 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     strategy.barrier()
     files = verify_checkpoint(path, files=[STATE_NAME])["files"]
     state = read_state(path)
-    _check_counts(contents, state, path)
+    _check_counts(contents, state, path, extra_loaders)
     rank = contents.process_index
     parts = _parts_to_load(contents, files)
     kept = list(contents.models)
