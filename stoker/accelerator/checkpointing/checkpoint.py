@@ -140,9 +140,8 @@ def save_state(contents: CheckpointContents, output_dir: str | None = None, safe
 def _check_counts(contents: CheckpointContents, state: dict[str, Any], path: str, extra_loaders: bool) -> None:
     for kind in _KINDS:
         saved, have = state["counts"][kind], contents.count(kind)
-        if kind == "dataloaders" and extra_loaders and saved > have:
-            continue  # the first `have` positions are this run's loaders'; the later ones are not read
-        if saved != have and (kind != "dataloaders" or contents.stateful_loaders):
+        if saved != have and not (kind == "dataloaders" and extra_loaders and saved > have) and \
+                (kind != "dataloaders" or contents.stateful_loaders):
             raise ValueError(f"{path} holds {saved} {kind} but {have} were prepared/registered; prepare the same "
                              "objects in the same order as when saving.")
 
@@ -360,9 +359,8 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     same global order on another process count, or are refused with ``ProcessCountError`` (see
     ``process_count.py``). The precision may differ from the saving run's: a checkpoint without a grad scaler
     (saved in full precision or bf16) leaves an fp16 run's scaler as it is, and an fp16 checkpoint's scaler is
-    ignored by the other precisions. ``extra_loaders=True`` accepts a checkpoint holding more loader positions
-    than loaders were prepared (the prepared ones take the first positions; the Trainer uses it for checkpoints
-    written when it also registered its val loaders).
+    ignored by the other precisions. ``extra_loaders=True``: more loader positions than loaders is fine (the
+    prepared loaders take the first ones; the Trainer's older checkpoints also hold its val loaders').
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
