@@ -7,6 +7,7 @@ epoch, never per step) and stops by setting ``trainer.should_stop``.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from enum import Enum
@@ -14,11 +15,14 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value
+from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value, no_metric_message
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.user_frame import user_stacklevel
 
 __all__ = ["EarlyStopping", "EarlyStoppingReason"]
+
+# The stop message goes to this logger ("stoker.callbacks.early_stopping", INFO), as Lightning's goes to its module's.
+log = logging.getLogger(__name__)
 
 _MODES = ("min", "max")
 
@@ -42,7 +46,8 @@ class EarlyStopping(Callback):
     ``best + min_delta`` (``mode="max"``). A check stops the run at once, before patience, when the
     value is not finite (``check_finite``), better than ``stopping_threshold`` (good enough) or worse
     than ``divergence_threshold`` (hopeless); ``stopping_reason`` (an `EarlyStoppingReason`) says which, and
-    ``stopping_reason_message`` (None until a stop) says it in words. The counters
+    ``stopping_reason_message`` (None until a stop) says it in words; the stop is logged (INFO) through this
+    module's ``log``, prefixed ``[rank: N]`` when several processes run. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
     across a resume.
 
@@ -137,11 +142,8 @@ class EarlyStopping(Callback):
             return
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
-            message = (
-                f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. "
-                f"Available metrics: {sorted(metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-                "in validation_step (or training_step), or monitor one of the available names."
-            )
+            message = no_metric_message(f"EarlyStopping(monitor={self.monitor!r})", self.monitor, metrics,
+                                        " in validation_step (or training_step), or monitor one of them.")
             if self.strict:
                 raise RuntimeError(message)
             warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning,
@@ -159,8 +161,9 @@ class EarlyStopping(Callback):
             trainer.should_stop = True
             self.stopped_epoch = int(trainer.current_epoch)
             self.stopping_reason, self.stopping_reason_message = reason, message
-            if trainer.is_global_zero:
-                print(f"EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
+            accelerator = trainer.accelerator  # each process says it; its rank tells the lines apart
+            rank = f"[rank: {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
+            log.info(f"{rank}EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
 
     def _evaluate(self, current: float) -> tuple[EarlyStoppingReason, str]:
         """Updates the counters with ``current``; returns (why it stops or NOT_STOPPED, the message)."""
