@@ -22,6 +22,7 @@ from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR
 from stoker.callbacks.checkpoint_options import EVERY_EPOCH as _EVERY_EPOCH, check_options
 from stoker.callbacks.checkpoint_ranking import admit, kept, ordering
 from stoker.callbacks.checkpoint_writer import CheckpointWriter, finish_evictions
+from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
 from stoker.loggers.layout import default_checkpoint_dir
 from stoker.user_frame import user_stacklevel
 
@@ -131,7 +132,7 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
         self._kept: dict[str, float] = {}  # path -> score (the step without monitor) of every kept checkpoint
         self.last_model_path = ""
-        self._last_time_save, self._warned_missing = 0.0, False
+        self._last_time_save, self._warned_missing, self._fresh = 0.0, False, True
         self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
@@ -189,7 +190,8 @@ class ModelCheckpoint(Callback):
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
             finish_evictions(trainer, self.dirpath, self.state_key, [*self._kept, self.last_model_path])
-            if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
+            self._fresh = trainer.global_step == 0  # a resumed run has steps, and continues the folder's `last`
+            if self._fresh and trainer.is_global_zero:
                 warn_if_earlier_run(self.dirpath)
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
@@ -211,19 +213,12 @@ class ModelCheckpoint(Callback):
             if step != self._last_save_step:
                 self._save(trainer)
                 self._last_time_save = time.monotonic()
-        elif self.train_time_interval is not None and self._time_due(trainer, step):
-            self._save(trainer)
-
-    def _time_due(self, trainer: TrainerView, step: int) -> bool:
-        from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
-
-        if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
-            return False  # the check is a collective there: not every step
-        now = time.monotonic()
-        if not agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
-            return False
-        self._last_time_save = now
-        return True
+        elif self.train_time_interval is not None and (trainer.accelerator.num_processes == 1
+                                                       or step % SYNC_EVERY_N_STEPS == 0):  # a collective there
+            now = time.monotonic()
+            if agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
+                self._last_time_save = now
+                self._save(trainer)
 
     def _at_epoch_end(self, trainer: TrainerView) -> bool:
         # None (Lightning's rule for several validations per epoch): after each of them, so none is lost.
@@ -258,9 +253,10 @@ class ModelCheckpoint(Callback):
     def _last_path(self, trainer: TrainerView) -> str:
         metrics = _name_fields(trainer)
         name = format_checkpoint_name(self.CHECKPOINT_NAME_LAST, metrics, self.auto_insert_metric_name)
-        # An earlier run's `last` in dirpath is kept (this run's is `last-v1`); a resumed run owns its `last`.
+        # A fresh run keeps an earlier run's `last` in dirpath (its own is `last-v1`, as Lightning); a resumed one
+        # goes on with its own, or with the folder's `last` when its state did not say which.
         return unique_path(self.dirpath, name, [self.last_model_path], self.FILE_EXTENSION, (WEIGHTS_DIR,),
-                           self.enable_version_counter)
+                           self.enable_version_counter and (self._fresh or bool(self.last_model_path)))
 
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         """``save_on_exception``: the state at the moment ``fit`` raised, under the ``filename`` template."""
