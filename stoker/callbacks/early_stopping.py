@@ -129,15 +129,15 @@ class EarlyStopping(Callback):
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
         if trainer.fitting and not trainer.sanity_checking and self.check_on_train_epoch_end is not True:
-            self._run_check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
         when = self.check_on_train_epoch_end
         if (when is True or (when is None and not fit_validates(trainer))) and trainer.epoch_finished:
-            self._run_check(trainer)
+            self._run_early_stopping_check(trainer)
 
-    def _run_check(self, trainer: TrainerView) -> None:
+    def _run_early_stopping_check(self, trainer: TrainerView) -> None:
         if trainer.dry_run:  # a debugging run decides nothing (Lightning's rule)
             return
         metrics = trainer.callback_metrics
@@ -153,20 +153,26 @@ class EarlyStopping(Callback):
         value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")
         current = agreed_mean(trainer, value)
         previous_best = self.best_score
-        reason, message = self._evaluate(current)
-        should_stop = reason is not EarlyStoppingReason.NOT_STOPPED
+        should_stop, message = self._evaluate_stopping_criteria(current)
         if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
             print(f"EarlyStopping: {self.monitor} improved to {self.best_score:.6g} (epoch {trainer.current_epoch}).")
         if should_stop:
             trainer.should_stop = True
             self.stopped_epoch = int(trainer.current_epoch)
-            self.stopping_reason, self.stopping_reason_message = reason, message
+            self.stopping_reason_message = message
             accelerator = trainer.accelerator  # each process says it; its rank tells the lines apart
             rank = f"[rank: {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
             log.info(f"{rank}EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
 
+    def _evaluate_stopping_criteria(self, current: float) -> tuple[bool, str]:
+        """Updates the counters with ``current``; returns (whether to stop, why in words), the reason kept in
+        ``stopping_reason``."""
+        reason, message = self._evaluate(current)
+        if reason is not EarlyStoppingReason.NOT_STOPPED:
+            self.stopping_reason = reason
+        return reason is not EarlyStoppingReason.NOT_STOPPED, message
+
     def _evaluate(self, current: float) -> tuple[EarlyStoppingReason, str]:
-        """Updates the counters with ``current``; returns (why it stops or NOT_STOPPED, the message)."""
         if self.check_finite and not math.isfinite(current):
             return EarlyStoppingReason.NON_FINITE_METRIC, f"{self.monitor} = {current} is not finite."
         better, sign = (float.__lt__, "<") if self.mode == "min" else (float.__gt__, ">")
