@@ -9,6 +9,7 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
 """
 
+import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,10 @@ _LAZY = {
     "StochasticWeightAveraging": "stoker.callbacks.swa",
     "LambdaCallback": "stoker.callbacks.lambda_function",
 }
+
+# Lightning's module paths under this package (stoker.callbacks.model_checkpoint) are faces kept in
+# stoker/faces/callbacks/, found through this __path__ entry: the core itself imports nothing from them.
+__path__.append(os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "callbacks"))
 
 
 def __getattr__(name: str) -> Any:

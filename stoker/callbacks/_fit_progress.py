@@ -38,6 +38,12 @@ def monitored_value(value: Any, owner: str) -> float:
     return float(value)
 
 
+def no_metric_message(owner: str, monitor: str, metrics: Any, fix: str) -> str:
+    """What a callback says when ``monitor`` is not among the logged ``metrics``: the names there are, and ``fix``."""
+    return (f"{owner} found no metric {monitor!r}. Available metrics: {sorted(metrics) or 'none'}. "
+            f"Log it with self.log({monitor!r}, value){fix}")
+
+
 def agreed_any(trainer: TrainerView, flag: bool) -> bool:
     """True on every process when ``flag`` is True on any of them."""
     return trainer.accelerator.strategy.any_process(flag)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     import torch
 
     from stoker.accelerator import Accelerator
@@ -92,6 +94,8 @@ class TrainerView(Protocol):
     def fitting(self) -> bool: ...
     @property
     def check_val_every_n_epoch(self) -> int | None: ...
+    @property
+    def val_check_interval(self) -> int | float | timedelta: ...
     @property
     def window_closed(self) -> bool: ...
     @property

@@ -1,30 +1,28 @@
 """`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` (when asked) fresh.
 
-Owns *when* to save (epoch, step and time triggers; a stopped epoch saves only ``last``), the score a save is ranked
-by, and the callback's state. Elsewhere: names and folders (checkpoint_files.py), constructor checks
-(checkpoint_options.py), what is kept (checkpoint_ranking.py), the safe write order (checkpoint_writer.py).
-Under ``dirpath`` (default: the run's ``.../version_{n}/checkpoints``, ``stoker.loggers.layout``):
-``epoch=3-step=400.ckpt/`` (a top-k save_state folder, named as Lightning's files), ``last.ckpt/`` with
-save_last=True, and with export_weights ``weights/epoch=3-step=400.ckpt/model.safetensors``. ``last`` is refreshed
-at *every* save, improved or not (Lightning 2.6 stops refreshing it then, so ``ckpt_path="last"`` resumes an old
-epoch). Names are stored relative to ``dirpath`` in the state, so a run folder can be moved.
+Owns *when* to save (epoch, step and time triggers), the score a save is ranked by, and the callback's state (names
+relative to ``dirpath``, so a run folder can be moved). Elsewhere: names and folders (checkpoint_files.py),
+constructor checks (checkpoint_options.py), what is kept (checkpoint_ranking.py), the safe write order
+(checkpoint_writer.py). ``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it
+then, so ``ckpt_path="last"`` resumes an old epoch).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: a CLI (jsonargparse) reads the constructor's annotations at run time.
 import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from stoker.callbacks._fit_progress import agreed_any, agreed_mean, fit_validates, monitored_value
+from stoker.callbacks._fit_progress import (agreed_any, agreed_mean, fit_validates, monitored_value,
+                                            no_metric_message)
 from stoker.callbacks.base import Callback, TrainerView
-from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR, Zeros, check_dirpath,
+from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR, check_dirpath,
                                                format_checkpoint_name, unique_path, warn_if_earlier_run)
 from stoker.callbacks.checkpoint_options import EVERY_EPOCH as _EVERY_EPOCH, check_options
 from stoker.callbacks.checkpoint_ranking import admit, kept, ordering
 from stoker.callbacks.checkpoint_writer import CheckpointWriter, finish_evictions
+from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
 from stoker.loggers.layout import default_checkpoint_dir
 from stoker.user_frame import user_stacklevel
 
@@ -35,24 +33,19 @@ class ModelCheckpoint(Callback):
     """Saves full resumable checkpoints, keeps the best ``save_top_k`` and (``save_last=True``) a ``last`` that is
     always newest.
 
-    A save happens every ``every_n_epochs`` training epochs (after that epoch's validation, when there
-    is one) or every ``every_n_train_steps`` optimizer steps: as in Lightning the triggers are exclusive by
-    default (a step trigger alone does not also save at every epoch's end), but unlike Lightning, asking for
-    both explicitly gives both. When a fit stops mid-epoch (``should_stop``, ``max_steps``, `Timer`) or ends with
-    the newest state unsaved, only ``last`` is written (with ``save_last``; without it the stopped epoch's save is
-    ranked as Lightning does): a partial epoch's metrics do not compete for the top k. Likewise a
-    monitored value is ranked once: a later save that sees the same value (no validation since, e.g.
-    with ``check_val_every_n_epoch=2``) refreshes only ``last``. Each save writes a complete ``save_state`` folder
-    named ``{filename}.ckpt`` (``FILE_EXTENSION``). With ``monitor``, a checkpoint is kept when its score is among
-    the ``save_top_k`` best (a NaN score counts as the worst: +inf when minimizing, -inf when maximizing); without
-    it only the newest is kept (``save_top_k`` 1), or all (-1). ``save_top_k=0`` keeps none (only ``last``).
+    A save happens every ``every_n_epochs`` epochs (after their validation) or every ``every_n_train_steps``
+    optimizer steps; a step trigger alone turns the epoch trigger off (as Lightning; unlike Lightning, asking for
+    both gives both). A fit that stops mid-epoch or ends unsaved writes only ``last`` (with ``save_last``; without
+    it the stopped epoch is ranked, as Lightning), and a monitored value is ranked once (a later save that sees the
+    same value refreshes only ``last``). Each save is a complete ``save_state`` folder named ``{filename}.ckpt``.
+    With ``monitor`` the ``save_top_k`` best scores are kept (NaN is the worst); without it the newest
+    (``save_top_k`` 1) or all (-1). ``save_top_k=0`` keeps none (only ``last``).
 
     Args:
         dirpath: Folder for the checkpoints; default: the first logger's ``version_{n}/checkpoints`` (as
             Lightning's), or ``{default_root_dir}/checkpoints`` without a logger (``stoker.loggers.layout``).
-        filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"`` (default ``"{epoch}-{step}"``); fields are
-            ``epoch``, ``step`` and any metric in ``trainer.callback_metrics`` and become ``name=value``; characters
-            unsafe in folder names (``/ \\ : * ? " < > |``) become ``_``.
+        filename: Name template, e.g. ``"{epoch}-{step}-{val/loss:.3f}"`` (default ``"{epoch}-{step}"``): ``epoch``,
+            ``step`` and any logged metric, as ``name=value``; characters unsafe in folder names become ``_``.
         monitor: Metric that ranks checkpoints, e.g. ``"val/loss"``; ``None`` keeps the newest.
         mode: ``"min"`` or ``"max"``: which scores are better. save_top_k: How many to keep (-1 all, 0 none).
         save_last: True (or ``"link"``): keep ``{dirpath}/last.ckpt`` refreshed at every save (a hard-linked copy of
@@ -64,32 +57,25 @@ class ModelCheckpoint(Callback):
         every_n_train_steps: Save every n optimizer steps (``None`` or 0: never by steps).
         every_n_epochs: Save every n epochs (``None`` or 0: never at epoch ends). Default: 1, or 0 with a step trigger.
         export_weights: Also write ``save_model`` safetensors of the unwrapped model to ``{dirpath}/weights/{name}``.
-        save_on_train_epoch_end: When the epoch trigger saves: None (default) or True at the end of the training
-            epoch (after its validation); False after every validation run inside ``fit`` in the epochs
-            ``every_n_epochs`` selects (several per epoch with ``val_check_interval`` < 1). Lightning's None picks
-            False when validation runs mid-epoch or not every epoch; stoker's keeps the epoch end: pass False.
+        save_on_train_epoch_end: True: the epoch trigger saves at the epoch's end; False: after each validation
+            in the epochs it selects. None: False when validation runs several times per epoch (as Lightning), else
+            True (Lightning also picks False with ``check_val_every_n_epoch`` > 1).
         auto_insert_metric_name: Write ``{name}`` fields as ``name=value`` (default) or as the bare value, for
             templates such as ``"epoch{epoch:02d}-loss{val/loss:.2f}"``.
-        save_weights_only: Each checkpoint folder (``last`` too) holds only the weights: ``save_model`` of the
-            unwrapped model (``model.safetensors``), readable by ``load_checkpoint_in_model`` and by
-            ``validate/test/predict(ckpt_path=...)``. Not resumable: ``fit(ckpt_path=...)`` needs full checkpoints
-            (``ckpt_path="last"`` does not pick these). ``export_weights`` and ``async_save`` have no effect with it.
+        save_weights_only: Each folder holds only ``model.safetensors`` (for ``load_checkpoint_in_model`` and
+            ``validate/test/predict(ckpt_path=...)``), not resumable; ``export_weights``/``async_save`` do nothing.
         train_time_interval: Save when this much wall-clock time has passed since the previous time-triggered save
-            (checked after each optimizer step; with several processes every 10 steps, as the processes agree with
-            a collective). Like ``every_n_train_steps`` it turns the default epoch trigger off.
+            (checked after each optimizer step; every 10 with several processes); turns the epoch trigger off.
         verbose: Print a line for each checkpoint written (main process).
-        async_save: Write each checkpoint in the background (``save_state(async_save=True)``, holding a CPU copy
-            of the state): training goes on once the state is copied. Without it each checkpoint's files are written
-            before training goes on and only the commit (fsyncs, rename, ``last``, evictions) is in the background.
-            Either way the next save and the end of ``fit`` wait for it, and until then ``best_model_path`` /
-            ``last_model_path`` may still hold the previous state. Synchronous with several processes, FSDP or
-            ``export_weights``.
+        async_save: Write each checkpoint in the background from a CPU copy of the state (without it the files are
+            written first and only the commit is in the background). The next save and the end of ``fit`` wait for
+            it. Synchronous with several processes, FSDP or ``export_weights``.
 
     Attributes:
         best_model_path: Absolute path of the best kept checkpoint (``""`` before the first).
         best_model_score: Its monitored value as a float (``None`` before the first, or without ``monitor``).
         last_model_path: Absolute path of ``last`` once written (``""`` before).
-        best_k_models: Absolute path -> score of every kept ranked checkpoint.
+        best_k_models: Absolute path -> score of every kept ranked checkpoint (``{}`` without ``monitor``).
         current_score: The score of the latest ranked save (``None`` before it).
         CHECKPOINT_NAME_LAST, FILE_EXTENSION: ``last``'s name template and every name's end (``".ckpt"``).
 
@@ -111,7 +97,7 @@ class ModelCheckpoint(Callback):
         filename: str | None = None,
         monitor: str | None = None, mode: str = "min",
         save_top_k: int = 1,
-        save_last: bool | str | None = None,
+        save_last: bool | Literal["link"] | None = None,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = _EVERY_EPOCH,
         export_weights: bool = False,
@@ -124,15 +110,12 @@ class ModelCheckpoint(Callback):
         save_on_exception: bool = False,
         enable_version_counter: bool = True,
     ) -> None:
-        check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps, save_last=save_last,
-                      every_n_epochs=every_n_epochs, monitor=monitor, save_on_train_epoch_end=save_on_train_epoch_end,
-                      train_time_interval=train_time_interval)
         self.auto_insert_metric_name = bool(auto_insert_metric_name)
         self.filename = filename or "{epoch}-{step}"
-        try:  # fail now, not after the first epoch, on a template that cannot be filled
-            format_checkpoint_name(self.filename, Zeros(), self.auto_insert_metric_name)
-        except (ValueError, IndexError, KeyError) as error:
-            raise ValueError(f"ModelCheckpoint(filename={filename!r}) is not a valid template: {error}") from None
+        check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps, save_last=save_last,
+                      every_n_epochs=every_n_epochs, monitor=monitor, save_on_train_epoch_end=save_on_train_epoch_end,
+                      train_time_interval=train_time_interval, filename=filename, template=self.filename,
+                      auto_insert_metric_name=self.auto_insert_metric_name)
         self._dirpath_arg = None if dirpath is None else os.fspath(dirpath)
         self.dirpath: str | None = None if dirpath is None else os.path.abspath(os.path.expanduser(dirpath))
         if self.dirpath is not None:
@@ -147,9 +130,9 @@ class ModelCheckpoint(Callback):
         self.export_weights = export_weights and not save_weights_only  # weights-only folders are the export
         self.async_save, self.save_weights_only, self.verbose = bool(async_save), bool(save_weights_only), bool(verbose)
         self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
-        self.best_k_models: dict[str, float] = {}
+        self._kept: dict[str, float] = {}  # path -> score (the step without monitor) of every kept checkpoint
         self.last_model_path = ""
-        self._last_time_save, self._warned_missing = 0.0, False
+        self._last_time_save, self._warned_missing, self._fresh = 0.0, False, True
         self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
@@ -160,9 +143,8 @@ class ModelCheckpoint(Callback):
     def state_key(self) -> str:
         # train_time_interval only when set: the keys of checkpoints written before it existed stay valid.
         extra = {} if self.train_time_interval is None else {"train_time_interval": str(self.train_time_interval)}
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode,
-                                        every_n_train_steps=self.every_n_train_steps,
-                                        every_n_epochs=self.every_n_epochs, **extra)
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode, every_n_epochs=self.every_n_epochs,
+                                        every_n_train_steps=self.every_n_train_steps, **extra)
 
     @property
     def best_model_path(self) -> str:
@@ -172,15 +154,23 @@ class ModelCheckpoint(Callback):
     def best_model_score(self) -> float | None:
         """The monitored value of ``best_model_path`` as a float; None before the first or without ``monitor``."""
         path = self._best(best=True)
-        return None if path is None or self.monitor is None else float(self.best_k_models[path])
+        return None if path is None or self.monitor is None else float(self._kept[path])
 
     @property
     def kth_best_model_path(self) -> str:
-        """The kept checkpoint that the next better one replaces (the worst kept)."""
-        return self._best(best=False) or ""
+        """The kept checkpoint that the next better one replaces (the worst kept); ``""`` without ``monitor``."""
+        return (self.monitor is not None and self._best(best=False)) or ""
+
+    @property
+    def best_k_models(self) -> dict[str, float]:
+        return self._kept if self.monitor is not None else {}
+
+    @best_k_models.setter
+    def best_k_models(self, models: dict[str, float]) -> None:
+        self._kept = dict(models)
 
     def _best(self, best: bool) -> str | None:
-        return kept(self.best_k_models, self._minimize, best)
+        return kept(self._kept, self._minimize, best)
 
     @property
     def _minimize(self) -> bool:
@@ -199,8 +189,9 @@ class ModelCheckpoint(Callback):
         self._last_time_save = time.monotonic()
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
-            finish_evictions(trainer, self.dirpath, self.state_key, [*self.best_k_models, self.last_model_path])
-            if trainer.global_step == 0 and trainer.is_global_zero:  # a fresh run (a resumed one has steps)
+            finish_evictions(trainer, self.dirpath, self.state_key, [*self._kept, self.last_model_path])
+            self._fresh = trainer.global_step == 0  # a resumed run has steps, and continues the folder's `last`
+            if self._fresh and trainer.is_global_zero:
                 warn_if_earlier_run(self.dirpath)
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
@@ -208,7 +199,7 @@ class ModelCheckpoint(Callback):
         # nothing new to save, and its metrics are dropped before training starts.
         if trainer.fitting and not trainer.sanity_checking:
             self._changed_since_save = True
-            if self.save_on_train_epoch_end is False and self._epoch_due(trainer):
+            if not self._at_epoch_end(trainer) and self._epoch_due(trainer):
                 self._save(trainer)
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -222,19 +213,18 @@ class ModelCheckpoint(Callback):
             if step != self._last_save_step:
                 self._save(trainer)
                 self._last_time_save = time.monotonic()
-        elif self.train_time_interval is not None and self._time_due(trainer, step):
-            self._save(trainer)
+        elif self.train_time_interval is not None and (trainer.accelerator.num_processes == 1
+                                                       or step % SYNC_EVERY_N_STEPS == 0):  # a collective there
+            now = time.monotonic()
+            if agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
+                self._last_time_save = now
+                self._save(trainer)
 
-    def _time_due(self, trainer: TrainerView, step: int) -> bool:
-        from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
-
-        if trainer.accelerator.num_processes > 1 and step % SYNC_EVERY_N_STEPS:
-            return False  # the check is a collective there: not every step
-        now = time.monotonic()
-        if not agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
-            return False
-        self._last_time_save = now
-        return True
+    def _at_epoch_end(self, trainer: TrainerView) -> bool:
+        # None (Lightning's rule for several validations per epoch): after each of them, so none is lost.
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        return trainer.val_check_interval == 1.0 or not fit_validates(trainer)
 
     def _epoch_due(self, trainer: TrainerView) -> bool:
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
@@ -243,7 +233,7 @@ class ModelCheckpoint(Callback):
         if not trainer.epoch_finished and self.save_last:
             # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
             self._save(trainer, rank=False)
-        elif self.save_on_train_epoch_end is not False and self._epoch_due(trainer):
+        elif self._at_epoch_end(trainer) and self._epoch_due(trainer):
             self._save(trainer)  # also a stopped epoch without `last` (ranked, as Lightning): its state is kept
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
@@ -253,21 +243,20 @@ class ModelCheckpoint(Callback):
             self.save_last_now(trainer)
 
     def save_last_now(self, trainer: TrainerView) -> str:
-        """Writes ``{dirpath}/last.ckpt`` now (even with ``save_last=False``); returns its path.
-
-        Used by `Timer` and anyone who must stop with a resumable checkpoint: always synchronous, the folder is
-        complete when this returns.
-        """
+        """Writes ``{dirpath}/last.ckpt`` now (even with ``save_last=False``), complete when this returns (for
+        `Timer` and anyone who must stop with a resumable checkpoint); returns its path."""
         self._require_dirpath()
         self.last_model_path = self._last_path(trainer)
         self._write(trainer, None, [], wait=True, last=True)
         return self.last_model_path
 
     def _last_path(self, trainer: TrainerView) -> str:
-        metrics = {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step),
-                   **dict(trainer.callback_metrics)}
+        metrics = _name_fields(trainer)
         name = format_checkpoint_name(self.CHECKPOINT_NAME_LAST, metrics, self.auto_insert_metric_name)
-        return os.path.join(self.dirpath, name + self.FILE_EXTENSION)
+        # A fresh run keeps an earlier run's `last` in dirpath (its own is `last-v1`, as Lightning); a resumed one
+        # goes on with its own, or with the folder's `last` when its state did not say which.
+        return unique_path(self.dirpath, name, [self.last_model_path], self.FILE_EXTENSION, (WEIGHTS_DIR,),
+                           self.enable_version_counter and (self._fresh or bool(self.last_model_path)))
 
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         """``save_on_exception``: the state at the moment ``fit`` raised, under the ``filename`` template."""
@@ -275,8 +264,7 @@ class ModelCheckpoint(Callback):
                 or trainer.dry_run or self._last_save_step == trainer.global_step
                 or isinstance(exception, SystemExit) or trainer.accelerator.num_processes > 1):
             return  # nothing new to save; a preemption saved already; a collective save could hang other processes
-        metrics = {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step),
-                   **dict(trainer.callback_metrics)}
+        metrics = _name_fields(trainer)
         path = self._new_path(metrics, [])
         try:
             self._write(trainer, path, [], wait=True)
@@ -293,7 +281,7 @@ class ModelCheckpoint(Callback):
         # waited for here (the save itself would wait for it anyway; without one this returns at once).
         trainer.accelerator.wait_for_checkpoints(deletions=False)
         step = int(trainer.global_step)
-        metrics = {"epoch": int(trainer.current_epoch), "step": step, **dict(trainer.callback_metrics)}
+        metrics = _name_fields(trainer)
         topk_path, evicted = None, []
         if rank and self.save_top_k != 0 and step != self._last_topk_step:
             score = self._score(trainer, metrics, step)
@@ -315,11 +303,9 @@ class ModelCheckpoint(Callback):
         if self.monitor is None:
             return float(step)
         if self.monitor not in metrics:
-            message = (
-                f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}. Available metrics: "
-                f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value), "
-                "or set monitor to one of the available names (None ranks checkpoints by recency)."
-            )
+            message = no_metric_message(f"ModelCheckpoint(monitor={self.monitor!r})", self.monitor,
+                                        trainer.callback_metrics, ", or set monitor to one of them (None ranks "
+                                        "checkpoints by recency).")
             if trainer.validation_count or not fit_validates(trainer):
                 raise RuntimeError(message)
             if not self._warned_missing:  # before the first validation a val metric cannot exist yet
@@ -329,10 +315,8 @@ class ModelCheckpoint(Callback):
             return None
         value = metrics[self.monitor]
         if value is self._last_ranked:
-            # The very object ranked before: no validation (or logging) has produced a new value since, e.g.
-            # check_val_every_n_epoch=2. Ranking it again would keep a checkpoint under a stale score. No Trainer
-            # fact says this (validation_count misses a monitored training metric): a newly logged value is a new
-            # object.
+            # The very object ranked before: nothing logged a new value since (check_val_every_n_epoch=2), and a
+            # stale score must not keep a checkpoint. (validation_count would miss a monitored training metric.)
             return None
         self._last_ranked = value
         # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
@@ -342,7 +326,7 @@ class ModelCheckpoint(Callback):
 
     def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
-        return admit(self.best_k_models, self.save_top_k, score, self._minimize,
+        return admit(self._kept, self.save_top_k, score, self._minimize,
                      lambda replaceable: self._new_path(metrics, replaceable))
 
     def _new_path(self, metrics: dict[str, Any], replaceable: list[str]) -> str:
@@ -361,15 +345,23 @@ class ModelCheckpoint(Callback):
 
     def _require_dirpath(self) -> None:
         if self.dirpath is None:
-            raise RuntimeError("ModelCheckpoint has no dirpath yet: it is set in setup() from the Trainer's "
-                               "default_root_dir. Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
+            raise RuntimeError("ModelCheckpoint has no dirpath yet: setup() sets it from the Trainer's default_root_dir."
+                               " Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
 
     # -- state --------------------------------------------------------------------------------------------------
+    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
+        """Writes ``best_k_models`` (path: score) as YAML to ``filepath`` (default ``{dirpath}/best_k_models.yaml``)."""
+        import yaml
+
+        self._require_dirpath()
+        with open(filepath or os.path.join(self.dirpath, "best_k_models.yaml"), "w") as file:
+            yaml.safe_dump({path: float(score) for path, score in self.best_k_models.items()}, file)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "dirpath": self.dirpath or "",
             "monitor": self.monitor or "",
-            "best_k_models": {os.path.basename(p): float(s) for p, s in self.best_k_models.items()},
+            "best_k_models": {os.path.basename(path): float(score) for path, score in self._kept.items()},
             "last_model_path": os.path.basename(self.last_model_path),
             "last_topk_step": self._last_topk_step,
             "last_save_step": self._last_save_step,
@@ -383,7 +375,7 @@ class ModelCheckpoint(Callback):
 
     def _apply_state(self, state: dict[str, Any]) -> None:
         # Entries are names inside dirpath; a moved run folder still finds them. Vanished ones are dropped.
-        self.best_k_models = {
+        self._kept = {
             os.path.join(self.dirpath, name): float(score)
             for name, score in dict(state.get("best_k_models", {})).items()
             if os.path.isdir(os.path.join(self.dirpath, name))
@@ -396,3 +388,8 @@ class ModelCheckpoint(Callback):
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "
                 f"mode={self.mode!r}, save_top_k={self.save_top_k}, save_last={self.save_last!r})")
+
+
+def _name_fields(trainer: TrainerView) -> dict[str, Any]:
+    """What a name template can use: ``epoch``, ``step`` and every metric in ``callback_metrics``."""
+    return {"epoch": int(trainer.current_epoch), "step": int(trainer.global_step), **dict(trainer.callback_metrics)}

@@ -111,14 +111,14 @@ def check_dirpath(dirpath: str, what: str) -> None:
 
 def warn_if_earlier_run(dirpath: str) -> None:
     """Warns when a fresh ``fit`` is about to write into ``dirpath`` while it holds complete checkpoints already
-    (an earlier run's): they stay beside the new ones (a taken name gets a ``-v1`` suffix, ``last`` is replaced),
+    (an earlier run's): they stay beside the new ones (a taken name gets a ``-v1`` suffix, ``last`` too),
     and ``ckpt_path="last"`` takes whichever was saved last. (Lightning warns too: "Checkpoint directory ...
     exists and is not empty".)"""
     found = sorted(entry.name for entry, _, _ in checkpoints_in(dirpath))
     if found:
         shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         warnings.warn(f"ModelCheckpoint: {dirpath} already holds checkpoints of an earlier run ({shown}). This fresh "
-                      "run writes its own beside them (a taken name gets a -v1 suffix; 'last' is replaced), and "
+                      "run writes its own beside them (a taken name, 'last' too, gets a -v1 suffix), and "
                       "fit(ckpt_path='last') resumes the checkpoint saved last. Use another default_root_dir (or "
                       "dirpath) to keep runs apart, or fit(ckpt_path='last') to continue the earlier run.",
                       UserWarning, stacklevel=user_stacklevel())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from stoker.callbacks.checkpoint_files import Zeros, format_checkpoint_name
+
 __all__ = ["EVERY_EPOCH", "check_options"]
 
 
@@ -48,3 +50,7 @@ def check_options(**options: Any) -> None:
     for name, ok, rule in rules:
         if not ok:
             raise ValueError(f"ModelCheckpoint({name}={options[name]!r}) {rule}")
+    try:  # fail now, not after the first epoch, on a template that cannot be filled
+        format_checkpoint_name(options["template"], Zeros(), options["auto_insert_metric_name"])
+    except (ValueError, IndexError, KeyError) as error:
+        raise ValueError(f"ModelCheckpoint(filename={options['filename']!r}) is not a valid template: {error}") from None

@@ -7,6 +7,7 @@ epoch, never per step) and stops by setting ``trainer.should_stop``.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from enum import Enum
@@ -14,11 +15,14 @@ from typing import Any
 
 import torch
 
-from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value
+from stoker.callbacks._fit_progress import agreed_mean, fit_validates, monitored_value, no_metric_message
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.user_frame import user_stacklevel
 
 __all__ = ["EarlyStopping", "EarlyStoppingReason"]
+
+# The stop message goes to this logger ("stoker.callbacks.early_stopping", INFO), as Lightning's goes to its module's.
+log = logging.getLogger(__name__)
 
 _MODES = ("min", "max")
 
@@ -42,7 +46,8 @@ class EarlyStopping(Callback):
     ``best + min_delta`` (``mode="max"``). A check stops the run at once, before patience, when the
     value is not finite (``check_finite``), better than ``stopping_threshold`` (good enough) or worse
     than ``divergence_threshold`` (hopeless); ``stopping_reason`` (an `EarlyStoppingReason`) says which, and
-    ``stopping_reason_message`` (None until a stop) says it in words. The counters
+    ``stopping_reason_message`` (None until a stop) says it in words; the stop is logged (INFO) through this
+    module's ``log``, prefixed ``[rank: N]`` when several processes run. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
     across a resume.
 
@@ -124,24 +129,21 @@ class EarlyStopping(Callback):
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
         if trainer.fitting and not trainer.sanity_checking and self.check_on_train_epoch_end is not True:
-            self._run_check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
         when = self.check_on_train_epoch_end
         if (when is True or (when is None and not fit_validates(trainer))) and trainer.epoch_finished:
-            self._run_check(trainer)
+            self._run_early_stopping_check(trainer)
 
-    def _run_check(self, trainer: TrainerView) -> None:
+    def _run_early_stopping_check(self, trainer: TrainerView) -> None:
         if trainer.dry_run:  # a debugging run decides nothing (Lightning's rule)
             return
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
-            message = (
-                f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. "
-                f"Available metrics: {sorted(metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-                "in validation_step (or training_step), or monitor one of the available names."
-            )
+            message = no_metric_message(f"EarlyStopping(monitor={self.monitor!r})", self.monitor, metrics,
+                                        " in validation_step (or training_step), or monitor one of them.")
             if self.strict:
                 raise RuntimeError(message)
             warnings.warn(message + " Skipping this check (strict=False).", RuntimeWarning,
@@ -151,19 +153,26 @@ class EarlyStopping(Callback):
         value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")
         current = agreed_mean(trainer, value)
         previous_best = self.best_score
-        reason, message = self._evaluate(current)
-        should_stop = reason is not EarlyStoppingReason.NOT_STOPPED
+        should_stop, message = self._evaluate_stopping_criteria(current)
         if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
             print(f"EarlyStopping: {self.monitor} improved to {self.best_score:.6g} (epoch {trainer.current_epoch}).")
         if should_stop:
             trainer.should_stop = True
             self.stopped_epoch = int(trainer.current_epoch)
-            self.stopping_reason, self.stopping_reason_message = reason, message
-            if trainer.is_global_zero:
-                print(f"EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
+            self.stopping_reason_message = message
+            accelerator = trainer.accelerator  # each process says it; its rank tells the lines apart
+            rank = f"[rank: {accelerator.process_index}] " if accelerator.num_processes > 1 else ""
+            log.info(f"{rank}EarlyStopping: {message} Stopping at epoch {trainer.current_epoch}.")
+
+    def _evaluate_stopping_criteria(self, current: float) -> tuple[bool, str]:
+        """Updates the counters with ``current``; returns (whether to stop, why in words), the reason kept in
+        ``stopping_reason``."""
+        reason, message = self._evaluate(current)
+        if reason is not EarlyStoppingReason.NOT_STOPPED:
+            self.stopping_reason = reason
+        return reason is not EarlyStoppingReason.NOT_STOPPED, message
 
     def _evaluate(self, current: float) -> tuple[EarlyStoppingReason, str]:
-        """Updates the counters with ``current``; returns (why it stops or NOT_STOPPED, the message)."""
         if self.check_finite and not math.isfinite(current):
             return EarlyStoppingReason.NON_FINITE_METRIC, f"{self.monitor} = {current} is not finite."
         better, sign = (float.__lt__, "<") if self.mode == "min" else (float.__gt__, ">")

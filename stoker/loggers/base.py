@@ -174,6 +174,10 @@ class Logger:
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Record the model's graph; the Trainer calls it when ``fit`` starts. The default does nothing."""
 
+    def save(self) -> None:
+        """Write what describes the run beside its logs; the Trainer calls it when ``fit`` starts, after
+        :meth:`log_hyperparams` and :meth:`log_graph`. The default does nothing."""
+
     def flush(self) -> None:
         """Write buffered data to disk. The default does nothing."""
 

@@ -19,6 +19,7 @@ import torch
 
 from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, params_to_dict,
                                  to_scalars, write_hparams_yaml)
+from stoker.loggers.hparams_yaml import ensure_hparams_yaml
 
 __all__ = ["CSVLogger"]
 
@@ -124,6 +125,10 @@ class CSVLogger(Logger):
         """Merge ``params`` into ``hparams.yaml`` (written immediately; it is small and rare)."""
         self._hparams.update(jsonable_params(params_to_dict(params)))
         write_hparams_yaml(self.log_dir, self._hparams)
+
+    def save(self) -> None:
+        """Writes ``hparams.yaml`` when the run's folder has none yet (``{}`` for a module without hyperparameters)."""
+        ensure_hparams_yaml(self.log_dir, self._hparams)
 
     def continue_run(self, version: int | str | None, step: int) -> None:
         """Continue the checkpoint's version (see `Logger.continue_run`): new rows are appended to its

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HPARAMS_YAML", "write_hparams_yaml"]
+__all__ = ["HPARAMS_YAML", "ensure_hparams_yaml", "write_hparams_yaml"]
 
 HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
 
@@ -28,6 +28,13 @@ def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
     with open(tmp, "w") as f:
         yaml.safe_dump(_yaml_safe(hparams), f, default_flow_style=False, sort_keys=False, allow_unicode=True)
     os.replace(tmp, path)
+
+
+def ensure_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
+    """``hparams.yaml`` in ``folder`` unless it is there already: a run's folder always holds one, as Lightning's
+    (``{}`` for a module without hyperparameters)."""
+    if not os.path.isfile(os.path.join(folder, HPARAMS_YAML)):
+        write_hparams_yaml(folder, hparams)
 
 
 def _yaml_safe(value: Any) -> Any:

@@ -32,6 +32,7 @@ import torch
 from stoker.loggers._packages import is_installed
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
                                  prefixed, to_scalars, write_hparams_yaml)
+from stoker.loggers.hparams_yaml import ensure_hparams_yaml
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -238,6 +239,10 @@ class TensorBoardLogger(Logger):
         experiment, session_start, session_end = hparams(flat, self._prefixed(values))
         for summary in (experiment, session_start, session_end):
             self.experiment.file_writer.add_summary(summary)
+
+    def save(self) -> None:
+        """Writes ``hparams.yaml`` when the run's folder has none yet (``{}`` for a module without hyperparameters)."""
+        ensure_hparams_yaml(self.log_dir, self._hparams)
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """With ``log_graph=True``: traces ``model`` on ``input_array`` (default: ``model.example_input_array``,

@@ -288,10 +288,12 @@ class Results:
 
 
 def log_hyperparams(module: torch.nn.Module, loggers: list[Logger]) -> None:
-    """At the start of ``fit`` (main process): the module's hyperparameters (when it has any), then its graph, to
-    each logger (Lightning's order; ``Logger.log_graph`` does nothing unless a logger records graphs)."""
+    """At the start of ``fit`` (main process): the module's hyperparameters (when it has any), its graph, then
+    ``save`` to each logger (Lightning's order; ``log_graph`` does nothing unless a logger records graphs, ``save``
+    writes the run's ``hparams.yaml`` when a logger keeps one)."""
     hparams = dict(getattr(module, "hparams", {}) or {})
     for logger in loggers:
         if hparams:
             logger.log_hyperparams(hparams)
         logger.log_graph(module)
+        logger.save()

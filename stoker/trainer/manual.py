@@ -46,10 +46,11 @@ class ModuleInFit(Protocol):
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
 
 
-class ManualOptimizer:
+class ManualOptimizer(torch.optim.Optimizer):
     """The optimizer ``self.optimizers()`` returns: ``step``/``zero_grad`` through the Accelerator, counted.
 
-    Attributes other than ``step``/``zero_grad`` (``param_groups``, ``state``, ``state_dict``...) are the wrapped
+    A ``torch.optim.Optimizer`` to ``isinstance`` checks, as Lightning's wrapper is, though it holds no state of its
+    own: everything other than ``step``/``zero_grad`` (``param_groups``, ``state``, ``state_dict``...) is the wrapped
     optimizer's; ``.optimizer`` is the prepared optimizer itself.
     """
 
@@ -94,6 +95,27 @@ class ManualOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the gradients of this optimizer's parameters."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    # torch.optim.Optimizer's own methods would read this wrapper, which never ran Optimizer.__init__: each one that
+    # touches state is the wrapped optimizer's instead.
+    param_groups = property(lambda self: self.optimizer.param_groups)
+    state = property(lambda self: self.optimizer.state)
+    defaults = property(lambda self: self.optimizer.defaults)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("optimizer", "_trainer", "_ddp", "_synced"):  # not yet set (copying, unpickling)
