@@ -380,3 +380,20 @@ def test_extra_loader_positions_are_refused_unless_asked_for(tmp_path):
     assert [b[0].tolist() for b in only] == [[8.0, 9.0, 10.0, 11.0], [12.0, 13.0, 14.0, 15.0],
                                              [16.0, 17.0, 18.0, 19.0], [20.0, 21.0, 22.0, 23.0]]
     assert seen[-1] == [4.0, 5.0, 6.0, 7.0]
+
+
+def test_a_rotation_missed_by_a_killed_save_is_made_before_the_next_save_writes(tmp_path, monkeypatch):
+    parts = make(project_dir=str(tmp_path), total_limit=2)
+    with monkeypatch.context() as patch:  # saves killed between their commit and their rotation
+        patch.setattr(checkpoint, "rotate_checkpoints", lambda *a, **k: [])
+        for _ in range(4):
+            parts[0].save_state()
+    assert len(visible(tmp_path / "checkpoints")) == 4
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed while committing")
+
+    monkeypatch.setattr(checkpoint, "commit_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        parts[0].save_state()
+    assert visible(tmp_path / "checkpoints") == ["checkpoint_2", "checkpoint_3"]  # never more than the limit + 1

@@ -3,9 +3,8 @@
 Owns: what a checkpoint holds and under which file names (Accelerate's names, as safetensors), which process
 writes what, and the order of a save (encode everything, write, commit, rotate) and of a load (verify, then
 read). Loading never unpickles: every file is safetensors or JSON.
-Does not own: the safe tree format (``tree.py``), the manifest, atomic commit and naming (``atomic.py``), the
-safetensors bytes (``safetensors_io.py``), weight export (``weights.py``), RNG capture (``rng.py``), what a
-loader's position is (``data.py``).
+Does not own: the tree format (``tree.py``), the manifest, atomic commit and naming (``atomic.py``), safetensors
+bytes (``safetensors_io.py``), weight export (``weights.py``), RNG (``rng.py``), loader positions (``data/``).
 """
 
 from __future__ import annotations
@@ -212,12 +211,14 @@ def _hold_numbered_folder(contents: CheckpointContents, output_dir: str | None) 
 
 
 def _make_room(contents: CheckpointContents, target: str, tmp: str, output_dir: str | None) -> None:
-    """On the main process: refuse a foreign folder, clean up after a crash, create the temporary folder."""
+    """On the main process: refuse a foreign folder, clean up after a crash (and its missed rotation), make tmp."""
     if os.path.exists(target) and not _is_complete(target) and (not os.path.isdir(target) or os.listdir(target)):
         raise ValueError(f"save_state({output_dir!r}): the folder exists and is not a stoker checkpoint; "
                          "stoker replaces only its own checkpoints. Choose a new or empty folder.")
     io = contents.io
     _sweep(os.path.dirname(target), io) if output_dir is None else _recover(target, io)
+    if output_dir is None and contents.project.total_limit is not None:  # a kill between commit and rotation
+        rotate_checkpoints(contents.project.project_dir, contents.project.total_limit, io)
     sweep_trash(os.path.dirname(target), io)
     os.makedirs(tmp)
 
@@ -360,7 +361,7 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     ``process_count.py``). The precision may differ from the saving run's: a checkpoint without a grad scaler
     (saved in full precision or bf16) leaves an fp16 run's scaler as it is, and an fp16 checkpoint's scaler is
     ignored by the other precisions. ``extra_loaders=True``: more loader positions than loaders is fine (the
-    prepared loaders take the first ones; the Trainer's older checkpoints also hold its val loaders').
+    prepared ones take the first; the Trainer's older checkpoints hold its val loaders' too).
 
     Example:
         >>> accelerator.load_state()  # the newest complete checkpoint_{n}
