@@ -8,6 +8,8 @@ holds) and ``sync_gradients`` stay the Accelerator's.
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 from stoker.callbacks.base import Callback, TrainerView
@@ -74,6 +76,11 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler both set "
                              "the accumulation: remove accumulate from the Trainer (the schedule's epoch 0 entry "
                              "sets the start) or remove the callback.")
+        hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if _user_defined(module, name)]
+        if hooks:
+            warnings.warn(f"{type(module).__name__} overrides {' and '.join(hooks)}: with a GradientAccumulationScheduler"
+                          " the hooks will not be called on every batch, only when an accumulation window closes.",
+                          UserWarning, stacklevel=2)
         self._apply(trainer)  # a run resumed in the middle of an epoch continues with that epoch's value
 
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
@@ -95,3 +102,12 @@ class GradientAccumulationScheduler(Callback):
 
     def __repr__(self) -> str:
         return f"GradientAccumulationScheduler(scheduling={self.scheduling!r})"
+
+
+def _user_defined(module: Any, name: str) -> bool:
+    """Whether ``name`` comes from a class of the user's rather than stoker's own (callbacks do not import the
+    module class, which sits above them)."""
+    for klass in type(module).__mro__:
+        if name in vars(klass):
+            return not klass.__module__.startswith("stoker.")
+    return False

@@ -160,8 +160,10 @@ class Callback:
         return type(self).__qualname__
 
     def _generate_state_key(self, **kwargs: Any) -> str:
-        """``"ClassName{'monitor': 'val/loss', ...}"``: a state key that tells instances apart by their arguments."""
-        return f"{type(self).__qualname__}{dict(sorted(kwargs.items()))!r}"
+        """``"ClassName{'monitor': 'val/loss', ...}"``: a state key that tells instances apart by their arguments, in
+        the order given (Lightning's keys). Checkpoints written with the earlier sorted keys still restore: the
+        Trainer matches keys by their class and non-None arguments, in any order."""
+        return f"{type(self).__qualname__}{kwargs!r}"
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (tensors, numbers, strings, None, lists, dicts)."""

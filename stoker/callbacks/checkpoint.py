@@ -141,10 +141,10 @@ class ModelCheckpoint(Callback):
     # -- public attributes --------------------------------------------------------------------------------------
     @property
     def state_key(self) -> str:
-        # train_time_interval only when set: the keys of checkpoints written before it existed stay valid.
-        extra = {} if self.train_time_interval is None else {"train_time_interval": str(self.train_time_interval)}
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode, every_n_epochs=self.every_n_epochs,
-                                        every_n_train_steps=self.every_n_train_steps, **extra)
+        interval = None if self.train_time_interval is None else str(self.train_time_interval)
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode,
+                                        every_n_train_steps=self.every_n_train_steps,
+                                        every_n_epochs=self.every_n_epochs, train_time_interval=interval)
 
     @property
     def best_model_path(self) -> str:

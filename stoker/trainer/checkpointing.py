@@ -21,6 +21,7 @@ new run, not jump to the old one's end.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import warnings
@@ -109,11 +110,11 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
     checkpoint = dict(payload["checkpoint"])
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
-    states = checkpoint.get("callbacks", {})
+    states = {_same_key(key): state for key, state in checkpoint.get("callbacks", {}).items()}
     for callback in trainer.callbacks:
-        if callback.state_key in states:
-            callback.load_state_dict(states[callback.state_key])
-    _warn_missing_callbacks(states, {callback.state_key for callback in trainer.callbacks})
+        if _same_key(callback.state_key) in states:
+            callback.load_state_dict(states[_same_key(callback.state_key)])
+    _warn_missing_callbacks(checkpoint.get("callbacks", {}), {_same_key(c.state_key) for c in trainer.callbacks})
     trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
@@ -122,10 +123,23 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
+def _same_key(key: str) -> str:
+    """A callback state key with its arguments sorted and the None ones left out, so that the keys of one callback
+    match whichever order (Lightning's, or stoker's earlier sorted one) and defaults wrote them."""
+    name, brace, args = key.partition("{")
+    try:
+        values = ast.literal_eval(brace + args) if brace else None
+    except (ValueError, SyntaxError):
+        return key
+    if not isinstance(values, dict):
+        return key
+    return f"{name}{sorted((str(k), repr(v)) for k, v in values.items() if v is not None)}"
+
+
 def _warn_missing_callbacks(states: Mapping[str, Any], present: set[str]) -> None:
     """Warns when the checkpoint holds the state of callbacks this run does not have (a callback without state,
     such as the progress bar, may come and go freely)."""
-    missing = [key for key, state in states.items() if state and key not in present]
+    missing = [key for key, state in states.items() if state and _same_key(key) not in present]
     if missing:
         warnings.warn(f"The checkpoint holds the state of callbacks this Trainer does not have, so it is not "
                       f"restored. Please add the following callbacks: {missing} (with the same arguments, which "

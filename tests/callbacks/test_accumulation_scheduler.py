@@ -95,3 +95,19 @@ def test_manual_optimization_is_refused(tmp_path):
     t = trainer(tmp_path, max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 4})])
     with pytest.raises(RuntimeError, match="needs automatic optimization"):
         t.fit(Manual(), loaders()[0])
+
+
+def test_a_module_with_its_own_optimizer_step_is_told_it_runs_once_per_window(tmp_path):
+    class OwnStep(Regressor):
+        def optimizer_step(self, *args, **kwargs):
+            super().optimizer_step(*args, **kwargs)
+
+    t = trainer(tmp_path, max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})])
+    with pytest.warns(UserWarning, match="overrides optimizer_step.*only when an accumulation window closes"):
+        t.fit(OwnStep(), loaders()[0])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*accumulation window closes")
+        trainer(tmp_path / "b", max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})]).fit(
+            Regressor(), loaders()[0])

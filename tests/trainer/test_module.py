@@ -103,3 +103,18 @@ def test_deterministic_turns_on_torch_deterministic_algorithms() -> None:
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+def test_state_keys_follow_lightning_and_checkpoints_with_the_earlier_sorted_keys_still_restore(tmp_path: Any) -> None:
+    from stoker import EarlyStopping, ModelCheckpoint
+    from stoker.trainer.checkpointing import _same_key
+
+    assert EarlyStopping(monitor="val_loss").state_key == "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}"
+    assert ModelCheckpoint(monitor="val_loss").state_key == (
+        "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+        "'train_time_interval': None}")
+    earlier = "ModelCheckpoint{'every_n_epochs': 1, 'every_n_train_steps': 0, 'mode': 'min', 'monitor': 'val_loss'}"
+    assert _same_key(earlier) == _same_key(ModelCheckpoint(monitor="val_loss").state_key)
+    assert _same_key("EarlyStopping{'mode': 'min', 'monitor': 'val_loss'}") == _same_key(
+        EarlyStopping(monitor="val_loss").state_key)
+    assert _same_key("counter") == "counter"
