@@ -5,22 +5,25 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from stoker.loggers.base import Logger
 
-__all__ = ["DummyLogger", "Logger"]
+__all__ = ["DummyExperiment", "DummyLogger", "Logger"]
 
 
-class _NoExperiment:
-    """Answers every method call with None, so code written for a backend's experiment object runs unchanged."""
+class DummyExperiment:
+    """Answers every method call with None and forgets item assignments, so code written for a backend's experiment
+    object runs unchanged."""
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
-    def __getitem__(self, index: Any) -> _NoExperiment:
+    def __getitem__(self, index: Any) -> DummyExperiment:
         return self  # Lightning's experiment may be indexed as a list (one per logger)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Accepted and forgotten (``run["params"] = ...`` in Neptune-style code)."""
 
 
 class DummyLogger(Logger):
@@ -36,12 +39,21 @@ class DummyLogger(Logger):
         super().__init__(save_dir=save_dir, name="", version="")
 
     @property
-    def experiment(self) -> _NoExperiment:
-        return _NoExperiment()
+    def experiment(self) -> DummyExperiment:
+        return DummyExperiment()
 
     @property
     def version_dir(self) -> str:
         return self.save_dir
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Records nothing."""
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Records nothing (any arguments)."""
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Records nothing (any arguments)."""
+
+    def __getattr__(self, name: str) -> Any:
+        """A backend logger's own methods (``log_text``, ``log_image``, ...) are accepted and do nothing."""
+        if name.startswith("_"):  # private and special names stay unknown (copy, pickle, hasattr checks)
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None

@@ -86,3 +86,17 @@ def test_running_stage_dataloader_prefix():
     from stoker.trainer.states import RunningStage
 
     assert [s.dataloader_prefix for s in RunningStage] == ["train", None, "val", "test", "predict"]
+
+
+def test_dummy_logger_takes_any_call_and_its_experiment_forgets_assignments(tmp_path):
+    from stoker.loggers.logger import DummyExperiment, DummyLogger
+
+    logger = DummyLogger(tmp_path)
+    logger.log_hyperparams("1", 2, three="three")
+    logger.log_metrics("1", 2, three="three")
+    assert logger.log_text("a backend's own method") is None  # e.g. WandbLogger.log_text
+    with pytest.raises(AttributeError):
+        logger._not_there
+    experiment = DummyExperiment()
+    experiment["params"] = {"lr": 0.1}
+    assert experiment["params"] is experiment and list(tmp_path.iterdir()) == []
