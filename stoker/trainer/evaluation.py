@@ -153,8 +153,9 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
 
 
 def _no_batches(loaders: list[Any]) -> bool:
-    """Every loader is limited to zero batches (a loader without a limit, e.g. a CombinedLoader, counts as some)."""
-    return bool(loaders) and all(getattr(loader, "max_batches", None) == 0 for loader in loaders)
+    """Every loader is limited to zero batches (a loader without a limit, e.g. a CombinedLoader, counts as some);
+    none at all when the stage's limit kept it from asking for them."""
+    return not loaders or all(getattr(loader, "max_batches", None) == 0 for loader in loaders)
 
 
 def _validation_zero_grad(module: torch.nn.Module, loop: LoopPosition) -> None:

@@ -220,6 +220,25 @@ class TrainingModule(StepHooks):
         the same type replaces the Trainer's. Default: none."""
         return []
 
+    # Lightning's loader hooks, defined here to be overridden: the Trainer asks for one only when the subclass (or
+    # the instance) defines it, so these bodies run only when called directly.
+    def train_dataloader(self) -> Any:
+        """The training loader(s) ``fit`` uses when given none: a DataLoader, a list or dict of them, an iterable."""
+        raise NotImplementedError(f"{type(self).__name__} defines no train_dataloader(); define it, or pass loaders.")
+
+    def val_dataloader(self) -> Any:
+        """The validation loader(s) ``fit``/``validate`` use when given none (asked for at the first validation)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no val_dataloader(); define it, or pass loaders.")
+
+    def test_dataloader(self) -> Any:
+        """The loader(s) ``test`` uses when given none."""
+        raise NotImplementedError(f"{type(self).__name__} defines no test_dataloader(); define it, or pass loaders.")
+
+    def predict_dataloader(self) -> Any:
+        """The loader(s) ``predict`` uses when given none."""
+        raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader(); define it, or pass "
+                                  "loaders.")
+
     # -- manual optimization (automatic_optimization = False; see manual.py) -------------------------------------
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The prepared optimizer (one) or list of them; wrapped so ``step()`` counts as a ``global_step``."""

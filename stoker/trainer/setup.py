@@ -217,7 +217,12 @@ class RunSetup:
         return EvalRun(model=model, loaders=[])
 
     def eval_loaders(self, run: EvalRun, value: Any, module: TrainingModule, stage: Stage) -> list[Any]:
-        """``stage``'s loaders asked for (when its run starts, after the weights are loaded), prepared, limited."""
+        """``stage``'s loaders asked for (when its run starts, after the weights are loaded), prepared, limited; a
+        stage limited to zero batches asks the module for none (Lightning's rule) and runs nothing."""
+        if value is None and getattr(self.trainer, stage.limit) == 0:
+            setattr(self.trainer, stage.count, [])
+            run.loaders = []
+            return run.loaders
         run.loaders = self.requests.prepare(stage, self.requests.loaders(value, module, stage.loader_hook, True))
         return run.loaders
 

@@ -290,3 +290,29 @@ def test_a_whole_float_batch_limit_is_a_count(tmp_path):
     assert t.num_training_batches == 2 and t.num_val_batches == [1]
     with pytest.raises(ValueError, match=r"limit_train_batches=1.5\) must be None"):
         quiet(tmp_path, limit_train_batches=1.5)
+
+
+class _OwnLoaders(Regressor):
+    """Brings its own test loader and counts the requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def test_dataloader(self) -> DataLoader:
+        self.asked += 1
+        return make_loader(make_regression_data(16), 8)
+
+
+def test_the_loader_hooks_are_methods_of_the_module_that_the_trainer_calls_only_when_overridden(tmp_path):
+    from stoker import TrainingModule
+
+    with pytest.raises(NotImplementedError, match="defines no val_dataloader"):
+        TrainingModule().val_dataloader()
+    module = _OwnLoaders()
+    assert quiet(tmp_path, limit_test_batches=0).test(module) == []  # a stage of zero batches asks for none
+    assert module.asked == 0
+    assert len(quiet(tmp_path).test(module)) == 1 and module.asked == 1
+    fitted = quiet(tmp_path, max_epochs=1)  # no val_dataloader of its own: no validation, no error
+    fitted.fit(module, make_loader(make_regression_data(16), 8))
+    assert fitted.fit_loop.validation_count == 0
