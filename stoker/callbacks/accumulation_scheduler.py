@@ -78,8 +78,9 @@ class GradientAccumulationScheduler(Callback):
                              "sets the start) or remove the callback.")
         hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if _user_defined(module, name)]
         if hooks:
-            warnings.warn(f"{type(module).__name__} overrides {' and '.join(hooks)}: with a GradientAccumulationScheduler"
-                          " the hooks will not be called on every batch, only when an accumulation window closes.",
+            warnings.warn(f"{type(module).__name__} overrides {' and '.join(hooks)}: with a "
+                          "GradientAccumulationScheduler the hooks will not be called on every batch, only when an "
+                          "accumulation window closes.",
                           UserWarning, stacklevel=2)
         self._apply(trainer)  # a run resumed in the middle of an epoch continues with that epoch's value
 

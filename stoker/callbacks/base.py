@@ -111,8 +111,8 @@ class Callback:
 
     Every hook receives ``(trainer, module, ...)``. The Trainer calls the callbacks' hooks in the order of
     ``Trainer(callbacks=[...])``, then the module's (Lightning's order; ``on_load_checkpoint`` reaches the module
-    first, and at ``on_train_epoch_end`` checkpointing and early stopping run after the module). A method named ``on_...`` that is not one of these
-    hooks is an error at ``Trainer(...)`` time (a typo would otherwise be silently ignored).
+    first, and at ``on_train_epoch_end`` checkpointing and early stopping run after the module). A method named
+    ``on_...`` that is not one of these hooks is an error at ``Trainer(...)`` time (a typo would otherwise be silently ignored).
 
     A callback that keeps state across a resume returns it from :meth:`state_dict` (tensors, numbers, strings,
     None, lists and dicts only — checkpoints never pickle) and takes it back in :meth:`load_state_dict`. It is

@@ -76,8 +76,8 @@ class Timer(Callback):
     window; with several processes every ``SYNC_EVERY_N_STEPS`` = 10 steps, because the processes
     must agree, with a collective, to stop at the same step) and at the end of each training epoch and
     validation run, and when a resumed ``fit`` starts: a duration used up before its checkpoint stops it before
-    its first step (a fresh run takes at least one step, even with a zero duration). When the time is up (on any process) the Timer writes the ``last`` checkpoint
-    (through the Trainer's `ModelCheckpoint` when there is one, else into
+    its first step (a fresh run takes at least one step, even with a zero duration). When the time is up (on any
+    process) the Timer writes the ``last`` checkpoint (through the Trainer's `ModelCheckpoint` when there is one, else into
     ``{default_root_dir}/checkpoints/last``) and sets ``trainer.should_stop``; the Trainer then ends
     the run normally. ``duration=None`` measures only.
 

@@ -35,8 +35,7 @@ SCALER_NAME = "scaler.safetensors"
 
 # -- save_state / load_state ---------------------------------------------------------------------------------------
 def _name(stem: str, i: int, rank: int = 0) -> str:
-    """Accelerate's names as safetensors (``optimizer.safetensors``, ``optimizer_1.safetensors``); files a process
-    writes for itself get ``_process{rank}`` (rank 0 keeps the plain name)."""
+    """Accelerate's names as safetensors (``optimizer_1.safetensors``); a process's own files get ``_process{rank}``."""
     stem += f"_process{rank}" if rank else ""
     return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"
 
