@@ -12,6 +12,7 @@ import warnings
 
 from typing import Any
 
+from stoker.callbacks._fit_progress import defines
 from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["GradientAccumulationScheduler"]
@@ -76,7 +77,7 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler both set "
                              "the accumulation: remove accumulate from the Trainer (the schedule's epoch 0 entry "
                              "sets the start) or remove the callback.")
-        hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if _user_defined(module, name)]
+        hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if defines(module, name)]
         if hooks:
             warnings.warn(f"{type(module).__name__} overrides {' and '.join(hooks)}: with a "
                           "GradientAccumulationScheduler the hooks will not be called on every batch, only when an "
@@ -103,12 +104,3 @@ class GradientAccumulationScheduler(Callback):
 
     def __repr__(self) -> str:
         return f"GradientAccumulationScheduler(scheduling={self.scheduling!r})"
-
-
-def _user_defined(module: Any, name: str) -> bool:
-    """Whether ``name`` comes from a class of the user's rather than stoker's own (callbacks do not import the
-    module class, which sits above them)."""
-    for klass in type(module).__mro__:
-        if name in vars(klass):
-            return not klass.__module__.startswith("stoker.")
-    return False

@@ -110,11 +110,13 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
     checkpoint = dict(payload["checkpoint"])
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
-    states = {_same_key(key): state for key, state in checkpoint.get("callbacks", {}).items()}
-    for callback in trainer.callbacks:
-        if _same_key(callback.state_key) in states:
-            callback.load_state_dict(states[_same_key(callback.state_key)])
-    _warn_missing_callbacks(checkpoint.get("callbacks", {}), {_same_key(c.state_key) for c in trainer.callbacks})
+    saved = checkpoint.get("callbacks", {})
+    states = {_same_key(key): state for key, state in saved.items()}
+    present = {_same_key(callback.state_key): callback for callback in trainer.callbacks}
+    for key, callback in present.items():
+        if key in states:
+            callback.load_state_dict(states[key])
+    _warn_missing_callbacks(saved, set(present))
     trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)

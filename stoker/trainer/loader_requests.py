@@ -76,7 +76,7 @@ class LoaderRequests:
         datamodule = self.trainer.datamodule
         if value is None and datamodule is not None and defines(datamodule, hook):
             value = getattr(datamodule, hook)()
-        elif value is None and _module_defines(module, hook):
+        elif value is None and defines_hook(module, hook, TrainingModule):
             if isinstance(module, TrainingModule):  # the hook may read self.trainer (Lightning attaches it first)
                 module.trainer = self.trainer
             value = getattr(module, hook)()
@@ -90,7 +90,7 @@ class LoaderRequests:
         """Whether asking for ``hook``'s loaders can give any: passed, or a data module / module hook to call."""
         datamodule = self.trainer.datamodule
         return value is not None or (datamodule is not None and defines(datamodule, hook)) or \
-            _module_defines(module, hook)
+            defines_hook(module, hook, TrainingModule)
 
     def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
         """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
@@ -282,11 +282,3 @@ def in_order(loader: Any, kind: str) -> Any:
     if not options["num_workers"]:  # these are only accepted with worker processes
         options.pop("prefetch_factor"), options.pop("persistent_workers")
     return DataLoader(loader.dataset, sampler=SequentialSampler(loader.dataset), **options)
-
-
-def _module_defines(module: Any, hook: str) -> bool:
-    """Whether the module gives ``hook``'s loaders: a TrainingModule subclass overriding the base's (which only
-    raises), or any other object with the method."""
-    if isinstance(module, TrainingModule):
-        return defines_hook(module, hook, TrainingModule)
-    return callable(getattr(module, hook, None))
