@@ -52,6 +52,7 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
+        self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
         # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
         self.stop_reason: str | None = None
         # The epoch's automatic step (auto_step.py; set per epoch by _epoch_step, None under manual optimization).
@@ -116,6 +117,8 @@ class FitLoop:
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
         self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
+        # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
+        self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         while not self.done():
             self._run_epoch(run)
 
@@ -239,8 +242,8 @@ class FitLoop:
         self.total_batches += 1
         applied = t.accelerator.step
         # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
-        if synced and not applied % t.log_every_n_steps and applied != self.last_logged_step:
-            self._log_step(applied, bool(t.loggers))
+        if synced and not applied % self.log_every and applied != self.last_logged_step:
+            self._log_step(applied, bool(t.loggers) or t.dry_run)
         if run.val_enabled and not last and self._val_due(run, batch_idx):
             self.validate(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run

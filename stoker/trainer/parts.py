@@ -142,6 +142,7 @@ class TrainerParts(Protocol):
     check_val_every_n_epoch: int | None
     limit_train_batches: int | float | None
     log_every_n_steps: int
+    dry_run: bool
     clip_grad_norm: float | None
     clip_grad_value: float | None
     on_nonfinite_loss: str

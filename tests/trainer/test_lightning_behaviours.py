@@ -37,6 +37,25 @@ def test_fast_dev_run_logger_is_a_dummy_that_writes_nothing(tmp_path):
     assert quiet_trainer(fast_dev_run=True).logger is None  # logger=False stays no logger
 
 
+def test_fast_dev_run_records_every_steps_values():
+    # Lightning's rule: a debugging run records each step's values (to its DummyLogger), whatever
+    # log_every_n_steps is, so trainer.logged_metrics shows what training_step logged.
+    seen = []
+
+    class Reads(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append("train/loss" in trainer.logged_metrics)
+
+    trainer = quiet_trainer(fast_dev_run=2, logger=True, callbacks=[Reads()], log_every_n_steps=50)
+    trainer.fit(Regressor(), loader(), loader())
+    assert seen == [False, True]  # recorded after the batch-end hooks, as in Lightning
+    assert "train/loss" in trainer.logged_metrics
+    trainer = quiet_trainer(max_steps=2, logger=False, callbacks=[Reads()], log_every_n_steps=50)
+    seen.clear()
+    trainer.fit(Regressor(), loader(), loader())
+    assert seen == [False, False] and "train/loss" not in trainer.logged_metrics  # no loggers: not read
+
+
 def test_strategy_answers_lightnings_public_names():
     trainer = quiet_trainer(max_steps=1)
     strategy = trainer.strategy
