@@ -2,7 +2,7 @@
 
 The Trainer publishes ``fitting``, ``window_closed``, ``epoch_finished`` and ``validation_count``; callbacks read
 those. This module owns the two questions left: does this fit validate at all (validation batches and a module
-whose class defines ``validation_step``), and what value do all processes agree on? Decisions that change the run
+that defines ``validation_step``, the Trainer's ``module_defines``), and what value do all processes agree on? Decisions that change the run
 (stop, save) must be the same on every process, or one process waits forever in a collective the others never
 enter; the agreement itself is the engine's (``accelerator.reduce``, the strategy's ``any_process``).
 """
@@ -53,16 +53,4 @@ def fit_validates(trainer: TrainerView) -> bool:
     """True when the fit has validation batches and a module whose class defines ``validation_step``."""
     if not any(trainer.num_val_batches):
         return False
-    module = trainer.module
-    return module is None or defines(module, "validation_step")
-
-
-def defines(module: Any, name: str) -> bool:
-    """Whether a class of the user's defines the method ``name`` of ``module``: the one it resolves to comes from a
-    class outside the stoker package (the base module class's ``validation_step`` is an empty default that does
-    not count). Read from the class alone, so callbacks need not import the Trainer's modules.
-    """
-    for klass in type(module).__mro__:
-        if name in vars(klass):
-            return vars(klass)[name] is not None and not klass.__module__.startswith("stoker.")
-    return False
+    return trainer.module is None or trainer.module_defines("validation_step")

@@ -20,7 +20,7 @@ from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_we
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
-from .hooks import HookDispatcher, clear_gradients
+from .hooks import HookDispatcher, clear_gradients, defines_hook
 from .loader_requests import flat_loaders
 from .logging import Results, log_hyperparams
 from .loops import FitLoop
@@ -319,13 +319,8 @@ class Trainer:
         """Applied optimizer steps (accumulation micro-steps and skipped fp16 steps do not count)."""
         return self.accelerator.step
 
-    @property
-    def current_epoch(self) -> int:
-        return self.fit_loop.epoch
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.accelerator.is_main_process
+    current_epoch = property(lambda self: self.fit_loop.epoch, doc="The epoch the fit is in (0-based).")
+    is_global_zero = property(lambda self: self.accelerator.is_main_process, doc="True on the main process.")
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
@@ -371,6 +366,10 @@ class Trainer:
         return self.run_setup.estimated_steps()
 
     dry_run = property(lambda self: self.options.dry_run, doc="A debugging run: nothing is saved or decided on.")
+
+    def module_defines(self, name: str) -> bool:
+        """Whether the module being run defines hook ``name`` itself (``hooks.defines_hook``, the one test)."""
+        return self.module is not None and defines_hook(self.module, name, TrainingModule)
 
     @property
     def max_epochs_effective(self) -> int | None:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 # ``(trainer, module)``; tests/trainer/test_module_surface.py checks that the three agree.
 from ..callbacks.base import HOOKS, Callback
 from .mode_hooks import MODE_HOOKS
+from .overrides import defines_hook
 from .step_hooks import STEP_HOOKS_ON, TRANSFER_HOOKS, StepHooks
 
 if TYPE_CHECKING:
@@ -93,21 +94,6 @@ def _not_a_hook(owner: str, name: str) -> str:
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (f"{owner}.{name} is not a Trainer hook, so it would never be called.{hint} Rename it, or make it "
             f"private (a leading underscore). Hooks: {', '.join(h for h in HOOKS if h.startswith('on_'))}.")
-
-
-def defines_hook(obj: Any, name: str, base: type) -> bool:
-    """Whether ``obj`` defines ``name`` itself: set on the instance (to anything but None), or its class's ``name`` is
-    not ``base``'s (``base`` may lack it). The one test of "this object defines hook X" for modules, callbacks and
-    data modules.
-
-    Example:
-        >>> defines_hook(my_module, "validation_step", TrainingModule)   # doctest: +SKIP
-        True
-    """
-    if name in getattr(obj, "__dict__", {}):  # set on the instance; None turns it off (Lightning's idiom)
-        return obj.__dict__[name] is not None
-    impl = getattr(type(obj), name, None)
-    return impl is not None and impl is not getattr(base, name, None)
 
 
 # Hooks whose module implementation runs before the callbacks' (Lightning's order): a checkpoint's contents reach

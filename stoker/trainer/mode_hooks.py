@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .overrides import defines_hook
+
 MODE_HOOKS = ("on_validation_model_eval", "on_validation_model_train", "on_test_model_eval", "on_test_model_train",
               "on_predict_model_eval", "on_predict_model_train")
 
@@ -63,8 +65,4 @@ class ModuleModes(torch.nn.Module):
 
 def overrides_train_hook(module: torch.nn.Module, prefix: str) -> bool:
     """Whether ``module`` (its class or the instance) replaces ``on_{prefix}_model_train``'s default."""
-    name = f"on_{prefix}_model_train"
-    if name in vars(module):  # set on the instance (e.g. None, as Lightning's tests do, or a function)
-        return callable(vars(module)[name])
-    own = getattr(type(module), name, None)
-    return own is not None and own is not getattr(ModuleModes, name)
+    return defines_hook(module, f"on_{prefix}_model_train", ModuleModes)

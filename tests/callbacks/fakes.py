@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
-from stoker import ModelCheckpoint, Trainer
+from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.accelerator import Accelerator
+from stoker.trainer.overrides import defines_hook
 
 RECORDS = frozenset({"saves"})  # what the fake records for the tests; not a Trainer name
 
@@ -122,6 +123,10 @@ class FakeTrainer:
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ``ModelCheckpoint`` among the callbacks, or None (as the Trainer's)."""
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
+
+    def module_defines(self, name: str) -> bool:
+        """The Trainer's test of "the module defines hook ``name``" (the one rule, ``defines_hook``)."""
+        return self.module is not None and defines_hook(self.module, name, TrainingModule)
 
     def save_checkpoint(self, path: str) -> str:
         os.makedirs(path, exist_ok=True)

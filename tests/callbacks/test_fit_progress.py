@@ -5,7 +5,12 @@ from types import SimpleNamespace
 import torch
 
 from stoker import TrainingModule
-from stoker.callbacks._fit_progress import defines, fit_validates
+from stoker.callbacks._fit_progress import fit_validates
+from stoker.trainer.overrides import defines_hook
+
+
+def defines(module, name):  # what the Trainer's module_defines asks
+    return defines_hook(module, name, TrainingModule)
 
 
 class NoValidation(TrainingModule):
@@ -28,7 +33,8 @@ class Plain(torch.nn.Module):  # not a TrainingModule at all (a stand-in trainer
 
 
 def _trainer(module, num_val_batches=(2,)):
-    return SimpleNamespace(module=module, num_val_batches=list(num_val_batches))
+    return SimpleNamespace(module=module, num_val_batches=list(num_val_batches),
+                           module_defines=lambda name: module is not None and defines(module, name))
 
 
 def test_only_a_class_of_the_users_defining_validation_step_counts():
