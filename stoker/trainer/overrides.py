@@ -23,4 +23,6 @@ def defines_hook(obj: Any, name: str, base: type) -> bool:
     if name in getattr(obj, "__dict__", {}):  # set on the instance; None turns it off (Lightning's idiom)
         return obj.__dict__[name] is not None
     impl = getattr(type(obj), name, None)
-    return impl is not None and impl is not getattr(base, name, None)
+    if impl is None:  # not on the class: an object that answers through __getattr__, e.g. a Mock(spec=Callback)
+        return callable(getattr(obj, name, None))
+    return impl is not getattr(base, name, None)

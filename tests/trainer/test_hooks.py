@@ -107,3 +107,17 @@ def test_exception_reaches_on_exception_and_teardown() -> None:
         trainer.fit(Boom(calls), make_loader(make_regression_data(n=8)))
     assert calls[-4:] == ["a:on_exception", "m:on_exception", "a:teardown", "m:teardown"]
     assert trainer.state.fn is None  # the Trainer can run again
+
+
+def test_a_mock_with_the_callback_spec_receives_every_hook():
+    # An object answering through __getattr__ (unittest.mock's Mock(spec=Callback), a user's test double) defines
+    # no hook on its class; each hook it answers is called, as on a subclass that overrides them all.
+    from unittest import mock
+
+    double = mock.Mock(spec=Callback)
+    trainer = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      callbacks=[double])
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=16), batch_size=8))
+    called = [c[0] for c in double.method_calls]
+    assert called[:3] == ["setup", "on_fit_start", "on_train_start"]
+    assert called.count("on_train_batch_end") == 2 and called[-1] == "teardown"
