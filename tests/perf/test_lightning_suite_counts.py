@@ -1,0 +1,68 @@
+"""benchmarks/lightning_suite.py: how it renames imports and which tests it counts (no Lightning needed)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+
+
+@pytest.fixture()
+def suite() -> Iterator[object]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("lightning_suite")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_each_imported_name_is_guarded_on_its_own(suite: object) -> None:
+    source = "from stoker.loggers import (\n    CSVLogger,\n    NotThere as Renamed,\n)\nimport os\n"
+    namespace: dict[str, object] = {}
+    exec(suite.guarded_imports(source), namespace)  # a missing name costs only itself
+    assert "CSVLogger" in namespace and "Renamed" not in namespace and "os" in namespace
+
+
+def test_a_test_reaching_internals_through_a_helper_is_private(suite: object, tmp_path: Path) -> None:
+    path = tmp_path / "test_x.py"
+    path.write_text(textwrap.dedent("""
+        def spy(trainer):
+            return watch(trainer)
+
+        def watch(trainer):
+            return trainer.fit_loop.epoch_loop
+
+        class Model:
+            def hook(self):
+                return self.trainer._logger_connector
+
+        def test_through_helpers(): spy(None)
+        def test_through_a_class(): Model()
+        def test_public(): assert 1
+        @mock.patch("torch.save")
+        def test_decorated(_): pass
+    """))
+    assert suite.private_tests(path) == {"test_through_helpers", "test_through_a_class", "test_decorated"}
+
+
+def test_wording_only_failures_are_counted_apart(suite: object, tmp_path: Path) -> None:
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite>'
+        '<testcase name="test_a"/>'
+        f'<testcase name="test_b"><failure message="{suite.WORDING}&#10; Expected regex: x"/></testcase>'
+        '<testcase name="test_c"><failure message="AssertionError: assert 1 == 2"/></testcase>'
+        '<testcase name="test_d"><skipped/></testcase>'
+        '</testsuite></testsuites>')
+    stoker = suite.outcomes(xml)
+    assert stoker == {"test_a": "passed", "test_b": "wording", "test_c": "failed", "test_d": "skipped"}
+    lightning = {"test_a": "passed", "test_b": "passed", "test_c": "passed", "test_d": "passed", "test_e": "failed"}
+    per_file = {"lightning": lightning, "stoker": stoker}
+    # public: passing under Lightning, not private, not wording-only (test_b); of those, test_a passes on stoker
+    assert suite.counts(per_file, {"test_d"}, ["lightning", "stoker"]) == (2, 1, 1, 1)
