@@ -63,7 +63,8 @@ def find_tracker(trackers: list[Any], name: Any, unwrap: bool, *, is_main_proces
     key = str(key).lower()
     for tracker in trackers:
         if logger_name(tracker) == key:
-            return getattr(tracker, "experiment", tracker) if unwrap else tracker
+            # the CSV logger's experiment is stoker's own file writer, no tracking library's object: not unwrapped
+            return getattr(tracker, "experiment", tracker) if unwrap and key != "csv" else tracker
     if not initialized:
         raise RuntimeError(f"get_tracker({name!r}) was called before init_trackers(): call "
                            "accelerator.init_trackers(project_name) first.")
