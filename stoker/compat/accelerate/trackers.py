@@ -52,8 +52,8 @@ def find_tracker(trackers: list[Any], name: Any, unwrap: bool, *, is_main_proces
 
     The logger registered under ``name`` (``"wandb"``, ``"mlflow"``, ``"tensorboard"``, ``"csv"``, or a custom
     logger's class name without ``"Logger"``); with ``unwrap=True`` its underlying object (``logger.experiment``:
-    the W&B run, the ``MlflowClient``, the ``SummaryWriter``; the logger itself when it has none). On other
-    processes: a `NullTracker`.
+    the W&B run, the ``MlflowClient``, the ``SummaryWriter``; the logger itself for CSV and loggers without one).
+    On other processes: a `NullTracker`.
     """
     from ...loggers import logger_name
 
