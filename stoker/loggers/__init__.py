@@ -31,6 +31,10 @@ __all__ = [
 
 _LAZY = {"WandbLogger": "stoker.loggers.wandb", "MLFlowLogger": "stoker.loggers.mlflow"}
 
+# Lightning's module paths under this package (stoker.loggers.csv_logs) are faces kept in stoker/faces/loggers/,
+# found through this __path__ entry: the core itself imports nothing from them.
+__path__.append(os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "loggers"))
+
 
 @dataclass(frozen=True)
 class _Entry:

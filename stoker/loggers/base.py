@@ -94,10 +94,14 @@ class Logger:
         return self._save_dir
 
     @property
-    def root_dir(self) -> str:
-        """``{save_dir}/{name}``: the folder that holds the version folders."""
-        name = self.name  # the properties: a subclass may override name or save_dir
-        return os.path.join(self.save_dir, name) if name else self.save_dir
+    def root_dir(self) -> str | None:
+        """``{save_dir}/{name}``: the folder that holds the version folders; None for a logger that keeps no local
+        files (a subclass whose ``save_dir`` is None: its run's checkpoints go under the Trainer's
+        ``default_root_dir``, see ``stoker.loggers.layout``)."""
+        save_dir, name = self.save_dir, self.name  # the properties: a subclass may override name or save_dir
+        if save_dir is None:
+            return None
+        return os.path.join(save_dir, name) if name else save_dir
 
     @property
     def version(self) -> int | str:
@@ -147,16 +151,23 @@ class Logger:
         self._version_group = group
 
     @property
-    def version_dir(self) -> str:
+    def version_dir(self) -> str | None:
         """``{save_dir}/{name}/version_{n}`` (a str version: the folder named so): the run's folder, which also
-        holds its default ``checkpoints`` folder. ``log_dir`` is this folder unless a logger adds a sub-folder."""
-        version = self.version
-        folder = version if isinstance(version, str) else f"version_{version}"
-        return os.path.join(self.root_dir, folder)
+        holds its default ``checkpoints`` folder. ``log_dir`` is this folder unless a logger adds a sub-folder.
+        None when ``root_dir`` is."""
+        root = self.root_dir
+        return None if root is None else os.path.join(root, self.version_folder)
 
     @property
-    def log_dir(self) -> str:
-        """The folder this run writes into. Not created until the first write."""
+    def version_folder(self) -> str:
+        """The version's folder name: ``version_{n}``, or a str version as it is."""
+        version = self.version
+        return version if isinstance(version, str) else f"version_{version}"
+
+    @property
+    def log_dir(self) -> str | None:
+        """The folder this run writes into (None when the logger keeps no local files). Not created until the first
+        write."""
         return self.version_dir
 
     def log_metrics(self, metrics: Mapping[str, float | int | torch.Tensor], step: int | None = None) -> None:

@@ -36,8 +36,25 @@ def default_checkpoint_dir(default_root_dir: str | os.PathLike, loggers: Sequenc
     callbacks' ``setup``.
     """
     if loggers:
-        return os.path.abspath(os.path.join(loggers[0].version_dir, CHECKPOINTS))
+        return os.path.abspath(os.path.join(_run_folder(loggers[0], default_root_dir), CHECKPOINTS))
     return os.path.abspath(os.path.join(os.fspath(default_root_dir), CHECKPOINTS))
+
+
+def _run_folder(logger: Logger, default_root_dir: str | os.PathLike) -> str:
+    """The logger's ``version_dir``; for a logger that keeps no local files (``save_dir`` None) the same folders
+    under ``default_root_dir``: ``{default_root_dir}/{name}/{version folder}``, as Lightning places them."""
+    folder = logger.version_dir
+    if folder is None:
+        folder = os.path.join(_experiment_folder(logger, default_root_dir), logger.version_folder)
+    return folder
+
+
+def _experiment_folder(logger: Logger, default_root_dir: str | os.PathLike) -> str:
+    """The logger's ``root_dir``, or ``{default_root_dir}/{name}`` when it has none."""
+    root, name = logger.root_dir, logger.name
+    if root is None:
+        root = os.path.join(os.fspath(default_root_dir), name) if name else os.fspath(default_root_dir)
+    return root
 
 
 def checkpoint_search_folders(default_root_dir: str | os.PathLike, loggers: Sequence[Logger],
@@ -52,7 +69,7 @@ def checkpoint_search_folders(default_root_dir: str | os.PathLike, loggers: Sequ
     """
     folders = [dirpath] if dirpath else []
     if loggers:
-        root = loggers[0].root_dir
+        root = _experiment_folder(loggers[0], default_root_dir)
         try:
             with os.scandir(root) as entries:
                 # Every sub-folder, not only version_{n}: a string version names its folder freely.

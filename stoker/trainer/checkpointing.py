@@ -91,8 +91,8 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     if trainer.hooks is not None:
         trainer.hooks.call("on_save_checkpoint", checkpoint)
     # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
-    runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)} if lg.version_chosen else None
-            for lg in trainer.loggers]
+    runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)}
+            if lg.version_chosen and lg.root_dir is not None else None for lg in trainer.loggers]
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "logger_runs": runs}
 
 

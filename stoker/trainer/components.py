@@ -109,7 +109,7 @@ def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
         return
     runs, step = recorded
     for logger, run in zip(trainer.loggers, runs):
-        if run is not None and run[1] == os.path.abspath(logger.root_dir):
+        if run is not None and logger.root_dir is not None and run[1] == os.path.abspath(logger.root_dir):
             logger.continue_run(run[0], step)
 
 

@@ -22,7 +22,8 @@ from .components import (agree_on_log_dirs, build_callbacks, build_loggers, chec
 from .evaluation import run_evaluation, run_predict, run_sanity_check
 from .hooks import HookDispatcher, clear_gradients, defines_hook
 from .loader_requests import flat_loaders
-from .logging import Results, log_hyperparams
+from .hparams import log_hyperparams
+from .logging import Results
 from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss
@@ -198,8 +199,7 @@ class Trainer:
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             setup.resume_from(run, ckpt_path)  # a checkpoint's train-loader position needs the loader
             restore(self, ckpt_path, run.train_loader)
-            if self.is_global_zero:
-                log_hyperparams(self.module, self.loggers)
+            log_hyperparams(self.module, self.datamodule, self.loggers, main=self.is_global_zero)
             self.preemption.install(self.accelerator.num_processes)
             try:
                 self.state.stage = TRAIN.name
@@ -259,11 +259,12 @@ class Trainer:
             return
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
         values = dict(values)
+        logged_step = values.pop("step", None) if step is None else None  # a logged "step" is the x-axis (Lightning)
         # Outside fit (validate/test after it) the label is the epoch that produced the weights, as in the fit's
         # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
         values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         if self.is_global_zero:
-            step = self.global_step if step is None else step
+            step = (self.global_step if logged_step is None else int(logged_step)) if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .hooks import defines_hook
-from .hparams import AttributeDict, caller_init_arguments
+from .hparams import AttributeDict, save_hyperparameters
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -107,12 +107,13 @@ class DataModule:
         """Restores what :meth:`state_dict` returned."""
 
     # -- hyperparameters ------------------------------------------------------------------------------------------
-    def save_hyperparameters(self, *names: str, ignore: Sequence[str] | str | None = None) -> None:
+    def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, logger: bool = True) -> None:
         """Stores the arguments of the calling ``__init__`` in ``self.hparams`` (and so in checkpoints).
 
         Args:
             *names: Only these arguments (default: all of them).
             ignore: Arguments to leave out (e.g. a dataset object passed in).
+            logger: False keeps them out of the loggers (still in ``hparams`` and checkpoints).
 
         Example:
             >>> def __init__(self, batch_size: int = 32, root: str = "data"):
@@ -120,13 +121,10 @@ class DataModule:
             ...     self.save_hyperparameters()  # self.hparams == {"batch_size": 32, "root": "data"}
         """
         frame = inspect.currentframe()
-        try:
-            values = caller_init_arguments(self, frame, names, ignore)
+        try:  # *names may also be one mapping of hyperparameters (see hparams.save_hyperparameters)
+            save_hyperparameters(self, frame, names, ignore, logger)
         finally:
             del frame
-        if "hparams" not in self.__dict__:  # a subclass that did not call super().__init__() first
-            self.hparams = AttributeDict()
-        self.hparams.update(values)
 
     # -- construction from datasets -------------------------------------------------------------------------------
     @classmethod

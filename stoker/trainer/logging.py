@@ -21,7 +21,6 @@ import torch
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
-    from ..loggers import Logger
 
 
 class MetricsOwner(Protocol):
@@ -285,15 +284,3 @@ class Results:
             entry.total = total.to(device) if isinstance(total, torch.Tensor) else total
             entry.weight, entry.updated = float(saved["weight"]), True
             self.entries[key] = entry
-
-
-def log_hyperparams(module: torch.nn.Module, loggers: list[Logger]) -> None:
-    """At the start of ``fit`` (main process): the module's hyperparameters (when it has any), its graph, then
-    ``save`` to each logger (Lightning's order; ``log_graph`` does nothing unless a logger records graphs, ``save``
-    writes the run's ``hparams.yaml`` when a logger keeps one)."""
-    hparams = dict(getattr(module, "hparams", {}) or {})
-    for logger in loggers:
-        if hparams:
-            logger.log_hyperparams(hparams)
-        logger.log_graph(module)
-        logger.save()

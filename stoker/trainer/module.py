@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .hparams import AttributeDict, caller_init_arguments
+from .hparams import AttributeDict, save_hyperparameters
 from .step_hooks import StepHooks
 
 
@@ -129,12 +129,13 @@ class TrainingModule(StepHooks):
                      reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
 
     # -- hyperparameters ------------------------------------------------------------------------------------------
-    def save_hyperparameters(self, *names: str, ignore: Sequence[str] | str | None = None) -> None:
+    def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, logger: bool = True) -> None:
         """Stores the arguments of the calling ``__init__`` in ``self.hparams`` (and in checkpoints and loggers).
 
         Args:
             *names: Only these arguments (default: all of them).
             ignore: Arguments to leave out (e.g. a large tensor or a sub-model passed in).
+            logger: False keeps them out of the loggers (still in ``hparams`` and checkpoints).
 
         Example:
             >>> def __init__(self, hidden: int = 64, lr: float = 1e-3):
@@ -142,11 +143,10 @@ class TrainingModule(StepHooks):
             ...     self.save_hyperparameters()  # self.hparams == {"hidden": 64, "lr": 0.001}
         """
         frame = inspect.currentframe()
-        try:
-            values = caller_init_arguments(self, frame, names, ignore)
+        try:  # *names may also be one mapping of hyperparameters (see hparams.save_hyperparameters)
+            save_hyperparameters(self, frame, names, ignore, logger)
         finally:
             del frame
-        self.hparams.update(values)
 
     # -- properties -----------------------------------------------------------------------------------------------
     @property

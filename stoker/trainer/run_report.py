@@ -77,7 +77,7 @@ class RunReport:
             self.last = facts
             if fn == "fit" or facts["status"] != "completed":  # a validate/test that went well: say() if verbose
                 print(facts["message"], file=sys.stdout, flush=True)
-            if self.trainer.loggers:  # the run's folder is its first logger's version folder
+            if self.trainer.loggers and self.trainer.loggers[0].log_dir is not None:  # its first logger's folder
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
             warnings.warn(f"stoker could not write the end-of-run report: {error!r}", RuntimeWarning, stacklevel=2)

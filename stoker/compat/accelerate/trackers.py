@@ -52,8 +52,8 @@ def find_tracker(trackers: list[Any], name: Any, unwrap: bool, *, is_main_proces
 
     The logger registered under ``name`` (``"wandb"``, ``"mlflow"``, ``"tensorboard"``, ``"csv"``, or a custom
     logger's class name without ``"Logger"``); with ``unwrap=True`` its underlying object (``logger.experiment``:
-    the W&B run, the ``MlflowClient``, the ``SummaryWriter``; the logger itself when it has none). On other
-    processes: a `NullTracker`.
+    the W&B run, the ``MlflowClient``, the ``SummaryWriter``; the logger itself for CSV and loggers without one).
+    On other processes: a `NullTracker`.
     """
     from ...loggers import logger_name
 
@@ -63,7 +63,8 @@ def find_tracker(trackers: list[Any], name: Any, unwrap: bool, *, is_main_proces
     key = str(key).lower()
     for tracker in trackers:
         if logger_name(tracker) == key:
-            return getattr(tracker, "experiment", tracker) if unwrap else tracker
+            # the CSV logger's experiment is stoker's own file writer, no tracking library's object: not unwrapped
+            return getattr(tracker, "experiment", tracker) if unwrap and key != "csv" else tracker
     if not initialized:
         raise RuntimeError(f"get_tracker({name!r}) was called before init_trackers(): call "
                            "accelerator.init_trackers(project_name) first.")

@@ -1,0 +1,128 @@
+"""What a Trainer run gives its loggers (Lightning's contract): the hyperparameters of the module and datamodule
+(unless saved with ``logger=False``; a key the two give different values stops the run), a logged ``step`` as the
+x-axis, and a run folder under ``default_root_dir`` for a logger that keeps no files (``save_dir`` None)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+import torch
+
+from stoker import DataModule, Trainer
+from stoker.loggers import Logger
+from tests.callbacks.modules import loaders
+from tests.helpers.models import Regressor
+
+
+class Recorder(Logger):
+    """Keeps what it is sent; ``save_dir`` None: it writes no files."""
+
+    def __init__(self) -> None:
+        super().__init__(name="rec", version="a")
+        self.params: list[dict] = []
+        self.logged: list[tuple[int, dict]] = []
+
+    @property
+    def save_dir(self) -> None:
+        return None
+
+    def log_hyperparams(self, params):
+        self.params.append(dict(params))
+
+    def log_metrics(self, metrics, step=None):
+        self.logged.append((step, dict(metrics)))
+
+
+class Data(DataModule):
+    def __init__(self, lr: float = 0.05, size: torch.Tensor | None = None, logger: bool = True) -> None:
+        super().__init__()
+        self.save_hyperparameters("lr", "size", logger=logger)
+
+    def train_dataloader(self):
+        return loaders()[0]
+
+
+def _fit(tmp_path, module, logger, datamodule=None, **kw) -> Trainer:
+    kw.setdefault("max_steps", 2)
+    trainer = Trainer(default_root_dir=str(tmp_path), logger=logger, enable_progress_bar=False, seed=0, **kw)
+    if datamodule is None:
+        trainer.fit(module, loaders()[0])
+    else:
+        trainer.fit(module, datamodule=datamodule)
+    return trainer
+
+
+@pytest.mark.parametrize("send", [True, False])
+def test_save_hyperparameters_logger_flag_decides_whether_the_loggers_get_them(tmp_path, send):
+    class Model(Regressor):
+        def __init__(self, width: int = 3) -> None:
+            super().__init__()
+            self.save_hyperparameters(logger=send)
+
+    recorder = Recorder()
+    model = Model()
+    _fit(tmp_path, model, recorder, enable_checkpointing=False)
+    assert model.hparams.width == 3  # kept either way
+    assert recorder.params == ([dict(model.hparams)] if send else [])
+    with pytest.raises(TypeError, match="logger='no'"):
+        model.save_hyperparameters(logger="no")
+
+
+def test_save_hyperparameters_takes_one_mapping_namespace_or_dataclass():
+    class Model(Regressor):
+        def __init__(self, params) -> None:
+            super().__init__()
+            self.save_hyperparameters(params, ignore="skip")
+
+    assert Model({1: "one", "lr2": 0.5, "skip": 0}).hparams[1] == "one"
+    assert "skip" not in Model({"skip": 0}).hparams
+    assert Model(argparse.Namespace(depth=4)).hparams.depth == 4
+    with pytest.raises(TypeError, match="got list"):
+        Model([1, 2])
+    with pytest.raises(TypeError, match="argument names"):
+        Regressor().save_hyperparameters("lr", 3)
+
+
+def test_module_and_datamodule_hyperparameters_reach_the_loggers_merged(tmp_path):
+    recorder = Recorder()
+    model = Regressor(lr=0.05)
+    _fit(tmp_path, model, recorder, Data(lr=0.05, size=torch.tensor([2, 3])), enable_checkpointing=False)
+    (sent,) = recorder.params
+    assert sent["momentum"] == 0.9 and sent["lr"] == 0.05 and torch.equal(sent["size"], torch.tensor([2, 3]))
+
+    recorder = Recorder()  # a datamodule saved with logger=False: only the module's, even with a clash
+    _fit(tmp_path, Regressor(lr=0.05), recorder, Data(lr=0.5, logger=False), enable_checkpointing=False)
+    assert recorder.params[0]["lr"] == 0.05 and "size" not in recorder.params[0]
+
+
+def test_a_key_the_module_and_datamodule_disagree_on_stops_the_run_before_training(tmp_path):
+    recorder = Recorder()
+    model = Regressor(lr=0.05)
+    with pytest.raises(RuntimeError, match="Error while merging hparams.*'lr': 0.05 in the module, 0.5 in the"):
+        _fit(tmp_path, model, recorder, Data(lr=0.5), enable_checkpointing=False)
+    assert recorder.params == [] and recorder.logged == []
+
+
+def test_a_logged_step_is_the_loggers_x_axis_and_not_a_metric(tmp_path):
+    class Model(Regressor):
+        def on_train_epoch_end(self) -> None:
+            self.log_dict({"step": 41.0, "custom": 1.5})
+
+    recorder = Recorder()
+    _fit(tmp_path, Model(), recorder, max_epochs=1, max_steps=-1, log_every_n_steps=1, enable_checkpointing=False)
+    at_41 = [metrics for step, metrics in recorder.logged if step == 41]
+    assert at_41 and at_41[0]["custom"] == 1.5
+    assert all("step" not in metrics for _, metrics in recorder.logged)
+
+
+def test_a_logger_without_files_puts_the_runs_checkpoints_under_default_root_dir(tmp_path):
+    recorder = Recorder()
+    assert (recorder.root_dir, recorder.version_dir, recorder.log_dir) == (None, None, None)
+    trainer = _fit(tmp_path, Regressor(), [recorder, Recorder()], log_every_n_steps=1)
+    best = trainer.checkpoint_callback.best_model_path
+    assert os.path.dirname(best) == str(tmp_path / "rec" / "a" / "checkpoints")
+    assert recorder.logged and recorder.logged[-1][0] == 2
+    assert "run_summary.json" not in os.listdir(tmp_path)  # the end-of-run summary has no folder to go to
+    assert os.path.dirname(trainer.find_last_checkpoint()) == str(tmp_path / "rec" / "a" / "checkpoints")
