@@ -25,8 +25,11 @@ def suite() -> Iterator[object]:
 def test_each_imported_name_is_guarded_on_its_own(suite: object) -> None:
     source = "from stoker.loggers import (\n    CSVLogger,\n    NotThere as Renamed,\n)\nimport os\n"
     namespace: dict[str, object] = {}
-    exec(suite.guarded_imports(source), namespace)  # a missing name costs only itself
-    assert "CSVLogger" in namespace and "Renamed" not in namespace and "os" in namespace
+    exec(suite.guarded_imports(source + "from stoker import not_there\n"), namespace)
+    assert namespace["CSVLogger"].__module__.startswith("stoker") and "os" in namespace
+    assert "not_there" not in namespace  # a missing function stays unbound: NameError where a test uses it
+    with pytest.raises(NameError, match="stoker has no Renamed"):  # a missing class: a stand-in that cannot be made
+        namespace["Renamed"]()
 
 
 def test_a_test_reaching_internals_through_a_helper_is_private(suite: object, tmp_path: Path) -> None:
