@@ -235,6 +235,19 @@ class ProgressBar(Callback):
         self._trainer = trainer
         self._file = self._file_arg or sys.stderr
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled copy (a Trainer sent to another process) draws to that process's own standard stream (by name),
+        # with no live bar.
+        std = next((name for name in ("stdout", "stderr") if self._file_arg is getattr(sys, name)), None)
+        return dict(self.__dict__, _file=None, _stdout=None, _train=None, _eval=None, _trainer=None,
+                    _file_arg=std or self._file_arg)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if isinstance(self._file_arg, str):
+            self._file_arg = getattr(sys, self._file_arg)
+        self._file = self._file_arg or sys.stderr
+
     def _tty(self) -> bool:
         isatty = getattr(self._file, "isatty", None)
         try:

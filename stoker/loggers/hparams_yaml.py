@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HPARAMS_YAML", "ensure_hparams_yaml", "write_hparams_yaml"]
+__all__ = ["HPARAMS_YAML", "ensure_hparams_yaml", "write_hparams_yaml", "yaml_text"]
 
 HPARAMS_YAML = "hparams.yaml"  # Lightning's name for a run's hyperparameters beside its logs
 
@@ -20,14 +20,19 @@ def write_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:
     ``load_from_checkpoint(hparams_file=...)`` read it back), replacing the file in one step. Values YAML cannot
     hold safely (objects) are written as their ``str``; tuples as lists. The CSV and TensorBoard loggers of one run
     share the folder and write the same content."""
-    import yaml
-
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, HPARAMS_YAML)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        yaml.safe_dump(_yaml_safe(hparams), f, default_flow_style=False, sort_keys=False, allow_unicode=True)
+        f.write(yaml_text(hparams))
     os.replace(tmp, path)
+
+
+def yaml_text(hparams: Mapping[str, Any]) -> str:
+    """``hparams`` as the block YAML of an ``hparams.yaml`` (see :func:`write_hparams_yaml`)."""
+    import yaml
+
+    return yaml.safe_dump(_yaml_safe(hparams), default_flow_style=False, sort_keys=False, allow_unicode=True)
 
 
 def ensure_hparams_yaml(folder: str, hparams: Mapping[str, Any]) -> None:

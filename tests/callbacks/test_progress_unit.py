@@ -96,3 +96,20 @@ def test_bars_are_closed_on_exception(tmp_path):
 def test_refresh_rate_must_be_seconds():
     with pytest.raises(ValueError, match="refresh_rate=-1"):
         ProgressBar(refresh_rate=-1)
+
+
+def test_a_pickled_bar_draws_to_its_own_processes_stderr(tmp_path, capsys):
+    # A Trainer sent to another process (pickled) takes its callbacks along: the bar keeps its settings, leaves
+    # the stream and any live bar behind, and draws to stderr where it lands; a stream it was given is kept.
+    import pickle
+    import sys
+
+    bar = ProgressBar(refresh_rate=0.5, leave=True)
+    trainer = FakeTrainer(str(tmp_path))
+    bar.setup(trainer, None, "fit")
+    copy = pickle.loads(pickle.dumps(bar))
+    assert (copy.refresh_rate, copy.leave) == (0.5, True) and copy._file is sys.stderr
+    own = pickle.loads(pickle.dumps(ProgressBar(file=sys.stdout)))
+    assert own._file is sys.stdout  # a standard stream is the receiving process's own, by name
+    copy.setup(trainer, None, "fit")
+    assert copy.trainer is trainer

@@ -1,0 +1,5 @@
+"""``pytorch_lightning.core.saving``'s names for a run's ``hparams.yaml`` (``stoker/compat/lightning/saving.py``)."""
+
+from stoker.compat.lightning.saving import load_hparams_from_yaml, save_hparams_to_yaml
+
+__all__ = ["load_hparams_from_yaml", "save_hparams_to_yaml"]

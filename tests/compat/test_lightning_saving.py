@@ -1,0 +1,33 @@
+"""``stoker.core.saving`` (Lightning's ``core.saving`` path): a logger's ``hparams.yaml`` read and written."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from stoker.core.saving import load_hparams_from_yaml, save_hparams_to_yaml
+from stoker.loggers import CSVLogger
+
+
+def test_reads_what_a_logger_wrote_and_writes_what_it_reads(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_hyperparams({"lr": 0.1, "layers": [2, 3], "name": "run"})
+    logger.save()
+    path = tmp_path / "lightning_logs" if (tmp_path / "lightning_logs").exists() else tmp_path
+    files = list(path.rglob("hparams.yaml"))
+    assert len(files) == 1
+    assert load_hparams_from_yaml(files[0]) == {"lr": 0.1, "layers": [2, 3], "name": "run"}
+    copy = tmp_path / "copy.yaml"
+    save_hparams_to_yaml(copy, argparse.Namespace(lr=0.2, tuple_value=(1, 2)))
+    assert load_hparams_from_yaml(copy) == {"lr": 0.2, "tuple_value": [1, 2]}
+
+
+def test_missing_file_warns_and_gives_nothing_and_bad_input_is_refused(tmp_path):
+    with pytest.warns(RuntimeWarning, match="No hyperparameter file"):
+        assert load_hparams_from_yaml(tmp_path / "absent.yaml") == {}
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="not a mapping"):
+        load_hparams_from_yaml(tmp_path / "list.yaml")
+    with pytest.raises(TypeError, match="mapping or a Namespace"):
+        save_hparams_to_yaml(tmp_path / "x.yaml", 3)
