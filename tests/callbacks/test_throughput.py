@@ -141,7 +141,7 @@ def test_training_time_ends_with_the_last_step_and_restarts_after_validation(tmp
 def test_window_size_gives_rates_over_the_last_steps(tmp_path, clock):
     monitor = ThroughputMonitor(log_every_n_steps=1, window_size=3)
     logger = ListLogger()
-    trainer(tmp_path, max_epochs=1, callbacks=[monitor], logger=logger).fit(Slow(), loaders()[0])
+    trainer(tmp_path, max_epochs=1, callbacks=[monitor], logger=logger, log_every_n_steps=1).fit(Slow(), loaders()[0])
     # no rate before three steps; then three batches over the last three steps' seconds
     assert _rows(logger, "train/device/batches_per_sec") == [(3, 3 / 3.0), (4, 3 / 4.5)]
     assert [step for step, row in logger.rows if "train/time" in row] == [1, 2, 3, 4]
