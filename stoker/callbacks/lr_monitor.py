@@ -85,9 +85,8 @@ class LearningRateMonitor(Callback):
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."
             )
         self._targets = self._plan(trainer)
-        # Each optimizer's own step count, for the log_every_n_steps cadence: with one optimizer it is global_step
-        # (its points line up with the loss's); several optimizers share global_step, so each counts its own steps
-        # (started from an even share after a resume), else one stepping right before another would never be due.
+        # With several optimizers each counts its own steps for the log_every_n_steps cadence (started from an even
+        # share after a resume): they share global_step, so one stepping right before another would never be due.
         share = trainer.global_step // max(len(self._targets), 1)
         self._steps = [share] * len(self._targets)
 
@@ -118,7 +117,9 @@ class LearningRateMonitor(Callback):
         for index, (target, _, _) in enumerate(self._targets):
             if _same_optimizer(target, optimizer):
                 self._steps[index] += 1
-                if self._steps[index] % trainer.log_every_n_steps == 0:
+                # one optimizer counts in global_step (skipped fp16 steps too), so its points meet the loss's
+                count = trainer.global_step + 1 if len(self._targets) == 1 else self._steps[index]
+                if count % trainer.log_every_n_steps == 0:
                     self._log(trainer, "step", only=optimizer)
                 return
 
