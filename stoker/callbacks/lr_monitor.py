@@ -16,9 +16,14 @@ import torch
 
 from stoker.callbacks.base import Callback, TrainerView
 
-__all__ = ["LearningRateMonitor"]
+__all__ = ["LearningRateMonitor", "NoLoggerError"]
 
 _INTERVALS = (None, "step", "epoch")
+
+
+class NoLoggerError(RuntimeError, ValueError):
+    """A LearningRateMonitor on a Trainer without loggers: a RuntimeError when fit starts, and a ValueError (the
+    kind Lightning's ``MisconfigurationException`` is in stoker), since ``logger=False`` is the value to change."""
 
 
 class LearningRateMonitor(Callback):
@@ -33,9 +38,10 @@ class LearningRateMonitor(Callback):
     learning rates' history in ``lrs``.
 
     Args:
-        logging_interval: ``"step"``: at every optimizer step (thinned by the Trainer's
-            ``log_every_n_steps``, like the loss); ``"epoch"``: at the start of each training epoch; ``None``: each
-            optimizer at its scheduler's interval (``"step"`` or ``"epoch"``), optimizers without a
+        logging_interval: ``"step"``: before every optimizer step, the values that step uses (thinned by the
+            Trainer's ``log_every_n_steps``, like the loss; with several optimizers, as in a GAN, every
+            ``log_every_n_steps`` of each optimizer's own steps); ``"epoch"``: at the start of each training epoch;
+            ``None``: each optimizer at its scheduler's interval (``"step"`` or ``"epoch"``), optimizers without a
             scheduler per epoch.
         log_momentum: Also log ``momentum`` (or Adam's ``betas[0]``); an optimizer without either logs 0, with a
             ``RuntimeWarning`` once.
@@ -66,6 +72,7 @@ class LearningRateMonitor(Callback):
         self._warned_momentum = False
         # (optimizer, metric prefix, interval) for each optimizer, decided once at the start of training.
         self._targets: list[tuple[Any, str, str]] = []
+        self._steps: list[int] = []  # optimizer steps taken by each target's optimizer (see on_train_start)
 
     @property
     def state_key(self) -> str:
@@ -73,11 +80,15 @@ class LearningRateMonitor(Callback):
 
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         if not trainer.loggers and trainer.is_global_zero:
-            raise RuntimeError(
+            raise NoLoggerError(
                 "LearningRateMonitor has no logger to write to: the Trainer was built with logger=False. "
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."
             )
         self._targets = self._plan(trainer)
+        # With several optimizers each counts its own steps for the log_every_n_steps cadence (started from an even
+        # share after a resume): they share global_step, so one stepping right before another would never be due.
+        share = trainer.global_step // max(len(self._targets), 1)
+        self._steps = [share] * len(self._targets)
 
     def _plan(self, trainer: TrainerView) -> list[tuple[Any, str, str]]:
         configs = trainer.lr_scheduler_configs
@@ -102,9 +113,15 @@ class LearningRateMonitor(Callback):
         self._log(trainer, "epoch")
 
     def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
-        # The step this update will complete; the Trainer logs its loss at the same x.
-        if (trainer.global_step + 1) % trainer.log_every_n_steps == 0:
-            self._log(trainer, "step", only=optimizer)
+        # The values this update uses, at the step it will complete (the Trainer logs its loss at the same x).
+        for index, (target, _, _) in enumerate(self._targets):
+            if _same_optimizer(target, optimizer):
+                self._steps[index] += 1
+                # one optimizer counts in global_step (skipped fp16 steps too), so its points meet the loss's
+                count = trainer.global_step + 1 if len(self._targets) == 1 else self._steps[index]
+                if count % trainer.log_every_n_steps == 0:
+                    self._log(trainer, "step", only=optimizer)
+                return
 
     def _log(self, trainer: TrainerView, interval: str, only: Any = None) -> None:
         values: dict[str, float] = {}

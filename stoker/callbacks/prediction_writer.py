@@ -27,9 +27,10 @@ class BasePredictionWriter(Callback):
     returned them (on the device, unless the step moved them). ``Trainer.predict`` still returns the predictions
     too.
 
-    ``batch_indices`` (which samples of the dataset each batch holds) are None: stoker's predict loop does not
-    track sample indices. A writer that must put predictions back in dataset order can write the indices into the
-    batch itself (a dataset that returns ``(index, x)``).
+    ``batch_indices`` are the dataset indices of the samples in the batch, as the loader's batch sampler gave them
+    (in several processes, this process's share; samples repeated to even out the last batches included), so that
+    predictions written by every process can be put back in dataset order. A loader without a batch sampler (an
+    iterable dataset) has none: ``batch_indices`` is then None.
 
     Args:
         write_interval: ``"batch"``, ``"epoch"`` or ``"batch_and_epoch"``.
@@ -54,6 +55,7 @@ class BasePredictionWriter(Callback):
         self._on_batch = write_interval in ("batch", "batch_and_epoch")
         self._on_epoch = write_interval in ("epoch", "batch_and_epoch")
         self._predictions: list[list[Any]] = []
+        self._indices: list[list[Any]] = []
 
     @property
     def interval(self) -> str:
@@ -76,7 +78,7 @@ class BasePredictionWriter(Callback):
         """Writes all predictions of this process once ``predict`` is done (``"epoch"`` or ``"batch_and_epoch"``).
 
         ``predictions`` is a list of batch predictions, or, when ``predict`` ran several loaders, one such list per
-        loader. ``batch_indices`` is always one list per loader (as in Lightning), holding None for each batch.
+        loader. ``batch_indices`` is always one list per loader (as in Lightning), holding each batch's indices.
         """
         raise NotImplementedError(
             f"{type(self).__name__}(write_interval={self.write_interval!r}) calls write_on_epoch_end when predict "
@@ -86,22 +88,35 @@ class BasePredictionWriter(Callback):
 
     # -- hooks ----------------------------------------------------------------------------------------------------
     def on_predict_epoch_start(self, trainer: TrainerView, module: Any) -> None:
-        self._predictions = []
+        self._predictions, self._indices = [], []
 
     def on_predict_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
+        indices = _batch_indices(trainer, batch_idx)
         if self._on_batch:
-            self.write_on_batch_end(trainer, module, outputs, None, batch, batch_idx, dataloader_idx)
+            self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
         if self._on_epoch:
             while len(self._predictions) <= dataloader_idx:
                 self._predictions.append([])
+                self._indices.append([])
             self._predictions[dataloader_idx].append(outputs)  # a reference: predict keeps these objects anyway
+            self._indices[dataloader_idx].append(indices)
 
     def on_predict_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if not self._on_epoch:
             return
         loaders = max(len(getattr(trainer, "num_predict_batches", None) or [1]), len(self._predictions), 1)
-        per_loader = self._predictions + [[] for _ in range(loaders - len(self._predictions))]
-        indices = [[None] * len(p) for p in per_loader]
-        self._predictions = []
+        missing = [[] for _ in range(loaders - len(self._predictions))]
+        per_loader, indices = self._predictions + missing, self._indices + [list(m) for m in missing]
+        self._predictions, self._indices = [], []
         self.write_on_epoch_end(trainer, module, per_loader[0] if loaders == 1 else per_loader, indices)
+
+
+def _batch_indices(trainer: TrainerView, batch_idx: int) -> Any:
+    """The dataset indices of batch ``batch_idx`` of the loader being read: the predict loop has that loader's
+    batch sampler record what it hands out (``recorded``, ahead of the batches by the loader's prefetching, so it
+    is looked up by position); None when it records nothing."""
+    loaders = trainer.accelerator.iterating_loaders
+    sampler = getattr(loaders[-1], "sharded_sampler", None) if loaders else None
+    recorded = getattr(sampler, "recorded", None)
+    return recorded[batch_idx] if recorded is not None and batch_idx < len(recorded) else None

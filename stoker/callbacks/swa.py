@@ -158,6 +158,8 @@ class StochasticWeightAveraging(Callback):
         if len(lrs) != groups:
             raise ValueError(f"StochasticWeightAveraging(swa_lrs={self.swa_lrs!r}) has {len(lrs)} learning rates for "
                              f"an optimizer with {groups} param groups; give one number, or one per group.")
+        for lr, group in zip(lrs, optimizer.param_groups):
+            group["initial_lr"] = lr  # the schedule's base from here on (SWALR's base_lrs), as in Lightning
         scheduler = SWALR(optimizer, swa_lr=lrs, anneal_epochs=self.annealing_epochs,
                           anneal_strategy=self.annealing_strategy)
         if self._scheduler_state is not None:

@@ -2,20 +2,22 @@
 
 Owns: counting batches, samples, items and FLOPs as they pass, the clock (validation time is not training time),
 the metric names, and when values are computed. It does not synchronize the device per batch: counts are host-side
-integers (``batch_size_fn`` reads shapes), and the device is synchronized (CUDA) only when a value is computed,
-every ``log_every_n_steps`` optimizer steps in training and once at the end of an evaluation run.
+integers (``batch_size_fn`` reads shapes), the host clock is read once per optimizer step, and the device is
+synchronized (CUDA) only when a value is computed, every ``log_every_n_steps`` optimizer steps in training and once
+at the end of an evaluation run.
 
 Names (``stage`` is ``train``, ``validate``, ``test`` or ``predict``): ``{stage}/device/batches_per_sec``,
 ``{stage}/device/samples_per_sec``, ``{stage}/device/items_per_sec`` (with ``length_fn``),
 ``{stage}/device/flops_per_sec`` and ``{stage}/device/mfu`` (with a FLOP count, and ``peak_flops`` for MFU), and
 with several processes the job's totals without ``device/`` (this process's rate times the number of processes,
 which assumes processes of equal speed, as Lightning's does). Running totals: ``{stage}/time``,
-``{stage}/batches``, ``{stage}/samples`` (and ``{stage}/items``).
+``{stage}/batches``, ``{stage}/samples`` (and ``{stage}/items``). ``separator`` replaces the ``/``.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -32,40 +34,57 @@ _Reading = tuple[float, int, int, int, float]  # time, batches, samples, items, 
 
 
 class _Meter:
-    """Counts of one stage and the reading (time, counts) taken at the previous computation."""
+    """Counts of one stage, its clock and the readings that rates are computed between.
 
-    def __init__(self) -> None:
+    The clock advances only at readings (one ``time.perf_counter()`` each): ``time`` holds the stage's seconds up to
+    the latest reading, ``mark`` is that reading (None while the stage is paused). A pause takes no reading: the
+    stretch after the last reading is not counted, so training time runs from its start, or the end of a
+    validation, to the end of its last optimizer step (the validation's own reading restarts it).
+    """
+
+    def __init__(self, window: int | None = None) -> None:
         self.time = 0.0  # seconds counted in earlier runs of the stage (and before a resume, for training)
         self.batches = self.samples = self.items = 0
         self.flops = 0.0
-        self.started: float | None = None  # perf_counter when the current stretch of timing began
-        self.last: _Reading | None = None
+        self.mark: float | None = None
+        # the readings rates are computed from: the previous computation's (no window), or the last `window` + 1
+        self.readings: deque[_Reading] = deque(maxlen=None if window is None else window + 1)
 
-    def elapsed(self) -> float:
-        return self.time + (time.perf_counter() - self.started if self.started is not None else 0.0)
+    def start(self, now: float) -> None:
+        self.mark = now
+        self.readings.clear()
+        self.readings.append(self.reading())
 
-    def pause(self) -> None:
-        if self.started is not None:
-            self.time += time.perf_counter() - self.started
-            self.started = None
+    def advance(self, now: float) -> None:
+        if self.mark is not None:
+            self.time += now - self.mark
+        self.mark = now
 
-    def resume(self) -> None:
-        if self.started is None:
-            self.started = time.perf_counter()
+    def reading(self) -> _Reading:
+        return self.time, self.batches, self.samples, self.items, self.flops
 
-    def read(self) -> tuple[_Reading | None, _Reading]:
-        """Takes a new reading; returns the previous one (None at the first) and the new one."""
-        previous, self.last = self.last, (self.elapsed(), self.batches, self.samples, self.items, self.flops)
-        return previous, self.last
+    def take(self, windowed: bool) -> tuple[_Reading | None, _Reading]:
+        """The reading now and the one rates go back to (None: not enough readings yet)."""
+        current = self.reading()
+        if not windowed:
+            previous = self.readings[-1] if self.readings else None
+            self.readings.clear()
+            self.readings.append(current)
+            return previous, current
+        full = self.readings.maxlen is not None and len(self.readings) == self.readings.maxlen
+        return (self.readings[0] if full else None), current
 
 
 class ThroughputMonitor(Callback):
     """Measures training (and evaluation) throughput and logs it through the Trainer's loggers.
 
     Training rates cover the optimizer steps since the previous value (every ``trainer.log_every_n_steps`` steps,
-    at the same ``step`` as the loss); evaluation rates cover a whole validation/test/predict run and are logged when
-    it ends. Time spent in validation inside ``fit`` is not counted as training time. The latest values are also
-    kept in :attr:`metrics`. The main process logs; every process counts its own batches.
+    at the same ``step`` as the loss), or the last ``window_size`` steps; evaluation rates cover a whole
+    validation/test/predict run and are logged when it ends. The clock is read once per optimizer step (and at
+    each evaluation's start and end); training time runs to the end of the last step before a validation and
+    restarts when it ends, so validation (and the epoch-end hooks before it) is not training time. The sanity check
+    is not measured. The latest values are also kept in :attr:`metrics`. The main process logs; every process
+    counts its own batches.
 
     The FLOPs of one batch (forward and backward, on this process) come from ``flops_per_batch``, or from the
     module's ``flops_per_batch`` attribute when that is None (Lightning's convention, e.g. measured with
@@ -80,6 +99,9 @@ class ThroughputMonitor(Callback):
         peak_flops: The device's peak FLOP/s, for ``mfu``; None: no MFU.
         log_every_n_steps: Compute the training rates every n optimizer steps; default: the Trainer's
             ``log_every_n_steps``.
+        window_size: Training rates over the last ``window_size`` optimizer steps (Lightning's argument; none
+            until that many were taken); None: over the steps since the previous value.
+        separator: Between the parts of a metric's name (``"train|device|mfu"`` with ``"|"``).
 
     Attributes:
         metrics: The latest values, by name.
@@ -95,26 +117,20 @@ class ThroughputMonitor(Callback):
 
     def __init__(self, batch_size_fn: Callable[[Any], int] | None = None,
                  length_fn: Callable[[Any], int] | None = None, flops_per_batch: float | None = None,
-                 peak_flops: float | None = None, log_every_n_steps: int | None = None) -> None:
-        for name, fn in (("batch_size_fn", batch_size_fn), ("length_fn", length_fn)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"ThroughputMonitor({name}={fn!r}) must be a function of a batch, or None.")
-        for name, value in (("flops_per_batch", flops_per_batch), ("peak_flops", peak_flops)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"ThroughputMonitor({name}={value!r}) must be a number > 0, or None.")
-        if log_every_n_steps is not None and (isinstance(log_every_n_steps, bool)
-                                              or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1):
-            raise ValueError(f"ThroughputMonitor(log_every_n_steps={log_every_n_steps!r}) must be an int >= 1, or "
-                             "None (the Trainer's log_every_n_steps).")
+                 peak_flops: float | None = None, log_every_n_steps: int | None = None,
+                 window_size: int | None = None, separator: str = "/") -> None:
+        _check_arguments(batch_size_fn, length_fn, flops_per_batch, peak_flops, log_every_n_steps, window_size,
+                         separator)
         self.batch_size_fn = batch_size_fn or _infer_batch_size
         self.length_fn = length_fn
         self.flops_per_batch = flops_per_batch
         self.peak_flops = peak_flops
         self.log_every_n_steps = log_every_n_steps
+        self.window_size = window_size
+        self.separator = separator
         self.metrics: dict[str, float] = {}
-        self._meters = {stage: _Meter() for stage in _STAGES}
+        self._meters = {stage: _Meter(window_size if stage == "train" else None) for stage in _STAGES}
         self._last_step = -1
-        self._flops_source: Any = None
 
     # -- counting -------------------------------------------------------------------------------------------------
     def _count(self, stage: str, module: Any, batch: Any) -> None:
@@ -137,22 +153,27 @@ class ThroughputMonitor(Callback):
             return None
         return float(value) if stage == "train" else float(value) / 3
 
-    def _compute(self, trainer: TrainerView, stage: str) -> dict[str, float]:
-        """Rates since the previous computation of ``stage`` (the device synchronized first) and the totals."""
-        accelerator = trainer.accelerator
-        device = accelerator.device
-        if device.type == "cuda":  # the clock must see the work queued so far finish
+    @staticmethod
+    def _now(trainer: TrainerView, sync: bool) -> float:
+        """The clock; ``sync``: once the device has finished the work queued so far (CUDA), for a rate."""
+        device = trainer.accelerator.device
+        if sync and device.type == "cuda":
             torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    def _compute(self, trainer: TrainerView, stage: str) -> dict[str, float]:
+        """The totals of ``stage`` at its latest reading, and the rates since the reading they go back to."""
         meter = self._meters[stage]
-        previous, (now, *_) = meter.read()
-        values: dict[str, float] = {f"{stage}/time": now, f"{stage}/batches": float(meter.batches),
-                                    f"{stage}/samples": float(meter.samples)}
+        previous, (now, *_) = meter.take(windowed=stage == "train" and self.window_size is not None)
+        sep = self.separator
+        values: dict[str, float] = {f"{stage}{sep}time": now, f"{stage}{sep}batches": float(meter.batches),
+                                    f"{stage}{sep}samples": float(meter.samples)}
         if self.length_fn is not None:
-            values[f"{stage}/items"] = float(meter.items)
+            values[f"{stage}{sep}items"] = float(meter.items)
         if previous is None or now <= previous[0]:
             return values
         seconds = now - previous[0]
-        processes = accelerator.num_processes
+        processes = trainer.accelerator.num_processes
         rates = {"batches_per_sec": (meter.batches - previous[1]) / seconds,
                  "samples_per_sec": (meter.samples - previous[2]) / seconds}
         if self.length_fn is not None:
@@ -160,11 +181,11 @@ class ThroughputMonitor(Callback):
         if meter.flops > previous[4]:
             rates["flops_per_sec"] = (meter.flops - previous[4]) / seconds
         for name, rate in rates.items():
-            values[f"{stage}/device/{name}"] = rate
+            values[f"{stage}{sep}device{sep}{name}"] = rate
             if processes > 1:
-                values[f"{stage}/{name}"] = rate * processes
+                values[f"{stage}{sep}{name}"] = rate * processes
         if "flops_per_sec" in rates and self.peak_flops:
-            values[f"{stage}/device/mfu"] = rates["flops_per_sec"] / self.peak_flops
+            values[f"{stage}{sep}device{sep}mfu"] = rates["flops_per_sec"] / self.peak_flops
         return values
 
     def _log(self, trainer: TrainerView, values: dict[str, float]) -> None:
@@ -175,10 +196,7 @@ class ThroughputMonitor(Callback):
 
     # -- training -------------------------------------------------------------------------------------------------
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
-        meter = self._meters["train"]
-        meter.started = None
-        meter.resume()
-        meter.read()
+        self._meters["train"].start(self._now(trainer, sync=False))
         self._last_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -187,32 +205,42 @@ class ThroughputMonitor(Callback):
         if step == self._last_step:  # inside an accumulation window: no optimizer step to report yet
             return
         self._last_step = step
-        every = self.log_every_n_steps or trainer.log_every_n_steps
-        if step % every == 0:
+        due = step % (self.log_every_n_steps or trainer.log_every_n_steps) == 0
+        meter = self._meters["train"]
+        meter.advance(self._now(trainer, sync=due))  # every step: the end of the last one bounds training time
+        if self.window_size is not None:
+            meter.readings.append(meter.reading())
+        if due:
             self._log(trainer, self._compute(trainer, "train"))
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
-        self._meters["train"].pause()
+        self._meters["train"].mark = None
 
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         for meter in self._meters.values():
-            meter.pause()
+            meter.mark = None
 
     # -- evaluation -----------------------------------------------------------------------------------------------
     def _eval_start(self, trainer: TrainerView, stage: str) -> None:
-        self._meters["train"].pause()  # validation inside fit is not training time
-        meter = self._meters[stage]
-        meter.resume()
-        meter.read()
+        if trainer.sanity_checking:
+            return
+        self._meters["train"].mark = None  # validation inside fit is not training time
+        self._meters[stage].start(self._now(trainer, sync=False))
 
     def _eval_end(self, trainer: TrainerView, stage: str) -> None:
+        meter = self._meters[stage]
+        if trainer.sanity_checking or meter.mark is None:
+            return
+        now = self._now(trainer, sync=True)
+        meter.advance(now)
         self._log(trainer, self._compute(trainer, stage))
-        self._meters[stage].pause()
+        meter.mark = None
         if trainer.training or trainer.fitting:
-            self._meters["train"].resume()
+            self._meters["train"].mark = now  # training time restarts with the same reading
 
     def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
-        self._count(stage, module, batch)
+        if not trainer.sanity_checking:
+            self._count(stage, module, batch)
 
     on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
     on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")
@@ -222,14 +250,30 @@ class ThroughputMonitor(Callback):
     def state_dict(self) -> dict[str, Any]:
         """The training totals, so that ``train/time``, ``train/samples``... continue across a resume."""
         meter = self._meters["train"]
-        return {"time": meter.elapsed(), "batches": meter.batches, "samples": meter.samples, "items": meter.items,
+        return {"time": meter.time, "batches": meter.batches, "samples": meter.samples, "items": meter.items,
                 "flops": float(meter.flops)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        meter = self._meters["train"] = _Meter()
+        meter = self._meters["train"] = _Meter(self.window_size)
         meter.time = float(state_dict.get("time", 0.0))
         meter.batches, meter.samples = int(state_dict.get("batches", 0)), int(state_dict.get("samples", 0))
         meter.items, meter.flops = int(state_dict.get("items", 0)), float(state_dict.get("flops", 0.0))
+
+
+def _check_arguments(batch_size_fn: Any, length_fn: Any, flops_per_batch: Any, peak_flops: Any,
+                     log_every_n_steps: Any, window_size: Any, separator: Any) -> None:
+    for name, fn in (("batch_size_fn", batch_size_fn), ("length_fn", length_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"ThroughputMonitor({name}={fn!r}) must be a function of a batch, or None.")
+    for name, value in (("flops_per_batch", flops_per_batch), ("peak_flops", peak_flops)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ValueError(f"ThroughputMonitor({name}={value!r}) must be a number > 0, or None.")
+    for name, value, default in (("log_every_n_steps", log_every_n_steps, "the Trainer's log_every_n_steps"),
+                                 ("window_size", window_size, "rates since the previous value")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"ThroughputMonitor({name}={value!r}) must be an int >= 1, or None ({default}).")
+    if not isinstance(separator, str) or not separator:
+        raise ValueError(f"ThroughputMonitor(separator={separator!r}) must be a non-empty string, e.g. '/'.")
 
 
 def _infer_batch_size(batch: Any) -> int:

@@ -2,7 +2,8 @@
 ``predict_step``.
 
 Owns: eval mode and ``torch.no_grad`` around them (train mode restored module by module after), the precision's
-autocast, the stage's hooks in order (names from the stage table, ``stages.py``), and the per-loader results.
+autocast, the stage's hooks in order (names from the stage table, ``stages.py``), the per-loader results, and the
+sample indices of each predict batch (recorded by the loader's batch sampler for ``BasePredictionWriter``).
 Does not own: when a validation runs inside ``fit`` (``loops.py``) or which loaders and limits (``setup.py``).
 """
 
@@ -105,19 +106,36 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
                 extra = (i,) if multiple else ()
                 mine: list[Any] = []
                 move = batch_mover(trainer.module, loader, trainer.accelerator.device)
-                for batch_idx, batch in enumerate(loader):
-                    if move is not None:
-                        batch = move(batch, i)
-                    call(batch_start, batch, batch_idx, *extra)
-                    prediction = step_fn(batch, batch_idx, *extra)
-                    call(batch_end, prediction, batch, batch_idx, *extra)
-                    mine.append(prediction)
+                with _recording_indices(loader):
+                    for batch_idx, batch in enumerate(loader):
+                        if move is not None:
+                            batch = move(batch, i)
+                        call(batch_start, batch, batch_idx, *extra)
+                        prediction = step_fn(batch, batch_idx, *extra)
+                        call(batch_end, prediction, batch, batch_idx, *extra)
+                        mine.append(prediction)
                 outputs.append(mine)
             call(PREDICT.hook("epoch_end"))
             call(PREDICT.hook("end"))
     finally:
         trainer.results = previous
     return outputs if multiple else outputs[0]
+
+
+@contextlib.contextmanager
+def _recording_indices(loader: Any):  # noqa: ANN202 - a context manager
+    """While ``loader`` is read for predict, its batch sampler keeps the dataset indices of every batch it hands out
+    (``recorded``, in order: entry ``batch_idx`` belongs to that batch), which ``BasePredictionWriter`` passes on
+    as ``batch_indices``. A loader without one (an iterable dataset) records nothing."""
+    sampler = getattr(loader, "sharded_sampler", None)
+    if sampler is None:
+        yield
+        return
+    sampler.recorded = []
+    try:
+        yield
+    finally:
+        sampler.recorded = None
 
 
 def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:

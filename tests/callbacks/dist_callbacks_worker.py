@@ -1,4 +1,5 @@
-"""Two ranks that see *different* metric values (logged without sync_dist) and different clocks.
+"""Two ranks that see *different* metric values (logged without sync_dist) and different clocks; then a predict run
+whose writer checks each batch's ``batch_indices`` against the batch (each rank gets its own share).
 
 Usage: ``dist_callbacks_worker.py OUT``. ModelCheckpoint, EarlyStopping and Timer must decide the same on both
 ranks; otherwise one rank would wait forever in a collective (save_state, the loop) the other never enters.
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from stoker import Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer  # noqa: E402
+from stoker import BasePredictionWriter, Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer  # noqa: E402
 from tests.helpers.dist_common import write_result  # noqa: E402
 from tests.helpers.models import Regressor, make_loader, make_regression_data  # noqa: E402
 
@@ -59,6 +60,33 @@ def fit(root: Path, callbacks: list) -> Trainer:
     return trainer
 
 
+class Rows(Module):
+    def predict_step(self, batch, batch_idx):
+        return batch[0]
+
+
+class IndexWriter(BasePredictionWriter):
+    """Each sample of the predict data is its own row number, so a batch must hold exactly its batch_indices."""
+
+    def __init__(self) -> None:
+        super().__init__("batch")
+        self.indices: list[int] = []
+        self.matched = True
+
+    def write_on_batch_end(self, trainer, module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        self.matched &= prediction.squeeze(-1).tolist() == [float(i) for i in batch_indices]
+        self.indices += batch_indices
+
+
+def predict_indices() -> tuple[bool, list[int]]:
+    writer = IndexWriter()
+    trainer = Trainer(logger=False, enable_progress_bar=False, seed=0, callbacks=[writer])
+    rows = torch.utils.data.TensorDataset(torch.arange(10.0).unsqueeze(-1))
+    trainer.predict(Rows(), torch.utils.data.DataLoader(rows, batch_size=3, shuffle=True))
+    matched = trainer.accelerator.gather(torch.tensor([float(writer.matched)]))
+    return bool(matched.all()), trainer.accelerator.gather(torch.tensor(writer.indices)).tolist()
+
+
 ckpt = ModelCheckpoint(save_last=True, monitor="score", save_top_k=1, filename="{epoch}")
 stop = EarlyStopping("score", patience=2)
 first = fit(OUT / "stop", [ckpt, stop])
@@ -68,4 +96,5 @@ write_result(OUT, {
     "best": os.path.basename(ckpt.best_model_path), "best_score": float(ckpt.best_model_score),
     "stopped_epoch": stop.stopped_epoch, "steps": first.global_step,
     "timer_steps": second.global_step, "timer_stopped": timer.stopped,
+    "predict": predict_indices(),
 })

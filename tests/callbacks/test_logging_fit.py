@@ -98,6 +98,46 @@ def test_lr_monitor_per_epoch_and_default_interval_follows_the_scheduler(tmp_pat
 def test_lr_monitor_needs_a_logger(tmp_path):
     with pytest.raises(RuntimeError, match="logger=False"):
         trainer(tmp_path, max_epochs=1, callbacks=[LearningRateMonitor()]).fit(Regressor(), *loaders())
+    # also a ValueError, the kind a renamed Lightning script catches (MisconfigurationException)
+    with pytest.raises(ValueError, match="logger=False"):
+        trainer(tmp_path, max_epochs=1, callbacks=[LearningRateMonitor()]).fit(Regressor(), *loaders())
+
+
+class TwoOptimizers(Regressor):
+    """Manual optimization: each batch steps the first layer's SGD, then the last layer's (a GAN's pattern)."""
+
+    automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        for opt in self.optimizers():
+            loss = torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+    def on_train_epoch_end(self):
+        for scheduler in self.lr_schedulers():
+            scheduler.step()
+
+    def configure_optimizers(self):
+        first = torch.optim.SGD(self.net[0].parameters(), lr=1.0)
+        last = torch.optim.SGD(self.net[-1].parameters(), lr=2.0)
+        return [first, last], [torch.optim.lr_scheduler.StepLR(first, 1, gamma=0.5),
+                               torch.optim.lr_scheduler.StepLR(last, 1, gamma=0.1)]
+
+
+def test_lr_monitor_steps_of_several_optimizers_are_counted_per_optimizer(tmp_path):
+    # 2 epochs of 4 batches, 2 optimizer steps per batch (global_step 16); every 2nd step of each optimizer
+    csv_logger = CSVLogger(tmp_path)
+    monitor = LearningRateMonitor(logging_interval="step")
+    t = trainer(tmp_path, max_epochs=2, logger=[csv_logger], log_every_n_steps=2, callbacks=[monitor])
+    t.fit(TwoOptimizers(), loaders()[0])
+    assert t.global_step == 16
+    assert monitor.lrs == {"lr-SGD": [1.0, 1.0, 0.5, 0.5], "lr-SGD-1": [2.0, 2.0, 0.2, 0.2]}
+    rows = _csv(csv_logger)[1]
+    # the first optimizer's second step is global step 3, the second's is 4 (the step each update completes)
+    assert [int(r["step"]) for r in rows if r["lr-SGD"]] == [3, 7, 11, 15]
+    assert [int(r["step"]) for r in rows if r["lr-SGD-1"]] == [4, 8, 12, 16]
 
 
 def test_metrics_logged_every_step_stay_on_device_until_a_logger_needs_them(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import torch
 
 from stoker import BasePredictionWriter
 from tests.callbacks.modules import loaders, trainer
-from tests.helpers.models import Regressor
+from tests.helpers.models import Regressor, make_regression_data
 
 
 class Predictor(Regressor):
@@ -30,12 +30,19 @@ class Recorder(BasePredictionWriter):
 
 def test_batch_interval_writes_each_prediction_as_predict_returns_it(tmp_path):
     writer = Recorder("batch")
-    t = trainer(tmp_path, callbacks=[writer])
-    out = t.predict(Predictor(), loaders(n=20)[0])
+    t, module = trainer(tmp_path, callbacks=[writer]), Predictor()
+    out = t.predict(module, loaders(n=20)[0])
     assert [b[3:] for b in writer.batches] == [(0, 0), (1, 0), (2, 0)]
     assert [b[2] for b in writer.batches] == [8, 8, 4]
-    assert all(b[1] is None for b in writer.batches) and writer.epochs == []
+    assert writer.epochs == []
     assert all(b[0] is o for b, o in zip(writer.batches, out))
+    # batch_indices: which samples of the (shuffled) dataset each batch held, in the batch's order
+    indices = [b[1] for b in writer.batches]
+    assert [len(i) for i in indices] == [8, 8, 4] and sorted(sum(indices, [])) == list(range(20))
+    x = make_regression_data(20).tensors[0]
+    with torch.no_grad():
+        for prediction, batch_indices, *_ in writer.batches:
+            torch.testing.assert_close(prediction, module.net(x[batch_indices]))
 
 
 def test_epoch_interval_writes_everything_once(tmp_path):
@@ -45,7 +52,8 @@ def test_epoch_interval_writes_everything_once(tmp_path):
     assert writer.batches == [] and len(writer.epochs) == 1
     predictions, indices = writer.epochs[0]
     assert len(predictions) == 4 and all(p is o for p, o in zip(predictions, out))
-    assert indices == [[None] * 4]  # one list per loader, as in Lightning
+    assert len(indices) == 1 and [len(i) for i in indices[0]] == [8] * 4  # one list per loader, as in Lightning
+    assert sorted(sum(indices[0], [])) == list(range(32))
     t.predict(Predictor(), loaders()[0])
     assert len(writer.epochs) == 2 and len(writer.epochs[1][0]) == 4  # the second run starts afresh
 
@@ -57,7 +65,9 @@ def test_batch_and_epoch_with_several_loaders(tmp_path):
     out = t.predict(Predictor(), [train, val])
     assert [b[3:] for b in writer.batches] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1)]
     (predictions, indices), = writer.epochs
-    assert [len(p) for p in predictions] == [4, 2] and indices == [[None] * 4, [None] * 2]
+    assert [len(p) for p in predictions] == [4, 2]
+    assert indices[1] == [list(range(8)), list(range(8, 16))]  # the validation loader is not shuffled
+    assert [b[1] for b in writer.batches] == indices[0] + indices[1]  # the same lists at each batch's end
     torch.testing.assert_close(predictions[1][0], out[1][0], rtol=0, atol=0)
 
 
@@ -71,3 +81,37 @@ def test_bad_interval():
     with pytest.raises(ValueError, match="write_interval='step'"):
         BasePredictionWriter("step")
     assert BasePredictionWriter().interval == "batch"
+
+
+class Rows(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(make_regression_data(12))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_indices_with_workers_and_none_without_a_batch_sampler(tmp_path, workers):
+    writer = Recorder("batch_and_epoch")
+    data = make_regression_data(12)
+    loader = torch.utils.data.DataLoader(data, batch_size=5, num_workers=workers)
+    trainer(tmp_path, callbacks=[writer], limit_predict_batches=2).predict(Predictor(), loader)
+    # the workers read ahead, and the limit leaves the third batch out: indices still match batch by batch
+    assert [b[1] for b in writer.batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert writer.epochs[0][1] == [[[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]]
+    stream = Recorder("batch")
+    trainer(tmp_path, callbacks=[stream]).predict(Predictor(), torch.utils.data.DataLoader(Rows(), batch_size=5))
+    assert [b[1] for b in stream.batches] == [None, None, None]
+
+
+def test_each_process_records_its_own_share():
+    """What a process of several records: its own batches (round-robin), the epoch's padding included."""
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from stoker.accelerator.data.samplers import ShardedBatchSampler
+
+    second = ShardedBatchSampler(BatchSampler(SequentialSampler(range(10)), 4, False), num_shards=2, shard=1)
+    second.recorded = []
+    handed_out = list(second)
+    assert handed_out == [[4, 5, 6, 7], [0, 1, 2, 3]] and second.recorded == handed_out  # an added batch
+    first = ShardedBatchSampler(BatchSampler(SequentialSampler(range(10)), 4, False), num_shards=2, shard=0)
+    first.recorded = []
+    assert list(first) == first.recorded == [[0, 1, 2, 3], [8, 9, 0, 1]]  # the short last batch made even

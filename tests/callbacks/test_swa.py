@@ -82,6 +82,22 @@ def test_a_step_scheduler_stops_when_averaging_starts(tmp_path):
     assert t.lr_scheduler_configs[0].interval == "epoch"
 
 
+def test_one_swa_lr_per_param_group(tmp_path):
+    from stoker import Callback
+
+    class Groups(Callback):
+        def on_train_epoch_start(self, trainer, module):
+            groups = trainer.optimizers[0].param_groups
+            self.seen = [(g["lr"], g["swa_lr"], g["initial_lr"]) for g in groups]
+
+    swa, seen = StochasticWeightAveraging([0.3, 0.7], swa_epoch_start=1, annealing_epochs=2), Groups()
+    t = trainer(tmp_path, max_epochs=2, callbacks=[swa, seen], enable_checkpointing=False)
+    t.fit(Regressor(lr=0.1, groups=True, momentum=0.0), loaders()[0])
+    # the second epoch's rates: half way (cos) from the group's rate to its own swa_lr, which is now the base rate
+    assert seen.seen == [(pytest.approx(0.2), 0.3, 0.3), (pytest.approx(0.01 + 0.69 / 2), 0.7, 0.7)]
+    assert t.lr_scheduler_configs[0].scheduler.base_lrs == [0.3, 0.7]
+
+
 def test_custom_average_function_and_no_batch_norm(tmp_path):
     from stoker import Callback
 

@@ -113,3 +113,47 @@ def test_batch_size_inference_and_argument_checks():
         ThroughputMonitor(batch_size_fn=3)
     with pytest.raises(ValueError, match="log_every_n_steps=0"):
         ThroughputMonitor(log_every_n_steps=0)
+
+
+class Slow(Timed):
+    """Training step k (counted from 1) takes k * 0.5 s; the end of each epoch (before its validation) takes 7 s
+    and each validation batch 10 s."""
+
+    def training_step(self, batch, batch_idx):
+        self.clock.now += 0.5 * self.global_step  # the Timed step adds the other 0.5 s
+        return super().training_step(batch, batch_idx)
+
+    def on_validation_epoch_start(self):
+        self.clock.now += 7.0
+
+
+def test_training_time_ends_with_the_last_step_and_restarts_after_validation(tmp_path, clock):
+    monitor = ThroughputMonitor(log_every_n_steps=1, separator="|")
+    t = trainer(tmp_path, max_epochs=2, callbacks=[monitor], logger=ListLogger(), num_sanity_val_steps=2)
+    t.fit(Slow(), *loaders())
+    # steps 1..8 take 0.5 .. 4.0 s; the 7 s before each validation and the validations are not training time
+    assert monitor.metrics["train|time"] == sum(0.5 * k for k in range(1, 9))
+    assert monitor.metrics["validate|time"] == 2 * (7.0 + 20.0) and monitor.metrics["validate|batches"] == 4
+    assert monitor.metrics["train|device|batches_per_sec"] == 1 / 4.0  # the last step alone
+    assert "train/time" not in monitor.metrics  # the separator replaces every '/'
+
+
+def test_window_size_gives_rates_over_the_last_steps(tmp_path, clock):
+    monitor = ThroughputMonitor(log_every_n_steps=1, window_size=3)
+    logger = ListLogger()
+    trainer(tmp_path, max_epochs=1, callbacks=[monitor], logger=logger, log_every_n_steps=1).fit(Slow(), loaders()[0])
+    # no rate before three steps; then three batches over the last three steps' seconds
+    assert _rows(logger, "train/device/batches_per_sec") == [(3, 3 / 3.0), (4, 3 / 4.5)]
+    assert [step for step, row in logger.rows if "train/time" in row] == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="window_size=0"):
+        ThroughputMonitor(window_size=0)
+    with pytest.raises(ValueError, match="separator=''"):
+        ThroughputMonitor(separator="")
+
+
+def test_the_clock_is_read_once_per_step_and_twice_per_validation(tmp_path, clock, monkeypatch):
+    reads = []
+    monkeypatch.setattr(clock, "perf_counter", lambda: reads.append(1) or clock.now, raising=False)
+    trainer(tmp_path, max_epochs=2, callbacks=[ThroughputMonitor(log_every_n_steps=3)],
+            num_sanity_val_steps=2).fit(Timed(), *loaders())
+    assert len(reads) == 1 + 8 + 2 * 2  # the start, 8 steps, 2 validations (the sanity check is not measured)

@@ -120,6 +120,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.padding = 0
         self.seed = 0
         self.epoch = 0
+        self.recorded: list[Any] | None = None  # a list: each batch handed out is appended (predict's batch_indices)
 
     @property
     def batch_sampler(self) -> Any:
@@ -188,7 +189,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         yield from rest[p::n]
 
     def __iter__(self) -> Iterator[Any]:
-        if self.skip == 0 and self.num_shards == 1:
+        if self.skip == 0 and self.num_shards == 1 and self.recorded is None:
             return iter(self.inner)  # the common case: no Python generator layer per batch
         return self._iter_from_skip()
 
@@ -196,7 +197,10 @@ class ShardedBatchSampler(Sampler[list[int]]):
         # A generator, so `skip` is consumed at the first batch, not at iter(): torch's multi-process loader calls
         # iter(batch_sampler) twice and only uses the second iterator.
         skip, self.skip, self.padding = self.skip, 0, 0
-        yield from self._my_batches(skip)
+        for batch in self._my_batches(skip):
+            if self.recorded is not None:
+                self.recorded.append(batch)
+            yield batch
 
     # -- positions that do not depend on the process count ---------------------------------------------------------
     def inner_batches_before(self, local: int) -> int:
