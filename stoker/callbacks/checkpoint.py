@@ -1,11 +1,10 @@
 """`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` (when asked) fresh.
 
-Owns *when* to save (epoch, step and time triggers), the score a save is ranked by, and the callback's state (names
-relative to ``dirpath``, so a run folder can be moved). Elsewhere: names and folders (checkpoint_files.py),
-constructor checks (checkpoint_options.py), what is kept (checkpoint_ranking.py), the record of the kept checkpoints
-and its state (checkpoint_record.py), the safe write order
-(checkpoint_writer.py). ``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it
-then, so ``ckpt_path="last"`` resumes an old epoch).
+Owns *when* to save (epoch, step and time triggers, a trigger deferred to the next validation) and the score a save
+is ranked by. Elsewhere: names and folders (checkpoint_files.py), constructor checks (checkpoint_options.py), what is
+kept (checkpoint_ranking.py), the record of the kept checkpoints and its state across a resume (checkpoint_record.py),
+the safe write order (checkpoint_writer.py). ``last`` is refreshed at *every* save, improved or not (Lightning 2.6
+stops refreshing it then, so ``ckpt_path="last"`` resumes an old epoch).
 """
 
 # No `from __future__ import annotations`: a CLI (jsonargparse) reads the constructor's annotations at run time.
@@ -81,6 +80,9 @@ class ModelCheckpoint(CheckpointRecord):
         last_model_path: Absolute path of ``last`` once written (``""`` before).
         best_k_models: Absolute path -> score of every kept ranked checkpoint (``{}`` without ``monitor``).
         current_score: The score of the latest ranked save (``None`` before it).
+        kth_best_model_path, kth_value: The kept checkpoint the next better one displaces, and its score. These
+            record attributes may be assigned (as in Lightning); an assigned value stands until the next ranked save.
+        resumed_from: The checkpoint folder this fit resumed from (``""`` for a fresh fit): never deleted by top-k.
         CHECKPOINT_NAME_LAST, FILE_EXTENSION: ``last``'s name template and every name's end (``".ckpt"``).
 
     Example:
@@ -310,10 +312,10 @@ class ModelCheckpoint(CheckpointRecord):
         """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving).
         The checkpoint this fit resumed from leaves the top k but stays on disk, under its name."""
         path, evicted = admit(self._kept, self.save_top_k, score, self._minimize,
-                              lambda replaceable: self._new_path(metrics, self.deletable(replaceable)))
+                              lambda replaceable: self._new_path(metrics, self._deletable(replaceable)))
         if path is not None:
             self._ranked()
-        return path, self.deletable(evicted)
+        return path, self._deletable(evicted)
 
     def _new_path(self, metrics: dict[str, Any], replaceable: list[str]) -> str:
         name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)

@@ -163,7 +163,7 @@ class CheckpointRecord(Callback):
     def _note_resume(self, models: list[torch.nn.Module], input_dir: str) -> None:
         self.resumed_from = os.path.realpath(input_dir)
 
-    def deletable(self, paths: list[str]) -> list[str]:
+    def _deletable(self, paths: list[str]) -> list[str]:
         """``paths`` without the checkpoint this fit resumed from (it leaves the top k, never the disk)."""
         return [p for p in paths if not self.resumed_from or os.path.realpath(p) != self.resumed_from]
 
@@ -174,5 +174,5 @@ class CheckpointRecord(Callback):
 
     def _require_dirpath(self) -> None:
         if self.dirpath is None:
-            raise RuntimeError("ModelCheckpoint has no dirpath yet: setup() sets it from the Trainer's default_root_dir."
-                               " Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
+            raise RuntimeError("ModelCheckpoint has no dirpath yet: setup() sets it from the Trainer's "
+                               "default_root_dir. Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
