@@ -164,7 +164,7 @@ class ModelCheckpoint(CheckpointRecord):
         self._watch_resume(trainer, stage)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        self._last_time_save = time.monotonic()
+        self._last_time_save, self._deferred = time.monotonic(), False  # an earlier fit's deferral is not this one's
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
             finish_evictions(trainer, self.dirpath, self.state_key, [*self._kept, self.last_model_path])
