@@ -1,10 +1,10 @@
 """`ModelCheckpoint`: full resumable checkpoints on a schedule, the best ``k`` kept, ``last`` (when asked) fresh.
 
-Owns *when* to save (epoch, step and time triggers), the score a save is ranked by, and the callback's state (names
-relative to ``dirpath``, so a run folder can be moved). Elsewhere: names and folders (checkpoint_files.py),
-constructor checks (checkpoint_options.py), what is kept (checkpoint_ranking.py), the safe write order
-(checkpoint_writer.py). ``last`` is refreshed at *every* save, improved or not (Lightning 2.6 stops refreshing it
-then, so ``ckpt_path="last"`` resumes an old epoch).
+Owns *when* to save (epoch, step and time triggers, a trigger deferred to the next validation) and the score a save
+is ranked by. Elsewhere: names and folders (checkpoint_files.py), constructor checks (checkpoint_options.py), what is
+kept (checkpoint_ranking.py), the record of the kept checkpoints and its state across a resume (checkpoint_record.py),
+the safe write order (checkpoint_writer.py). ``last`` is refreshed at *every* save, improved or not (Lightning 2.6
+stops refreshing it then, so ``ckpt_path="last"`` resumes an old epoch).
 """
 
 # No `from __future__ import annotations`: a CLI (jsonargparse) reads the constructor's annotations at run time.
@@ -16,11 +16,12 @@ from typing import Any, Literal
 
 from stoker.callbacks._fit_progress import (agreed_any, agreed_mean, fit_validates, monitored_value,
                                             no_metric_message)
-from stoker.callbacks.base import Callback, TrainerView
+from stoker.callbacks.base import TrainerView
 from stoker.callbacks.checkpoint_files import (EXTENSION, LAST_NAME, WEIGHTS_DIR, check_dirpath,
                                                format_checkpoint_name, unique_path, warn_if_earlier_run)
 from stoker.callbacks.checkpoint_options import EVERY_EPOCH as _EVERY_EPOCH, check_options
-from stoker.callbacks.checkpoint_ranking import admit, kept, ordering
+from stoker.callbacks.checkpoint_ranking import admit, ordering
+from stoker.callbacks.checkpoint_record import CheckpointRecord
 from stoker.callbacks.checkpoint_writer import CheckpointWriter, finish_evictions
 from stoker.callbacks.timer import SYNC_EVERY_N_STEPS
 from stoker.loggers.layout import default_checkpoint_dir
@@ -29,17 +30,19 @@ from stoker.user_frame import user_stacklevel
 __all__ = ["ModelCheckpoint", "format_checkpoint_name"]
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(CheckpointRecord):
     """Saves full resumable checkpoints, keeps the best ``save_top_k`` and (``save_last=True``) a ``last`` that is
     always newest.
 
     A save happens every ``every_n_epochs`` epochs (after their validation) or every ``every_n_train_steps``
     optimizer steps; a step trigger alone turns the epoch trigger off (as Lightning; unlike Lightning, asking for
-    both gives both). A fit that stops mid-epoch or ends unsaved writes only ``last`` (with ``save_last``; without
-    it the stopped epoch is ranked, as Lightning), and a monitored value is ranked once (a later save that sees the
-    same value refreshes only ``last``). Each save is a complete ``save_state`` folder named ``{filename}.ckpt``.
-    With ``monitor`` the ``save_top_k`` best scores are kept (NaN is the worst); without it the newest
-    (``save_top_k`` 1) or all (-1). ``save_top_k=0`` keeps none (only ``last``).
+    both gives both). An epoch stopped early (``max_steps``, ``should_stop``) is saved like a finished one, and a
+    fit that ends unsaved writes ``last`` (with ``save_last``). A monitored value is ranked once: a later save that
+    sees the same value refreshes only ``last``, and a step or time trigger that finds it missing or already ranked
+    ranks at the next validation's end instead (as Lightning). Each save is a complete ``save_state`` folder named
+    ``{filename}.ckpt``. With ``monitor`` the ``save_top_k`` best scores are kept (NaN is the worst); without it the
+    newest (``save_top_k`` 1) or all (-1). ``save_top_k=0`` keeps none (only ``last``). The checkpoint a fit
+    resumed from is never deleted by the top k (it leaves ``best_k_models``, not the disk).
 
     Args:
         dirpath: Folder for the checkpoints; default: the first logger's ``version_{n}/checkpoints`` (as
@@ -77,6 +80,9 @@ class ModelCheckpoint(Callback):
         last_model_path: Absolute path of ``last`` once written (``""`` before).
         best_k_models: Absolute path -> score of every kept ranked checkpoint (``{}`` without ``monitor``).
         current_score: The score of the latest ranked save (``None`` before it).
+        kth_best_model_path, kth_value: The kept checkpoint the next better one displaces, and its score. These
+            record attributes may be assigned (as in Lightning); an assigned value stands until the next ranked save.
+        resumed_from: The checkpoint folder this fit resumed from (``""`` for a fresh fit): never deleted by top-k.
         CHECKPOINT_NAME_LAST, FILE_EXTENSION: ``last``'s name template and every name's end (``".ckpt"``).
 
     Example:
@@ -110,6 +116,7 @@ class ModelCheckpoint(Callback):
         save_on_exception: bool = False,
         enable_version_counter: bool = True,
     ) -> None:
+        super().__init__()  # the record: kept set, paths, scores (checkpoint_record.py)
         self.auto_insert_metric_name = bool(auto_insert_metric_name)
         self.filename = filename or "{epoch}-{step}"
         check_options(mode=mode, save_top_k=save_top_k, every_n_train_steps=every_n_train_steps, save_last=save_last,
@@ -122,7 +129,6 @@ class ModelCheckpoint(Callback):
             check_dirpath(self.dirpath, "ModelCheckpoint(dirpath=...)")
         self.monitor, self.mode, self.save_top_k, self.save_last = monitor, mode, save_top_k, save_last
         self.save_on_exception, self.enable_version_counter = bool(save_on_exception), bool(enable_version_counter)
-        self.current_score: float | None = None
         self.every_n_train_steps = every_n_train_steps or 0
         if every_n_epochs is _EVERY_EPOCH:  # not given: the epoch trigger is the default only without another
             every_n_epochs = 0 if self.every_n_train_steps or train_time_interval is not None else 1
@@ -130,15 +136,11 @@ class ModelCheckpoint(Callback):
         self.export_weights = export_weights and not save_weights_only  # weights-only folders are the export
         self.async_save, self.save_weights_only, self.verbose = bool(async_save), bool(save_weights_only), bool(verbose)
         self.save_on_train_epoch_end, self.train_time_interval = save_on_train_epoch_end, train_time_interval
-        self._kept: dict[str, float] = {}  # path -> score (the step without monitor) of every kept checkpoint
-        self.last_model_path = ""
         self._last_time_save, self._warned_missing, self._fresh = 0.0, False, True
-        self._last_topk_step = self._last_save_step = -1
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
-        self._pending_state: dict[str, Any] | None = None
+        self._deferred = False  # a step/time save waits for the next validation's value of `monitor`
 
-    # -- public attributes --------------------------------------------------------------------------------------
     @property
     def state_key(self) -> str:
         interval = None if self.train_time_interval is None else str(self.train_time_interval)
@@ -146,47 +148,23 @@ class ModelCheckpoint(Callback):
                                         every_n_train_steps=self.every_n_train_steps,
                                         every_n_epochs=self.every_n_epochs, train_time_interval=interval)
 
-    @property
-    def best_model_path(self) -> str:
-        return self._best(best=True) or ""
-
-    @property
-    def best_model_score(self) -> float | None:
-        """The monitored value of ``best_model_path`` as a float; None before the first or without ``monitor``."""
-        path = self._best(best=True)
-        return None if path is None or self.monitor is None else float(self._kept[path])
-
-    @property
-    def kth_best_model_path(self) -> str:
-        """The kept checkpoint that the next better one replaces (the worst kept); ``""`` without ``monitor``."""
-        return (self.monitor is not None and self._best(best=False)) or ""
-
-    @property
-    def best_k_models(self) -> dict[str, float]:
-        return self._kept if self.monitor is not None else {}
-
-    @best_k_models.setter
-    def best_k_models(self, models: dict[str, float]) -> None:
-        self._kept = dict(models)
-
-    def _best(self, best: bool) -> str | None:
-        return kept(self._kept, self._minimize, best)
-
-    @property
-    def _minimize(self) -> bool:
-        return self.monitor is not None and self.mode == "min"
-
     # -- schedule -----------------------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Any = None, stage: str = "fit", *, pl_module: Any = None) -> None:
+        # `pl_module`: Lightning's name for `module`, for scripts that call setup() by keyword.
+        if self._dirpath_arg is not None and "://" in self._dirpath_arg:
+            raise ValueError(f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, save_last={self.save_last!r}) is only "
+                             "supported for local file paths: checkpoints are folders written on a local or mounted "
+                             "file system. Pass a local folder (mount remote storage first).")
         if self.dirpath is None:  # the run's folder: the first logger's version folder (stoker.loggers.layout)
             self.dirpath = default_checkpoint_dir(trainer.default_root_dir, trainer.loggers)
             check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath (the run's checkpoints folder)")
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)
+        self._watch_resume(trainer, stage)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        self._last_time_save = time.monotonic()
+        self._last_time_save, self._deferred = time.monotonic(), False  # an earlier fit's deferral is not this one's
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
             finish_evictions(trainer, self.dirpath, self.state_key, [*self._kept, self.last_model_path])
@@ -199,7 +177,8 @@ class ModelCheckpoint(Callback):
         # nothing new to save, and its metrics are dropped before training starts.
         if trainer.fitting and not trainer.sanity_checking:
             self._changed_since_save = True
-            if not self._at_epoch_end(trainer) and self._epoch_due(trainer):
+            if self._deferred or (not self._at_epoch_end(trainer) and self._epoch_due(trainer)):
+                self._deferred = False
                 self._save(trainer)
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -211,14 +190,14 @@ class ModelCheckpoint(Callback):
             return
         if self.every_n_train_steps and step and step % self.every_n_train_steps == 0:
             if step != self._last_save_step:
-                self._save(trainer)
+                self._save(trainer, defer=True)
                 self._last_time_save = time.monotonic()
         elif self.train_time_interval is not None and (trainer.accelerator.num_processes == 1
                                                        or step % SYNC_EVERY_N_STEPS == 0):  # a collective there
             now = time.monotonic()
             if agreed_any(trainer, now - self._last_time_save >= self.train_time_interval.total_seconds()):
                 self._last_time_save = now
-                self._save(trainer)
+                self._save(trainer, defer=True)
 
     def _at_epoch_end(self, trainer: TrainerView) -> bool:
         # None (Lightning's rule for several validations per epoch): after each of them, so none is lost.
@@ -230,11 +209,12 @@ class ModelCheckpoint(Callback):
         return bool(self.every_n_epochs) and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        if not trainer.epoch_finished and self.save_last:
-            # Stopped mid-epoch (should_stop, max_steps): not an epoch's result to rank, but the newest state.
-            self._save(trainer, rank=False)
-        elif self._at_epoch_end(trainer) and self._epoch_due(trainer):
-            self._save(trainer)  # also a stopped epoch without `last` (ranked, as Lightning): its state is kept
+        if self._at_epoch_end(trainer) and self._epoch_due(trainer):
+            # Also an epoch stopped early (should_stop, max_steps), ranked as Lightning does; a monitored value its
+            # cut-off validation never refreshed is stale and not ranked (_score), so that save keeps only `last`.
+            self._save(trainer)
+        elif not trainer.epoch_finished and self.save_last:
+            self._save(trainer, rank=False)  # stopped where no save is due: `last` holds the newest state
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         if trainer.dry_run:
@@ -273,7 +253,9 @@ class ModelCheckpoint(Callback):
                           f"{type(exception).__name__}: {type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
 
     # -- saving -------------------------------------------------------------------------------------------------
-    def _save(self, trainer: TrainerView, rank: bool = True) -> None:
+    def _save(self, trainer: TrainerView, rank: bool = True, defer: bool = False) -> None:
+        """Ranks and writes a checkpoint (and/or ``last``). ``defer``: a step or time trigger whose monitored value
+        is missing or already ranked waits for the next validation's end to rank (``last`` is refreshed now)."""
         if trainer.dry_run:  # a debugging run writes nothing (Lightning's rule)
             return
         self._require_dirpath()
@@ -289,6 +271,8 @@ class ModelCheckpoint(Callback):
                 topk_path, evicted = self._admit(metrics, score)
                 if topk_path is not None:
                     self._last_topk_step = step
+            elif defer and fit_validates(trainer):
+                self._deferred = True
         unchanged = step == self._last_save_step and not self._changed_since_save
         if topk_path is None and (not self.save_last or unchanged):
             return  # nothing to keep, or `last` already holds exactly this state
@@ -325,9 +309,13 @@ class ModelCheckpoint(Callback):
         return self.current_score
 
     def _admit(self, metrics: dict[str, Any], score: float) -> tuple[str | None, list[str]]:
-        """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving)."""
-        return admit(self._kept, self.save_top_k, score, self._minimize,
-                     lambda replaceable: self._new_path(metrics, replaceable))
+        """Decides whether ``score`` enters the top k; returns (new path or None, paths to delete after saving).
+        The checkpoint this fit resumed from leaves the top k but stays on disk, under its name."""
+        path, evicted = admit(self._kept, self.save_top_k, score, self._minimize,
+                              lambda replaceable: self._new_path(metrics, self._deletable(replaceable)))
+        if path is not None:
+            self._ranked()
+        return path, self._deletable(evicted)
 
     def _new_path(self, metrics: dict[str, Any], replaceable: list[str]) -> str:
         name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)
@@ -342,48 +330,6 @@ class ModelCheckpoint(Callback):
         CheckpointWriter(self.dirpath, bool(self.save_last) or last, self.export_weights, self.save_weights_only,
                          self.async_save, os.path.basename(self.last_model_path) or LAST_NAME + EXTENSION,
                          self.state_key).write(trainer, topk_path, evicted, wait)
-
-    def _require_dirpath(self) -> None:
-        if self.dirpath is None:
-            raise RuntimeError("ModelCheckpoint has no dirpath yet: setup() sets it from the Trainer's default_root_dir."
-                               " Pass ModelCheckpoint(dirpath=...) to save outside a Trainer run.")
-
-    # -- state --------------------------------------------------------------------------------------------------
-    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
-        """Writes ``best_k_models`` (path: score) as YAML to ``filepath`` (default ``{dirpath}/best_k_models.yaml``)."""
-        import yaml
-
-        self._require_dirpath()
-        with open(filepath or os.path.join(self.dirpath, "best_k_models.yaml"), "w") as file:
-            yaml.safe_dump({path: float(score) for path, score in self.best_k_models.items()}, file)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "dirpath": self.dirpath or "",
-            "monitor": self.monitor or "",
-            "best_k_models": {os.path.basename(path): float(score) for path, score in self._kept.items()},
-            "last_model_path": os.path.basename(self.last_model_path),
-            "last_topk_step": self._last_topk_step,
-            "last_save_step": self._last_save_step,
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.dirpath is None:
-            self._pending_state = dict(state_dict)
-        else:
-            self._apply_state(state_dict)
-
-    def _apply_state(self, state: dict[str, Any]) -> None:
-        # Entries are names inside dirpath; a moved run folder still finds them. Vanished ones are dropped.
-        self._kept = {
-            os.path.join(self.dirpath, name): float(score)
-            for name, score in dict(state.get("best_k_models", {})).items()
-            if os.path.isdir(os.path.join(self.dirpath, name))
-        }
-        last = state.get("last_model_path") or ""
-        self.last_model_path = os.path.join(self.dirpath, last) if last else ""
-        self._last_topk_step = int(state.get("last_topk_step", -1))
-        self._last_save_step = int(state.get("last_save_step", -1))
 
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "

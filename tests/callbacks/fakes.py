@@ -22,6 +22,7 @@ import torch
 
 from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.accelerator import Accelerator
+from stoker.accelerator.checkpointing.contents import StateHooks
 from stoker.trainer.overrides import defines_hook
 
 RECORDS = frozenset({"saves"})  # what the fake records for the tests; not a Trainer name
@@ -61,6 +62,9 @@ class FakeAccelerator:
     save_model_folder = Accelerator.save_model_folder
     hold_checkpoint_folder = Accelerator.hold_checkpoint_folder
     release_checkpoint_folders = Accelerator.release_checkpoint_folders
+
+    def __init__(self) -> None:
+        self.checkpoint_hooks = StateHooks()  # register_*_state_pre_hook's tables (one per Accelerator)
 
     def wait_for_everyone(self) -> None:
         pass
