@@ -330,6 +330,8 @@ class ModelCheckpoint(CheckpointRecord):
         CheckpointWriter(self.dirpath, bool(self.save_last) or last, self.export_weights, self.save_weights_only,
                          self.async_save, os.path.basename(self.last_model_path) or LAST_NAME + EXTENSION,
                          self.state_key).write(trainer, topk_path, evicted, wait)
+        for logger in trainer.loggers:  # Lightning's logger hook (e.g. to record or upload the new checkpoint)
+            logger.after_save_checkpoint(self)
 
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from stoker.callbacks.checkpoint_files import EXTENSION, LAST_NAME, WEIGHTS_DIR
-from stoker.callbacks.hparams_file import write_hparams
 
 if TYPE_CHECKING:
     import torch
@@ -56,7 +55,7 @@ class Saving(Protocol):
     is_global_zero: bool
     module: torch.nn.Module
 
-    def save_checkpoint(self, path: str) -> str: ...
+    def save_checkpoint(self, path: str, weights_only: bool = False) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -96,15 +95,12 @@ class CheckpointWriter:
         if not wait and self.in_background(accelerator):  # one process: the follow-up needs no barrier
             # async_save: a copy now, written meanwhile; otherwise written now, made durable meanwhile.
             with accelerator.checkpoints_in_background(copy=self.async_save):
-                trainer.save_checkpoint(first)  # its checks too (no checkpoint after an unchecked NaN loss)
+                trainer.save_checkpoint(first, False)  # its checks too (no checkpoint after an unchecked NaN loss)
             accelerator.after_checkpoint(lambda: self._after_save(topk_path, evicted, accelerator))
             return
-        if self.save_weights_only:
-            self._write_weights(trainer, first)
-        else:
-            trainer.save_checkpoint(first)
-            if self.export_weights:
-                self._export(trainer, first)
+        trainer.save_checkpoint(first, self.save_weights_only)  # weights only: the module and its hparams.json
+        if self.export_weights and not self.save_weights_only:
+            self._export(trainer, first)
         if topk_path is not None and self.save_last:
             if trainer.is_global_zero:  # a hard-linked copy: last is the same complete state, no second write
                 accelerator.copy_checkpoint(topk_path, last)
@@ -138,13 +134,7 @@ class CheckpointWriter:
         target = self.weights_path(checkpoint_path)
         if trainer.is_global_zero:
             trainer.accelerator.sweep_checkpoint_trash(os.path.dirname(target))  # a crash's leftovers
-        self._write_weights(trainer, target)
-
-    def _write_weights(self, trainer: Saving, target: str) -> None:
-        """``save_model`` of the unwrapped module into ``target``, which appears complete or not at all; with
-        ``hparams.json``, from which load_from_checkpoint rebuilds the module."""
-        module = trainer.module
-        trainer.accelerator.save_model_folder(module, target, extra=lambda folder: write_hparams(module, folder))
+        trainer.save_checkpoint(target, True)  # the module's weights and hparams.json
 
 
 # -- the eviction record (module docstring) --------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 """The `Logger` interface shared by every stoker logger.
 
-This module owns the parts all loggers agree on: where a run's files live
-(`{save_dir}/{name}/version_{n}`), how the next free version is found, and how
-metric and hyperparameter values are normalised before a backend sees them. It
+This module owns the parts all loggers agree on: where a run's files live (`{save_dir}/{name}/version_{n}`), how the
+next free version is found, and how metric and hyperparameter values are normalised before a backend sees them. It
 does not own any file format: the TensorBoard and CSV loggers decide that.
 
-Loggers never look at process ranks. In a multi-process run the caller (the
-Trainer or `Accelerator.log`) calls them only on the main process, so a logger
-is free to write files without coordinating with anyone.
+Loggers never look at process ranks. In a multi-process run the caller (the Trainer or `Accelerator.log`) calls them
+only on the main process (``after_save_checkpoint`` excepted), so a logger writes files without coordinating.
 """
 
 from __future__ import annotations
@@ -34,22 +32,20 @@ Scalar = float | int
 class Logger:
     """Base class for experiment loggers; every method has a no-op default.
 
-    A logger writes one run into ``log_dir``, which is
-    ``{save_dir}/{name}/version_{n}``. With ``version=None`` the number is the
-    next free one under ``{save_dir}/{name}`` and is chosen the first time it is
-    needed (not in ``__init__``), so constructing a logger touches no files.
-    A string version is used as the folder name as-is.
+    A logger writes one run into ``log_dir``, which is ``{save_dir}/{name}/version_{n}``. With ``version=None`` the
+    number is the next free one under ``{save_dir}/{name}`` and is chosen the first time it is needed (not in
+    ``__init__``), so constructing a logger touches no files. A string version is used as the folder name as-is.
 
-    Loggers do not check process ranks: the caller must call them on the main
-    process only. Subclasses usually override just ``log_metrics``; override
-    ``log_hyperparams``, ``flush`` and ``finalize`` when the backend needs them.
+    Loggers do not check process ranks: the caller must call them on the main process only. Subclasses usually
+    override just ``log_metrics``; override ``log_hyperparams``, ``flush`` and ``finalize`` when the backend needs
+    them.
 
     Args:
         save_dir: Root folder for all runs.
-        name: Experiment name, a sub-folder of ``save_dir``. ``""`` or ``None``
-            puts the version folders directly in ``save_dir``.
-        version: ``None`` (next free ``version_{n}``), an ``int`` n (folder
-            ``version_{n}``) or a ``str`` (the folder name itself).
+        name: Experiment name, a sub-folder of ``save_dir``. ``""`` or ``None`` puts the version folders directly in
+            ``save_dir``.
+        version: ``None`` (next free ``version_{n}``), an ``int`` n (folder ``version_{n}``) or a ``str`` (the
+            folder name itself).
 
     Example:
         >>> class PrintLogger(Logger):
@@ -191,6 +187,11 @@ class Logger:
 
     def flush(self) -> None:
         """Write buffered data to disk. The default does nothing."""
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called by ``ModelCheckpoint`` after each save, on every process (its ``best_model_path`` and
+        ``last_model_path`` name the folders; without ``wait`` the commit may still finish in the background). The
+        default does nothing."""
 
     def finalize(self, status: str) -> None:
         """Finish the run; ``status`` is ``"success"``, ``"failed"`` or ``"interrupted"``.

@@ -234,6 +234,16 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
 
 
+def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
+    """``Trainer.save_checkpoint(path, weights_only=True)``: the unwrapped module's weights (``save_model``) and its
+    ``hparams.json`` (from which ``load_from_checkpoint`` rebuilds it), appearing complete or not at all."""
+    from ..callbacks.hparams_file import write_hparams
+
+    module = trainer.module
+    trainer.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder))
+    return os.fspath(path)
+
+
 def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
     """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
     ``ckpt_path``)."""

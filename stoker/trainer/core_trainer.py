@@ -16,7 +16,7 @@ import torch
 
 from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_weights, restore
+from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_weights, restore, save_weights
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
@@ -275,18 +275,19 @@ class Trainer:
             print(*args, **kwargs)
 
     # -- checkpoints and seeding ----------------------------------------------------------------------------------
-    def save_checkpoint(self, path: str | os.PathLike) -> str:
+    def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False) -> str:
         """Writes a full resumable checkpoint (an Accelerator ``save_state`` folder) to ``path``; returns it.
 
         It holds the model, optimizers, schedulers, grad scaler, RNG states, loader positions, the loop position,
-        callback states (by ``state_key``), ``on_save_checkpoint`` entries and the hyperparameters. The folder
-        appears complete or not at all. Collective: call it on every process.
-        """
+        callback states (by ``state_key``), ``on_save_checkpoint`` entries and the hyperparameters. ``weights_only``:
+        the module's weights and ``hparams.json`` only (``load_from_checkpoint`` reads it; not resumable). The
+        folder appears complete or not at all. Collective: call it on every process."""
         if self.module is None:
             raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
         if self.state.fn == "fit":
             self.nonfinite.check(self.accelerator)  # never write a checkpoint after a non-finite loss went unnoticed
-        return self.accelerator.save_state(os.fspath(path))
+        return save_weights(self, path) if check.flag("weights_only", weights_only) else \
+            self.accelerator.save_state(os.fspath(path))
 
     def apply_seed(self) -> None:
         """``seed`` / ``deterministic`` applied (at the start of each ``fit``, before the loaders are prepared)."""

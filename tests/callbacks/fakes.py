@@ -23,6 +23,7 @@ import torch
 from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.accelerator import Accelerator
 from stoker.accelerator.checkpointing.contents import StateHooks
+from stoker.callbacks.hparams_file import write_hparams
 from stoker.trainer.overrides import defines_hook
 
 RECORDS = frozenset({"saves"})  # what the fake records for the tests; not a Trainer name
@@ -132,7 +133,11 @@ class FakeTrainer:
         """The Trainer's test of "the module defines hook ``name``" (the one rule, ``defines_hook``)."""
         return self.module is not None and defines_hook(self.module, name, TrainingModule)
 
-    def save_checkpoint(self, path: str) -> str:
+    def save_checkpoint(self, path: str, weights_only: bool = False) -> str:
+        if weights_only:  # as the Trainer's: the module's weights and hparams.json, complete or not at all
+            module = self.module
+            self.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder))
+            return path
         os.makedirs(path, exist_ok=True)
         states = {cb.state_key: _jsonable(cb.state_dict()) for cb in self.callbacks}
         with open(os.path.join(path, "state.json"), "w") as f:
