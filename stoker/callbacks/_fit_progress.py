@@ -2,9 +2,10 @@
 
 The Trainer publishes ``fitting``, ``window_closed``, ``epoch_finished`` and ``validation_count``; callbacks read
 those. This module owns the two questions left: does this fit validate at all (validation batches and a module
-that defines ``validation_step``, the Trainer's ``module_defines``), and what value do all processes agree on? Decisions that change the run
-(stop, save) must be the same on every process, or one process waits forever in a collective the others never
-enter; the agreement itself is the engine's (``accelerator.reduce``, the strategy's ``any_process``).
+that defines ``validation_step``, by the Trainer's ``module_defines``), and what value do all processes agree on?
+Decisions that change the run (stop, save) must be the same on every process, or one process waits forever in a
+collective the others never enter; the agreement itself is the engine's (``accelerator.reduce``, the strategy's
+``any_process``).
 """
 
 from __future__ import annotations

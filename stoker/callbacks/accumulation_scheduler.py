@@ -76,7 +76,7 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler both set "
                              "the accumulation: remove accumulate from the Trainer (the schedule's epoch 0 entry "
                              "sets the start) or remove the callback.")
-        hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if trainer.module_defines(name)]
+        hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if trainer.module_defines(name, module)]
         if hooks:
             warnings.warn(f"{type(module).__name__} overrides {' and '.join(hooks)}: with a "
                           "GradientAccumulationScheduler the hooks will not be called on every batch, only when an "

@@ -64,7 +64,7 @@ class TrainerView(Protocol):
     def num_test_batches(self) -> list[int | float]: ...
     @property
     def num_predict_batches(self) -> list[int | float]: ...
-    def module_defines(self, name: str) -> bool: ...  # the module defines hook `name` itself
+    def module_defines(self, name: str, module: Any = None) -> bool: ...  # it defines hook `name` itself
     @property
     def dry_run(self) -> bool: ...  # a debugging run (fast_dev_run): checkpoints and early stopping stay inert
     @property

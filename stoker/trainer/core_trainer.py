@@ -369,9 +369,10 @@ class Trainer:
 
     dry_run = property(lambda self: self.options.dry_run, doc="A debugging run: nothing is saved or decided on.")
 
-    def module_defines(self, name: str) -> bool:
-        """Whether the module being run defines hook ``name`` itself (``hooks.defines_hook``, the one test)."""
-        return self.module is not None and defines_hook(self.module, name, TrainingModule)
+    def module_defines(self, name: str, module: Any = None) -> bool:
+        """Whether ``module`` (default: the one being run) defines hook ``name`` itself (``defines_hook``'s test)."""
+        module = self.module if module is None else module
+        return module is not None and defines_hook(module, name, TrainingModule)
 
     @property
     def max_epochs_effective(self) -> int | None:

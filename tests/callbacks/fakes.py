@@ -129,9 +129,10 @@ class FakeTrainer:
         """The first ``ModelCheckpoint`` among the callbacks, or None (as the Trainer's)."""
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
 
-    def module_defines(self, name: str) -> bool:
+    def module_defines(self, name: str, module: Any = None) -> bool:
         """The Trainer's test of "the module defines hook ``name``" (the one rule, ``defines_hook``)."""
-        return self.module is not None and defines_hook(self.module, name, TrainingModule)
+        module = self.module if module is None else module
+        return module is not None and defines_hook(module, name, TrainingModule)
 
     def save_checkpoint(self, path: str, weights_only: bool = False) -> str:
         if weights_only:  # as the Trainer's: the module's weights and hparams.json, complete or not at all

@@ -111,3 +111,16 @@ def test_a_module_with_its_own_optimizer_step_is_told_it_runs_once_per_window(tm
         warnings.filterwarnings("error", message=".*accumulation window closes")
         trainer(tmp_path / "b", max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})]).fit(
             Regressor(), loaders()[0])
+
+
+def test_the_warning_reads_the_module_the_hook_is_given(tmp_path):
+    # A hook called by hand (or by another framework's loop) with a module the Trainer has not attached yet: the
+    # check is about that module.
+    class OwnZeroGrad(Regressor):
+        def optimizer_zero_grad(self, *args, **kwargs):
+            super().optimizer_zero_grad(*args, **kwargs)
+
+    t = trainer(tmp_path, max_epochs=1)
+    assert t.module is None
+    with pytest.warns(UserWarning, match="overrides optimizer_zero_grad"):
+        GradientAccumulationScheduler({1: 2}).on_train_start(t, OwnZeroGrad())
