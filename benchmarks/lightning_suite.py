@@ -68,6 +68,8 @@ PRIVATE_HINTS = re.compile(
     r"(?<![\w.])(?!self\b|cls\b|torch\b|os\b|sys\b)[A-Za-z_]\w*\._[a-z]\w*|patch\.object\([^)]*?,\s*[\"']_[a-z]")
 # How pytest reports a ``pytest.raises(SomeError, match=...)`` whose error was raised with other words.
 WORDING = "AssertionError: Regex pattern did not match."
+# The packages a private import is read from: Lightning's own, under either flavour's name (not lightning_fabric's).
+LIGHTNING_ROOTS = {"stoker", "pytorch_lightning", "lightning"}
 INFRA = {"conftest.py", os.path.join("helpers", "runif.py")}
 
 
@@ -181,7 +183,8 @@ def outcomes(xml: Path) -> dict[str, str]:
 def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals, also through the module's
     own helpers: a module-level function or class the test names (directly or through another helper) counts as
-    part of its source (``mock_training_epoch_loop(trainer)`` reads ``fit_loop.epoch_loop``)."""
+    part of its source (``mock_training_epoch_loop(trainer)`` reads ``fit_loop.epoch_loop``), and so does a private
+    function of Lightning's imported by name (``_request_dataloader``)."""
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
     tree = ast.parse(source)
@@ -192,11 +195,16 @@ def private_tests(path: Path) -> set[str]:
         first = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])  # mocks in decorators
         return "".join(lines[first - 1:node.end_lineno])
 
+    # Lightning's private functions imported by name (``from ...data_connector import _request_dataloader``)
+    private_imports = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                       and (node.module or "").split(".")[0] in LIGHTNING_ROOTS
+                       for alias in node.names if alias.name.startswith("_")}
+
     def reads_internals(node: ast.AST, seen: set[str]) -> bool:
-        if PRIVATE_HINTS.search(text(node)):
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        if PRIVATE_HINTS.search(text(node)) or names & private_imports:
             return True
-        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & defs.keys()
-        return any(reads_internals(defs[name], seen | {name}) for name in sorted(used - seen))
+        return any(reads_internals(defs[name], seen | {name}) for name in sorted((names & defs.keys()) - seen))
 
     return {node.name for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")

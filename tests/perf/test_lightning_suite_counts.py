@@ -35,6 +35,15 @@ def test_each_imported_name_is_guarded_on_its_own(suite: object) -> None:
 def test_a_test_reaching_internals_through_a_helper_is_private(suite: object, tmp_path: Path) -> None:
     path = tmp_path / "test_x.py"
     path.write_text(textwrap.dedent("""
+        try:
+            from stoker.trainer.connectors import _request_dataloader
+        except ImportError:
+            pass
+        from lightning_fabric.utilities.cloud_io import _load as pl_load
+
+        def test_private_function(): _request_dataloader(None)
+        def test_fabric_loader_is_not_lightnings_internals(): pl_load("x")
+
         def spy(trainer):
             return watch(trainer)
 
@@ -51,7 +60,8 @@ def test_a_test_reaching_internals_through_a_helper_is_private(suite: object, tm
         @mock.patch("torch.save")
         def test_decorated(_): pass
     """))
-    assert suite.private_tests(path) == {"test_through_helpers", "test_through_a_class", "test_decorated"}
+    assert suite.private_tests(path) == {"test_through_helpers", "test_through_a_class", "test_decorated",
+                                         "test_private_function"}
 
 
 def test_wording_only_failures_are_counted_apart(suite: object, tmp_path: Path) -> None:
