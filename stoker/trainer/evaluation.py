@@ -95,6 +95,10 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     step_fn = getattr(trainer.module, PREDICT.step)
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     outputs: list[list[Any]] = []
+    from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does
+
+    # Only a prediction writer reads the batches' sample indices: without one the sampler keeps its fast path.
+    record = any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks)
     previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
     try:
         # train_back=False: after predicting, as in Lightning, each sub-module gets its own mode back and
@@ -106,7 +110,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
                 extra = (i,) if multiple else ()
                 mine: list[Any] = []
                 move = batch_mover(trainer.module, loader, trainer.accelerator.device)
-                with _recording_indices(loader):
+                with _recording_indices(loader if record else None):
                     for batch_idx, batch in enumerate(loader):
                         if move is not None:
                             batch = move(batch, i)
@@ -126,7 +130,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
 def _recording_indices(loader: Any):  # noqa: ANN202 - a context manager
     """While ``loader`` is read for predict, its batch sampler keeps the dataset indices of every batch it hands out
     (``recorded``, in order: entry ``batch_idx`` belongs to that batch), which ``BasePredictionWriter`` passes on
-    as ``batch_indices``. A loader without one (an iterable dataset) records nothing."""
+    as ``batch_indices``. A loader without one (an iterable dataset), or None, records nothing."""
     sampler = getattr(loader, "sharded_sampler", None)
     if sampler is None:
         yield
