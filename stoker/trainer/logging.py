@@ -36,6 +36,11 @@ _REDUCE_BY_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.m
                  min: "min"}
 
 
+class UnloggableValueError(TypeError, ValueError):
+    """``self.log`` got a value that is not a number: a ``TypeError`` (a wrong type), and a ``ValueError`` too, the
+    class a Lightning script catches for the same mistake."""
+
+
 def _is_metric(value: Any) -> bool:
     # torchmetrics is imported only by users who pass a Metric, so we never import it here.
     tm = sys.modules.get("torchmetrics")
@@ -192,8 +197,9 @@ class Results:
             return value
         if hasattr(value, "item") and not isinstance(value, Mapping):  # numpy scalars
             return value.item()
-        raise TypeError(f"self.log({name!r}, value={value!r}): expected a number, a scalar tensor or a "
-                        f"torchmetrics Metric, got {type(value).__name__}.")
+        raise UnloggableValueError(
+            f"`self.log({name}, {value})` was called with a {type(value).__name__}: expected a number, a scalar "
+            "tensor or a torchmetrics Metric (a dict of values goes to self.log_dict, one name each).")
 
     def _batch_size(self) -> float:
         cache = self._batch_size_cache

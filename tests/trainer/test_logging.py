@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from typing import Any
 
 import pytest
@@ -171,6 +172,14 @@ class Bad(Regressor):
 def test_bad_log_calls_fail_with_the_name(value: Any, options: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         bare(max_steps=1).fit(Bad(value, **options), make_loader(make_regression_data(n=8)))
+
+
+@pytest.mark.parametrize("value", [None, {"a": 1}, [1, 2]])
+def test_a_value_that_is_not_a_number_names_the_call_and_is_caught_as_either_error(value: Any) -> None:
+    # TypeError by stoker's rule; a Lightning script's `except ValueError` for the same mistake still catches it.
+    for error in (TypeError, ValueError):
+        with pytest.raises(error, match=re.escape(f"`self.log(bad, {value})` was called with a {type(value).__name__}")):
+            bare(max_steps=1).fit(Bad(value), make_loader(make_regression_data(n=8)))
 
 
 def test_log_outside_a_trainer_warns_and_drops() -> None:
