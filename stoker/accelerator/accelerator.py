@@ -103,6 +103,9 @@ class Accelerator:
                                           doc="True when the last optimizer step was skipped (fp16 overflow).")
     iterating_loaders = property(lambda self: tuple(self.loader_context.stack),
                                  doc="The prepared loaders being iterated right now, innermost last.")
+    holds_prepared = property(lambda self: self._prepared.holds_any(),
+                              doc="True while objects handed out by ``prepare`` have not been released by "
+                                  "``free_memory`` (which then has something to free).")
 
     # -- prepare ------------------------------------------------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | bool | None = None) -> Any:

@@ -118,6 +118,9 @@ class Prepared:
                 return True
         return False
 
+    def holds_any(self) -> bool:
+        return bool(self.models or self.optimizers or self.schedulers or self.dataloaders)
+
     def clear(self) -> None:
         """Forgets every prepared object (``free_memory``)."""
         self.models.clear()

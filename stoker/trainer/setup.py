@@ -119,7 +119,8 @@ class RunSetup:
         if not automatic:
             check_manual(t, module)
         t.apply_seed()  # before the loaders are prepared: their shuffle seeds are drawn from the global RNG then
-        acc.free_memory(reset_step=False)  # a second fit continues its step count
+        if acc.holds_prepared:  # a previous stage's objects (a first fit has none: skip free_memory's gc.collect)
+            acc.free_memory(reset_step=False)  # a second fit continues its step count
         # autocast_forward=False: the loops enter the precision's autocast around each step themselves (one mechanism)
         model = self.last_model = acc.prepare_model(module, autocast_forward=False)
         run = self.requests.run = FitRun(
@@ -210,7 +211,7 @@ class RunSetup:
         (:meth:`eval_loaders`)."""
         t = self.trainer
         acc = t.accelerator
-        if self.last_model is None or acc.unwrap_model(self.last_model) is not module:
+        if acc.holds_prepared and (self.last_model is None or acc.unwrap_model(self.last_model) is not module):
             acc.free_memory(reset_step=False)  # a second fit continues its step count
         # The model fit prepared comes back as it was; the evaluation loops enter the autocast around each step.
         model = self.last_model = acc.prepare_model(module, evaluation_mode=True, autocast_forward=False)
