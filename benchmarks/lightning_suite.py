@@ -161,13 +161,27 @@ def run_file(root: Path, rel: str, xml: Path, timeout: int) -> None:
         pass  # the tests without a result in the XML count as not passed
 
 
+# A test parametrized with classes is named after them: under stoker `LightningModule` is `TrainingModule`, so
+# `test_x[TrainingModule]` is the run of Lightning's `test_x[LightningModule]`.
+ID_CLASS_NAMES = {"TrainingModule": "LightningModule", "DataModule": "LightningDataModule"}
+
+
+def lightning_id(name: str) -> str:
+    """``name`` with stoker's class names in its parameter id replaced by the Lightning names they stand for."""
+    base, bracket, params = name.partition("[")
+    if not bracket:
+        return name
+    parts = params[:-1].split("-")
+    return f"{base}[{'-'.join(ID_CLASS_NAMES.get(p, p) for p in parts)}]"
+
+
 def outcomes(xml: Path) -> dict[str, str]:
     """test id -> "passed" | "failed" | "skipped" from a junit XML file (empty when the run died)."""
     if not xml.exists():
         return {}
     result = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
-        name = case.get("name", "")
+        name = lightning_id(case.get("name", ""))
         state = "passed"
         for child in case:
             if child.tag in ("failure", "error"):

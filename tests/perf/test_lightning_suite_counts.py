@@ -79,3 +79,11 @@ def test_wording_only_failures_are_counted_apart(suite: object, tmp_path: Path) 
     per_file = {"lightning": lightning, "stoker": stoker}
     # public: passing under Lightning, not private, not wording-only (test_b); of those, test_a passes on stoker
     assert suite.counts(per_file, {"test_d"}, ["lightning", "stoker"]) == (2, 1, 1, 1)
+
+
+def test_a_test_parametrized_with_classes_is_matched_under_lightnings_class_names(suite: object) -> None:
+    # under stoker, Lightning's LightningModule parameter is TrainingModule: the same test, named after the class
+    assert suite.lightning_id("test_x[TrainingModule]") == "test_x[LightningModule]"
+    assert suite.lightning_id("test_x[DataModule-2]") == "test_x[LightningDataModule-2]"
+    assert suite.lightning_id("test_x[MyDataModule]") == "test_x[MyDataModule]"
+    assert suite.lightning_id("test_x") == "test_x"
