@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -41,7 +41,7 @@ __all__ = ["BackboneFinetuning", "BaseFinetuning", "multiplicative"]
 log = logging.getLogger(__name__)
 
 #: A module, or any nesting of iterables of modules (lists, tuples, ``nn.ModuleList``, ``nn.ModuleDict``).
-Modules = Union[nn.Module, Iterable[Any]]
+Modules = nn.Module | Iterable[Any]
 
 
 def multiplicative(epoch: int) -> float:
@@ -234,8 +234,8 @@ class BaseFinetuning(Callback):
         ``train_bn=False``: their BatchNorm layers' parameters stay out of the group."""
         BaseFinetuning.make_trainable(modules)
         rate = optimizer.param_groups[0]["lr"] / initial_denom_lr if lr is None else float(lr)
-        params = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
-        params = BaseFinetuning.filter_on_optimizer(optimizer, params)
+        thawed = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
+        params = BaseFinetuning.filter_on_optimizer(optimizer, thawed)
         if params:
             optimizer.add_param_group({"params": params, "lr": rate})
 
@@ -284,9 +284,11 @@ class BackboneFinetuning(BaseFinetuning):
         backbone = getattr(pl_module, "backbone", None)
         if not isinstance(backbone, nn.Module):
             found = "has none" if backbone is None else f"has one of type {type(backbone).__name__}"
-            raise ValueError(f"BackboneFinetuning trains the module's `backbone` attribute, an nn.Module, and "
-                             f"{type(pl_module).__name__} {found}. Assign the layers to fine-tune to "
-                             "`self.backbone` in __init__, or write a BaseFinetuning subclass for other layouts.")
+            # Missing: Lightning's MisconfigurationException, a ValueError in stoker; another type: a TypeError.
+            error = ValueError if backbone is None else TypeError
+            raise error(f"BackboneFinetuning trains the module's `backbone` attribute, an nn.Module, and "
+                        f"{type(pl_module).__name__} {found}. Assign the layers to fine-tune to `self.backbone` in "
+                        "__init__, or write a BaseFinetuning subclass for other layouts.")
         super().setup(trainer, pl_module, stage)
 
     def freeze_before_training(self, pl_module: nn.Module) -> None:

@@ -258,6 +258,11 @@ def test_bad_input_is_refused_clearly(tmp_path):
 
     with pytest.raises(ValueError, match="`backbone` attribute.*Headless has none"):
         fit(tmp_path, [BackboneFinetuning(1)], 1, Headless(), enable_checkpointing=False)
+    listed = Tuned()
+    del listed.backbone
+    listed.backbone = [nn.Linear(8, 16)]  # a plain list is no module: its layers would not even be registered
+    with pytest.raises(TypeError, match="Tuned has one of type list"):
+        fit(tmp_path, [BackboneFinetuning(1)], 1, listed, enable_checkpointing=False)
     with pytest.raises(ValueError, match="unfreeze_backbone_at_epoch=-1"):
         BackboneFinetuning(-1)
     with pytest.raises(TypeError, match=r"unfreeze_backbone_at_epoch=1\.5"):
@@ -274,3 +279,10 @@ def test_lightning_module_path():
 
     assert face.BackboneFinetuning is stoker.BackboneFinetuning and face.BaseFinetuning is stoker.BaseFinetuning
     assert face.multiplicative(7) == 2.0
+
+
+def test_verbose_logs_both_rates_when_the_backbone_rate_changes(tmp_path, caplog):
+    caplog.set_level("INFO", logger="stoker.callbacks.finetuning")
+    fit(tmp_path, [BackboneFinetuning(1, verbose=True, rounding=3)], 3, enable_checkpointing=False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "stoker.callbacks.finetuning"]
+    assert lines == ["Current lr: 0.1, Backbone lr: 0.01", "Current lr: 0.1, Backbone lr: 0.02"]
