@@ -226,8 +226,8 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         trainer.run_setup.continue_position(train_loader)
         return
     trainer.checkpoint_state.loaded = None
-    restore_param_groups(trainer, path)
     try:
+        restore_param_groups(trainer, path)
         # extra_loaders: checkpoints of earlier versions also hold the val loaders' positions, after the train
         # loader's; validation starts its loaders afresh, so those are not read.
         trainer.accelerator.load_state(path, extra_loaders=True)

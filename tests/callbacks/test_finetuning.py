@@ -63,9 +63,10 @@ class Probe(Callback):
                           "optimized": [id(p) in optimized for p in module.backbone.parameters()]})
 
 
-def fit(root: Any, callbacks: list[Callback], epochs: int, module: Tuned | None = None, **kw: Any) -> Tuned:
+def fit(root: Any, callbacks: list[Callback], epochs: int, module: Tuned | None = None, batches: int = 4,
+        **kw: Any) -> Tuned:
     module = module or Tuned()
-    data = loaders(n=32, batch_size=8, shuffle=True)[0]
+    data = loaders(n=8 * batches, batch_size=8, shuffle=True)[0]
     ckpt = kw.pop("ckpt", None)
     trainer(root, max_epochs=epochs, callbacks=callbacks, **kw).fit(module, data, ckpt_path=ckpt)
     return module
@@ -106,7 +107,7 @@ def test_the_backbone_rate_follows_the_rule_each_epoch(tmp_path, align, step_lr,
     probe = Probe()
     callback = BackboneFinetuning(1, lambda epoch: 1.5 + epoch * 0.0, backbone_initial_lr=initial,
                                   should_align=align)
-    fit(tmp_path, [callback, probe], 8, Tuned(step_lr=step_lr), enable_checkpointing=False)
+    fit(tmp_path, [callback, probe], 8, Tuned(step_lr=step_lr), batches=1, enable_checkpointing=False)
     head = [rates[0] for rates in probe.rates]
     assert head == pytest.approx([0.1 * 0.5 ** e for e in range(8)] if step_lr else [0.1] * 8)
     # at the unfreeze epoch: backbone_initial_lr, or the head's rate then times backbone_initial_ratio_lr (0.1)
@@ -269,6 +270,9 @@ def test_bad_input_is_refused_clearly(tmp_path):
         BackboneFinetuning(1.5)
     with pytest.raises(TypeError, match="lambda_func=2"):
         BackboneFinetuning(1, lambda_func=2)
+    # an epoch after the unfreeze epoch, without having thawed the backbone (no rate to raise)
+    with pytest.raises(RuntimeError, match="reached epoch 3 without thawing the backbone"):
+        BackboneFinetuning(1).finetune_function(Tuned(), 3, torch.optim.SGD(Tuned().head.parameters(), lr=0.1))
     with pytest.raises(NotImplementedError, match="freeze_before_training"):
         fit(tmp_path, [BaseFinetuning()], 1, enable_checkpointing=False)
 
@@ -283,6 +287,6 @@ def test_lightning_module_path():
 
 def test_verbose_logs_both_rates_when_the_backbone_rate_changes(tmp_path, caplog):
     caplog.set_level("INFO", logger="stoker.callbacks.finetuning")
-    fit(tmp_path, [BackboneFinetuning(1, verbose=True, rounding=3)], 3, enable_checkpointing=False)
+    fit(tmp_path, [BackboneFinetuning(1, verbose=True, rounding=3)], 3, batches=1, enable_checkpointing=False)
     lines = [r.getMessage() for r in caplog.records if r.name == "stoker.callbacks.finetuning"]
     assert lines == ["Current lr: 0.1, Backbone lr: 0.01", "Current lr: 0.1, Backbone lr: 0.02"]
