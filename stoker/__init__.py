@@ -44,6 +44,8 @@ _LAZY = {
     "OnExceptionCheckpoint": "stoker.callbacks",
     "StochasticWeightAveraging": "stoker.callbacks",
     "LambdaCallback": "stoker.callbacks",
+    "BaseFinetuning": "stoker.callbacks",
+    "BackboneFinetuning": "stoker.callbacks",
     "Logger": "stoker.loggers",
     "TensorBoardLogger": "stoker.loggers",
     "CSVLogger": "stoker.loggers",
@@ -84,6 +86,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
     from stoker.callbacks import (
+        BackboneFinetuning as BackboneFinetuning, BaseFinetuning as BaseFinetuning,
         BasePredictionWriter as BasePredictionWriter, Callback as Callback, EarlyStopping as EarlyStopping,
         GradientAccumulationScheduler as GradientAccumulationScheduler, LambdaCallback as LambdaCallback,
         LearningRateMonitor as LearningRateMonitor,

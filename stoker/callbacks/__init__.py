@@ -4,8 +4,8 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 (early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` and Lightning's `TQDMProgressBar`
 (progress.py), `Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
-`OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py) and `LambdaCallback`
-(lambda_function.py). The last seven are
+`OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `LambdaCallback`
+(lambda_function.py) and `BaseFinetuning` / `BackboneFinetuning` (finetuning.py). The last nine are
 imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
 """
 
@@ -28,6 +28,8 @@ _LAZY = {
     "OnExceptionCheckpoint": "stoker.callbacks.on_exception",
     "StochasticWeightAveraging": "stoker.callbacks.swa",
     "LambdaCallback": "stoker.callbacks.lambda_function",
+    "BaseFinetuning": "stoker.callbacks.finetuning",
+    "BackboneFinetuning": "stoker.callbacks.finetuning",
 }
 
 # Lightning's module paths under this package (stoker.callbacks.model_checkpoint) are faces kept in
@@ -54,6 +56,8 @@ __all__ = ["Callback", "EarlyStopping", "EarlyStoppingReason", "LearningRateMoni
 
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
     from stoker.callbacks.accumulation_scheduler import GradientAccumulationScheduler as GradientAccumulationScheduler
+    from stoker.callbacks.finetuning import BackboneFinetuning as BackboneFinetuning
+    from stoker.callbacks.finetuning import BaseFinetuning as BaseFinetuning
     from stoker.callbacks.lambda_function import LambdaCallback as LambdaCallback
     from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
     from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter

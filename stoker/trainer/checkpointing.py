@@ -125,6 +125,21 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
+def restore_param_groups(trainer: TrainerParts, path: str) -> None:
+    """Before the optimizers' state loads (it must find the same param groups): callbacks that add param groups during
+    a fit (``BaseFinetuning``) add them again, from their state in the checkpoint, through ``restore_param_groups``."""
+    hooks = [(cb, hook) for cb in trainer.callbacks if callable(hook := getattr(cb, "restore_param_groups", None))]
+    if not hooks:
+        return
+    from .loading import trainer_checkpoint
+
+    saved = (trainer_checkpoint(path, check_all=False) or {}).get("callbacks", {})
+    states = {_same_key(key): state for key, state in saved.items()}
+    for callback, hook in hooks:
+        if states.get(_same_key(callback.state_key)):
+            hook(trainer, states[_same_key(callback.state_key)])
+
+
 def _same_key(key: str) -> str:
     """A callback state key with its arguments sorted and the None ones left out, so that the keys of one callback
     match whichever order (Lightning's, or stoker's earlier sorted one) and defaults wrote them."""
@@ -212,6 +227,7 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         return
     trainer.checkpoint_state.loaded = None
     try:
+        restore_param_groups(trainer, path)
         # extra_loaders: checkpoints of earlier versions also hold the val loaders' positions, after the train
         # loader's; validation starts its loaders afresh, so those are not read.
         trainer.accelerator.load_state(path, extra_loaders=True)

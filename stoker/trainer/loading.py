@@ -24,7 +24,7 @@ import torch
 # The hparams file is written by ModelCheckpoint (callbacks layer) and read here: one definition, below both.
 from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
 
-__all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "write_hparams"]
+__all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
 _TRAINER_FORMAT = "stoker-trainer"
 
@@ -45,12 +45,15 @@ def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
     return sorted(k for k, v in hparams.items() if not _checkpointable(v))
 
 
-def _trainer_checkpoint(folder: str) -> dict[str, Any] | None:
-    """The Trainer's ``checkpoint`` dict stored in a ``save_state`` folder (None when it holds none)."""
+def trainer_checkpoint(folder: str, check_all: bool = True) -> dict[str, Any] | None:
+    """The Trainer's ``checkpoint`` dict stored in a ``save_state`` folder (None when it holds none).
+    ``check_all=False`` checksums only the files read here (a resume reads it before ``load_state`` checks all)."""
     from ..accelerator import load_tree, verify_checkpoint
 
-    names = sorted(n for n in verify_checkpoint(folder)["files"]
+    names = sorted(n for n in verify_checkpoint(folder, files=None if check_all else [])["files"]
                    if n.startswith("custom_checkpoint") and "_process" not in n)
+    if not check_all:
+        verify_checkpoint(folder, files=names)
     for name in names:
         tree = load_tree(os.path.join(folder, name))
         if isinstance(tree, dict) and tree.get("format") == _TRAINER_FORMAT:
@@ -68,7 +71,7 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
                 raise ValueError(f"{path} is a sharded (FSDP) checkpoint; load_from_checkpoint reads whole weights. "
                                  "Export them with ModelCheckpoint(export_weights=True) or Accelerator.save_model "
                                  "and load that folder.")
-            checkpoint = _trainer_checkpoint(path)
+            checkpoint = trainer_checkpoint(path)
             hparams = None if checkpoint is None else dict(checkpoint.get("hyper_parameters") or {})
             not_stored = [] if checkpoint is None else list(checkpoint.get("hyper_parameters_not_stored") or [])
             return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
