@@ -55,6 +55,8 @@ class AutomaticStep:
         # gradients its checkpoint restored. Each optimizer step opens the next window.
         self.zero_due = trainer.accelerator.sync_gradients
         self.loss: torch.Tensor | None = None  # the window's last loss (what optimizer_step's closure returns)
+        self._clip_key: tuple[int, ...] = ()
+        self._clip_params: list[torch.nn.Parameter] = []
 
     def step(self, batch: Any, batch_idx: int) -> Any:
         """``training_step``, the gradients cleared at a window's first batch, and backward with its hooks."""
@@ -115,9 +117,9 @@ class AutomaticStep:
                     self.clip(optimizer, **self._clip_arguments())
         if self.clip is None:
             if t.clip_grad_norm is not None:
-                acc.clip_grad_norm_(run.parameters, t.clip_grad_norm)
+                acc.clip_grad_norm_(self._clipped(), t.clip_grad_norm)
             elif t.clip_grad_value is not None:
-                acc.clip_grad_value_(run.parameters, t.clip_grad_value)
+                acc.clip_grad_value_(self._clipped(), t.clip_grad_value)
         for optimizer in optimizers:
             if self.step_hook is None:
                 optimizer.step()
@@ -125,6 +127,17 @@ class AutomaticStep:
                 self.step_hook(self.epoch, batch_idx, optimizer, self._closure)
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
             step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
+
+    def _clipped(self) -> list[torch.nn.Parameter]:
+        """What the Trainer's clipping sees: every parameter the optimizers hold, also groups added during the fit
+        (a fine-tuning callback thawing a backbone), in the module's order (the order a plain loop's
+        ``clip_grad_norm_(model.parameters())`` sums them in). Listed again only when a group was added."""
+        key = tuple(len(inner.param_groups) for _, inner in self.optimizers)
+        if key != self._clip_key:
+            held = {id(p): p for _, inner in self.optimizers for group in inner.param_groups for p in group["params"]}
+            ordered = [p for p in self.trainer.module.parameters() if held.pop(id(p), None) is not None]
+            self._clip_key, self._clip_params = key, ordered + list(held.values())
+        return self._clip_params
 
     def _closure(self) -> torch.Tensor | None:
         """What ``optimizer_step``'s closure returns: the loss already computed (forward and backward ran)."""

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 
 @dataclass(eq=False)
 class FitRun:
@@ -28,7 +26,6 @@ class FitRun:
         training_step: Calls ``training_step(batch, batch_idx)`` (through the DDP wrapper's forward when there
             is one, so that gradients synchronise).
         automatic: The module's ``automatic_optimization``.
-        parameters: The trainable parameters (what gradient clipping sees).
         step_schedulers: The scheduler configs stepped per optimizer step (``interval="step"``).
         manual_optimizers: The optimizers as ``module.optimizers()`` hands them out under manual optimization.
         train_from_hooks, val_from_hooks: The loaders came from the module's / data module's hooks (not from
@@ -42,7 +39,6 @@ class FitRun:
     val_check_batch: int | None
     training_step: Callable[[Any, int], Any]
     automatic: bool = True
-    parameters: list[torch.nn.Parameter] = field(default_factory=list)
     step_schedulers: list[Any] = field(default_factory=list)
     manual_optimizers: list[Any] = field(default_factory=list)
     train_from_hooks: bool = False

@@ -142,7 +142,6 @@ class RunSetup:
             if config.is_torch_scheduler:
                 config.scheduler = acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs
-        run.parameters = [p for p in module.parameters() if p.requires_grad]
         run.step_schedulers = [c for c in configs if c.interval == "step"]
         run.manual_optimizers = wrap_optimizers(t, model)
         return run

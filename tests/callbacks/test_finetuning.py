@@ -290,3 +290,25 @@ def test_verbose_logs_both_rates_when_the_backbone_rate_changes(tmp_path, caplog
     fit(tmp_path, [BackboneFinetuning(1, verbose=True, rounding=3)], 3, batches=1, enable_checkpointing=False)
     lines = [r.getMessage() for r in caplog.records if r.name == "stoker.callbacks.finetuning"]
     assert lines == ["Current lr: 0.1, Backbone lr: 0.01", "Current lr: 0.1, Backbone lr: 0.02"]
+
+
+class GradNorm(Callback):
+    """After each step: (epoch, param groups, the norm of every gradient the optimizer holds), as clipping left it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, float]] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        groups = trainer.optimizers[0].param_groups
+        grads = [p.grad for g in groups for p in g["params"] if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        self.seen.append((trainer.current_epoch, len(groups), float(norm)))
+
+
+def test_gradient_clipping_covers_the_group_a_thaw_added(tmp_path):
+    norms = GradNorm()
+    fit(tmp_path, [BackboneFinetuning(unfreeze_backbone_at_epoch=1), norms], 2, gradient_clip_val=1e-3,
+        gradient_clip_algorithm="norm", enable_checkpointing=False)
+    thawed = [norm for epoch, groups, norm in norms.seen if epoch == 1]
+    assert thawed and all(groups == 2 for epoch, groups, _ in norms.seen if epoch == 1)
+    assert max(thawed) <= 1e-3 * (1 + 1e-5)  # the backbone's gradients are clipped with the head's
