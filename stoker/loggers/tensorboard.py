@@ -32,7 +32,7 @@ import torch
 from stoker.loggers._packages import is_installed
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
                                  prefixed, to_scalars, write_hparams_yaml)
-from stoker.loggers.hparams_yaml import ensure_hparams_yaml
+from stoker.loggers.hparams_yaml import HPARAMS_YAML, ensure_hparams_yaml
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -96,6 +96,8 @@ class TensorBoardLogger(Logger):
         >>> logger.log_dir  # doctest: +SKIP
         'runs/mnist/version_0'
     """
+
+    NAME_HPARAMS_FILE = HPARAMS_YAML  # the run's hyperparameters beside its event files (Lightning's attribute)
 
     def __init__(
         self,

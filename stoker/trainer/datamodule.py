@@ -19,13 +19,13 @@ The contract, as a Trainer runs it::
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .hooks import defines_hook
-from .hparams import AttributeDict, save_hyperparameters
+from .hparams import HyperparametersMixin
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -35,7 +35,7 @@ __all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
 LOADER_HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """Downloads, splits and loads the data of a run: subclass it and define the hooks you need.
 
     Define ``setup(stage)`` to build datasets (on every process), ``prepare_data()`` for work that must happen once
@@ -69,8 +69,8 @@ class DataModule:
     prepare_data_per_node: bool = True
 
     def __init__(self) -> None:
+        super().__init__()
         self.trainer: Any = None
-        self.hparams = AttributeDict()
 
     # -- data hooks (override these) ------------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -105,26 +105,6 @@ class DataModule:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned."""
-
-    # -- hyperparameters ------------------------------------------------------------------------------------------
-    def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, logger: bool = True) -> None:
-        """Stores the arguments of the calling ``__init__`` in ``self.hparams`` (and so in checkpoints).
-
-        Args:
-            *names: Only these arguments (default: all of them).
-            ignore: Arguments to leave out (e.g. a dataset object passed in).
-            logger: False keeps them out of the loggers (still in ``hparams`` and checkpoints).
-
-        Example:
-            >>> def __init__(self, batch_size: int = 32, root: str = "data"):
-            ...     super().__init__()
-            ...     self.save_hyperparameters()  # self.hparams == {"batch_size": 32, "root": "data"}
-        """
-        frame = inspect.currentframe()
-        try:  # *names may also be one mapping of hyperparameters (see hparams.save_hyperparameters)
-            save_hyperparameters(self, frame, names, ignore, logger)
-        finally:
-            del frame
 
     # -- construction from datasets -------------------------------------------------------------------------------
     @classmethod

@@ -1,12 +1,16 @@
-"""Hyperparameters of modules and datamodules: ``hparams`` (an ``AttributeDict``), ``save_hyperparameters`` (shared
-by ``TrainingModule`` and ``DataModule``: the calling ``__init__``'s arguments, or a mapping given to it), and what
+"""Hyperparameters of modules and datamodules: ``HyperparametersMixin`` (the base of ``TrainingModule`` and
+``DataModule``, and of any class of a user's that wants them): ``hparams`` (an ``AttributeDict``),
+``hparams_initial`` (what ``save_hyperparameters`` saved, unchanged by later edits), ``save_hyperparameters`` (the
+arguments of the ``__init__`` calls that built the object, a dataclass's fields, or a mapping given to it); and what
 the Trainer sends to its loggers when ``fit`` starts (the two merged, unless saved with ``logger=False``)."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,17 +43,85 @@ class HparamsOwner(Protocol):
     hparams: AttributeDict
 
 
-def caller_init_arguments(owner: object, frame: Any, names: tuple[str, ...], ignore: Sequence[str] | str | None
-                          ) -> dict[str, Any]:
-    """The arguments of the ``__init__`` that called ``owner.save_hyperparameters`` (``frame``: that method's
-    frame), limited to ``names`` when given and without ``ignore``."""
-    caller = frame.f_back if frame is not None else None
+class HyperparametersError(TypeError, ValueError):
+    """``save_hyperparameters`` got something that is neither argument names nor one container of hyperparameters
+    (a ``TypeError``; a ``ValueError`` too, the class a Lightning script catches for it)."""
+
+
+class HyperparametersMixin:
+    """``hparams``, ``hparams_initial`` and ``save_hyperparameters`` for any class (Lightning's mixin of the same
+    name): ``TrainingModule`` and ``DataModule`` are built on it, and a plain class of a user's can be too.
+
+    Example:
+        >>> class Encoder(HyperparametersMixin):
+        ...     def __init__(self, width: int = 64, depth: int = 2):
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        >>> Encoder(width=32).hparams
+        {'width': 32, 'depth': 2}
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "hparams", AttributeDict())
+
+    def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, frame: Any = None,
+                             logger: bool = True) -> None:
+        """Stores the arguments of the ``__init__`` that called it in ``self.hparams`` (and so in checkpoints and,
+        unless ``logger=False``, in the loggers). A second call (a subclass's after its base's) adds to what the
+        first saved, and removes the names it ignores.
+
+        A class whose ``__init__`` calls its base's with ``super().__init__(...)``: the arguments of every
+        ``__init__`` of the object on the way (the outermost, the subclass's, wins a name both have). A dataclass
+        calling it from ``__post_init__``: its fields that ``__init__`` takes.
+
+        Args:
+            *names: Only these arguments (default: all of them); or one mapping, ``argparse.Namespace`` or
+                dataclass instance whose items are the hyperparameters.
+            ignore: Arguments to leave out (e.g. a sub-model passed in: its weights are saved with the module's).
+            frame: The frame of the function whose arguments to save (default: the caller's).
+            logger: False keeps them out of the loggers (still in ``hparams`` and checkpoints).
+
+        Example:
+            >>> def __init__(self, hidden: int = 64, lr: float = 1e-3):
+            ...     super().__init__()
+            ...     self.save_hyperparameters()  # self.hparams == {"hidden": 64, "lr": 0.001}
+        """
+        if not isinstance(logger, bool):
+            raise TypeError(f"save_hyperparameters(logger={logger!r}) must be True or False.")
+        caller = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
+        try:
+            values = _hparams_of(self, caller, names, ignore)
+        finally:
+            del caller
+        if "hparams" not in vars(self):  # a subclass that did not call super().__init__() first
+            object.__setattr__(self, "hparams", AttributeDict())
+        for name in {ignore} if isinstance(ignore, str) else set(ignore or ()):
+            self.hparams.pop(name, None)  # an ignored name is no hyperparameter, also if a base class saved it
+        self.hparams.update(values)
+        object.__setattr__(self, "_hparams_initial", copy.deepcopy(dict(self.hparams)))
+        object.__setattr__(self, _TO_LOGGERS, logger)
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of what ``save_hyperparameters`` saved, whatever was changed in ``hparams`` since (empty when it
+        was not called): what the loggers get."""
+        return AttributeDict(copy.deepcopy(self.__dict__.get("_hparams_initial", {})))
+
+
+def _hparams_of(owner: object, caller: Any, names: tuple[Any, ...], ignore: Sequence[str] | str | None
+                ) -> dict[Any, Any]:
+    """What ``owner.save_hyperparameters(*names, ignore=...)`` called from the frame ``caller`` saves."""
+    if len(names) == 1 and not isinstance(names[0], str):
+        return _given_hparams(names[0], ignore)
+    bad = [a for a in names if not isinstance(a, str)]
+    if bad:
+        raise HyperparametersError(
+            f"save_hyperparameters{names!r}: pass argument names (strings) of __init__, or a single mapping of "
+            f"hyperparameters; got {type(bad[0]).__name__}.")
     if caller is None:
         raise RuntimeError("save_hyperparameters() could not find the calling __init__ (no frame information).")
-    try:
-        values = _init_arguments(caller)
-    finally:
-        del caller
+    values = _init_arguments_of(owner, caller)
     ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
     if names:
         unknown = [n for n in names if n not in values]
@@ -57,7 +129,30 @@ def caller_init_arguments(owner: object, frame: Any, names: tuple[str, ...], ign
             raise ValueError(f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments "
                              f"of {type(owner).__name__}.__init__; its arguments are {sorted(values)}.")
         values = {n: values[n] for n in names}
-    return {k: v for k, v in values.items() if k not in ignored}
+    values = {k: v for k, v in values.items() if k not in ignored}
+    for name, value in values.items():
+        if isinstance(value, torch.nn.Module):
+            warnings.warn(f"save_hyperparameters: the argument {name!r} is an nn.Module, whose weights are in the "
+                          f"checkpoint already; keeping the object in hparams stores it twice. Leave it out with "
+                          f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=4)
+    return values
+
+
+def _init_arguments_of(owner: object, caller: Any) -> dict[str, Any]:
+    """The arguments of the ``__init__`` calls of ``owner`` running from ``caller`` outwards (a subclass's over its
+    base's), a dataclass's ``__init__`` fields (called from ``__post_init__``), or else the calling function's."""
+    chain, frame = [], caller
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_code.co_argcount \
+            and frame.f_locals.get(frame.f_code.co_varnames[0]) is owner:
+        chain.append(_init_arguments(frame))
+        frame = frame.f_back
+    del frame
+    if not chain and dataclasses.is_dataclass(owner) and caller.f_code.co_name == "__post_init__":
+        return {f.name: getattr(owner, f.name) for f in dataclasses.fields(owner) if f.init}
+    values: dict[str, Any] = {}
+    for arguments in chain or [_init_arguments(caller)]:
+        values.update(arguments)  # innermost first: the subclass's value of a name wins
+    return values
 
 
 def _init_arguments(frame: Any) -> dict[str, Any]:
@@ -79,30 +174,6 @@ def _init_arguments(frame: Any) -> dict[str, Any]:
     return values
 
 
-def save_hyperparameters(owner: HparamsOwner, frame: Any, args: tuple[Any, ...], ignore: Sequence[str] | str | None,
-                         logger: bool) -> None:
-    """``owner.save_hyperparameters(*args, ignore=..., logger=...)`` (``frame``: that method's frame).
-
-    ``args`` are argument names of the calling ``__init__`` (none: all of them), or one mapping, ``Namespace`` or
-    dataclass instance whose items are the hyperparameters (Lightning's ``save_hyperparameters(hparams)``).
-    ``logger=False`` keeps them in ``hparams`` and checkpoints but out of the loggers.
-    """
-    if not isinstance(logger, bool):
-        raise TypeError(f"save_hyperparameters(logger={logger!r}) must be True or False.")
-    if len(args) == 1 and not isinstance(args[0], str):
-        values = _given_hparams(args[0], ignore)
-    else:
-        bad = [a for a in args if not isinstance(a, str)]
-        if bad:
-            raise TypeError(f"save_hyperparameters{args!r}: pass argument names (strings) of __init__, or a single "
-                            f"mapping of hyperparameters; got {type(bad[0]).__name__}.")
-        values = caller_init_arguments(owner, frame, args, ignore)
-    if "hparams" not in vars(owner):  # a subclass that did not call super().__init__() first
-        object.__setattr__(owner, "hparams", AttributeDict())
-    owner.hparams.update(values)
-    object.__setattr__(owner, _TO_LOGGERS, logger)
-
-
 def _given_hparams(given: Any, ignore: Sequence[str] | str | None) -> dict[Any, Any]:
     """The items of the one object given to ``save_hyperparameters``, without ``ignore``."""
     if isinstance(given, argparse.Namespace):
@@ -110,21 +181,21 @@ def _given_hparams(given: Any, ignore: Sequence[str] | str | None) -> dict[Any, 
     elif dataclasses.is_dataclass(given) and not isinstance(given, type):
         given = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
     if not isinstance(given, Mapping):
-        raise TypeError(f"save_hyperparameters({given!r}): expected argument names of __init__, or one mapping, "
-                        f"argparse.Namespace or dataclass instance of hyperparameters; got {type(given).__name__}.")
+        raise HyperparametersError(
+            f"save_hyperparameters({given!r}): expected argument names of __init__, or one mapping, "
+            f"argparse.Namespace or dataclass instance of hyperparameters; got {type(given).__name__}.")
     ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
     return {k: v for k, v in given.items() if k not in ignored}
 
 
 def hparams_for_loggers(module: HparamsOwner, datamodule: HparamsOwner | None = None) -> dict[Any, Any]:
     """The hyperparameters the loggers get: the module's and the datamodule's (each unless saved with
-    ``logger=False``), merged; empty when there are none.
+    ``logger=False``; each as first saved, see ``_logged``), merged; empty when there are none.
 
     Raises:
         RuntimeError: a key both have, with different values (which one the loggers should show is unknowable).
     """
-    parts = [dict(getattr(owner, "hparams", {}) or {}) for owner in (module, datamodule)
-             if owner is not None and getattr(owner, _TO_LOGGERS, True)]
+    parts = [_logged(owner) for owner in (module, datamodule) if owner is not None and getattr(owner, _TO_LOGGERS, True)]
     if len(parts) < 2:
         return parts[0] if parts else {}
     ours, theirs = parts
@@ -134,6 +205,13 @@ def hparams_for_loggers(module: HparamsOwner, datamodule: HparamsOwner | None = 
         raise RuntimeError(f"Error while merging hparams for the loggers: {detail}. Give the key one value, rename "
                            "it in one of them, or save one side's hyperparameters with logger=False.")
     return {**ours, **theirs}
+
+
+def _logged(owner: HparamsOwner) -> dict[Any, Any]:
+    """What the loggers get of ``owner``: ``hparams_initial`` (what ``save_hyperparameters`` saved, not later
+    edits), or ``hparams`` when it was filled by hand."""
+    initial = owner.hparams_initial if isinstance(owner, HyperparametersMixin) else {}
+    return dict(initial or getattr(owner, "hparams", {}) or {})
 
 
 def _differ(a: Any, b: Any) -> bool:

@@ -1,26 +1,25 @@
 """`TrainingModule`: a ``torch.nn.Module`` that also says how to train, evaluate and log itself.
 
 Owns: the step methods users override, ``log``/``log_dict`` (forwarded to the Trainer's results, see
-``logging.py``), ``save_hyperparameters`` and the convenience properties. Does not own: when anything runs
+``logging.py``) and the convenience properties (``save_hyperparameters``: ``hparams.py``'s mixin). Does not own: when anything runs
 (``loops.py``) or how logged values are reduced (``logging.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 
-from .hparams import AttributeDict, save_hyperparameters
+from .hparams import HyperparametersMixin
 from .step_hooks import StepHooks
 
 
-class TrainingModule(StepHooks):
+class TrainingModule(HyperparametersMixin, StepHooks):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
@@ -51,13 +50,12 @@ class TrainingModule(StepHooks):
     automatic_optimization: bool = True
     # Not compiled by torch.jit.script (to_torchscript): they read the Trainer, which is no part of the model.
     __jit_unused_properties__ = ["trainer", "device", "global_rank", "local_rank", "global_step", "current_epoch",
-                                 "logger", "loggers", "example_input_array"]
+                                 "logger", "loggers", "example_input_array", "hparams_initial"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Plain attributes (not submodules): the Trainer is not part of the model's state.
         object.__setattr__(self, "_trainer", None)
-        object.__setattr__(self, "hparams", AttributeDict())
         object.__setattr__(self, "_example_input_array", None)
         object.__setattr__(self, "_requires_grad_state", {})
 
@@ -127,26 +125,6 @@ class TrainingModule(StepHooks):
         for name, value in dictionary.items():
             self.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
                      reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
-
-    # -- hyperparameters ------------------------------------------------------------------------------------------
-    def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, logger: bool = True) -> None:
-        """Stores the arguments of the calling ``__init__`` in ``self.hparams`` (and in checkpoints and loggers).
-
-        Args:
-            *names: Only these arguments (default: all of them).
-            ignore: Arguments to leave out (e.g. a large tensor or a sub-model passed in).
-            logger: False keeps them out of the loggers (still in ``hparams`` and checkpoints).
-
-        Example:
-            >>> def __init__(self, hidden: int = 64, lr: float = 1e-3):
-            ...     super().__init__()
-            ...     self.save_hyperparameters()  # self.hparams == {"hidden": 64, "lr": 0.001}
-        """
-        frame = inspect.currentframe()
-        try:  # *names may also be one mapping of hyperparameters (see hparams.save_hyperparameters)
-            save_hyperparameters(self, frame, names, ignore, logger)
-        finally:
-            del frame
 
     # -- properties -----------------------------------------------------------------------------------------------
     @property
