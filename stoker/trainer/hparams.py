@@ -72,8 +72,10 @@ class HyperparametersMixin:
         first saved, and removes the names it ignores.
 
         A class whose ``__init__`` calls its base's with ``super().__init__(...)``: the arguments of every
-        ``__init__`` of the object on the way (the outermost, the subclass's, wins a name both have). A dataclass
-        calling it from ``__post_init__``: its fields that ``__init__`` takes.
+        ``__init__`` of the object on the way (the outermost, the subclass's, wins a name both have), and, as in
+        Lightning, those of a holder (a module, datamodule or mixin) whose ``__init__`` builds this object; a
+        plain object's ``__init__`` ends the chain. A dataclass calling it from ``__post_init__``: its fields that
+        ``__init__`` takes.
 
         Args:
             *names: Only these arguments (default: all of them); or one mapping, ``argparse.Namespace`` or
@@ -139,11 +141,13 @@ def _hparams_of(owner: object, caller: Any, names: tuple[Any, ...], ignore: Sequ
 
 
 def _init_arguments_of(owner: object, caller: Any) -> dict[str, Any]:
-    """The arguments of the ``__init__`` calls of ``owner`` running from ``caller`` outwards (a subclass's over its
-    base's), a dataclass's ``__init__`` fields (called from ``__post_init__``), or else the calling function's."""
+    """The arguments of the ``__init__`` calls running from ``caller`` outwards while each builds a hyperparameter
+    holder (the object's own chain, a subclass's value over its base's, and, as in Lightning, a holder building this
+    one in its ``__init__``; a plain object's ``__init__`` ends the chain), a dataclass's ``__init__`` fields (called
+    from ``__post_init__``), or else the calling function's."""
     chain, frame = [], caller
     while frame is not None and frame.f_code.co_name == "__init__" and frame.f_code.co_argcount \
-            and frame.f_locals.get(frame.f_code.co_varnames[0]) is owner:
+            and isinstance(frame.f_locals.get(frame.f_code.co_varnames[0]), HyperparametersMixin):
         chain.append(_init_arguments(frame))
         frame = frame.f_back
     del frame

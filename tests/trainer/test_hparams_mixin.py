@@ -32,6 +32,13 @@ class Owner:  # not a hyperparameter holder: its arguments are not the child's
         self.child = Base(width=3)
 
 
+class Holder(HyperparametersMixin):  # a holder building one in its __init__: its arguments join (Lightning's rule)
+    def __init__(self, batch: int = 8) -> None:
+        super().__init__()
+        self.inner = Owner()
+        self.child = Base(width=4)
+
+
 @pytest.mark.parametrize("base", [HyperparametersMixin, TrainingModule, DataModule])
 def test_a_plain_class_a_module_and_a_datamodule_save_their_init_arguments(base: type) -> None:
     class Thing(base):
@@ -45,6 +52,9 @@ def test_a_plain_class_a_module_and_a_datamodule_save_their_init_arguments(base:
 def test_the_init_chain_of_one_object_is_collected_and_nothing_of_an_owner_object() -> None:
     assert Wider(width=5).hparams == {"width": 5, "depth": 2, "dropout": 0.1}
     assert Owner().child.hparams == {"width": 3, "depth": 2}
+    holder = Holder()
+    assert holder.child.hparams == {"width": 4, "depth": 2, "batch": 8} and holder.inner.child.hparams["width"] == 3
+    assert "batch" not in holder.inner.child.hparams  # the plain Owner in between ends the chain
 
 
 def test_a_second_call_adds_and_removes_what_it_ignores() -> None:
