@@ -147,6 +147,9 @@ def run_stage(trainer: Trainer, launcher: Launcher, stage: str, module: Training
         launcher.pids = [p.pid for p in context.processes]
         try:
             _wait(context, folder, stage, n)
+        except BaseException as error:
+            trainer.state.status = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "failed"
+            raise
         finally:
             _stop(context.processes)
         outcome = torch.load(os.path.join(folder, _OUTCOME), weights_only=False)
