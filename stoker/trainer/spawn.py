@@ -33,14 +33,16 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
+from .parts import TrainerParts
 
 if TYPE_CHECKING:
-    from .core_trainer import Trainer
+    from ..callbacks import Callback
+    from ..loggers import Logger
     from .module import TrainingModule
 
 # Lightning's strategy names that start the processes per stage, and the start method each uses.
@@ -75,9 +77,17 @@ class Launcher:
     start_method: str
     pids: list[int] = field(default_factory=list)  # the worker processes of the last stage (all exited by then)
 
-    def worker_arguments(self) -> dict[str, Any]:
-        """The constructor arguments for a worker: the same, with the strategy every worker runs."""
-        return {**self.arguments, "strategy": "ddp"}
+    def worker_arguments(self, loggers: list[Logger]) -> dict[str, Any]:
+        """The constructor arguments for a worker: the same, with the strategy every worker runs, and the caller's
+        loggers (its own built ones too, e.g. ``logger=True``'s), so the worker's agree on their versions."""
+        return {**self.arguments, "strategy": "ddp", **({"logger": loggers} if loggers else {})}
+
+
+class SpawningTrainer(TrainerParts, Protocol):
+    """What this module uses of the Trainer (it is imported by the Trainer, so it names it here)."""
+
+    launcher: Launcher | None  # set by remember_arguments (the Trainer's __new__)
+    processes_per_node: int
 
 
 def remember_arguments(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -85,7 +95,7 @@ def remember_arguments(cls: type, *args: Any, **kwargs: Any) -> Any:
     outermost class's, whichever subclass adds names) so that each worker can build it again."""
     trainer = object.__new__(cls)
     method = start_method(kwargs.get("strategy"))
-    trainer.launcher = Launcher(cls, dict(kwargs), method) if method is not None and not args else None
+    trainer.launcher = Launcher(cls, dict(kwargs), method) if method is not None else None
     return trainer
 
 
@@ -100,7 +110,7 @@ def runs_in_workers(cls: type) -> type:
 
 def _routed(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
-    def stage(trainer: Trainer, module: TrainingModule | None = None, *args: Any, **kwargs: Any) -> Any:
+    def stage(trainer: SpawningTrainer, module: TrainingModule | None = None, *args: Any, **kwargs: Any) -> Any:
         launcher = getattr(trainer, "launcher", None)
         if launcher is None or trainer.processes_per_node < 2:  # one process: it runs here, nothing to spawn
             return method(trainer, module, *args, **kwargs)
@@ -115,11 +125,11 @@ class Job:
     launcher: Launcher
     processes: int
     stage: str
-    module: Any
+    module: TrainingModule | None
     args: tuple
     kwargs: dict[str, Any]
-    callbacks: list[Any]
-    loggers: list[Any]
+    callbacks: list[Callback]
+    loggers: list[Logger]
     folder: str
     port: int
     rng: dict[str, Any] | None  # the caller's RNG states ("spawn"; a forked process has them already)
@@ -130,7 +140,7 @@ class Job:
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port)}
 
 
-def run_stage(trainer: Trainer, launcher: Launcher, stage: str, module: TrainingModule | None, args: tuple,
+def run_stage(trainer: SpawningTrainer, launcher: Launcher, stage: str, module: TrainingModule | None, args: tuple,
               kwargs: dict[str, Any]) -> Any:
     """Runs ``trainer.<stage>(module, *args, **kwargs)`` in the launcher's worker processes; returns what rank 0's
     call returned, after the caller's Trainer, module and callbacks took rank 0's results."""
@@ -244,7 +254,7 @@ class Outcome:
     logged_metrics: dict[str, Any]
     status: str
     should_stop: bool
-    fit_loop: dict[str, Any]
+    fit_loop: dict[str, Any] | None  # after fit only: another stage's worker never moved its fit loop
     callback_states: dict[str, Any]
     logger_versions: list[Any]
 
@@ -256,18 +266,18 @@ def _on_cpu(value: Any) -> Any:
     return send_to_device(value, torch.device("cpu"))
 
 
-def _collect(trainer: Trainer, stage: str, returned: Any) -> Outcome:
+def _collect(trainer: SpawningTrainer, stage: str, returned: Any) -> Outcome:
     module = trainer.module
     weights = {k: v.detach().cpu() for k, v in module.state_dict().items()} if stage == "fit" and module else None
     return Outcome(
         returned=_on_cpu(returned), weights=weights, callback_metrics=_on_cpu(dict(trainer.callback_metrics)),
         logged_metrics=_on_cpu(dict(trainer.logged_metrics)), status=trainer.state.status,
-        should_stop=trainer.should_stop, fit_loop=trainer.fit_loop.state_dict(),
+        should_stop=trainer.should_stop, fit_loop=trainer.fit_loop.state_dict() if stage == "fit" else None,
         callback_states={cb.state_key: _on_cpu(cb.state_dict()) for cb in trainer.callbacks},
         logger_versions=[lg.version if lg.version_chosen else None for lg in trainer.loggers])
 
 
-def take_outcome(trainer: Trainer, module: TrainingModule | None, outcome: Outcome) -> None:
+def take_outcome(trainer: SpawningTrainer, module: TrainingModule | None, outcome: Outcome) -> None:
     """The caller's Trainer, module and callbacks take rank 0's results."""
     if outcome.weights is not None and module is not None:
         module.load_state_dict(outcome.weights)
@@ -277,7 +287,8 @@ def take_outcome(trainer: Trainer, module: TrainingModule | None, outcome: Outco
         mine.clear()
         mine.update(theirs)
     trainer.state.status, trainer.should_stop = outcome.status, outcome.should_stop
-    trainer.fit_loop.load_state_dict(outcome.fit_loop)
+    if outcome.fit_loop is not None:
+        trainer.fit_loop.load_state_dict(outcome.fit_loop)
     for callback in trainer.callbacks:
         state = outcome.callback_states.get(callback.state_key)
         if state is None:
@@ -308,12 +319,8 @@ def _worker(rank: int, payload: Job | bytes) -> None:
 
 
 def _run(job: Job) -> None:
-    from .components import agree_on_log_dirs
-
-    launcher = job.launcher
-    trainer = launcher.trainer_class(**launcher.worker_arguments())
-    trainer.callbacks, trainer.loggers = job.callbacks, job.loggers  # the caller's objects, state and all
-    agree_on_log_dirs(trainer.accelerator, trainer.loggers)
+    trainer = job.launcher.trainer_class(**job.launcher.worker_arguments(job.loggers))
+    trainer.callbacks = job.callbacks  # the caller's, its defaults included, state and all
     returned = getattr(trainer, job.stage)(job.module, *job.args, **job.kwargs)
     if trainer.is_global_zero:
         outcome = _collect(trainer, job.stage, returned)

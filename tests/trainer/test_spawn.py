@@ -104,6 +104,7 @@ def test_fit_in_two_processes_leaves_rank_zero_results_in_the_caller(tmp_path: P
         expected = F.mse_loss(module(x), y).item()  # 4 batches of 4 on each process: the mean over all 32
     assert results == [{"val/loss": pytest.approx(expected, rel=1e-5)}]
     assert trainer.callback_metrics["val/loss"].item() == pytest.approx(expected, rel=1e-5)
+    assert trainer.current_epoch == 2 and checkpoint.best_model_path  # what fit left is kept
     assert gone(trainer.launcher.pids) and set(trainer.launcher.pids).isdisjoint(fit_pids)
 
 
