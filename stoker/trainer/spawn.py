@@ -90,9 +90,9 @@ class SpawningTrainer(TrainerParts, Protocol):
     processes_per_node: int
 
 
-def remember_arguments(cls: type, *args: Any, **kwargs: Any) -> Any:
-    """The Trainer's ``__new__``: a Trainer built with a per-stage strategy keeps its constructor arguments (the
-    outermost class's, whichever subclass adds names) so that each worker can build it again."""
+def remember_arguments(cls: type, **kwargs: Any) -> Any:
+    """A new Trainer; one built with a per-stage strategy keeps its constructor arguments (the outermost class's,
+    whichever subclass adds names) so that each worker can build it again."""
     trainer = object.__new__(cls)
     method = start_method(kwargs.get("strategy"))
     trainer.launcher = Launcher(cls, dict(kwargs), method) if method is not None else None
@@ -101,8 +101,13 @@ def remember_arguments(cls: type, *args: Any, **kwargs: Any) -> Any:
 
 def runs_in_workers(cls: type) -> type:
     """Class decorator of the core Trainer: ``fit`` / ``validate`` / ``test`` / ``predict`` of a Trainer built with
-    a per-stage strategy run in its worker processes (in the caller, and only there: a worker's Trainer has none)."""
-    cls.__new__ = remember_arguments  # type: ignore[method-assign, assignment]
+    a per-stage strategy run in its worker processes (in the caller, and only there: a worker's Trainer has none).
+    Its ``__new__`` remembers the arguments (:func:`remember_arguments`)."""
+    @functools.wraps(cls.__init__)  # so that inspect.signature(Trainer) still shows the constructor's arguments
+    def new(subclass: type, *args: Any, **kwargs: Any) -> Any:
+        return remember_arguments(subclass, **kwargs)  # (Trainer takes keywords only: __init__ refuses args)
+
+    cls.__new__ = staticmethod(new)  # type: ignore[method-assign, assignment]
     for name in _STAGES:
         setattr(cls, name, _routed(getattr(cls, name)))
     return cls
