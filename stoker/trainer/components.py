@@ -133,13 +133,19 @@ def make_accelerator(accelerator: str, devices: int | str | list[int], strategy:
                      cls: type[Accelerator] = Accelerator) -> tuple[Accelerator, int]:
     """The Trainer's Accelerator and the processes per node. Makes this job ``devices`` processes first (under
     torchrun: checks the count; from a plain ``python script.py`` with devices > 1: re-runs the script in that many
-    processes). ``cls``: the Accelerator class (``stoker.Trainer``'s answers Accelerate's names too)."""
+    processes; ``strategy="ddp_spawn"``: neither, a one-process Accelerator here). ``cls``: the Accelerator class
+    (``stoker.Trainer``'s answers Accelerate's names too)."""
     from . import args as check
+    from .spawn import check_spawn, start_method
 
     accumulate = check.accumulation_steps("accumulate", accumulate)  # stored by the Accelerator only
     cpu = check.accelerator_choice(accelerator)
     per_node = resolve_num_processes(devices, accelerator.lower())
-    ensure_processes(per_node)
+    if start_method(strategy) is None:
+        ensure_processes(per_node)
+    else:  # "ddp_spawn": this process stays one; the workers start at each stage (spawn.py)
+        check_spawn(strategy, per_node)
+        strategy = "auto"
     acc = cls(
         mixed_precision=precision, gradient_accumulation_steps=accumulate, project_dir=root, cpu=cpu,
         strategy=strategy,

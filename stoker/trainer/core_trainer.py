@@ -26,8 +26,7 @@ from .hparams import log_hyperparams
 from .logging import Results
 from .loops import FitLoop
 from .module import TrainingModule
-from .nonfinite import NonFiniteLoss
-from .nonfinite import check_mode as check_nonfinite_mode
+from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
 from .options import RunOptions
 from .preemption import Preemption
 from .profilers import Profiler
@@ -35,6 +34,7 @@ from .run import RunState
 from .run_report import RunReport
 from .run_scope import run_scope
 from .setup import RunSetup
+from .spawn import runs_in_workers
 from .stages import PREDICT, STAGES, TRAIN
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .run import FitRun
 
 
+@runs_in_workers  # strategy="ddp_spawn": fit / validate / test / predict run in processes started for them
 class Trainer:
     """Runs the training loop of a :class:`TrainingModule` on an :class:`~stoker.Accelerator`.
 
@@ -76,7 +77,8 @@ class Trainer:
         accelerator: "auto" | "cpu" | "gpu" | "cuda" | "mps".
         devices: Processes to run: "auto", an int, or a list of GPU indices. More than one from a plain
             ``python script.py`` re-runs the script in that many processes; under torchrun the counts must match.
-        strategy: The Accelerator's strategy: "auto" | "ddp" | "fsdp", or a strategy object.
+        strategy: The Accelerator's strategy: "auto" | "ddp" | "fsdp", or a strategy object. "ddp_spawn" ("ddp_fork",
+            "ddp_notebook"): this process stays one; each fit/validate/test/predict starts ``devices`` (spawn.py).
         on_nonfinite_loss: When ``training_step`` returns a NaN/inf loss: "raise" (stop, naming the step and
             batch), "skip" (that optimizer step never happens) or "warn" (train on); see ``nonfinite.py``.
         options: :class:`RunOptions` (minimum epochs/steps, a sanity check, reloading loaders).
@@ -331,9 +333,7 @@ class Trainer:
 
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
 
-    @property
-    def training(self) -> bool:
-        return self.state.stage == TRAIN.name
+    training = property(lambda self: self.state.stage == TRAIN.name, doc="True while training batches run.")
 
     @property
     def fitting(self) -> bool:

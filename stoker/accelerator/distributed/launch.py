@@ -96,8 +96,9 @@ def _script_command() -> list[str]:
     if spec is not None and (spec.name or "").split(".")[0] in ("pytest", "_pytest", "unittest"):
         raise RuntimeError(
             f"Trainer(devices=N) starts N processes by re-running the program, which here is `python -m "
-            f"{spec.name}`: the whole test session would run N more times. In a test, run the training script in a "
-            "subprocess (or under torchrun) instead."
+            f"{spec.name}`: the whole test session would run N more times. In a test, use "
+            "Trainer(strategy='ddp_spawn'), which starts the processes at fit/validate/test/predict, or run the "
+            "training script in a subprocess (or under torchrun)."
         )
     if spec is not None and getattr(spec, "name", None) and spec.name != "__main__":
         return ["-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
@@ -105,8 +106,8 @@ def _script_command() -> list[str]:
     if not script or not os.path.exists(script):
         raise RuntimeError(
             "Trainer(devices=N) starts N processes by re-running your script, but this program has no script "
-            "file (an interactive session, a notebook or `python -c`). Put the code in a file and run "
-            "`python file.py`, or start it with `torchrun --nproc_per_node=N file.py`."
+            "file (an interactive session, a notebook or `python -c`). Use Trainer(strategy='ddp_notebook') there, "
+            "or put the code in a file and run `python file.py` or `torchrun --nproc_per_node=N file.py`."
         )
     return [os.path.abspath(script), *sys.argv[1:]]
 

@@ -38,7 +38,7 @@ _REFUSED = {
     "ddp_comm_hook": "DDPStrategy(comm_hook=fn), fn(wrapped_model) registering the hook",
     "ddp_comm_wrapper": "DDPStrategy(comm_hook=fn), fn(wrapped_model) registering the hook",
     "model_averaging_period": "stoker.local_sgd.LocalSGD in an Accelerator loop",
-    "start_method": "Trainer(devices=N) (stoker starts processes with its own launcher)",
+    "start_method": "Trainer(strategy='ddp_spawn') or 'ddp_fork' (or Trainer(devices=N), which re-runs the script)",
 }
 
 
