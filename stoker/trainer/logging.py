@@ -41,6 +41,14 @@ class UnloggableValueError(TypeError, ValueError):
     class a Lightning script catches for the same mistake."""
 
 
+def _across(acc: Accelerator, value: torch.Tensor, reduce: str) -> torch.Tensor:
+    """``value`` reduced over the processes: "mean", "sum" (all-reduce), "max" or "min" (gathered)."""
+    if reduce in ("max", "min"):
+        gathered = acc.gather(value)
+        return gathered.max() if reduce == "max" else gathered.min()
+    return acc.reduce(value, reduce)
+
+
 def _is_metric(value: Any) -> bool:
     # torchmetrics is imported only by users who pass a Metric, so we never import it here.
     tm = sys.modules.get("torchmetrics")
@@ -150,9 +158,9 @@ class Results:
             entry.metric, step_value = value, getattr(value, "_forward_cache", None)
         else:
             step_value = value = self._scalar(name, value)
-        if on_step and sync_dist and not metric:
+        if on_step and sync_dist and not metric:  # the step value across processes, by the entry's reduction
             acc = self.trainer.accelerator
-            step_value = acc.reduce(torch.as_tensor(value, dtype=torch.float32, device=acc.device), "mean")
+            step_value = _across(acc, torch.as_tensor(value, dtype=torch.float32, device=acc.device), entry.reduce)
         if on_step and step_value is not None:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value
@@ -238,14 +246,10 @@ class Results:
         acc = self.trainer.accelerator
         if entry.sync_dist and acc.num_processes > 1:
             t = torch.as_tensor(total, dtype=torch.float32, device=acc.device)
-            if entry.reduce in ("max", "min"):
-                gathered = acc.gather(t)
-                return gathered.max() if entry.reduce == "max" else gathered.min()
-            t = acc.reduce(t, "sum")
-            if entry.reduce == "mean":
-                weight = acc.reduce(torch.tensor(entry.weight, device=acc.device), "sum")
-                return t / weight
-            return t
+            if entry.reduce != "mean":
+                return _across(acc, t, entry.reduce)
+            weight = acc.reduce(torch.tensor(entry.weight, device=acc.device), "sum")
+            return acc.reduce(t, "sum") / weight
         if entry.reduce == "mean":
             return total / entry.weight if entry.weight else math.nan
         return total

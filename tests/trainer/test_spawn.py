@@ -34,6 +34,8 @@ class RankReporter(Regressor):
             raise ValueError(f"batch {batch_idx} on rank {self.global_rank} is broken")
         self.log("rank", float(self.global_rank), on_step=False, on_epoch=True)
         self.log("processes", 1.0, on_step=False, on_epoch=True, sync_dist=True, reduce_fx="sum")
+        for fx in ("max", "sum"):  # a step value synced by its own reduction
+            self.log(f"rank_{fx}", float(self.global_rank), on_step=True, on_epoch=False, sync_dist=True, reduce_fx=fx)
         return super().training_step(batch, batch_idx)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -90,6 +92,7 @@ def test_fit_in_two_processes_leaves_rank_zero_results_in_the_caller(tmp_path: P
     metrics = trainer.callback_metrics
     assert metrics["rank"] == 0.0  # rank 0's value
     assert metrics["processes"] == 8.0  # summed over the 4 batches of each of the 2 processes
+    assert metrics["rank_max"] == 1.0 and metrics["rank_sum"] == 1.0  # ranks 0 and 1: max 1, sum 1 (not the mean)
     assert trainer.state.finished and trainer.current_epoch == 2 and trainer.module is module
     assert os.path.isdir(checkpoint.best_model_path) and checkpoint.best_model_path.startswith(str(tmp_path))
     assert checkpoint.best_model_score is not None
