@@ -117,6 +117,7 @@ check("max_epochs", lambda: trainer.max_epochs)
 check("early_stopping_callback", lambda: type(trainer.early_stopping_callback).__name__)
 check("checkpoint_callbacks", lambda: len(trainer.checkpoint_callbacks))
 check("lightning_module", lambda: trainer.lightning_module is model)
+check("model", lambda: trainer.model is model)  # one process: the module itself (no wrapper)
 check("model.trainer", lambda: model.trainer is trainer)
 # stoker adds run_summary.json (the closing line's facts) to the run's folder; every other file is Lightning's.
 check("csv files", lambda: sorted(set(os.listdir(trainer.log_dir)) - {"run_summary.json"}))

@@ -148,6 +148,12 @@ class Trainer(CoreTrainer):
         return self.module
 
     @property
+    def model(self) -> torch.nn.Module | None:
+        """Lightning's ``trainer.model``: the module as the last stage ran it (the DDP wrapper under several
+        processes), else the module."""
+        return self.run_setup.last_model if self.run_setup.last_model is not None else self.module
+
+    @property
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
