@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from .run import FitRun
 
 
+def clip_settings(trainer: TrainerParts) -> dict[str, Any]:
+    """The Trainer's clipping settings as ``configure_gradient_clipping``'s keywords (None: no clipping); Lightning's
+    ``trainer.gradient_clip_val`` / ``gradient_clip_algorithm`` read them too."""
+    if trainer.clip_grad_norm is not None:
+        return {"gradient_clip_val": trainer.clip_grad_norm, "gradient_clip_algorithm": "norm"}
+    if trainer.clip_grad_value is not None:
+        return {"gradient_clip_val": trainer.clip_grad_value, "gradient_clip_algorithm": "value"}
+    return {"gradient_clip_val": None, "gradient_clip_algorithm": None}
+
+
 def _own(module: object, name: str) -> Any:
     """The module's override of step hook ``name``, or None (the Trainer then does the default itself)."""
     return getattr(module, name) if overrides(module, name) else None
@@ -144,10 +154,4 @@ class AutomaticStep:
         return self.loss
 
     def _clip_arguments(self) -> dict[str, Any]:
-        """The Trainer's clipping settings as ``configure_gradient_clipping``'s keywords (None: no clipping)."""
-        t = self.trainer
-        if t.clip_grad_norm is not None:
-            return {"gradient_clip_val": t.clip_grad_norm, "gradient_clip_algorithm": "norm"}
-        if t.clip_grad_value is not None:
-            return {"gradient_clip_val": t.clip_grad_value, "gradient_clip_algorithm": "value"}
-        return {"gradient_clip_val": None, "gradient_clip_algorithm": None}
+        return clip_settings(self.trainer)

@@ -217,3 +217,24 @@ def test_num_nodes_is_checked_against_the_launcher(monkeypatch: Any) -> None:
     monkeypatch.delenv("WORLD_SIZE")
     with pytest.raises(ValueError, match="torchrun --nnodes=3"):
         check.num_nodes(3, 1)
+
+
+@pytest.mark.parametrize("kwargs, value, algorithm", [
+    ({"gradient_clip_val": 0.5}, 0.5, "norm"),
+    ({"gradient_clip_val": 0.5, "gradient_clip_algorithm": "value"}, 0.5, "value"),
+    ({"clip_grad_norm": 2.0}, 2.0, "norm"),
+    ({}, None, None),
+])
+def test_gradient_clip_attributes_are_what_configure_gradient_clipping_receives(kwargs: dict, value: Any,
+                                                                                  algorithm: Any) -> None:
+    seen: list[tuple] = []
+
+    class Clipping(Regressor):
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                        gradient_clip_algorithm: Any = None) -> None:
+            seen.append((gradient_clip_val, gradient_clip_algorithm))
+
+    trainer = quiet_trainer(max_steps=1, **kwargs)
+    assert (trainer.gradient_clip_val, trainer.gradient_clip_algorithm) == (value, algorithm)
+    trainer.fit(Clipping(), make_loader(make_regression_data(n=8)))
+    assert seen == [(value, algorithm)]

@@ -22,6 +22,7 @@ from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.stages import PREDICT, TEST, VALIDATE
+from ...trainer.auto_step import clip_settings
 from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
 
@@ -157,6 +158,16 @@ class Trainer(CoreTrainer):
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @property
+    def gradient_clip_val(self) -> float | None:
+        """Lightning's name: the value the Trainer clips gradients to (``clip_grad_norm`` or ``clip_grad_value``)."""
+        return clip_settings(self)["gradient_clip_val"]
+
+    @property
+    def gradient_clip_algorithm(self) -> str | None:
+        """Lightning's name: ``"norm"`` or ``"value"`` (None: no clipping)."""
+        return clip_settings(self)["gradient_clip_algorithm"]
 
     @property
     def accumulate_grad_batches(self) -> int:
