@@ -14,6 +14,7 @@ or scheduler configs (``loops.py``, ``optim.py``).
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +36,26 @@ def clip_settings(trainer: TrainerParts) -> dict[str, Any]:
     if trainer.clip_grad_value is not None:
         return {"gradient_clip_val": trainer.clip_grad_value, "gradient_clip_algorithm": "value"}
     return {"gradient_clip_val": None, "gradient_clip_algorithm": None}
+
+
+def _requires_closure(optimizer: Any) -> bool:
+    """Whether ``optimizer.step`` needs a closure that evaluates the loss again (``torch.optim.LBFGS``)."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):  # a step without a readable signature: stepped without a closure
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty
+
+
+def _check_closure_run(trainer: TrainerParts, optimizers: list[Any]) -> None:
+    """An optimizer that evaluates the loss again inside its step needs one batch per step and unscaled losses."""
+    name = type(optimizers[0]).__name__
+    if trainer.accelerator.gradient_accumulation_steps > 1:
+        raise ValueError(f"{name} evaluates the loss again inside its step, on the window's last batch only, so it "
+                         "cannot accumulate gradients over micro-batches: use accumulate=1 (or a larger batch).")
+    if trainer.accelerator.precision.scales_loss:  # its new gradients would stay scaled: the scaler unscaled before
+        raise ValueError(f"{name} evaluates the loss again inside its step, which fp16's loss scaling cannot "
+                         "follow: use precision='bf16' or 'fp32' with it.")
 
 
 def _own(module: object, name: str) -> Any:
@@ -65,6 +86,13 @@ class AutomaticStep:
         # gradients its checkpoint restored. Each optimizer step opens the next window.
         self.zero_due = trainer.accelerator.sync_gradients
         self.loss: torch.Tensor | None = None  # the window's last loss (what optimizer_step's closure returns)
+        self.batch: Any = None
+        self.batch_idx = self.evaluations = 0
+        # Optimizers whose step takes a required closure (LBFGS) are stepped with one; every other optimizer is
+        # stepped without (its fast path).
+        self.closure_optimizers = [inner for _, inner in self.optimizers if _requires_closure(inner)]
+        if self.closure_optimizers:
+            _check_closure_run(trainer, self.closure_optimizers)
         self._clip_key: tuple[int, ...] = ()
         self._clip_params: list[torch.nn.Parameter] = []
 
@@ -72,6 +100,7 @@ class AutomaticStep:
         """``training_step``, the gradients cleared at a window's first batch, and backward with its hooks."""
         t = self.trainer
         acc = t.accelerator
+        self.batch, self.batch_idx = batch, batch_idx  # references, for a closure that evaluates again
         outputs = self.call(batch, batch_idx)
         if type(outputs) is torch.Tensor and outputs.numel() == 1:
             loss, num_items = outputs, None
@@ -130,11 +159,15 @@ class AutomaticStep:
                 acc.clip_grad_norm_(self._clipped(), t.clip_grad_norm)
             elif t.clip_grad_value is not None:
                 acc.clip_grad_value_(self._clipped(), t.clip_grad_value)
+        self.evaluations = 0  # the closure's first call returns the loss just computed
+        closure = self._evaluating_closure if self.closure_optimizers else self._closure
         for optimizer in optimizers:
-            if self.step_hook is None:
-                optimizer.step()
+            if self.step_hook is not None:
+                self.step_hook(self.epoch, batch_idx, optimizer, closure)
+            elif self.closure_optimizers:
+                optimizer.step(closure)
             else:
-                self.step_hook(self.epoch, batch_idx, optimizer, self._closure)
+                optimizer.step()
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
             step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
 
@@ -151,6 +184,18 @@ class AutomaticStep:
 
     def _closure(self) -> torch.Tensor | None:
         """What ``optimizer_step``'s closure returns: the loss already computed (forward and backward ran)."""
+        return self.loss
+
+    def _evaluating_closure(self) -> torch.Tensor | None:
+        """The closure when an optimizer evaluates the loss again inside its step (LBFGS): first the loss already
+        computed (forward and backward ran on these parameters), then ``training_step`` and backward run again on
+        the same batch, gradients cleared first, as a plain loop's closure would."""
+        self.evaluations += 1
+        if self.evaluations > 1:
+            self.zero_due = True
+            with torch.enable_grad():
+                self.step(self.batch, self.batch_idx)
+            self.zero_due = True
         return self.loss
 
     def _clip_arguments(self) -> dict[str, Any]:

@@ -66,8 +66,9 @@ class StepHooks(ModuleModes):
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
                        optimizer_closure: Callable[[], Any] | None = None) -> None:
         """Steps ``optimizer`` once the window's gradients are complete. ``training_step`` and ``backward`` have
-        already run: ``optimizer_closure()`` returns that loss without computing it again. Override to change the
-        learning rate before stepping (a warm-up) or to skip a step."""
+        already run: ``optimizer_closure()`` returns that loss without computing it again (an optimizer whose step
+        evaluates the loss again, LBFGS, gets it computed again on the same batch from its second call). Override to
+        change the learning rate before stepping (a warm-up) or to skip a step."""
         optimizer.step(closure=optimizer_closure)
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
