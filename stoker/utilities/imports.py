@@ -1,10 +1,11 @@
-"""Lightning's ``utilities.imports`` flags for renamed scripts: whether an optional package can be imported."""
+"""Lightning's ``utilities.imports`` flags for renamed scripts: whether an optional package can be imported, or is
+at least a given version."""
 
 from importlib.util import find_spec
 
 _OMEGACONF_AVAILABLE = find_spec("omegaconf") is not None
 
-__all__ = ["_OMEGACONF_AVAILABLE", "_TORCHMETRICS_GREATER_EQUAL_0_11"]
+__all__ = ["_OMEGACONF_AVAILABLE", "_TORCHMETRICS_GREATER_EQUAL_0_11", "_TORCH_GREATER_EQUAL_2_8"]
 
 
 def _version_at_least(package: str, minimum: tuple[int, ...]) -> bool:
@@ -23,3 +24,4 @@ def _version_at_least(package: str, minimum: tuple[int, ...]) -> bool:
 
 
 _TORCHMETRICS_GREATER_EQUAL_0_11 = _version_at_least("torchmetrics", (0, 11))
+_TORCH_GREATER_EQUAL_2_8 = _version_at_least("torch", (2, 8))

@@ -45,3 +45,12 @@ def test_empty_everywhere_warns_and_empty_here_only_raises_unless_allowed() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert has_len_all_ranks(DataLoader(torch.arange(4.0), batch_size=2), OtherProcessesHold(2))
+
+
+def test_the_version_flags_follow_the_installed_packages() -> None:
+    from stoker.utilities import imports
+
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    assert imports._TORCH_GREATER_EQUAL_2_8 is ((major, minor) >= (2, 8))
+    assert imports._version_at_least("torch", (major, minor)) and not imports._version_at_least("torch", (major + 1,))
+    assert not imports._version_at_least("no-such-package-anywhere", (0,))
