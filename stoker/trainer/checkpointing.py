@@ -83,6 +83,8 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
         # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
+        # Schedulers that are not torch's (stepped by the module) are not the Accelerator's to save: their states here.
+        "other_schedulers": [_state_of(c.scheduler) for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler],
     }
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None:  # its state and hyperparameters travel with the run
@@ -117,6 +119,10 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
         if key in states:
             callback.load_state_dict(states[key])
     _warn_missing_callbacks(saved, set(present))
+    others = [c.scheduler for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler]
+    for scheduler, state in zip(others, checkpoint.get("other_schedulers", [])):
+        if state is not None and callable(getattr(scheduler, "load_state_dict", None)):
+            scheduler.load_state_dict(state)
     trainer.train_results.load_state_dict(checkpoint.get("results", {}))
     trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
@@ -161,6 +167,11 @@ def _warn_missing_callbacks(states: Mapping[str, Any], present: set[str]) -> Non
         warnings.warn(f"The checkpoint holds the state of callbacks this Trainer does not have, so it is not "
                       f"restored. Please add the following callbacks: {missing} (with the same arguments, which "
                       "make up each key) to resume them too.", UserWarning, stacklevel=user_stacklevel())
+
+
+def _state_of(scheduler: Any) -> Any:
+    """A scheduler's ``state_dict()`` when it has one (None otherwise)."""
+    return scheduler.state_dict() if callable(getattr(scheduler, "state_dict", None)) else None
 
 
 def storable(value: Any) -> Any:

@@ -44,16 +44,18 @@ def _bad_return(value: Any, detail: str = "") -> TypeError:
     )
 
 
-def parse_optimizers(value: Any, manual: bool = False) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False
+                     ) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
     """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value.
     ``manual``: under manual optimization the module steps its schedulers itself, so a scheduler need not be
-    torch's, and a ``ReduceLROnPlateau`` needs no ``monitor``."""
+    torch's, and a ``ReduceLROnPlateau`` needs no ``monitor``. ``own_step``: the module overrides
+    ``lr_scheduler_step``, so a scheduler of its own kind is stepped by it (Lightning's rule)."""
     optimizers: list[torch.optim.Optimizer] = []
     configs: list[LRSchedulerConfig] = []
     if isinstance(value, torch.optim.Optimizer):
         optimizers.append(value)
     elif isinstance(value, Mapping):
-        _parse_dict(value, optimizers, configs, manual)
+        _parse_dict(value, optimizers, configs, manual, own_step)
     elif isinstance(value, (list, tuple)) and value:
         if len(value) == 2 and not isinstance(value[1], torch.optim.Optimizer) \
                 and not (isinstance(value[1], Mapping) and "optimizer" in value[1]):
@@ -61,11 +63,11 @@ def parse_optimizers(value: Any, manual: bool = False) -> tuple[list[torch.optim
             for opt in opts if isinstance(opts, (list, tuple)) else [opts]:
                 optimizers.append(_check_optimizer(opt, value))
             for sched in scheds if isinstance(scheds, (list, tuple)) else [scheds]:
-                configs.append(_scheduler_config(sched, None, value, manual))
+                configs.append(_scheduler_config(sched, None, value, manual, own_step))
         else:
             for item in value:
                 if isinstance(item, Mapping):
-                    _parse_dict(item, optimizers, configs, manual)
+                    _parse_dict(item, optimizers, configs, manual, own_step)
                 else:
                     optimizers.append(_check_optimizer(item, value))
     else:
@@ -81,13 +83,13 @@ def _check_optimizer(opt: Any, whole: Any) -> torch.optim.Optimizer:
     return opt
 
 
-def _parse_dict(value: Mapping, optimizers: list, configs: list, manual: bool) -> None:
+def _parse_dict(value: Mapping, optimizers: list, configs: list, manual: bool, own_step: bool) -> None:
     _check_keys(value, _TOP_KEYS, "configure_optimizers() dict")
     if "optimizer" not in value:
         raise _bad_return(value, " without an 'optimizer' key")
     optimizers.append(_check_optimizer(value["optimizer"], value))
     if value.get("lr_scheduler") is not None:
-        configs.append(_scheduler_config(value["lr_scheduler"], value.get("monitor"), value, manual))
+        configs.append(_scheduler_config(value["lr_scheduler"], value.get("monitor"), value, manual, own_step))
 
 
 def _check_keys(value: Mapping, allowed: Sequence[str], what: str) -> None:
@@ -98,7 +100,8 @@ def _check_keys(value: Mapping, allowed: Sequence[str], what: str) -> None:
             raise ValueError(f"{what} has an unknown key {key!r}.{hint} Allowed keys: {', '.join(allowed)}.")
 
 
-def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool) -> LRSchedulerConfig:
+def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool, own_step: bool = False
+                      ) -> LRSchedulerConfig:
     if isinstance(value, Mapping):
         _check_keys(value, _SCHEDULER_KEYS, "the lr_scheduler dict")
         ignored = [key for key in value if key in ("monitor", "strict")]
@@ -114,8 +117,9 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool)
         config = LRSchedulerConfig(value, monitor=monitor)
     from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-    if not manual and not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
-        raise _bad_return(whole, f": the scheduler {type(config.scheduler).__name__} is not a torch LR scheduler")
+    if not (manual or own_step) and not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
+        raise _bad_return(whole, f": the scheduler {type(config.scheduler).__name__} is not a torch LR scheduler "
+                                 "(a scheduler of another kind needs the module's own lr_scheduler_step to step it)")
     if config.interval not in ("step", "epoch"):
         raise ValueError(f"lr_scheduler interval={config.interval!r} is not an interval. Expected 'step' "
                          "(optimizer steps) or 'epoch'.")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .datamodule import DataModule, prepare_data_once
-from .hooks import defines_hook
+from .hooks import defines_hook, overrides
 from .loader_requests import LoaderRequests, validates_in
 from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
@@ -127,7 +127,8 @@ class RunSetup:
             model=model, train_loader=None, val_loaders=[], val_enabled=self.requests.validates(module),
             val_check_batch=None, training_step=self._route(module, model, automatic), automatic=automatic,
             train_from_hooks=not passed[0], val_from_hooks=not passed[1])
-        optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic)
+        optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic,
+                                               own_step=overrides(module, "lr_scheduler_step"))
         if len(optimizers) > 1 and automatic:
             raise ValueError(
                 f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("
