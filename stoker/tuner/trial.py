@@ -65,14 +65,16 @@ class Trial:
         self.contents = {n: v.copy() for n, v in self.kept.items() if isinstance(v, (dict, list))}
         self.weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
         self.rng = capture_rng_state()
-        self.step = t.accelerator.step
+        self.step, self.failed = t.accelerator.step, False
         return self
 
     def run(self, fn: str, loaders: Mapping[str, Any], callbacks: list[Callback], **limits: Any) -> None:
         """One ``trainer.<fn>`` call on the module with ``loaders`` (its keyword arguments), ``callbacks`` in place
         of the user's and the Trainer attributes in ``limits`` (``max_steps=3``...) set for it."""
         t, kept = self.trainer, self.kept
-        t.accelerator.free_memory()  # the previous trial's objects go, the step count starts at 0
+        if self.failed:  # what the failed trial left (a half-open accumulation window, device memory) goes
+            t.accelerator.free_memory()
+        t.accelerator.step = 0
         t.callbacks, t.loggers, t.profiler, t.run_report = list(callbacks), [], None, _Silent()
         t.options = dataclasses.replace(kept["options"], min_epochs=None, min_steps=None, num_sanity_val_steps=0)
         t.nonfinite = NonFiniteLoss("warn", t.options.nonfinite_skip_limit)
@@ -82,9 +84,11 @@ class Trial:
         call = getattr(t, fn)
         if "verbose" in inspect.signature(call).parameters:  # stoker.Trainer's validate/test print a table
             loaders = {**loaders, "verbose": False}
+        self.failed = True
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*was not finite", category=RuntimeWarning)
             call(self.module, **loaders)
+        self.failed = False
 
     def __exit__(self, *exc_info: Any) -> None:
         t = self.trainer
