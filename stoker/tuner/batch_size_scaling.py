@@ -29,7 +29,7 @@ MODES = ("power", "binsearch")
 _OOM_WORDS = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_SUPPORTED")
 
 
-def is_out_of_memory(error: BaseException) -> bool:
+def is_oom_error(error: BaseException) -> bool:
     """Whether ``error`` says that a device ran out of memory (``torch.OutOfMemoryError`` or an allocator's
     ``RuntimeError``)."""
     return isinstance(error, torch.OutOfMemoryError) or (
@@ -103,7 +103,7 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
         try:
             trial.run(fn, loaders, [], **limit)
         except BaseException as error:
-            if not is_out_of_memory(error):
+            if not is_oom_error(error):
                 raise
             return None
         return min(cap, stage_dataset_length(trainer, fn) or cap)
@@ -115,7 +115,8 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
         else:
             size = bisect_search(fits, size, max_trials)
             size = max(1, int(size * (1 - margin))) if max_trials else size
-    set_attribute(holders, batch_arg_name, size)
+        set_attribute(holders, batch_arg_name, size)
+        trial.keep_loaders(fn, loaders)
     return read_attribute(holders, batch_arg_name)
 
 

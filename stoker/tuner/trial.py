@@ -4,11 +4,12 @@ after which everything they touched is as it was.
 Owns what a trial may change and how it is put back. Kept aside and restored: the module's weights and buffers (a
 CPU copy, so that the copy takes no accelerator memory from a batch-size trial), the global RNG states, the optimizer
 step count and the Trainer's run attributes (callbacks, loggers, limits, options, loop, metrics, the objects of its
-last fit). During a trial the user's callbacks, loggers, profiler and closing line are left out, no sanity check
-runs and no minimum of epochs or steps holds; a non-finite loss warns instead of raising (a learning-rate sweep
-that diverges is expected to meet one). Each trial starts at step 0 with a fresh loop position, as a first ``fit``.
-Not restored: what the module's own hooks do to its other attributes, and callbacks returned by its
-``configure_callbacks()``, which run in the trial as in any fit.
+last fit). The module and data module stay attached to the Trainer, as after Lightning's tuner. During a trial the
+user's callbacks, loggers, profiler and closing line are left out, no sanity check runs and no minimum of epochs or
+steps holds; a non-finite loss warns instead of raising (a learning-rate sweep that diverges is expected to meet
+one). Each trial starts at step 0 with a fresh loop position, as a first ``fit``. Not restored: what the module's
+own hooks do to its other attributes, and callbacks returned by its ``configure_callbacks()``, which run in the
+trial as in any fit.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ if TYPE_CHECKING:
 # lists with their contents as they were) after.
 _KEPT = ("callbacks", "loggers", "profiler", "run_report", "max_steps", "max_epochs", "limit_train_batches",
          "limit_val_batches", "limit_test_batches", "limit_predict_batches", "options", "nonfinite", "fit_loop",
-         "state", "should_stop", "module", "datamodule", "optimizers", "lr_scheduler_configs", "fit_run", "hooks",
+         "state", "should_stop", "optimizers", "lr_scheduler_configs", "fit_run", "hooks",
          "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches", "callback_metrics",
          "logged_metrics", "progress_bar_values", "eval_log_steps", "results", "train_results")
+
+
+# What keep_loaders() leaves in place: the last trial's loaders (trainer.train_dataloader reads fit_run).
+_LOADERS = ("fit_run", "num_training_batches", "num_val_batches")
 
 
 class _Silent:
@@ -65,7 +70,7 @@ class Trial:
         self.contents = {n: v.copy() for n, v in self.kept.items() if isinstance(v, (dict, list))}
         self.weights = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
         self.rng = capture_rng_state()
-        self.step, self.failed = t.accelerator.step, False
+        self.step, self.failed, self.kept_loaders = t.accelerator.step, False, False
         return self
 
     def run(self, fn: str, loaders: Mapping[str, Any], callbacks: list[Callback], **limits: Any) -> None:
@@ -90,11 +95,20 @@ class Trial:
             call(self.module, **loaders)
         self.failed = False
 
+    def keep_loaders(self, fn: str, loaders: Mapping[str, Any]) -> None:
+        """Ends with a trial of no steps, whose loaders (asked for at the module's current settings) stay the
+        Trainer's (``trainer.train_dataloader`` shows them, as after Lightning's search)."""
+        if fn == "fit":
+            self.run(fn, loaders, [], max_steps=0)
+            self.kept_loaders = True
+
     def __exit__(self, *exc_info: Any) -> None:
         t = self.trainer
         t.accelerator.free_memory()  # the trial's prepared objects and cached device memory go
         t.accelerator.step = self.step
         for name, value in self.kept.items():
+            if self.kept_loaders and name in _LOADERS:
+                continue
             setattr(t, name, value)
             if name in self.contents:  # the same object, with its contents as they were
                 value.clear()

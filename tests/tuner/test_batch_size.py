@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from stoker.trainer import TrainingModule
 from stoker.trainer.datamodule import DataModule
 from stoker.tuner import Tuner
-from stoker.tuner.batch_size_scaling import is_out_of_memory
+from stoker.tuner.batch_size_scaling import is_oom_error
 from tests.helpers.trainers import quiet_trainer
 from tests.helpers.weights import assert_same_weights, state_of
 
@@ -153,8 +153,8 @@ def test_bad_arguments_are_refused_before_any_trial() -> None:
 
 
 def test_what_counts_as_out_of_memory() -> None:
-    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
-    assert is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
-    assert not is_out_of_memory(RuntimeError("shape mismatch"))
-    assert not is_out_of_memory(ValueError("out of memory"))
+    assert is_oom_error(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_oom_error(RuntimeError("CUDA error: out of memory"))
+    assert is_oom_error(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
+    assert not is_oom_error(RuntimeError("shape mismatch"))
+    assert not is_oom_error(ValueError("out of memory"))
