@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .trial import Trial, attribute_holders, read_attribute, set_attribute, stage_dataset_length
+from .trial import Trial, attribute_holders, check_count, set_attribute, stage_dataset_length
 from ..trainer.stages import STAGES
 
 if TYPE_CHECKING:
@@ -95,8 +95,8 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
                          f"{type(module).__name__}, its hparams, or the data module; add it and let the loader "
                          "hooks read it.")
     cap = max_val or 2 ** 62
-    limit = {"fit": {"max_steps": steps_per_trial, "max_epochs": None, "limit_val_batches": steps_per_trial}}.get(
-        fn, {STAGES[fn].limit: steps_per_trial} if fn != "fit" else {})
+    limit = {"max_steps": steps_per_trial, "max_epochs": None, "limit_val_batches": steps_per_trial} if fn == "fit" \
+        else {STAGES[fn].limit: steps_per_trial}
 
     def fits(size: int) -> int | None:
         set_attribute(holders, batch_arg_name, size)
@@ -117,7 +117,7 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
             size = max(1, int(size * (1 - margin))) if max_trials else size
         set_attribute(holders, batch_arg_name, size)
         trial.keep_loaders(fn, loaders)
-    return read_attribute(holders, batch_arg_name)
+    return size
 
 
 def _check(trainer: Trainer, mode: str, steps: Any, init_val: Any, max_trials: Any, margin: Any, max_val: Any) -> None:
@@ -125,8 +125,7 @@ def _check(trainer: Trainer, mode: str, steps: Any, init_val: Any, max_trials: A
         raise ValueError(f"scale_batch_size(mode={mode!r}) is not a search. Expected one of: 'power', 'binsearch'.")
     for name, value, least in (("steps_per_trial", steps, 1), ("init_val", init_val, 1), ("max_trials", max_trials, 0),
                                ("max_val", 1 if max_val is None else max_val, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"scale_batch_size({name}={value!r}) must be an int >= {least}.")
+        check_count(f"scale_batch_size({name}=...)", value, least)
     if not 0 <= margin < 1:
         raise ValueError(f"scale_batch_size(margin={margin!r}) must be a fraction in [0, 1).")
     if trainer.accelerator.num_processes > 1:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..callbacks import Callback
-from .trial import Trial, attribute_holders, set_attribute
+from .trial import Trial, attribute_holders, check_count, set_attribute
 
 if TYPE_CHECKING:
     from ..trainer import Trainer, TrainingModule
@@ -161,8 +161,7 @@ def lr_find(trainer: Trainer, module: TrainingModule, loaders: dict[str, Any], m
     if trainer.dry_run:
         warnings.warn("Skipping learning rate finder since `fast_dev_run` is enabled.", UserWarning, stacklevel=3)
         return None
-    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 1:
-        raise ValueError(f"lr_find(num_training={num_training!r}) must be an int >= 1 (optimizer steps).")
+    check_count("lr_find(num_training=...) (optimizer steps)", num_training, 1)
     if not (min_lr > 0 and max_lr > 0):
         raise ValueError(f"lr_find(min_lr={min_lr!r}, max_lr={max_lr!r}): both rates must be > 0.")
     target = lr_attribute(module, loaders.get("datamodule"), attr_name) if update_attr else None

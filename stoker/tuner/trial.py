@@ -153,6 +153,9 @@ def set_attribute(holders: list[Any], name: str, value: Any) -> None:
             setattr(holder, name, value)
 
 
-def read_attribute(holders: list[Any], name: str) -> Any:
-    holder = holders[-1]
-    return holder[name] if isinstance(holder, dict) else getattr(holder, name)
+def check_count(argument: str, value: Any, least: int) -> None:
+    """``value`` must be an int (TypeError) of at least ``least`` (ValueError); ``argument`` names it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be an int, got {value!r}.")
+    if value < least:
+        raise ValueError(f"{argument} must be >= {least}, got {value!r}.")
