@@ -12,6 +12,7 @@ allowance). Neither grows past ``max_val`` or the length of the dataset.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from ..trainer.stages import STAGES
 if TYPE_CHECKING:
     from ..trainer import Trainer, TrainingModule
 
+log = logging.getLogger(__name__)
 MODES = ("power", "binsearch")
 # The messages of allocators that ran out: CUDA's caching allocator, cuDNN's workspace, MPS.
 _OOM_WORDS = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_SUPPORTED")
@@ -105,7 +107,9 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
         except BaseException as error:
             if not is_oom_error(error):
                 raise
+            log.info("scale_batch_size: batch size %d ran out of memory.", size)
             return None
+        log.info("scale_batch_size: batch size %d fits.", size)
         return min(cap, stage_dataset_length(trainer, fn) or cap)
 
     size = min(init_val, cap)

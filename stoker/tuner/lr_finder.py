@@ -115,7 +115,8 @@ class _Sweep(Callback):
         if self.open:  # an accumulation window is open: its rate was set at its first batch
             return
         self.open = True
-        rate = self.rates[len(self.finder.results["lr"])]
+        # a step skipped (fp16 overflow) does not count toward max_steps: more windows than rates can come
+        rate = self.rates[min(len(self.finder.results["lr"]), len(self.rates) - 1)]
         for group in trainer.optimizers[0].param_groups:
             group["lr"] = rate
         self.finder.results["lr"].append(rate)
