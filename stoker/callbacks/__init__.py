@@ -28,6 +28,9 @@ _LAZY = {
     "OnExceptionCheckpoint": "stoker.callbacks.on_exception",
     "StochasticWeightAveraging": "stoker.callbacks.swa",
     "LambdaCallback": "stoker.callbacks.lambda_function",
+    # the tuner's searches run by a run (they use the Trainer, above this package: imported on first use only)
+    "LearningRateFinder": "stoker.tuner.finders",
+    "BatchSizeFinder": "stoker.tuner.finders",
 }
 
 # Lightning's module paths under this package (stoker.callbacks.model_checkpoint) are faces kept in

@@ -83,7 +83,7 @@ class Trial:
         t.callbacks, t.loggers, t.profiler, t.run_report = list(callbacks), [], None, _Silent()
         t.options = dataclasses.replace(kept["options"], min_epochs=None, min_steps=None, num_sanity_val_steps=0)
         t.nonfinite = NonFiniteLoss("warn", t.options.nonfinite_skip_limit)
-        t.fit_loop, t.state = FitLoop(t), dataclasses.replace(kept["state"])
+        t.fit_loop, t.state = FitLoop(t), type(kept["state"])()  # a fresh state: a trial may run in a setup hook
         for name, value in limits.items():
             setattr(t, name, value)
         call = getattr(t, fn)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .batch_size_scaling import scale_batch_size
+from .finders import BatchSizeFinder, LearningRateFinder
 from .lr_finder import LRFinder, lr_find
 from ..trainer.datamodule import DataModule
 
@@ -28,6 +29,11 @@ class Tuner:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
+    def _check_no_finder(self, kind: type) -> None:
+        if any(isinstance(c, kind) for c in self.trainer.callbacks):
+            raise ValueError(f"Trainer is already configured with a `{kind.__name__}` callback, which runs this "
+                             "search in every fit; remove it to use the Tuner (or keep it and drop the Tuner call).")
+
     def lr_find(self, model: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
                 dataloaders: Any = None, datamodule: DataModule | None = None, method: str = "fit",
                 min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100, mode: str = "exponential",
@@ -40,6 +46,7 @@ class Tuner:
         if method != "fit":
             raise ValueError(f"lr_find(method={method!r}): the learning-rate finder trains, so only method='fit' "
                              "works.")
+        self._check_no_finder(LearningRateFinder)
         loaders = _loaders(method, train_dataloaders, val_dataloaders, dataloaders, datamodule)
         return lr_find(self.trainer, model, loaders, min_lr, max_lr, num_training, mode, early_stop_threshold,
                        update_attr, attr_name)
@@ -52,6 +59,7 @@ class Tuner:
         """The largest batch size (see ``batch_size_scaling.py``) whose ``steps_per_trial`` steps of ``method``
         run without running out of memory, written to ``batch_arg_name`` (of the module, its hparams and/or the
         data module, which give the loaders) and returned. None under ``fast_dev_run``."""
+        self._check_no_finder(BatchSizeFinder)
         loaders = _loaders(method, train_dataloaders, val_dataloaders, dataloaders, datamodule)
         if set(loaders) - {"datamodule"}:
             raise ValueError("scale_batch_size needs the loaders to come from the module's or data module's loader "

@@ -158,3 +158,15 @@ def test_what_counts_as_out_of_memory() -> None:
     assert is_oom_error(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
     assert not is_oom_error(RuntimeError("shape mismatch"))
     assert not is_oom_error(ValueError("out of memory"))
+
+
+def test_batch_size_finder_callback_searches_as_the_fit_sets_up_and_the_fit_uses_the_size() -> None:
+    from stoker.callbacks import BatchSizeFinder
+
+    finder = BatchSizeFinder(mode="binsearch", steps_per_trial=1, margin=0.0)
+    module, trainer = Sized(fits=40), quiet_trainer(max_epochs=1, callbacks=[finder])
+    trainer.fit(module)
+    assert finder.optimal_batch_size == module.batch_size == 40
+    assert trainer.global_step == 7 and trainer.callbacks[0] is finder  # 256 samples in batches of 40
+    with pytest.raises(ValueError, match="already configured with a `BatchSizeFinder`"):
+        Tuner(trainer).scale_batch_size(module)

@@ -236,3 +236,18 @@ def test_a_sweep_that_meets_a_nan_stops_quietly_on_a_raising_trainer() -> None:
         finder = Tuner(trainer).lr_find(Nan(), _data(), num_training=20, update_attr=False)
     assert len(finder.results["loss"]) == 4 and math.isnan(finder.results["loss"][-1])
     assert trainer.on_nonfinite_loss == "raise" and trainer.nonfinite.mode == "raise"
+
+
+def test_learning_rate_finder_callback_sets_the_rate_the_fit_trains_with() -> None:
+    from stoker.callbacks import LearningRateFinder
+    from stoker.callbacks.lr_finder import LearningRateFinder as by_lightnings_path
+
+    finder = by_lightnings_path(num_training_steps=30)
+    module, trainer = Linear(lr=0.5), quiet_trainer(max_epochs=1, callbacks=[finder])
+    trainer.fit(module, _data(shuffle=True))
+    assert LearningRateFinder is by_lightnings_path
+    suggestion = finder.optimal_lr.suggestion()
+    assert module.lr == suggestion == trainer.optimizers[0].param_groups[0]["lr"] != 0.5
+    assert trainer.global_step == 4 and module.steps == 30 + 4  # the sweep's steps, then the fit's own
+    with pytest.raises(ValueError, match="already configured with a `LearningRateFinder`"):
+        Tuner(trainer).lr_find(module)
