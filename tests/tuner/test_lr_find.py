@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from stoker import Trainer
+from stoker.loggers import CSVLogger
 from stoker.trainer import TrainingModule
 from stoker.tuner import LRFinder, Tuner
 from tests.helpers.trainers import quiet_trainer
@@ -43,7 +45,9 @@ class Linear(TrainingModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         self.steps += 1
         x, y = batch
-        return F.mse_loss(self.layer(x), y)
+        loss = F.mse_loss(self.layer(x), y)
+        self.log("loss", loss, on_step=True, on_epoch=True)
+        return loss
 
     def configure_optimizers(self) -> Any:
         lr = self.hparams["lr"] if "lr" in self.hparams else self.lr
@@ -102,17 +106,21 @@ def test_weights_optimizer_step_rng_and_trainer_are_exactly_as_before() -> None:
     assert all(p.grad is None for p in module.parameters())
 
 
-def test_a_fit_after_lr_find_trains_exactly_as_a_fit_without_it() -> None:
-    def train(tune: bool) -> dict[str, torch.Tensor]:
+def test_a_fit_after_lr_find_trains_and_logs_exactly_as_a_fit_without_it(tmp_path: Path) -> None:
+    def train(tune: bool, tmp: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], str]:
         torch.manual_seed(123)
-        module, trainer = Linear(optimizer="adam"), quiet_trainer(max_epochs=2)
+        module = Linear(optimizer="adam")
+        trainer = quiet_trainer(max_epochs=2, logger=CSVLogger(tmp), log_every_n_steps=1)
         if tune:
             Tuner(trainer).lr_find(module, _data(shuffle=True), num_training=30, update_attr=False)
         trainer.fit(module, _data(shuffle=True))
         assert trainer.global_step == 8
-        return state_of(module)
+        return state_of(module), trainer.callback_metrics, (tmp / "stoker_logs/version_0/metrics.csv").read_text()
 
-    assert_same_weights(train(tune=True), train(tune=False), "fit after lr_find")
+    tuned, plain = train(True, tmp_path / "tuned"), train(False, tmp_path / "plain")
+    assert_same_weights(tuned[0], plain[0], "fit after lr_find")
+    torch.testing.assert_close(tuned[1], plain[1], rtol=0, atol=0)
+    assert tuned[2] == plain[2] and tuned[2].count("\n") > 8  # the same rows logged, none from the sweep
 
 
 def test_the_suggestion_lies_where_the_loss_falls_fastest_below_divergence() -> None:
