@@ -172,7 +172,6 @@ def lr_find(trainer: Trainer, module: TrainingModule, loaders: dict[str, Any], m
                   limit_val_batches=0)
     if len(finder.results["loss"]) < num_training:
         log.info("lr_find stopped after %d of %d steps: the loss diverged.", len(finder.results["loss"]), num_training)
-    suggestion = finder.suggestion() if target is not None else None
-    if target is not None and suggestion is not None:
+    if target is not None and (suggestion := finder.suggestion()) is not None:
         set_attribute(target[1], target[0], suggestion)
     return finder
