@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from ..callbacks import Callback
     from ..trainer import Trainer, TrainingModule
 
-# The Trainer's attributes a run replaces or fills: set back to these objects (dicts and
-# lists with their contents as they were) after.
+# The Trainer's attributes a run replaces or fills: set back to these objects (dicts and lists with their contents
+# as they were) after.
 _KEPT = ("callbacks", "loggers", "profiler", "run_report", "max_steps", "max_epochs", "limit_train_batches",
          "limit_val_batches", "limit_test_batches", "limit_predict_batches", "options", "nonfinite", "fit_loop",
          "state", "should_stop", "optimizers", "lr_scheduler_configs", "fit_run", "hooks",
