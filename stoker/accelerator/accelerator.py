@@ -84,7 +84,9 @@ class Accelerator:
     is_local_main_process = property(lambda self: self.strategy.local_process_index == 0)
     mixed_precision = property(lambda self: self.precision.name, doc="The precision's canonical name.")
     step = property(lambda self: self._window.optimizer_steps,
-                    doc="Optimizer steps applied so far (skipped fp16 steps are not counted).")
+                    lambda self, value: setattr(self._window, "optimizer_steps", int(value)),
+                    doc="Optimizer steps applied so far (skipped fp16 steps are not counted); settable, as in "
+                        "Accelerate (a trial run that must leave no trace puts the count back).")
     sync_gradients = property(lambda self: self._window.sync_gradients,
                               doc="True on the micro-step whose ``optimizer.step()`` really updates the weights.")
     # The DataLoaderConfiguration, held by the loaders' context: replacing it reaches loaders prepared after.

@@ -30,6 +30,9 @@ _LAZY = {
     "LambdaCallback": "stoker.callbacks.lambda_function",
     "BaseFinetuning": "stoker.callbacks.finetuning",
     "BackboneFinetuning": "stoker.callbacks.finetuning",
+    # the tuner's searches run by a run (they use the Trainer, above this package: imported on first use only)
+    "LearningRateFinder": "stoker.tuner.finders",
+    "BatchSizeFinder": "stoker.tuner.finders",
 }
 
 # Lightning's module paths under this package (stoker.callbacks.model_checkpoint) are faces kept in

@@ -77,7 +77,9 @@ def test_the_users_file_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 # Every lazy name with a module of its own must be named for type checkers (the ``**`` entries, Accelerate's
 # ``accelerate.utils`` names, are typed in ``stoker.utils`` itself).
-NOT_TYPED_YET: set[str] = set()
+# The tuner's callbacks live above stoker.callbacks (they run the Trainer): a TYPE_CHECKING import of them there would
+# close an import circle, so type checkers find them at stoker.tuner.finders.
+NOT_TYPED_YET: set[str] = {"LearningRateFinder", "BatchSizeFinder"}
 
 
 @pytest.mark.parametrize("init", ["stoker/__init__.py", "stoker/callbacks/__init__.py", "stoker/loggers/__init__.py"])
