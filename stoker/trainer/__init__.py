@@ -10,6 +10,7 @@ from .module import TrainingModule
 from .options import RunOptions
 from .core_trainer import Trainer
 from .iterables import CombinedLoader
+from .spawn import WorkerError
 
 LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningModule` after renaming its imports)
 
@@ -17,4 +18,4 @@ LightningModule = TrainingModule  # Lightning's name (a script's `pl.LightningMo
 # found through this __path__ entry: the core itself imports nothing from them (nor from compat).
 __path__.append(os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "trainer"))
 
-__all__ = ["CombinedLoader", "LightningModule", "RunOptions", "Trainer", "TrainingModule"]
+__all__ = ["CombinedLoader", "LightningModule", "RunOptions", "Trainer", "TrainingModule", "WorkerError"]
