@@ -209,6 +209,11 @@ def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
     return path
 
 
+def _has_best(trainer: TrainerParts) -> bool:
+    callback = trainer.checkpoint_callback
+    return callback is not None and bool(callback.best_model_path) and os.path.exists(callback.best_model_path)
+
+
 def best_checkpoint(trainer: TrainerParts) -> str:
     """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
     callback = trainer.checkpoint_callback
@@ -217,6 +222,9 @@ def best_checkpoint(trainer: TrainerParts) -> str:
                          "Trainer has none (enable_checkpointing=False or fast_dev_run). Pass a checkpoint folder, "
                          "'last', or add ModelCheckpoint(monitor=...).")
     path = callback.best_model_path
+    if not path and callback.save_top_k == 0:
+        raise ValueError("ckpt_path='best': the ModelCheckpoint is not configured to save the best checkpoint "
+                         "(save_top_k=0). Give it save_top_k >= 1, or pass 'last' or a checkpoint folder.")
     if not path:
         raise ValueError("ckpt_path='best': the ModelCheckpoint has no best checkpoint yet (no checkpoint was saved "
                          "by this Trainer: run fit first, or resume a fit whose checkpoints it tracked). Pass a "
@@ -229,7 +237,7 @@ def best_checkpoint(trainer: TrainerParts) -> str:
 def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
     where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
-    path = resolve_ckpt(trainer, ckpt_path)
+    path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
             print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
@@ -273,8 +281,16 @@ def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
 
 def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
     """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
-    ``ckpt_path``)."""
-    path = resolve_ckpt(trainer, ckpt_path)
+    ``ckpt_path``). Without a module and without ``ckpt_path``, after a fit whose ModelCheckpoint kept a best
+    checkpoint: that one, with a warning (Lightning's rule); a module passed is evaluated as it is."""
+    if ckpt_path is None and not trainer.run_setup.module_passed and _has_best(trainer):
+        fn = trainer.state.fn or "evaluation"
+        warnings.warn(f"Trainer.{fn}() got no module and no ckpt_path: it evaluates the best checkpoint of the "
+                      f"previous fit, {trainer.checkpoint_callback.best_model_path}. Pass ckpt_path='best', 'last' "
+                      "or a folder to choose, or pass the module to evaluate its current weights.", UserWarning,
+                      stacklevel=4)
+        ckpt_path = BEST
+    path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path == LAST:
             raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {trainer.default_root_dir}.")

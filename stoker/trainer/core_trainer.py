@@ -220,7 +220,7 @@ class Trainer:
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
                  ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
-        loader. ``ckpt_path``: "best", "last" or a folder whose weights are loaded first (None: current weights)."""
+        loader. ``ckpt_path``: "best", "last" or a folder loaded first (None: see ``checkpointing.load_weights``)."""
         return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,

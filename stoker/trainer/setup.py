@@ -36,6 +36,8 @@ class RunSetup:
         self._routed: tuple[Any, Any] | None = None
         self.requests = LoaderRequests(trainer)  # when the loaders are asked for, and their preparation
         self.resumed = False  # the current fit restored a checkpoint (its train loader's position came with it)
+        self.ckpt_path: str | None = None  # the checkpoint the current (or last) stage loaded, None: none
+        self.module_passed = True  # the current evaluation was given its module (else: the fitted one)
 
     @property
     def stage_loaders(self) -> dict[str, list[Any]]:
@@ -66,6 +68,7 @@ class RunSetup:
         return module
 
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
+        self.module_passed = module is not None
         module = from_compiled(module) if module is not None else self.trainer.module
         if module is None:
             raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")

@@ -160,6 +160,12 @@ class Trainer(CoreTrainer):
         return self.fit_run.train_loader if self.fit_run is not None else None
 
     @property
+    def ckpt_path(self) -> str | None:
+        """Lightning's ``trainer.ckpt_path``: the checkpoint the current (or last) ``fit``, ``validate``, ``test``
+        or ``predict`` loaded ("best" and "last" resolved to the folder), None when it loaded none."""
+        return self.run_setup.ckpt_path
+
+    @property
     def gradient_clip_val(self) -> float | None:
         """Lightning's name: the value the Trainer clips gradients to (``clip_grad_norm`` or ``clip_grad_value``)."""
         return clip_settings(self)["gradient_clip_val"]
