@@ -116,6 +116,12 @@ def test_a_second_trainer_on_the_same_folder_refuses_at_start_and_the_first_keep
                     enable_checkpointing=False).fit(Regressor(), make_loader(make_regression_data(n=32), 8),
                                                     ckpt_path="last")
         assert first.poll() is None
+        # The refusals above can be quicker than the first run's next save: let it write its fourth one before
+        # stopping it (the test is that none of them is deleted, not how fast the second run refuses).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and \
+                sum(not e.name.startswith(".") for e in (tmp_path / "checkpoints").iterdir()) < 4:
+            time.sleep(0.05)
     finally:
         _stop(first)
     kept = _complete(tmp_path / "checkpoints")
