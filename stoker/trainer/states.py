@@ -1,12 +1,26 @@
-"""The values ``trainer.state.stage`` / ``trainer.state.fn`` take, as string enums under Lightning's names
-(``RunningStage``, ``TrainerFn``), so that a renamed script comparing against them runs. Each member equals the
-plain string stoker stores (``RunningStage.VALIDATING == "validate"``)."""
+"""The values ``trainer.state.stage`` / ``.fn`` / ``.status`` take, as string enums under Lightning's names
+(``RunningStage``, ``TrainerFn``, ``TrainerStatus``), so that a renamed script comparing against them runs. Each
+member equals the plain string stoker stores (``RunningStage.VALIDATING == "validate"``); ``TrainerState`` is the
+class of ``trainer.state``."""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["RunningStage", "TrainerFn"]
+from .run import RunState as TrainerState
+
+__all__ = ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]
+
+
+class TrainerStatus(str, Enum):
+    """How the Trainer stands (``trainer.state.status``): before its first run, running, or how the last run ended
+    (stoker tells an exception, ``"failed"``, from an interruption by the user or a signal)."""
+
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
 
 
 class TrainerFn(str, Enum):

@@ -12,7 +12,8 @@ from stoker import Callback, Trainer
 from stoker.callbacks import EarlyStopping, EarlyStoppingReason
 from stoker.trainer.states import RunningStage, TrainerFn
 from tests.callbacks.modules import loaders
-from tests.helpers.models import Regressor, make_regression_data
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trainers import quiet_trainer
 
 
 def quiet(root, **kw) -> Trainer:
@@ -182,3 +183,25 @@ def test_log_reduce_fx_takes_pythons_max_min_and_sum(tmp_path):
     t.fit(Logs(), loaders()[0])
     metrics = {k: float(v) for k, v in t.callback_metrics.items() if k.startswith("b_")}
     assert metrics == {"b_max": 3.0, "b_min": 0.0, "b_sum": 6.0}
+
+
+def test_the_status_is_lightnings_and_interrupted_tells_a_stop_from_a_failure():
+    from stoker.trainer.states import TrainerState, TrainerStatus
+
+    class Stops(Regressor):
+        def __init__(self, error: BaseException) -> None:
+            super().__init__()
+            self.error, self.seen = error, []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append(self.trainer.state.status)
+            raise self.error
+
+    trainer = quiet_trainer(max_steps=2)
+    assert trainer.state == TrainerState(status=TrainerStatus.INITIALIZING, fn=None, stage=None)
+    for error, status in ((KeyboardInterrupt(), TrainerStatus.INTERRUPTED), (RuntimeError("x"), TrainerStatus.FAILED)):
+        module = Stops(error)
+        with pytest.raises(type(error)):
+            trainer.fit(module, make_loader(make_regression_data(n=8)))
+        assert module.seen == [TrainerStatus.RUNNING] and trainer.state.status == status
+        assert trainer.interrupted is (status is TrainerStatus.INTERRUPTED)

@@ -160,6 +160,12 @@ class Trainer(CoreTrainer):
         return self.fit_run.train_loader if self.fit_run is not None else None
 
     @property
+    def interrupted(self) -> bool:
+        """Lightning's ``trainer.interrupted``: the last run was stopped by the user or a signal (a
+        ``KeyboardInterrupt``/``SystemExit``; an exception is ``state.status == "failed"``)."""
+        return self.state.status == "interrupted"
+
+    @property
     def ckpt_path(self) -> str | None:
         """Lightning's ``trainer.ckpt_path``: the checkpoint the current (or last) ``fit``, ``validate``, ``test``
         or ``predict`` loaded ("best" and "last" resolved to the folder), None when it loaded none."""
