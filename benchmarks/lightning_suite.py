@@ -151,10 +151,25 @@ def build_tree(src: Path, dest: Path, flavour: str) -> None:
                                            "DemoModel\n", encoding="utf-8")
 
 
+# A KeyboardInterrupt leaving a test would end the whole pytest run, and every later test of the file would go
+# uncounted: this plugin (given to both runs) fails that one test instead.
+INTERRUPT_PLUGIN = '''import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    try:
+        return (yield)
+    except KeyboardInterrupt as error:
+        raise RuntimeError(f"KeyboardInterrupt left the test: {error!r}") from error
+'''
+
+
 def run_file(root: Path, rel: str, xml: Path, timeout: int) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--timeout", "120",
-           f"--junitxml={xml}", "-o", "addopts=", f"tests_pytorch/{rel}"]
+    (root / "escaped_interrupt.py").write_text(INTERRUPT_PLUGIN, encoding="utf-8")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p",
+           "escaped_interrupt", "--timeout", "120", f"--junitxml={xml}", "-o", "addopts=", f"tests_pytorch/{rel}"]
     try:
         subprocess.run(cmd, cwd=root, env=env, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

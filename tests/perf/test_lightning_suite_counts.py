@@ -87,3 +87,12 @@ def test_a_test_parametrized_with_classes_is_matched_under_lightnings_class_name
     assert suite.lightning_id("test_x[DataModule-2]") == "test_x[LightningDataModule-2]"
     assert suite.lightning_id("test_x[MyDataModule]") == "test_x[MyDataModule]"
     assert suite.lightning_id("test_x") == "test_x"
+
+
+def test_a_keyboard_interrupt_leaving_a_test_fails_that_test_only(suite: object, tmp_path: Path) -> None:
+    tests = tmp_path / "tests_pytorch"
+    tests.mkdir()
+    (tests / "test_x.py").write_text("def test_a():\n    raise KeyboardInterrupt\n\ndef test_b():\n    pass\n")
+    xml = tmp_path / "out.xml"
+    suite.run_file(tmp_path, "test_x.py", xml, timeout=120)
+    assert suite.outcomes(xml) == {"test_a": "failed", "test_b": "passed"}
