@@ -23,17 +23,18 @@ class ModuleModes(torch.nn.Module):
     """``freeze``/``unfreeze``, and the mode hooks' defaults: eval mode before a stage, train mode after it (see the
     module docstring)."""
 
-    def freeze(self) -> None:
-        """No gradients for any parameter, and eval mode (for inference or a frozen sub-model)."""
+    def freeze(self) -> ModuleModes:
+        """No gradients for any parameter, and eval mode (for inference or a frozen sub-model); returns the module
+        (``model = Net.load_from_checkpoint(path).freeze()``)."""
         for param in self.parameters():
             param.requires_grad = False
-        self.eval()
+        return self.eval()
 
-    def unfreeze(self) -> None:
-        """Gradients for every parameter again, and train mode."""
+    def unfreeze(self) -> ModuleModes:
+        """Gradients for every parameter again, and train mode; returns the module."""
         for param in self.parameters():
             param.requires_grad = True
-        self.train()
+        return self.train()
 
     def on_validation_model_eval(self) -> None:
         """Before ``on_validation_start``: eval mode for validating (override to keep, e.g., dropout on)."""

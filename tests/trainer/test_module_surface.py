@@ -175,3 +175,9 @@ def test_validation_and_test_steps_over_several_loaders(tmp_path: Any) -> None:
     trainer.test(module, [loader(8), loader(8)])
     assert module.calls == [("test", 0, 0), ("test", 0, 1)]
     assert "test/loss/dataloader_idx_1" in trainer.callback_metrics
+
+
+def test_freeze_and_unfreeze_return_the_module_for_chaining() -> None:
+    module = Regressor()
+    assert module.freeze() is module and not module.training
+    assert module.unfreeze() is module and module.training
