@@ -59,3 +59,13 @@ def test_loggers_hear_of_each_save(tmp_path):
     trainer = quiet_trainer(max_epochs=2, callbacks=[checkpoint], enable_checkpointing=True, logger=logger)
     trainer.fit(Regressor(), loader())
     assert logger.saved == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt"]
+
+
+def test_a_save_after_fit_leaves_no_worker_thread_behind(tmp_path):
+    import threading
+
+    trainer = quiet_trainer(max_steps=2, default_root_dir=str(tmp_path))
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=16)))
+    trainer.save_checkpoint(tmp_path / "after.ckpt")  # many files fsynced at once, by a pool
+    assert os.path.isdir(tmp_path / "after.ckpt")
+    assert [t.name for t in threading.enumerate() if t.name.startswith("stoker-")] == []

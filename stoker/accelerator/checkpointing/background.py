@@ -8,7 +8,8 @@ instance, so two Accelerators never share one), with
   checkpoint), then deleted by a worker thread. Deleting is the slow part (each unlink costs milliseconds on a
   disk mounted with ``discard``); the rename costs microseconds. Trash left by a crash is deleted at the next
   save into the same folder (:func:`sweep_trash`).
-- a small pool that fsyncs many files at once (the file system folds their journal commits into one);
+- a small pool, for the length of one call, that fsyncs many files at once (the file system folds their journal
+  commits into one);
 - a saver: one worker that finishes ``save_state(..., async_save=True)`` and the commits of
   ``save_state(..., background_commit=True)`` in order (:meth:`CheckpointIO.in_background` chooses either for the
   saves made inside it).
@@ -72,7 +73,6 @@ class CheckpointIO:
         self._lock = threading.Lock()
         self._deleting: dict[str, Future] = {}
         self._deleter: ThreadPoolExecutor | None = None
-        self._syncer: ThreadPoolExecutor | None = None
         self._saver: ThreadPoolExecutor | None = None
         self._saving: Future | None = None
         self.mode: str | None = None  # set by :meth:`in_background` for the saves made inside it
@@ -118,12 +118,10 @@ class CheckpointIO:
             for path in paths:
                 _fsync(path)
             return
-        with self._lock:
-            if self._syncer is None:
-                self._syncer = ThreadPoolExecutor(8, thread_name_prefix="stoker-fsync")
-            syncer = self._syncer
-        for future in [syncer.submit(_fsync, p) for p in paths]:
-            future.result()
+        # A pool for this call only: its threads are gone when the save returns (none idles after a last save).
+        with ThreadPoolExecutor(min(8, len(paths)), thread_name_prefix="stoker-fsync") as syncer:
+            for future in [syncer.submit(_fsync, p) for p in paths]:
+                future.result()
 
     # -- asynchronous saves -------------------------------------------------------------------------------------
     def submit_save(self, job: Callable[[], Any]) -> Future:
@@ -185,8 +183,8 @@ class CheckpointIO:
         with self._lock:
             if self._saving is not None or self._deleting:
                 return  # new work arrived meanwhile (another thread): its workers stay
-            workers = [w for w in (self._deleter, self._syncer, self._saver) if w is not None]
-            self._deleter = self._syncer = self._saver = None
+            workers = [w for w in (self._deleter, self._saver) if w is not None]
+            self._deleter = self._saver = None
         for worker in workers:
             worker.shutdown(wait=True)
 
