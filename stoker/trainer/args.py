@@ -38,7 +38,10 @@ def accumulation_steps(name: str, value: Any) -> int:
 def clip_value(name: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Trainer({name}={value!r}) must be None (no clipping) or a finite number > 0, not a "
+                        f"{type(value).__name__}.")
+    if not value > 0 or math.isinf(value):
         raise ValueError(f"Trainer({name}={value!r}) must be None (no clipping) or a finite number > 0.")
     return float(value)
 

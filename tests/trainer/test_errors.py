@@ -122,6 +122,7 @@ def test_loader_without_length_needs_max_steps_or_max_epochs() -> None:
     ({"max_epochs": -3}, ValueError, r"Trainer\(max_epochs=-3\) must be None \(or -1\) or an int >= 0"),
     ({"max_steps": "10"}, ValueError, r"Trainer\(max_steps='10'\)"),
     ({"clip_grad_norm": 0}, ValueError, r"Trainer\(clip_grad_norm=0\) must be None \(no clipping\)"),
+    ({"clip_grad_norm": (1, 2)}, TypeError, r"Trainer\(clip_grad_norm=\(1, 2\)\) must be .* not a tuple"),
     ({"clip_grad_norm": 1.0, "clip_grad_value": 1.0}, ValueError, "choose one way of clipping"),
     ({"val_check_interval": 1.5}, ValueError, r"val_check_interval=1.5\) must be a float in \(0.0, 1.0\]"),
     ({"check_val_every_n_epoch": 0}, ValueError, r"check_val_every_n_epoch=0\)"),
