@@ -124,6 +124,7 @@ check("csv files", lambda: sorted(set(os.listdir(trainer.log_dir)) - {"run_summa
 check("callback outputs", lambda: recorder.outputs[:2])
 check("module ranks", lambda: [model.global_rank, model.local_rank])
 check("trainer ranks", lambda: [trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.num_devices])
+check("device_ids", lambda: trainer.device_ids)
 
 
 class Manual(Model):  # Lightning's manual-optimization docs: step a ReduceLROnPlateau yourself

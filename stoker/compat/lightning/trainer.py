@@ -259,6 +259,12 @@ class Trainer(CoreTrainer):
         return max(1, self.accelerator.num_processes // max(1, self.num_nodes))
 
     @property
+    def device_ids(self) -> list[int]:
+        """Lightning's ``trainer.device_ids``: the device index of each process on this node (process i uses
+        visible device i; choose the GPUs with ``CUDA_VISIBLE_DEVICES``)."""
+        return list(range(self.num_devices))
+
+    @property
     def logger(self) -> Logger | None:
         """The first logger; in a ``fast_dev_run`` asked to log, a `DummyLogger` (``trainer.loggers`` is empty)."""
         return self.loggers[0] if self.loggers else self.dev_run_logger
