@@ -312,3 +312,15 @@ def test_gradient_clipping_covers_the_group_a_thaw_added(tmp_path):
     thawed = [norm for epoch, groups, norm in norms.seen if epoch == 1]
     assert thawed and all(groups == 2 for epoch, groups, _ in norms.seen if epoch == 1)
     assert max(thawed) <= 1e-3 * (1 + 1e-5)  # the backbone's gradients are clipped with the head's
+
+
+def test_finetune_function_gets_the_optimizer_configure_optimizers_returned(tmp_path):
+    seen: list[Any] = []
+
+    class Recording(LayerByLayer):
+        def finetune_function(self, pl_module: Any, current_epoch: int, optimizer: Any) -> None:
+            seen.append(type(optimizer))  # a script tests `isinstance(optimizer, torch.optim.SGD)`
+            super().finetune_function(pl_module, current_epoch, optimizer)
+
+    fit(tmp_path, [Recording()], 2, enable_checkpointing=False)
+    assert seen == [torch.optim.SGD, torch.optim.SGD]
