@@ -36,8 +36,13 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+class OptimizersError(TypeError, ValueError):
+    """``configure_optimizers`` returned something that is not an accepted form: a ``TypeError``, and a
+    ``ValueError`` too (the class of Lightning's ``MisconfigurationException`` that scripts catch for it)."""
+
+
 def _bad_return(value: Any, detail: str = "") -> TypeError:
-    return TypeError(
+    return OptimizersError(
         f"configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
         "(optimizer, scheduler), ([optimizers], [schedulers]) or {'optimizer': opt, 'lr_scheduler': sched | "
         "{'scheduler': sched, 'interval': 'step' | 'epoch', 'frequency': 1, 'monitor': 'val/loss'}}."

@@ -85,6 +85,12 @@ def test_configure_optimizers_returning_something_else(value: Any, error: type, 
         bare().fit(Configured(value), loader())
 
 
+def test_a_return_of_the_wrong_kind_is_caught_as_a_value_error_too() -> None:
+    # TypeError by stoker's rule; `except MisconfigurationException` (ValueError) in a Lightning script catches it
+    with pytest.raises(ValueError, match=r"configure_optimizers\(\) returned 'adam'"):
+        bare().fit(Configured("adam"), loader())
+
+
 def test_plateau_monitor_that_was_never_logged() -> None:
     def plateau(m: torch.nn.Module) -> Any:
         opt = sgd(m)
