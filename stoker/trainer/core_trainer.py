@@ -116,7 +116,7 @@ class Trainer:
         self.seed = check.seed_value(seed)
         self.deterministic = bool(deterministic)
         self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
-        self.default_root_dir = os.fspath(default_root_dir)
+        self.default_root_dir = os.path.expanduser(os.fspath(default_root_dir))  # "~/runs" as the shell reads it
         self.devices = devices
         # stoker.Trainer(profiler="simple" | "advanced" | "pytorch") sets it (profilers.py); None: not profiled.
         self.profiler: Profiler | None = None

@@ -79,6 +79,9 @@ class DataModule(HyperparametersMixin):
     def setup(self, stage: str) -> None:
         """Builds what ``stage`` ("fit", "validate", "test", "predict") needs; runs on every process."""
 
+    def on_exception(self, exception: BaseException) -> None:
+        """An exception (``KeyboardInterrupt`` included) is leaving the run this data module feeds."""
+
     def teardown(self, stage: str) -> None:
         """Releases what ``setup(stage)`` built; runs on every process, also after an exception."""
 

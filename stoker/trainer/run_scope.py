@@ -31,6 +31,8 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
         raise RuntimeError(f"Trainer.{fn}() was called while Trainer.{t.state.fn}() is running; a Trainer "
                            "runs one thing at a time.")
     t.state.fn, t.state.status = fn, "running"
+    for metrics in (t.callback_metrics, t.logged_metrics, t.progress_bar_values):  # each run reports its own
+        metrics.clear()
     t.module = module
     module.trainer = t
     if fn == "fit":
@@ -49,6 +51,8 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
         status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
         error = exception
         t.hooks.call("on_exception", exception)
+        if datamodule is not None:
+            datamodule.on_exception(exception)
         raise
     finally:
         try:

@@ -205,3 +205,49 @@ def test_the_status_is_lightnings_and_interrupted_tells_a_stop_from_a_failure():
             trainer.fit(module, make_loader(make_regression_data(n=8)))
         assert module.seen == [TrainerStatus.RUNNING] and trainer.state.status == status
         assert trainer.interrupted is (status is TrainerStatus.INTERRUPTED)
+
+
+def test_each_run_starts_with_empty_metrics(tmp_path):
+    seen = {}
+
+    class Looks(Callback):
+        def on_test_start(self, trainer, module):
+            seen["test"] = (dict(trainer.callback_metrics), dict(trainer.logged_metrics),
+                            dict(trainer.progress_bar_metrics))
+
+    class Logs(Regressor):
+        def test_step(self, batch, batch_idx):
+            self.log("test/x", 1.0)
+
+    trainer = quiet_trainer(max_steps=2, callbacks=[Looks()])
+    module = Logs(prog_bar=True)
+    trainer.fit(module, make_loader(make_regression_data(n=16)))
+    assert "train/loss" in trainer.callback_metrics
+    trainer.test(module, make_loader(make_regression_data(n=16)))
+    assert seen["test"] == ({}, {}, {}) and set(trainer.callback_metrics) == {"test/x"}
+
+
+def test_the_data_module_hears_of_an_exception(tmp_path):
+    from stoker import DataModule
+
+    heard = []
+
+    class Data(DataModule):
+        def train_dataloader(self):
+            return make_loader(make_regression_data(n=16))
+
+        def on_exception(self, exception):
+            heard.append(exception)
+
+    class Breaks(Regressor):
+        def on_fit_start(self):
+            raise RuntimeError("broken")
+
+    with pytest.raises(RuntimeError, match="broken"):
+        quiet_trainer(max_steps=2).fit(Breaks(), datamodule=Data())
+    assert [str(e) for e in heard] == ["broken"]
+
+
+def test_a_root_dir_under_home_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert quiet_trainer(default_root_dir="~/runs").default_root_dir == str(tmp_path / "runs")
