@@ -53,7 +53,7 @@ class Trainer:
         max_epochs: Epochs to train (-1 or None: no limit). Neither this nor ``max_steps``: one epoch.
         max_steps: Applied optimizer steps to train (see ``global_step``); whichever limit comes first stops.
         accumulate: Micro-batches per optimizer step; a last, shorter window is averaged over its true length.
-        precision: "fp32" | "fp16" | "bf16" (also "32-true", "16-mixed", "bf16-mixed"; "bf16-true" / "16-true":
+        precision: "fp32" | "fp16" | "bf16" (also "32-true", "16-mixed", "bf16-mixed"; "bf16-true"/"16-true"/"64-true":
             the weights themselves in that dtype, no scaler); the mixed ones run the steps under autocast.
         clip_grad_norm: Clip the gradients' total norm to this (after fp16 unscaling), or None.
         clip_grad_value: Clip every gradient element to ``[-v, v]`` instead, or None.
@@ -313,7 +313,7 @@ class Trainer:
     @property
     def precision(self) -> str:
         """The run's precision, one spelling whatever alias was passed ("32-true", "16-mixed", ...): "fp32", "fp16",
-        "bf16", "fp16-true" or "bf16-true", as the model summary prints it and as ``Trainer(precision=...)``
+        "bf16", "fp16-true", "bf16-true" or "fp64-true", as the model summary prints it and as ``Trainer(precision=)``
         documents it. The Accelerator's mode is the owner (its "no" is "fp32" here)."""
         mode = self.accelerator.mixed_precision
         return "fp32" if mode == "no" else mode

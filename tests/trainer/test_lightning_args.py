@@ -238,3 +238,20 @@ def test_gradient_clip_attributes_are_what_configure_gradient_clipping_receives(
     assert (trainer.gradient_clip_val, trainer.gradient_clip_algorithm) == (value, algorithm)
     trainer.fit(Clipping(), make_loader(make_regression_data(n=8)))
     assert seen == [(value, algorithm)]
+
+
+@pytest.mark.parametrize("name", ["64-true", "64", 64])
+def test_double_precision_trains_as_a_float64_loop(name: Any, tmp_path: Any) -> None:
+    data = make_regression_data(n=32)
+    module = Regressor()
+    reference = clone_model(module.net).double()
+    trainer = quiet_trainer(max_epochs=2, precision=name, enable_checkpointing=True, default_root_dir=str(tmp_path))
+    trainer.fit(module, make_loader(data, batch_size=8))
+    assert trainer.precision == "fp64-true" and all(p.dtype == torch.float64 for p in module.parameters())
+    raw_loop(reference, [(x.double(), y.double()) for x, y in batches(data, 8)], epochs=2)
+    for got, want in zip(params_of(module.net), params_of(reference)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    resumed = Regressor()  # the float64 weights come back from the checkpoint as they were saved
+    quiet_trainer(max_epochs=2, precision=name).validate(resumed, make_loader(data),
+                                                         ckpt_path=trainer.checkpoint_callback.best_model_path)
+    assert next(resumed.parameters()).dtype == torch.float64

@@ -20,7 +20,7 @@ import torch
 from ..operations import convert_to_fp32
 from .torch_shortcuts import optimizer_step
 
-_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+_F32, _F16, _BF16, _F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 # Every precision name: (the mode, the dtype it names). The one table: parse_precision reads the mode, dtype_named
 # the dtype (FSDP's mixed-precision policy names dtypes this way; "no" keeps the parameters' dtype).
 _NAMES: dict[str, tuple[str, torch.dtype | None]] = {
@@ -29,12 +29,15 @@ _NAMES: dict[str, tuple[str, torch.dtype | None]] = {
     "bf16": ("bf16", _BF16), "bf16-mixed": ("bf16", _BF16), "bfloat16": ("bf16", _BF16),
     # True half precision (Lightning's names): the weights themselves are in that dtype, no autocast, no scaler.
     "bf16-true": ("bf16-true", _BF16), "16-true": ("fp16-true", _F16), "fp16-true": ("fp16-true", _F16),
+    # Double precision (Lightning's "64-true"): the weights and the inputs in float64.
+    "64-true": ("fp64-true", _F64), "64": ("fp64-true", _F64), "fp64-true": ("fp64-true", _F64),
 }
+_TRUE = ("bf16-true", "fp16-true", "fp64-true")
 
 
 def parse_precision(value: Any, *, argument: str = "Accelerator(mixed_precision=...)") -> str:
-    """Returns "no", "fp16", "bf16" (mixed: autocast) or "bf16-true", "fp16-true" (the weights in that dtype) for a
-    precision name or alias; raises ``ValueError`` for anything else.
+    """Returns "no", "fp16", "bf16" (mixed: autocast) or "bf16-true", "fp16-true", "fp64-true" (the weights in that
+    dtype) for a precision name or alias; raises ``ValueError`` for anything else.
 
     ``argument`` names where the value came from in the error message, e.g. ``"Trainer(precision=...)"``.
 
@@ -57,7 +60,8 @@ def _key(value: Any, argument: str) -> str:
     if key is None or key not in _NAMES:
         raise ValueError(
             f"{argument.replace('...', repr(value))} is not a precision. Expected one of: 'no' (or 'fp32', '32'), "
-            "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed'), 'bf16-true', 'fp16-true' (or '16-true')."
+            "'fp16' (or '16-mixed'), 'bf16' (or 'bf16-mixed'), 'bf16-true', 'fp16-true' (or '16-true'), 'fp64-true' "
+            "(or '64-true')."
         )
     return key
 
@@ -240,13 +244,13 @@ class FP16Precision(MixedPrecision):
 
 
 class TruePrecision(Precision):
-    """True half precision: a prepared module's parameters and buffers are converted to bf16/fp16, and the
+    """True precision: a prepared module's parameters and buffers are converted to bf16/fp16 (or float64), and the
     floating-point tensors passed to its forward too (no autocast, no loss scaling: fp16-true can overflow)."""
 
     def __init__(self, device: torch.device, name: str) -> None:
         super().__init__(device)
         self.name = name
-        self.dtype = torch.bfloat16 if name == "bf16-true" else torch.float16
+        self.dtype = dtype_named(name, argument="precision")
 
     def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         dtype = self.dtype
@@ -279,7 +283,7 @@ def make_precision(value: Any, device: torch.device) -> Precision:
         return FP16Precision(device)
     if name == "bf16":
         return BF16Precision(device)
-    if name in ("bf16-true", "fp16-true"):
+    if name in _TRUE:
         return TruePrecision(device, name)
     return Precision(device)
 
