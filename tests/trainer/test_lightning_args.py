@@ -255,3 +255,13 @@ def test_double_precision_trains_as_a_float64_loop(name: Any, tmp_path: Any) -> 
     quiet_trainer(max_epochs=2, precision=name).validate(resumed, make_loader(data),
                                                          ckpt_path=trainer.checkpoint_callback.best_model_path)
     assert next(resumed.parameters()).dtype == torch.float64
+
+
+@pytest.mark.parametrize("precision, dtype", [("32-true", torch.float32), ("bf16-mixed", torch.float32),
+                                              ("64-true", torch.float64), ("bf16-true", torch.bfloat16)])
+def test_init_module_builds_on_the_device_in_the_weights_dtype(precision: str, dtype: torch.dtype) -> None:
+    trainer = quiet_trainer(precision=precision, accelerator="cpu")
+    with trainer.init_module():
+        layer = torch.nn.Linear(3, 2)
+    assert layer.weight.device == trainer.accelerator.device and layer.weight.dtype == dtype
+    assert torch.get_default_dtype() == torch.float32 and torch.ones(1).dtype == torch.float32  # put back

@@ -75,6 +75,9 @@ class Precision:
 
     name = "no"
     dtype: torch.dtype | None = None
+    # The dtype a model's weights take when prepared (true precisions), None when they keep their own: what a
+    # module built for this precision should be created in (Lightning's ``trainer.init_module()``).
+    weights_dtype: torch.dtype | None = None
     # True when backward multiplies losses by a large factor (fp16's loss scale): the window then divides a summed
     # loss by a power of two near its item count first, so the scaled gradients stay in fp16's range.
     scales_loss = False
@@ -250,7 +253,7 @@ class TruePrecision(Precision):
     def __init__(self, device: torch.device, name: str) -> None:
         super().__init__(device)
         self.name = name
-        self.dtype = dtype_named(name, argument="precision")
+        self.dtype = self.weights_dtype = dtype_named(name, argument="precision")
 
     def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         dtype = self.dtype

@@ -28,6 +28,7 @@ from . import args as check
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Iterator
 
     from ...callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
     from ...loggers import Logger
@@ -158,6 +159,21 @@ class Trainer(CoreTrainer):
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Lightning's ``with trainer.init_module(): model = Net()``: the tensors made inside are created on this
+        process's device, in the weights' dtype of a true precision ("bf16-true", "64-true"). ``empty_init`` is
+        accepted for Lightning's signature; weights are always initialised."""
+        dtype = self.accelerator.precision.weights_dtype
+        previous = torch.get_default_dtype()
+        with torch.device(self.accelerator.device):
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            try:
+                yield
+            finally:
+                torch.set_default_dtype(previous)
 
     @property
     def interrupted(self) -> bool:
