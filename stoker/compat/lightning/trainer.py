@@ -22,13 +22,12 @@ from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.stages import PREDICT, TEST, VALIDATE
-from ...trainer.auto_step import clip_settings
 from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
+from .trainer_facts import RunFacts
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterator
 
     from ...callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
     from ...loggers import Logger
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 _CORE = [n for n in inspect.signature(CoreTrainer.__init__).parameters if n not in ("self", "options")]
 
 
-class Trainer(CoreTrainer):
+class Trainer(RunFacts, CoreTrainer):
     """The core :class:`~stoker.trainer.Trainer` (every argument of it), with Lightning's names too.
 
     Lightning's names (README, "Coming from Lightning"): ``accumulate_grad_batches`` (alias of ``accumulate``),
@@ -150,52 +149,9 @@ class Trainer(CoreTrainer):
         return self.module
 
     @property
-    def model(self) -> torch.nn.Module | None:
-        """Lightning's ``trainer.model``: the module as the last stage ran it (the DDP wrapper under several
-        processes), else the module."""
-        return self.run_setup.last_model if self.run_setup.last_model is not None else self.module
-
-    @property
     def train_dataloader(self) -> Any:
         """The prepared train loader of the current (or last) ``fit``, or None."""
         return self.fit_run.train_loader if self.fit_run is not None else None
-
-    @contextlib.contextmanager
-    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
-        """Lightning's ``with trainer.init_module(): model = Net()``: the tensors made inside are created on this
-        process's device, in the weights' dtype of a true precision ("bf16-true", "64-true"). ``empty_init`` is
-        accepted for Lightning's signature; weights are always initialised."""
-        dtype = self.accelerator.precision.weights_dtype
-        previous = torch.get_default_dtype()
-        with torch.device(self.accelerator.device):
-            if dtype is not None:
-                torch.set_default_dtype(dtype)
-            try:
-                yield
-            finally:
-                torch.set_default_dtype(previous)
-
-    @property
-    def interrupted(self) -> bool:
-        """Lightning's ``trainer.interrupted``: the last run was stopped by the user or a signal (a
-        ``KeyboardInterrupt``/``SystemExit``; an exception is ``state.status == "failed"``)."""
-        return self.state.status == "interrupted"
-
-    @property
-    def ckpt_path(self) -> str | None:
-        """Lightning's ``trainer.ckpt_path``: the checkpoint the current (or last) ``fit``, ``validate``, ``test``
-        or ``predict`` loaded ("best" and "last" resolved to the folder), None when it loaded none."""
-        return self.run_setup.ckpt_path
-
-    @property
-    def gradient_clip_val(self) -> float | None:
-        """Lightning's name: the value the Trainer clips gradients to (``clip_grad_norm`` or ``clip_grad_value``)."""
-        return clip_settings(self)["gradient_clip_val"]
-
-    @property
-    def gradient_clip_algorithm(self) -> str | None:
-        """Lightning's name: ``"norm"`` or ``"value"`` (None: no clipping)."""
-        return clip_settings(self)["gradient_clip_algorithm"]
 
     @property
     def accumulate_grad_batches(self) -> int:
@@ -251,34 +207,6 @@ class Trainer(CoreTrainer):
         module = self.module
         return (module is not None and defines_hook(module, VALIDATE.step, TrainingModule)
                 and self.limit_val_batches != 0)
-
-    @property
-    def global_rank(self) -> int:
-        return self.accelerator.process_index
-
-    @property
-    def local_rank(self) -> int:
-        return self.accelerator.local_process_index
-
-    @property
-    def world_size(self) -> int:
-        return self.accelerator.num_processes
-
-    @property
-    def node_rank(self) -> int:
-        """This node's index: the processes' global rank divided by the processes per node."""
-        return self.accelerator.process_index // max(1, self.num_devices)
-
-    @property
-    def num_devices(self) -> int:
-        """Processes (devices) per node."""
-        return max(1, self.accelerator.num_processes // max(1, self.num_nodes))
-
-    @property
-    def device_ids(self) -> list[int]:
-        """Lightning's ``trainer.device_ids``: the device index of each process on this node (process i uses
-        visible device i; choose the GPUs with ``CUDA_VISIBLE_DEVICES``)."""
-        return list(range(self.num_devices))
 
     @property
     def logger(self) -> Logger | None:

@@ -1,0 +1,101 @@
+"""Lightning's read-only facts of a Trainer that are only names over the core's own (``trainer.model``, the ranks and
+``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings) and ``init_module()``: a mixin of the
+Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file stays one idea."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import torch
+
+from ...trainer.auto_step import clip_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ...accelerator import Accelerator
+    from ...trainer import TrainingModule
+    from ...trainer.run import RunState
+    from ...trainer.setup import RunSetup
+
+
+class RunFacts:
+    """Lightning's names for facts the core Trainer owns (read here, decided there)."""
+
+    accelerator: Accelerator
+    run_setup: RunSetup
+    state: RunState
+    module: TrainingModule | None
+    num_nodes: int
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """Lightning's ``trainer.model``: the module as the last stage ran it (the DDP wrapper under several
+        processes), else the module."""
+        return self.run_setup.last_model if self.run_setup.last_model is not None else self.module
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Lightning's ``with trainer.init_module(): model = Net()``: the tensors made inside are created on this
+        process's device, in the weights' dtype of a true precision ("bf16-true", "64-true"). ``empty_init`` is
+        accepted for Lightning's signature; weights are always initialised."""
+        dtype = self.accelerator.precision.weights_dtype
+        previous = torch.get_default_dtype()
+        with torch.device(self.accelerator.device):
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            try:
+                yield
+            finally:
+                torch.set_default_dtype(previous)
+
+    @property
+    def interrupted(self) -> bool:
+        """Lightning's ``trainer.interrupted``: the last run was stopped by the user or a signal (a
+        ``KeyboardInterrupt``/``SystemExit``; an exception is ``state.status == "failed"``)."""
+        return self.state.status == "interrupted"
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """Lightning's ``trainer.ckpt_path``: the checkpoint the current (or last) ``fit``, ``validate``, ``test``
+        or ``predict`` loaded ("best" and "last" resolved to the folder), None when it loaded none."""
+        return self.run_setup.ckpt_path
+
+    @property
+    def gradient_clip_val(self) -> float | None:
+        """Lightning's name: the value the Trainer clips gradients to (``clip_grad_norm`` or ``clip_grad_value``)."""
+        return clip_settings(self)["gradient_clip_val"]
+
+    @property
+    def gradient_clip_algorithm(self) -> str | None:
+        """Lightning's name: ``"norm"`` or ``"value"`` (None: no clipping)."""
+        return clip_settings(self)["gradient_clip_algorithm"]
+
+    @property
+    def global_rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def local_rank(self) -> int:
+        return self.accelerator.local_process_index
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index: the processes' global rank divided by the processes per node."""
+        return self.accelerator.process_index // max(1, self.num_devices)
+
+    @property
+    def num_devices(self) -> int:
+        """Processes (devices) per node."""
+        return max(1, self.accelerator.num_processes // max(1, self.num_nodes))
+
+    @property
+    def device_ids(self) -> list[int]:
+        """Lightning's ``trainer.device_ids``: the device index of each process on this node (process i uses
+        visible device i; choose the GPUs with ``CUDA_VISIBLE_DEVICES``)."""
+        return list(range(self.num_devices))
