@@ -54,3 +54,6 @@ def test_the_version_flags_follow_the_installed_packages() -> None:
     assert imports._TORCH_GREATER_EQUAL_2_8 is ((major, minor) >= (2, 8))
     assert imports._version_at_least("torch", (major, minor)) and not imports._version_at_least("torch", (major + 1,))
     assert not imports._version_at_least("no-such-package-anywhere", (0,))
+    import importlib.util
+
+    assert imports._RICH_AVAILABLE is (importlib.util.find_spec("rich") is not None)
