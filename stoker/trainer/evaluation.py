@@ -46,7 +46,8 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     if counter is not None:  # a validation inside fit (not the sanity check): the module's gradients cleared
         _validation_zero_grad(trainer.module, counter)
     try:
-        with _eval_mode(trainer.module, table.prefix, train_back=True), trainer.accelerator.autocast():
+        with _eval_mode(trainer.module, table.prefix, train_back=True, inference=_inference(trainer)), \
+                trainer.accelerator.autocast():
             call(table.hook("start"))
             call(table.hook("epoch_start"))
             for i, loader in enumerate(loaders):
@@ -103,7 +104,8 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     try:
         # train_back=False: after predicting, as in Lightning, each sub-module gets its own mode back and
         # on_predict_model_train is not called
-        with _eval_mode(trainer.module, PREDICT.prefix, train_back=False), trainer.accelerator.autocast():
+        with _eval_mode(trainer.module, PREDICT.prefix, train_back=False, inference=_inference(trainer)), \
+                trainer.accelerator.autocast():
             call(PREDICT.hook("start"))
             call(PREDICT.hook("epoch_start"))
             for i, loader in enumerate(loaders):
@@ -189,11 +191,17 @@ def _validation_zero_grad(module: torch.nn.Module, loop: LoopPosition) -> None:
         module.zero_grad()
 
 
+def _inference(trainer: TrainerParts) -> bool:
+    """Whether this evaluation runs under ``torch.inference_mode``: asked for, and not a validation inside fit."""
+    return trainer.options.inference_mode and trainer.state.fn != "fit"
+
+
 @contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module, prefix: str, train_back: bool):  # noqa: ANN202 - a context manager
+def _eval_mode(module: torch.nn.Module, prefix: str, train_back: bool, inference: bool = False):  # noqa: ANN202
     """Eval mode and no gradients for a ``prefix`` stage, through the module's mode hooks (``mode_hooks.py``): a
     module that is not a TrainingModule is put in eval mode and back. ``train_back``: an overridden
-    ``on_{prefix}_model_train`` decides the mode afterwards."""
+    ``on_{prefix}_model_train`` decides the mode afterwards. ``inference``: ``torch.inference_mode`` rather than
+    ``torch.no_grad`` (``RunOptions.inference_mode``, for a stage run on its own)."""
     modes = [(m, m.training) for m in module.modules()]
     eval_hook = getattr(module, f"on_{prefix}_model_eval", None)
     if callable(eval_hook):
@@ -201,7 +209,7 @@ def _eval_mode(module: torch.nn.Module, prefix: str, train_back: bool):  # noqa:
     else:
         module.eval()
     try:
-        with torch.no_grad():
+        with torch.inference_mode() if inference else torch.no_grad():
             yield
     finally:
         if train_back and overrides_train_hook(module, prefix):

@@ -29,6 +29,9 @@ class RunOptions:
         in_order_fit_loaders: ``fit`` reads its train loader in dataset order (a shuffling sampler is replaced, with a
             warning) and validates on that same loader: the same batches every epoch, trained on and validated on,
             e.g. to overfit a few batches while debugging (Lightning's ``overfit_batches``).
+        inference_mode: ``validate``/``test``/``predict`` called on their own run under ``torch.inference_mode``
+            (faster; what they return cannot enter autograd later); False: ``torch.no_grad``. A validation inside
+            ``fit`` always runs under ``torch.no_grad``.
 
     Example:
         >>> Trainer(max_epochs=5, options=RunOptions(min_epochs=2, num_sanity_val_steps=2))  # doctest: +SKIP
@@ -42,6 +45,7 @@ class RunOptions:
     nonfinite_skip_limit: int = 100
     in_order_fit_loaders: bool = False
     dry_run: bool = False
+    inference_mode: bool = False
 
     def __post_init__(self) -> None:
         check.optional_int("min_epochs", self.min_epochs, 0)
@@ -52,3 +56,4 @@ class RunOptions:
         check.optional_int("nonfinite_skip_limit", self.nonfinite_skip_limit, 1)
         check.flag("in_order_fit_loaders", self.in_order_fit_loaders)
         check.flag("dry_run", self.dry_run)
+        check.flag("inference_mode", self.inference_mode)

@@ -265,3 +265,26 @@ def test_init_module_builds_on_the_device_in_the_weights_dtype(precision: str, d
         layer = torch.nn.Linear(3, 2)
     assert layer.weight.device == trainer.accelerator.device and layer.weight.dtype == dtype
     assert torch.get_default_dtype() == torch.float32 and torch.ones(1).dtype == torch.float32  # put back
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_inference_mode_for_stages_run_on_their_own_and_no_grad_inside_fit(inference: bool) -> None:
+    seen: list[tuple[str, bool, bool]] = []
+
+    class Looks(Regressor):
+        def _look(self, stage: str) -> None:
+            seen.append((stage, torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+
+        def on_validation_start(self) -> None:
+            self._look("fit-validate" if self.trainer.state.fn == "fit" else "validate")
+
+        def on_test_start(self) -> None:
+            self._look("test")
+
+    trainer = quiet_trainer(max_steps=2, inference_mode=inference)
+    module = Looks()
+    data = make_loader(make_regression_data(n=16), batch_size=8)
+    trainer.fit(module, data, data)
+    trainer.validate(module, data)
+    trainer.test(module, data)
+    assert seen == [("fit-validate", False, False), ("validate", False, inference), ("test", False, inference)]

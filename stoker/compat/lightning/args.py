@@ -19,7 +19,6 @@ NOT_SUPPORTED = {
     "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
     "barebones": "stoker's default loop is already lean; pass logger=False, enable_progress_bar=False, "
                  "enable_checkpointing=False, enable_model_summary=False",
-    "inference_mode": "evaluation runs under torch.no_grad()",
     "enable_autolog_hparams": "hyperparameters are logged when the module has hparams",
     "model_registry": "not supported",
 }

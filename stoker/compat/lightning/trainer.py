@@ -49,7 +49,9 @@ class Trainer(RunFacts, CoreTrainer):
     no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
     ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
     shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" |
-    "high" | "medium": ``torch.set_float32_matmul_precision``). An alias together with its stoker name is an
+    "high" | "medium": ``torch.set_float32_matmul_precision``), ``inference_mode`` (True: ``validate``/``test``/
+    ``predict`` on their own run under ``torch.inference_mode``; stoker's default False is ``torch.no_grad``,
+    Lightning's default is True). An alias together with its stoker name is an
     error; an unknown name gets a did-you-mean over both sets.
 
     Example:
@@ -67,7 +69,7 @@ class Trainer(RunFacts, CoreTrainer):
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
         float32_matmul_precision: str | None = None, profiler: Any = None,
-        overfit_batches: int | float = 0.0, **core: Any,
+        overfit_batches: int | float = 0.0, inference_mode: bool = False, **core: Any,
     ) -> None:
         unknown = {k: v for k, v in core.items() if k not in _CORE}
         if unknown:
@@ -94,7 +96,8 @@ class Trainer(RunFacts, CoreTrainer):
             reload_dataloaders_every_n_epochs=check.optional_int(
                 "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
             use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
-            in_order_fit_loaders=bool(self.overfit_batches), dry_run=bool(n))
+            in_order_fit_loaders=bool(self.overfit_batches), dry_run=bool(n),
+            inference_mode=check.flag("inference_mode", inference_mode))
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
