@@ -165,7 +165,8 @@ class Results:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value
             callback_metrics = self.trainer.callback_metrics
-            callback_metrics[step_name] = step_value
+            if self.stage == "train" or not on_epoch:  # an evaluation's `name_step` goes to the loggers only (Lightning)
+                callback_metrics[step_name] = step_value
             if on_epoch:
                 callback_metrics[key] = step_value
             if prog_bar:

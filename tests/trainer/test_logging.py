@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from stoker import Callback, CSVLogger, Trainer, TrainingModule
 from tests.helpers.models import Regressor, make_loader, make_mlp, make_regression_data
+from tests.helpers.trackers_readback import ListLogger
 from tests.helpers.trainers import quiet_trainer as bare
 
 
@@ -244,3 +245,17 @@ def test_save_hyperparameters_by_name_and_unknown_names() -> None:
 
     with pytest.raises(ValueError, match=r"\['depth'\] are not arguments"):
         Unknown()
+
+
+def test_an_evaluation_step_value_reaches_the_loggers_but_not_callback_metrics() -> None:
+    class Steps(Regressor):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("b", F.mse_loss(self(x), y), on_step=True, on_epoch=True)
+
+    trainer = bare(max_epochs=1, log_every_n_steps=1, logger=ListLogger())
+    trainer.fit(Steps(), make_loader(make_regression_data(n=16), batch_size=8),
+                make_loader(make_regression_data(n=16), batch_size=8))
+    assert {"b_step", "b_epoch"} <= set(trainer.logged_metrics)
+    assert {"b", "b_epoch"} <= set(trainer.callback_metrics) and "b_step" not in trainer.callback_metrics
+    assert "train/loss" in trainer.callback_metrics  # a training step value stays (what callbacks monitor)
