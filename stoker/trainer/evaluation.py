@@ -74,15 +74,21 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
             call(table.hook("end"))
     finally:
         trainer.results = previous
-    return _per_loader(values, len(loaders))
+    return _per_loader(values, len(loaders), results.loader_names)
 
 
-def _per_loader(values: dict[str, Any], count: int) -> list[dict[str, float]]:
-    """An evaluation's epoch values as one dict per loader (a ``/dataloader_idx_N`` name goes to loader N only)."""
+def _per_loader(values: dict[str, Any], count: int, loader_names: dict[str, set[str]]) -> list[dict[str, float]]:
+    """An evaluation's epoch values as one dict per loader: a ``/dataloader_idx_N`` name goes to loader N only, a
+    name logged with ``add_dataloader_idx=False`` to the loaders it was logged from, any other to every loader."""
     out: list[dict[str, float]] = [{} for _ in range(count)]
     for name, value in values.items():
-        index = int(name.rsplit("_", 1)[1]) if count > 1 and "/dataloader_idx_" in name else None
-        for i in range(count) if index is None else [index]:
+        if count > 1 and "/dataloader_idx_" in name:
+            indices = [int(name.rsplit("_", 1)[1])]
+        elif count > 1 and name in loader_names:
+            indices = sorted(int(suffix.rsplit("_", 1)[1]) for suffix in loader_names[name])
+        else:
+            indices = list(range(count))
+        for i in indices:
             out[i][name] = float(value)
     return out
 

@@ -132,22 +132,28 @@ class Results:
         self.step_values: dict[str, Any] = {}  # step values logged since the loggers last saw them
         self.batch: Any = None  # the current batch, for batch sizes
         self.suffix = ""  # "/dataloader_idx_{i}" while several eval loaders run
+        # names logged with add_dataloader_idx=False while several loaders ran -> the suffixes of those loaders
+        self.loader_names: dict[str, set[str]] = {}
         self.in_batch = stage == "train"
         self._batch_size_cache: tuple[Any, int] | None = None
 
     # -- recording --------------------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, logger: bool,
-            reduce_fx: Any, sync_dist: bool, batch_size: int | None) -> None:
+            reduce_fx: Any, sync_dist: bool, batch_size: int | None, add_dataloader_idx: bool = True) -> None:
         """Records ``value`` under ``name``; see :meth:`TrainingModule.log`."""
         training_batch = self.in_batch  # only ever True in the training stage
         if on_step is None:
             on_step = training_batch
         if on_epoch is None:
             on_epoch = not training_batch
-        key = name + self.suffix if self.suffix else name
+        suffix = self.suffix if add_dataloader_idx else ""
+        key = name + suffix if suffix else name
         entry = self.entries.get(key)
         if entry is None or entry.on_step != on_step or entry.on_epoch != on_epoch or entry.sync_dist != sync_dist:
             entry = self._new_entry(key, name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+        if self.suffix and not suffix:  # logged from one of several loaders without its suffix: that loader's value
+            for shown in (key, *entry.names()):
+                self.loader_names.setdefault(shown, set()).add(self.suffix)
         metric = False
         if type(value) is torch.Tensor:  # the common case first: a loss from the step
             if value.numel() != 1:

@@ -94,7 +94,7 @@ class TrainingModule(HyperparametersMixin, StepHooks):
     # -- logging ----------------------------------------------------------------------------------------------------
     def log(self, name: str, value: Any, *, on_step: bool | None = None, on_epoch: bool | None = None,
             prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
-            batch_size: int | None = None) -> None:
+            batch_size: int | None = None, add_dataloader_idx: bool = True) -> None:
         """Records a metric for the loggers, the progress bar and callbacks (``trainer.callback_metrics``).
 
         Args:
@@ -108,23 +108,27 @@ class TrainingModule(HyperparametersMixin, StepHooks):
             reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``.
             sync_dist: Reduce across processes (mean: weighted by every process's batch sizes).
             batch_size: The weight of this value in an epoch mean; inferred from the batch when omitted.
+            add_dataloader_idx: With several evaluation loaders, add ``/dataloader_idx_{i}`` to the name (False:
+                the name as given, in the results of the loaders it was logged from).
         """
         trainer = self._trainer
         if trainer is None:
             warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is "
                           "dropped. Call it from training_step/validation_step or a hook.", stacklevel=2)
             return
-        trainer.results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size)
+        trainer.results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size,
+                            add_dataloader_idx)
 
     def log_dict(self, dictionary: Mapping[str, Any], *, on_step: bool | None = None, on_epoch: bool | None = None,
                  prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, add_dataloader_idx: bool = True) -> None:
         """``self.log`` for every ``name: value`` of ``dictionary``, with the same options."""
         if not isinstance(dictionary, Mapping):
             raise TypeError(f"log_dict expects a mapping of name -> value, got {type(dictionary).__name__}.")
         for name, value in dictionary.items():
             self.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
-                     reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+                     reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size,
+                     add_dataloader_idx=add_dataloader_idx)
 
     # -- properties -----------------------------------------------------------------------------------------------
     @property

@@ -259,3 +259,16 @@ def test_an_evaluation_step_value_reaches_the_loggers_but_not_callback_metrics()
     assert {"b_step", "b_epoch"} <= set(trainer.logged_metrics)
     assert {"b", "b_epoch"} <= set(trainer.callback_metrics) and "b_step" not in trainer.callback_metrics
     assert "train/loss" in trainer.callback_metrics  # a training step value stays (what callbacks monitor)
+
+
+def test_add_dataloader_idx_false_keeps_the_name_in_the_results_of_the_loader_it_came_from() -> None:
+    class TwoLoaders(Regressor):
+        def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("shared", 1.0 + dataloader_idx)  # suffixed per loader
+            self.log(f"only_{dataloader_idx}", 10.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+            self.log_dict({"plain": 5.0}, add_dataloader_idx=False)  # both loaders, one name
+
+    data = make_loader(make_regression_data(n=8), batch_size=8)
+    results = bare().test(TwoLoaders(), [data, data])
+    assert results[0] == {"shared/dataloader_idx_0": 1.0, "only_0": 10.0, "plain": 5.0}
+    assert results[1] == {"shared/dataloader_idx_1": 2.0, "only_1": 20.0, "plain": 5.0}

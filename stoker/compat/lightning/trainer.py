@@ -89,15 +89,10 @@ class Trainer(RunFacts, CoreTrainer):
         self.detect_anomaly = check.flag("detect_anomaly", detect_anomaly)
         self.benchmark = check.flag("benchmark", benchmark, allow_none=True)
         self.float32_matmul_precision = check.matmul_precision(float32_matmul_precision)
-        options = RunOptions(
-            min_epochs=check.optional_int("min_epochs", min_epochs, 0),
-            min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
-            num_sanity_val_steps=0 if self.fast_dev_run else check.sanity_steps(num_sanity_val_steps),
-            reload_dataloaders_every_n_epochs=check.optional_int(
-                "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
-            use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
-            in_order_fit_loaders=bool(self.overfit_batches), dry_run=bool(n),
-            inference_mode=check.flag("inference_mode", inference_mode))
+        options = _run_options(n, bool(self.overfit_batches), min_epochs=min_epochs, min_steps=min_steps,
+                               num_sanity_val_steps=num_sanity_val_steps, inference_mode=inference_mode,
+                               reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+                               use_distributed_sampler=use_distributed_sampler)
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
@@ -313,6 +308,22 @@ def _model_alias(fn: str, module: TrainingModule | None, model: TrainingModule |
         raise TypeError(f"Trainer.{fn}() got both module and model=; model is Lightning's name for the same "
                         "argument. Pass one of them.")
     return module if model is None else model
+
+
+def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any, num_sanity_val_steps: Any,
+                 reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, inference_mode: Any
+                 ) -> RunOptions:
+    """The core's run options from Lightning's arguments (checked, with Lightning's spellings: ``min_steps=-1``
+    is None; ``fast_dev_run`` runs no sanity check)."""
+    return RunOptions(
+        min_epochs=check.optional_int("min_epochs", min_epochs, 0),
+        min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
+        num_sanity_val_steps=0 if dev_run else check.sanity_steps(num_sanity_val_steps),
+        reload_dataloaders_every_n_epochs=check.optional_int(
+            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
+        use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
+        in_order_fit_loaders=overfit, dry_run=bool(dev_run),
+        inference_mode=check.flag("inference_mode", inference_mode))
 
 
 def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
