@@ -77,15 +77,20 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     return _per_loader(values, len(loaders), results.loader_names)
 
 
+def _loader_index(name: str) -> int:
+    """``i`` of a name holding ``/dataloader_idx_{i}``."""
+    return int(name.partition("/dataloader_idx_")[2])
+
+
 def _per_loader(values: dict[str, Any], count: int, loader_names: dict[str, set[str]]) -> list[dict[str, float]]:
     """An evaluation's epoch values as one dict per loader: a ``/dataloader_idx_N`` name goes to loader N only, a
     name logged with ``add_dataloader_idx=False`` to the loaders it was logged from, any other to every loader."""
     out: list[dict[str, float]] = [{} for _ in range(count)]
     for name, value in values.items():
         if count > 1 and "/dataloader_idx_" in name:
-            indices = [int(name.rsplit("_", 1)[1])]
+            indices = [_loader_index(name)]
         elif count > 1 and name in loader_names:
-            indices = sorted(int(suffix.rsplit("_", 1)[1]) for suffix in loader_names[name])
+            indices = sorted(_loader_index(suffix) for suffix in loader_names[name])
         else:
             indices = list(range(count))
         for i in indices:

@@ -110,9 +110,12 @@ class _Entry:
             self.total = max(total, value) if reduce == "max" else min(total, value)
 
     def names(self) -> tuple[str, str]:
-        """The names of the step and the epoch value (suffixed when both are logged)."""
+        """The names of the step and the epoch value (suffixed when both are logged; a loader's
+        ``/dataloader_idx_{i}`` stays last: ``loss_epoch/dataloader_idx_0``, as in Lightning)."""
         if self.on_step and self.on_epoch:
-            return f"{self.key}_step", f"{self.key}_epoch"
+            base, slash, loader = self.key.partition("/dataloader_idx_")
+            tail = slash + loader
+            return f"{base}_step{tail}", f"{base}_epoch{tail}"
         return self.key, self.key
 
 
@@ -208,10 +211,13 @@ class Results:
                 raise ValueError(f"self.log({name!r}) got a tensor of shape {tuple(value.shape)}; log scalars "
                                  "(reduce it first, e.g. .mean(), or log its elements under separate names).")
             return value.detach()
+        # A number becomes a (CPU) tensor, as Lightning keeps every logged value: callback_metrics and
+        # logged_metrics hold tensors only. No device work: the tensor is made on the host, in float64, which
+        # holds a Python number exactly (0.09 stays 0.09 for EarlyStopping's thresholds).
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
+            return torch.tensor(float(value), dtype=torch.float64)
         if hasattr(value, "item") and not isinstance(value, Mapping):  # numpy scalars
-            return value.item()
+            return torch.tensor(float(value.item()), dtype=torch.float64)
         raise UnloggableValueError(
             f"`self.log({name}, {value})` was called with a {type(value).__name__}: expected a number, a scalar "
             "tensor or a torchmetrics Metric (a dict of values goes to self.log_dict, one name each).")

@@ -272,3 +272,25 @@ def test_add_dataloader_idx_false_keeps_the_name_in_the_results_of_the_loader_it
     results = bare().test(TwoLoaders(), [data, data])
     assert results[0] == {"shared/dataloader_idx_0": 1.0, "only_0": 10.0, "plain": 5.0}
     assert results[1] == {"shared/dataloader_idx_1": 2.0, "only_1": 20.0, "plain": 5.0}
+
+
+def test_numbers_are_kept_as_exact_tensors_and_a_loaders_suffix_stays_last() -> None:
+    class Numbers(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("count", 2)
+            self.log("rate", 0.09)
+            return super().training_step(batch, batch_idx)
+
+        def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("t", float(dataloader_idx), on_step=True, on_epoch=True)
+
+    trainer = bare(max_steps=1, log_every_n_steps=1, logger=ListLogger())
+    module = Numbers()
+    trainer.fit(module, make_loader(make_regression_data(n=8), batch_size=8))
+    assert all(isinstance(v, torch.Tensor) for v in trainer.callback_metrics.values())
+    assert all(isinstance(v, torch.Tensor) for v in trainer.logged_metrics.values())
+    assert float(trainer.callback_metrics["rate"]) == 0.09 and float(trainer.callback_metrics["count"]) == 2
+    data = make_loader(make_regression_data(n=8), batch_size=8)
+    results = trainer.test(module, [data, data])
+    assert results[1] == {"t_epoch/dataloader_idx_1": 1.0}
+    assert {"t_step/dataloader_idx_0", "t_epoch/dataloader_idx_0"} <= set(trainer.logged_metrics)
