@@ -93,6 +93,8 @@ class AutomaticStep:
         self.closure_optimizers = [inner for _, inner in self.optimizers if _requires_closure(inner)]
         if self.closure_optimizers:
             _check_closure_run(trainer, self.closure_optimizers)
+        # What optimizer_step hands the step (and a module's optimizer_step): decided once, not per step.
+        self.closure = self._evaluating_closure if self.closure_optimizers else self._closure
         self._clip_key: tuple[int, ...] = ()
         self._clip_params: list[torch.nn.Parameter] = []
 
@@ -160,7 +162,7 @@ class AutomaticStep:
             elif t.clip_grad_value is not None:
                 acc.clip_grad_value_(self._clipped(), t.clip_grad_value)
         self.evaluations = 0  # the closure's first call returns the loss just computed
-        closure = self._evaluating_closure if self.closure_optimizers else self._closure
+        closure = self.closure
         for optimizer in optimizers:
             if self.step_hook is not None:
                 self.step_hook(self.epoch, batch_idx, optimizer, closure)
