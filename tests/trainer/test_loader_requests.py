@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, random_split
+from torch.utils.data import DataLoader, Dataset, SequentialSampler, random_split
 
 from stoker import Callback, Trainer, seed_everything
 from stoker.trainer import workers
@@ -133,6 +133,33 @@ def test_loaders_passed_to_fit_are_kept_when_reloading(tmp_path):
     t = quiet(tmp_path, max_epochs=3, reload_dataloaders_every_n_epochs=1)
     t.fit(Regressor(), train, val)
     assert t.val_dataloaders is val and t.global_step == 6
+
+
+def test_train_dataloader_is_the_loader_the_fit_was_given(tmp_path):
+    """Lightning's ``trainer.train_dataloader``: what the fit was given (a list stays a list; overfitting's rebuilt
+    in-order loaders); the prepared loader, with the run's position, is ``fit_run.train_loader``."""
+    data = make_regression_data(32)
+    t = quiet(tmp_path, max_epochs=1, limit_train_batches=2)
+    assert t.train_dataloader is None
+    loader = make_loader(data)
+    t.fit(Regressor(), loader)
+    assert t.train_dataloader is loader and len(t.train_dataloader) == 4 and t.num_training_batches == 2
+    assert t.fit_run.train_loader.state_dict()["epoch"] == 1
+
+    class Pair(Regressor):
+        def training_step(self, batch, batch_idx):
+            return super().training_step(batch[0], batch_idx)
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):  # validates on each train loader
+            return super().validation_step(batch, batch_idx)
+
+    shuffled = [make_loader(data, shuffle=True), make_loader(data, shuffle=True)]
+    t = quiet(tmp_path / "pair", max_epochs=1, overfit_batches=1)
+    with pytest.warns(UserWarning, match="replaced by a SequentialSampler"):
+        t.fit(Pair(), shuffled)
+    given = t.train_dataloader
+    assert isinstance(given, list) and len(given) == 2
+    assert all(isinstance(dl.sampler, SequentialSampler) and dl.dataset is data for dl in given)
 
 
 def test_a_bad_loader_from_a_hook_is_an_error_when_it_is_asked_for(tmp_path):

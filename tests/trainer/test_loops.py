@@ -79,7 +79,7 @@ def test_max_steps_counts_optimizer_steps_and_a_second_fit_continues() -> None:
     trainer = bare(max_steps=3, accumulate=2)
     trainer.fit(module, make_loader(data, batch_size=8))
     assert (trainer.global_step, trainer.current_epoch, trainer.fit_loop.batches_done) == (3, 0, 6)
-    assert {k: v for k, v in trainer.train_dataloader.state_dict().items() if k != "seed"} == {
+    assert {k: v for k, v in trainer.fit_run.train_loader.state_dict().items() if k != "seed"} == {
         "epoch": 0, "batches_yielded": 6}  # the loader agrees: mid-epoch
     trainer.max_steps = 8  # the same Trainer continues at the next batch of the same epoch
     trainer.fit(module, make_loader(data, batch_size=8))
@@ -92,7 +92,7 @@ def test_a_stop_on_the_last_batch_ends_the_loader_epoch_too() -> None:
     trainer = bare(max_steps=4, accumulate=2)  # 7 batches: windows 2, 2, 2, 1 -> step 4 is the last batch
     trainer.fit(Regressor(), make_loader(make_regression_data(n=56), batch_size=8))
     assert (trainer.global_step, trainer.current_epoch, trainer.fit_loop.batches_done) == (4, 1, 0)
-    assert {k: v for k, v in trainer.train_dataloader.state_dict().items() if k != "seed"} == {
+    assert {k: v for k, v in trainer.fit_run.train_loader.state_dict().items() if k != "seed"} == {
         "epoch": 1, "batches_yielded": 0}
 
 

@@ -21,7 +21,8 @@ import torch
 from ..accelerate import Accelerator
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
-from ...trainer.stages import PREDICT, TEST, VALIDATE
+from ...trainer.iterables import CombinedLoader
+from ...trainer.stages import PREDICT, TEST, TRAIN, VALIDATE
 from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
 from .trainer_facts import RunFacts
@@ -148,8 +149,14 @@ class Trainer(RunFacts, CoreTrainer):
 
     @property
     def train_dataloader(self) -> Any:
-        """The prepared train loader of the current (or last) ``fit``, or None."""
-        return self.fit_run.train_loader if self.fit_run is not None else None
+        """The train loader the current (or last) ``fit`` was given, as Lightning's: the loader, or the list / dict
+        of several (a ``CombinedLoader``'s iterables), after ``overfit_batches`` rebuilt a shuffling one in order;
+        None before a fit. The prepared loader, whose ``state_dict()`` is the run's position, is
+        ``trainer.fit_run.train_loader``."""
+        loaders = self.run_setup.stage_loaders.get(TRAIN.name)
+        if not loaders:
+            return None
+        return loaders[0].iterables if isinstance(loaders[0], CombinedLoader) else loaders[0]
 
     @property
     def accumulate_grad_batches(self) -> int:
