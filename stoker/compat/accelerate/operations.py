@@ -8,7 +8,6 @@ dataclasses of tensors are handled like single tensors.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -27,15 +26,7 @@ def _world() -> Any:
 
     if not (dist.is_available() and dist.is_initialized()):
         return SingleDevice(torch.device("cpu"))
-    world = DDPStrategy()
-    world.process_index, world.num_processes = dist.get_rank(), dist.get_world_size()
-    world.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
-    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
-    world.device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
-    # Private reach, kept: this describes a group someone else created; marked joined so that setup_environment
-    # (if anything calls it) leaves this description alone rather than choosing a device of its own.
-    world._connected = True
-    return world
+    return DDPStrategy.of_existing_group()
 
 
 def gather(tensor: Any) -> Any:
