@@ -166,17 +166,15 @@ class DDPStrategy(SingleDevice):
         self._wrapped: weakref.WeakSet = weakref.WeakSet()  # DDP wrappers made here (released at exit)
         self._connected = False
 
-    @classmethod
-    def of_existing_group(cls) -> DDPStrategy:
-        """A description of torch's default group, which someone else created: already joined, so
-        ``setup_environment`` leaves it (and its device) alone, and this object never destroys the group."""
-        world = cls()
-        world.process_index, world.num_processes = dist.get_rank(), dist.get_world_size()
-        world.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
+    def adopt_existing_group(self) -> DDPStrategy:
+        """Describes torch's default group, which someone else created, instead of ``setup_environment``: joined
+        as it is (its device kept), never destroyed by this object. Returns self."""
+        self.process_index, self.num_processes = dist.get_rank(), dist.get_world_size()
+        self.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
         on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
-        world.device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
-        world._connected = True
-        return world
+        self.device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
+        self._connected = True
+        return self
 
     def setup_environment(self, cpu: bool = False) -> None:
         if self._connected:

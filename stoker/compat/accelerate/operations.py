@@ -26,7 +26,7 @@ def _world() -> Any:
 
     if not (dist.is_available() and dist.is_initialized()):
         return SingleDevice(torch.device("cpu"))
-    return DDPStrategy.of_existing_group()
+    return DDPStrategy().adopt_existing_group()
 
 
 def gather(tensor: Any) -> Any:
