@@ -40,7 +40,7 @@ from .hooks import defines_hook
 from .iterables import CombinedLoader, check_iterable, prepare_loader, replace_loader
 from .module import TrainingModule
 from .stages import TRAIN, VALIDATE, Stage
-from .workers import warn_few_workers
+from .workers import warn_about_loaders
 from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class LoaderRequests:
         value = self.train_value(self.given[0], self.module)
         if t.options.in_order_fit_loaders:
             value = in_order(value, "train")
-        warn_few_workers(t, value, TRAIN)
+        warn_about_loaders(t, value, TRAIN)
         self.stage_loaders[TRAIN.name] = [value]
         acc = t.accelerator
         run.train_loader = prepare_loader(acc, value) if first else replace_loader(acc, run.train_loader, value)
@@ -175,7 +175,7 @@ class LoaderRequests:
         t = self.trainer
         self.stage_loaders[stage.name] = list(loaders)
         for loader in loaders:
-            warn_few_workers(t, loader, stage)
+            warn_about_loaders(t, loader, stage)
         prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]
         limit = getattr(t, stage.limit)
         setattr(t, stage.count, [self.limit(loader, limit, stage.limit) for loader in prepared])

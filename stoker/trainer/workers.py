@@ -1,4 +1,6 @@
-"""The few-workers warning: a loader that loads its batches in the training process while CPUs sit idle.
+"""Warnings about how a stage's loaders load: too few workers, and an iterable dataset's ``__len__``.
+
+The few-workers warning: a loader that loads its batches in the training process while CPUs sit idle.
 
 The rule: this process's share of the machine is the CPUs it may run on divided by the Trainer's processes, less one
 for the process itself: its *spare* CPUs. A ``DataLoader`` with fewer workers than ``min(3, spare)`` gets one
@@ -6,6 +8,11 @@ for the process itself: its *spare* CPUs. A ``DataLoader`` with fewer workers th
 'train_dataloader' does not have many workers"). No warning: no spare CPU, enough workers, a loader that is not a
 ``DataLoader`` (its workers are not ours to count), or data already in memory as tensors (a ``TensorDataset``, a
 tensor, or a ``random_split`` of one: workers would only add copying).
+
+A ``DataLoader`` over an ``IterableDataset`` that defines ``__len__`` warns at each request: the loader's length,
+which counts the stage's batches (progress, ``limit_*_batches`` fractions, when an epoch ends), comes from that
+``__len__`` and not from what the iterator yields, so it is only right when the dataset yields exactly that many
+samples per process (with worker processes, each one its own share).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, Subset, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from .iterables import CombinedLoader
 from ..user_frame import user_stacklevel
@@ -49,6 +56,19 @@ def in_memory(dataset: Any) -> bool:
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
     return isinstance(dataset, (TensorDataset, torch.Tensor))
+
+
+def warn_about_loaders(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
+    """The warnings of the module docstring for ``loader`` (a loader, or a ``CombinedLoader`` of several)."""
+    leaves = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
+    for leaf in leaves:
+        if isinstance(leaf, DataLoader) and isinstance(leaf.dataset, IterableDataset) and \
+                callable(getattr(leaf.dataset, "__len__", None)):
+            warnings.warn(f"Your `IterableDataset` has `__len__` defined. The {stage.loader_hook}'s length counts "
+                          f"the {stage.name} batches, so it must match what {type(leaf.dataset).__name__} yields "
+                          "in each process (with worker processes, each worker yields its own share); if it "
+                          "cannot, remove __len__.", UserWarning, stacklevel=user_stacklevel())
+    warn_few_workers(trainer, loader, stage)
 
 
 def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:

@@ -4,6 +4,7 @@ few-workers warning (``workers.py``), and overfitting's validation on the train 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import pytest
@@ -160,6 +161,32 @@ def test_train_dataloader_is_the_loader_the_fit_was_given(tmp_path):
     given = t.train_dataloader
     assert isinstance(given, list) and len(given) == 2
     assert all(isinstance(dl.sampler, SequentialSampler) and dl.dataset is data for dl in given)
+
+
+def test_an_iterable_dataset_with_a_length_warns_at_each_stage(tmp_path):
+    data = make_regression_data(16)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(zip(data.tensors[0], data.tensors[1]))
+
+    class Sized(Stream):
+        def __len__(self):
+            return 16
+
+    class Predicting(Regressor):
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return self(batch[0])
+
+    module, t = Predicting(), quiet(tmp_path, max_epochs=1)
+    sized = DataLoader(Sized(), batch_size=8)
+    for run in (lambda: t.fit(module, sized, sized), lambda: t.validate(module, sized),
+                lambda: t.test(module, sized), lambda: t.predict(module, sized)):
+        with pytest.warns(UserWarning, match=r"IterableDataset` has `__len__` defined\. The \w+_dataloader's length"):
+            run()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*__len__")
+        t.fit(module, DataLoader(Stream(), batch_size=8))  # no length: nothing to warn about
 
 
 def test_a_bad_loader_from_a_hook_is_an_error_when_it_is_asked_for(tmp_path):
