@@ -299,10 +299,7 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
-    @property
-    def logger(self) -> Logger | None:
-        """The first of ``loggers``, or None."""
-        return self.loggers[0] if self.loggers else None
+    logger = property(lambda self: self.loggers[0] if self.loggers else None, doc="The first of ``loggers``, or None.")
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -325,6 +322,8 @@ class Trainer:
 
     current_epoch = property(lambda self: self.fit_loop.epoch, doc="The epoch the fit is in (0-based).")
     is_global_zero = property(lambda self: self.accelerator.is_main_process, doc="True on the main process.")
+    global_rank = property(lambda self: self.accelerator.process_index, doc="This process's rank among all of them.")
+    local_rank = property(lambda self: self.accelerator.local_process_index, doc="This process's rank on its node.")
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
