@@ -85,12 +85,12 @@ class StepHooks(ModuleModes):
         ``optimizer.step()``. An argument left None takes the Trainer's clipping setting; one that contradicts it
         is a ``ValueError`` (as in Lightning: one setting, two places)."""
         from .args import clip_algorithm
-        from .auto_step import clip_settings
         from .manual import clip_gradients
 
         algorithm = clip_algorithm(gradient_clip_algorithm, "clip_gradients(gradient_clip_algorithm=...)")
-        trainer_clip = clip_settings(self.trainer)
-        trainer_value, trainer_algorithm = trainer_clip["gradient_clip_val"], trainer_clip["gradient_clip_algorithm"]
+        t = self.trainer
+        trainer_value = t.clip_grad_norm if t.clip_grad_norm is not None else t.clip_grad_value
+        trainer_algorithm = None if trainer_value is None else "norm" if t.clip_grad_norm is not None else "value"
         # Clipping by value is always chosen explicitly; "norm" may be the Trainer's default, which a call may change.
         conflict = (trainer_value is not None and gradient_clip_val is not None and gradient_clip_val != trainer_value,
                     trainer_algorithm == "value" and algorithm == "norm")
