@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 __all__ = ["HPARAMS_YAML", "ensure_hparams_yaml", "write_hparams_yaml", "yaml_text"]
@@ -48,6 +49,9 @@ def _yaml_safe(value: Any) -> Any:
         return {str(k): _yaml_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_yaml_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, Enum):
+        return value.name  # Lightning's form of an enum member (a str or int enum is no plain scalar to safe_dump)
+    if value is None or type(value) in (bool, int, float, str):
         return value
-    return str(value)
+    plain = next((t for t in (bool, int, float, str) if isinstance(value, t)), str)  # a subclass: numpy's float64
+    return plain(value)

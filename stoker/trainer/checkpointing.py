@@ -44,6 +44,11 @@ BEST = "best"
 _FORMAT = "stoker-trainer"
 
 
+class NoModuleError(RuntimeError, AttributeError):
+    """``Trainer.save_checkpoint`` called before a module was attached: a wrong call order (``RuntimeError``), and the
+    ``AttributeError`` Lightning raises for it, so a renamed script's ``except AttributeError`` still catches it."""
+
+
 class TrainerCheckpointState:
     """Registered once with the Trainer's Accelerator: every ``save_state`` stores the Trainer's state with it, and
     a ``load_state`` hands it back here (:meth:`take_loaded` gives it to the resume, once)."""

@@ -16,7 +16,8 @@ import torch
 
 from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import TrainerCheckpointState, find_last_checkpoint, load_weights, restore, save_weights
+from .checkpointing import (NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights, restore,
+                            save_weights)
 from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
                          continue_logged_run, make_accelerator)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
@@ -285,7 +286,7 @@ class Trainer:
         the module's weights and ``hparams.json`` only (``load_from_checkpoint`` reads it; not resumable). The
         folder appears complete or not at all. Collective: call it on every process."""
         if self.module is None:
-            raise RuntimeError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
+            raise NoModuleError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
         if self.state.fn == "fit":
             self.nonfinite.check(self.accelerator)  # never write a checkpoint after a non-finite loss went unnoticed
         return save_weights(self, path) if check.flag("weights_only", weights_only) else \
@@ -299,10 +300,7 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
 
     # -- published facts (read-only views; the Accelerator, the fit loop and RunState own the values) -----------
-    @property
-    def logger(self) -> Logger | None:
-        """The first of ``loggers``, or None."""
-        return self.loggers[0] if self.loggers else None
+    logger = property(lambda self: self.loggers[0] if self.loggers else None, doc="The first of ``loggers``, or None.")
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -325,6 +323,8 @@ class Trainer:
 
     current_epoch = property(lambda self: self.fit_loop.epoch, doc="The epoch the fit is in (0-based).")
     is_global_zero = property(lambda self: self.accelerator.is_main_process, doc="True on the main process.")
+    global_rank = property(lambda self: self.accelerator.process_index, doc="This process's rank among all of them.")
+    local_rank = property(lambda self: self.accelerator.local_process_index, doc="This process's rank on its node.")
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:

@@ -19,7 +19,8 @@ The contract, as a Trainer runs it::
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -153,6 +154,19 @@ class DataModule(HyperparametersMixin):
         hparams = f"({', '.join(f'{k}={v!r}' for k, v in self.hparams.items())})" if self.hparams else "()"
         return f"{type(self).__name__}{hparams}"
 
+    def __str__(self) -> str:
+        """One line per loader method with the size of the dataset(s) it gives now (Lightning's print of a data
+        module): ``{Train dataloader: size=64}``, ``1. size=16 ; 2. size=NA`` for several loaders (NA: a dataset
+        without a length), ``None`` for a method that is not defined or fails (e.g. before ``setup``)."""
+        lines = []
+        for label, hook in zip(("Train", "Validation", "Test", "Predict"), LOADER_HOOKS):
+            try:
+                loaders = getattr(self, hook)()
+            except Exception:  # not defined, or what it reads is not built yet: a print must not fail on it
+                loaders = None
+            lines.append(f"{{{label} dataloader: {_sizes(loaders)}}}")
+        return os.linesep.join(lines)
+
 
 class _LoaderFactory:
     """The loader method ``from_datasets`` installs: builds fresh ``DataLoader``s on every call."""
@@ -171,6 +185,17 @@ class _LoaderFactory:
         if isinstance(datasets, (list, tuple)):
             return [self._loader(d) for d in datasets]
         return self._loader(datasets)
+
+
+def _sizes(loaders: Any) -> str:
+    """``size=N`` of a loader's dataset (``NA`` without a length); numbered (or keyed) for a list or dict of loaders."""
+    if loaders is None:
+        return "None"
+    if isinstance(loaders, (list, tuple, Mapping)):
+        named = loaders.items() if isinstance(loaders, Mapping) else enumerate(loaders, start=1)
+        return " ; ".join(f"{name}. {_sizes(loader)}" for name, loader in named)
+    dataset = getattr(loaders, "dataset", None)
+    return f"size={len(dataset)}" if isinstance(dataset, Sized) else "size=NA"
 
 
 def _check_datasets(hook: str, datasets: Any) -> None:

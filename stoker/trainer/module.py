@@ -158,12 +158,12 @@ class TrainingModule(HyperparametersMixin, StepHooks):
     @property
     def global_rank(self) -> int:
         """This process's rank among all processes (0 without a Trainer)."""
-        return self._trainer.accelerator.process_index if self._trainer is not None else 0
+        return self._trainer.global_rank if self._trainer is not None else 0
 
     @property
     def local_rank(self) -> int:
         """This process's rank on its node (0 without a Trainer)."""
-        return self._trainer.accelerator.local_process_index if self._trainer is not None else 0
+        return self._trainer.local_rank if self._trainer is not None else 0
 
     @property
     def global_step(self) -> int:

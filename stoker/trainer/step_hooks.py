@@ -82,10 +82,26 @@ class StepHooks(ModuleModes):
                        gradient_clip_algorithm: str | None = None) -> None:
         """Clips ``optimizer``'s gradients (``"norm"``: total norm, default; ``"value"``: each element); fp16
         gradients are unscaled first. Under manual optimization call it between ``manual_backward`` and
-        ``optimizer.step()``."""
+        ``optimizer.step()``. An argument left None takes the Trainer's clipping setting; one that contradicts it
+        is a ``ValueError`` (as in Lightning: one setting, two places)."""
+        from .args import clip_algorithm
         from .manual import clip_gradients
 
-        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+        algorithm = clip_algorithm(gradient_clip_algorithm, "clip_gradients(gradient_clip_algorithm=...)")
+        t = self.trainer
+        trainer_value = t.clip_grad_norm if t.clip_grad_norm is not None else t.clip_grad_value
+        trainer_algorithm = None if trainer_value is None else "norm" if t.clip_grad_norm is not None else "value"
+        # Clipping by value is always chosen explicitly; "norm" may be the Trainer's default, which a call may change.
+        conflict = (trainer_value is not None and gradient_clip_val is not None and gradient_clip_val != trainer_value,
+                    trainer_algorithm == "value" and algorithm == "norm")
+        if any(conflict):
+            called = (f"gradient_clip_val={gradient_clip_val!r}" if conflict[0]
+                      else f"gradient_clip_algorithm={gradient_clip_algorithm!r}")
+            raise ValueError(f"clip_gradients({called}) contradicts the Trainer's clipping (gradient_clip_val="
+                             f"{trainer_value!r}, gradient_clip_algorithm={trainer_algorithm!r}). Set it in one place: "
+                             "remove it from the Trainer, or call clip_gradients(optimizer) to use the Trainer's.")
+        clip_gradients(self, optimizer, trainer_value if gradient_clip_val is None else gradient_clip_val,
+                       algorithm or trainer_algorithm)
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Steps ``scheduler``; ``metric`` is the monitored value for a ``ReduceLROnPlateau``, None otherwise."""

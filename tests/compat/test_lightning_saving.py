@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from enum import Enum
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from stoker.core.saving import load_hparams_from_yaml, save_hparams_to_yaml
 from stoker.loggers import CSVLogger
@@ -31,3 +35,19 @@ def test_missing_file_warns_and_gives_nothing_and_bad_input_is_refused(tmp_path)
         load_hparams_from_yaml(tmp_path / "list.yaml")
     with pytest.raises(TypeError, match="mapping or a Namespace"):
         save_hparams_to_yaml(tmp_path / "x.yaml", 3)
+
+
+class Mode(str, Enum):
+    FAST = "fast-mode"
+
+
+def test_entries_yaml_cannot_read_back_are_left_out_with_a_warning(tmp_path):
+    path = tmp_path / "h.yaml"
+    hparams = {"dtype": torch.float32, "nested": {"fn": len}, "lr": 0.1, "root": Path("/data"), "mode": Mode.FAST,
+               "scale": np.float64(2.5)}
+    with pytest.warns(UserWarning) as caught:
+        save_hparams_to_yaml(path, hparams)
+    assert [str(w.message).split(":")[0] for w in caught] == ["Skipping 'dtype' parameter",
+                                                              "Skipping 'nested' parameter"]
+    # a path is its text, an enum member its name (Lightning's form), a numpy scalar its number
+    assert load_hparams_from_yaml(path) == {"lr": 0.1, "root": "/data", "mode": "FAST", "scale": 2.5}

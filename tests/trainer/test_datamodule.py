@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -221,3 +222,23 @@ def test_prepare_data_once_with_a_real_accelerator_and_any_object():
     prepare_data_once(module, accelerator)
     prepare_data_once(object(), accelerator)  # nothing to prepare: nothing happens
     assert calls == [1]
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
+def test_str_lists_the_dataset_size_behind_each_loader_method():
+    dm = Squares(n=8)
+    lines = ["{Train dataloader: None}", "{Validation dataloader: None}", "{Test dataloader: None}",
+             "{Predict dataloader: None}"]
+    assert str(dm) == os.linesep.join(lines)  # before setup the methods fail: nothing to size yet
+    dm.setup("fit")
+    lines[:2] = ["{Train dataloader: size=8}", "{Validation dataloader: size=8}"]
+    assert str(dm) == os.linesep.join(lines)
+    assert repr(dm) == "Squares(n=8, batch_size=4)"  # the repr stays the class and its hyperparameters
+
+    several = DataModule.from_datasets(train_dataset=[dm.full, _Stream()], test_dataset={"a": _Stream()})
+    assert str(several).splitlines() == ["{Train dataloader: 1. size=8 ; 2. size=NA}", "{Validation dataloader: None}",
+                                         "{Test dataloader: a. size=NA}", "{Predict dataloader: None}"]

@@ -165,3 +165,5 @@ def test_bad_fit_inputs() -> None:
 def test_save_checkpoint_before_any_run() -> None:
     with pytest.raises(RuntimeError, match="needs a module"):
         bare().save_checkpoint("x")
+    with pytest.raises(AttributeError, match="needs a module"):  # the class Lightning raises, for renamed scripts
+        bare().save_checkpoint("x")

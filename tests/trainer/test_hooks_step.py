@@ -138,3 +138,35 @@ def test_manual_backward_goes_through_the_backward_hook() -> None:
     module = Manual()
     quiet().fit(module, make_loader(make_regression_data(n=16)))
     assert names(module.calls) == ["backward", "on_train_batch_end"] * 2
+
+
+class ClipsItself(Regressor):
+    """configure_gradient_clipping overridden to call clip_gradients with its own arguments."""
+
+    def __init__(self, **clip: Any) -> None:
+        super().__init__()
+        self.clip = clip
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                    gradient_clip_algorithm: Any = None) -> None:
+        self.clip_gradients(optimizer, **self.clip)
+
+
+def test_clip_gradients_takes_the_trainers_setting_for_what_it_leaves_out() -> None:
+    by_trainer = weights_after(Regressor(), gradient_clip_val=0.05, gradient_clip_algorithm="value")
+    for clip, trainer_clip in (({}, {"gradient_clip_algorithm": "value"}),  # nothing given: all the Trainer's
+                               ({"gradient_clip_algorithm": "value"}, {})):  # the Trainer's value, by element
+        got = weights_after(ClipsItself(**clip), gradient_clip_val=0.05, **trainer_clip)
+        assert all(torch.equal(a, b) for a, b in zip(by_trainer, got))
+
+
+@pytest.mark.parametrize("clip, trainer_clip, quoted", [
+    ({"gradient_clip_val": 0.5}, {"gradient_clip_val": 0.1}, "clip_gradients(gradient_clip_val=0.5)"),
+    ({"gradient_clip_algorithm": "Norm"}, {"gradient_clip_val": 0.1, "gradient_clip_algorithm": "value"},
+     "clip_gradients(gradient_clip_algorithm='Norm')"),
+])
+def test_clip_gradients_contradicting_the_trainer_is_an_error(clip: dict, trainer_clip: dict, quoted: str) -> None:
+    with pytest.raises(ValueError, match="contradicts the Trainer's clipping") as error:
+        weights_after(ClipsItself(**clip), **trainer_clip)
+    assert str(error.value).startswith(quoted)
+    weights_after(ClipsItself(gradient_clip_val=0.1), gradient_clip_val=0.1)  # the same value twice is no conflict

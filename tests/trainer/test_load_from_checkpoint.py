@@ -100,6 +100,18 @@ def test_unusable_paths_and_mismatched_weights(tmp_path: Any) -> None:
         Regressor.load_from_checkpoint(tmp_path / "other")
 
 
+def test_strict_false_loads_the_matching_layers_of_a_module_that_has_more(tmp_path: Any) -> None:
+    trained = Regressor(seed=3)
+    trained.extra = nn.Linear(2, 2)  # a layer the class does not build: its keys are unexpected when loading
+    trainer = train(tmp_path, trained)
+    trainer.save_checkpoint(tmp_path / "wide.ckpt")
+    with pytest.raises(Exception, match=r"unexpected keys \['extra.bias', 'extra.weight'\].*strict=False"):
+        Regressor.load_from_checkpoint(tmp_path / "wide.ckpt")
+    loaded = Regressor.load_from_checkpoint(tmp_path / "wide.ckpt", strict=False)
+    assert not hasattr(loaded, "extra")
+    assert_same_weights(loaded.net, trained.net)
+
+
 def test_hparams_file_replaces_the_saved_hyperparameters(tmp_path: Any) -> None:
     """Lightning's hparams_file: the CSV logger's hparams.yaml, a .json or a key,value .csv builds the module;
     keyword overrides still win."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+import stoker.trainer
 from stoker import Callback, Trainer
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 from tests.helpers.trainers import quiet_trainer as bare
@@ -43,6 +45,15 @@ def test_properties_inside_steps(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().out.count("step ") == 8
     assert trainer.module is trainer.lightning_module is module and trainer.state.fn is None
     assert copy.deepcopy(module)._trainer is None  # a copy does not drag the Trainer along
+
+
+def test_ranks_are_the_attached_trainers_published_ones() -> None:
+    module = Regressor()
+    assert (module.global_rank, module.local_rank) == (0, 0)  # no Trainer: a single process
+    core = stoker.trainer.Trainer(logger=False, enable_progress_bar=False)
+    assert (core.global_rank, core.local_rank) == (0, 0)  # the core Trainer publishes them, not only stoker.Trainer
+    module.trainer = SimpleNamespace(global_rank=3, local_rank=1)  # anything that publishes them: a launcher's view
+    assert (module.global_rank, module.local_rank) == (3, 1)
 
 
 class Counter(Callback):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 __all__ = ["load_hparams_from_yaml", "save_hparams_to_yaml"]
@@ -28,11 +29,29 @@ def load_hparams_from_yaml(config_yaml: str | os.PathLike, use_omegaconf: bool =
 
 def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any] | Any,
                          use_omegaconf: bool = True) -> None:
-    """``hparams`` (a mapping or an ``argparse.Namespace``) written to ``config_yaml`` as the loggers write it."""
+    """``hparams`` (a mapping or an ``argparse.Namespace``) written to ``config_yaml`` as the loggers write it, except
+    that an entry holding an object YAML can only write as text (a dtype, a function; paths and enums are fine) is
+    left out with a warning, as in Lightning: read back, it would be a string where the object was expected."""
     from ...loggers.hparams_yaml import yaml_text
 
     values = vars(hparams) if not isinstance(hparams, Mapping) and hasattr(hparams, "__dict__") else hparams
     if not isinstance(values, Mapping):
         raise TypeError(f"save_hparams_to_yaml needs a mapping or a Namespace, got {type(hparams).__name__}.")
+    kept = {}
+    for key, value in values.items():
+        if _holds_an_object(value):
+            warnings.warn(f"Skipping {key!r} parameter: {value!r} has no YAML form that reads back as itself, so "
+                          f"{os.fspath(config_yaml)} leaves it out.", UserWarning, stacklevel=2)
+        else:
+            kept[key] = value
     with open(config_yaml, "w", encoding="utf-8") as f:
-        f.write(yaml_text(values))
+        f.write(yaml_text(kept))
+
+
+def _holds_an_object(value: Any) -> bool:
+    """Whether ``value`` holds something that YAML would get as its text only (not a path: its text is the path)."""
+    if isinstance(value, Mapping):
+        return any(_holds_an_object(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_an_object(v) for v in value)
+    return not isinstance(value, (type(None), bool, int, float, str, Enum, os.PathLike))

@@ -1,6 +1,7 @@
-"""Lightning's read-only facts of a Trainer that are only names over the core's own (``trainer.model``, the ranks and
-``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings) and ``init_module()``: a mixin of the
-Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file stays one idea."""
+"""Lightning's read-only facts of a Trainer that are only names over the core's own (``trainer.model``,
+``world_size``, ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings) and
+``init_module()``: a mixin of the Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file
+stays one idea (the ranks are the core Trainer's own)."""
 
 from __future__ import annotations
 
@@ -71,14 +72,6 @@ class RunFacts:
     def gradient_clip_algorithm(self) -> str | None:
         """Lightning's name: ``"norm"`` or ``"value"`` (None: no clipping)."""
         return clip_settings(self)["gradient_clip_algorithm"]
-
-    @property
-    def global_rank(self) -> int:
-        return self.accelerator.process_index
-
-    @property
-    def local_rank(self) -> int:
-        return self.accelerator.local_process_index
 
     @property
     def world_size(self) -> int:
