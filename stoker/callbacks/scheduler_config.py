@@ -28,6 +28,8 @@ class LRSchedulerConfig:
         monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.
         strict: Raise when ``monitor`` was not logged (else skip that step with a warning).
         name: A display name (e.g. for ``LearningRateMonitor``).
+        reduce_on_plateau: Whether it is a ``ReduceLROnPlateau`` (stepped with the ``monitor`` value); None (the
+            default): read from the scheduler.
 
     Example:
         >>> config = trainer.lr_scheduler_configs[0]               # doctest: +SKIP
@@ -41,11 +43,13 @@ class LRSchedulerConfig:
     monitor: str | None = None
     strict: bool = True
     name: str | None = None
+    reduce_on_plateau: bool | None = None
 
     def __post_init__(self) -> None:
         # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
         inner = getattr(self.scheduler, "scheduler", self.scheduler)
-        self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        if self.reduce_on_plateau is None:
+            self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
         # False only for a scheduler of another kind, which manual optimization allows (the module steps it)
         self.is_torch_scheduler = self.reduce_on_plateau or isinstance(inner, torch.optim.lr_scheduler.LRScheduler)
 

@@ -73,7 +73,10 @@ class ManualOptimizer(torch.optim.Optimizer):
         average_gradients(self._trainer.accelerator.strategy, grads)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, as in Lightning."""
+        """One optimizer step; ``closure`` (which may call ``manual_backward``) runs first, then the hooks, then the
+        optimizer's ``step`` with ``kwargs``. It also gets a closure whose first call returns that result and whose
+        later calls run ``closure`` again (an optimizer that evaluates the loss several times: LBFGS); under fp16
+        loss scaling it gets none (the scaler steps without one)."""
         t = self._trainer
         acc = t.accelerator
         result = None
@@ -87,10 +90,27 @@ class ManualOptimizer(torch.optim.Optimizer):
             t.hooks.call("on_before_optimizer_step", self.optimizer)
         # Every applied step counts, also a second optimizer stepping on the same backward (Lightning's rule).
         self.optimizer.count_next_step()
-        if kwargs:
-            raise TypeError(f"optimizer.step() got extra arguments {sorted(kwargs)}; stoker passes none on.")
-        self.optimizer.step()
+        if closure is None or acc.precision.scales_loss:
+            self.optimizer.step(**kwargs)
+        else:
+            self.optimizer.step(closure=self._evaluations(closure, result), **kwargs)
         return result
+
+    def _evaluations(self, closure: Callable[[], Any], first: Any) -> Callable[[], Any]:
+        """The closure the optimizer's ``step`` gets: ``first`` (``closure`` already ran for this step), then
+        ``closure`` again, its new gradients averaged across processes like the first ones."""
+        calls = 0
+
+        def evaluate() -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return first
+            again = closure()
+            self.sync()
+            return again
+
+        return evaluate
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the gradients of this optimizer's parameters."""

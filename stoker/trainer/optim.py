@@ -3,18 +3,20 @@
 Owns: turning the return value into optimizers plus :class:`LRSchedulerConfig` objects (validated once), and the
 rule for when a scheduler steps: ``interval="step"`` every ``frequency`` *applied* optimizer steps (an fp16 step
 skipped for overflow neither counts nor steps a scheduler), ``interval="epoch"`` every ``frequency`` epochs;
-``ReduceLROnPlateau`` gets the value of its ``monitor`` from ``trainer.callback_metrics``.
+``ReduceLROnPlateau`` gets the value of its ``monitor`` from ``trainer.callback_metrics``. ``None`` is accepted with a
+warning: the fit then runs with :class:`NoOptimizer` (forward and backward on every batch, no parameter changes).
 """
 
 from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from ..accelerator import AcceleratedScheduler
 from ..user_frame import user_stacklevel
 
 # Built here from configure_optimizers, read and replaced by callbacks: defined below both (see its module).
@@ -41,6 +43,28 @@ class OptimizersError(TypeError, ValueError):
     ``ValueError`` too (the class of Lightning's ``MisconfigurationException`` that scripts catch for it)."""
 
 
+class MonitorMissingError(RuntimeError, ValueError):
+    """A ``ReduceLROnPlateau`` with ``strict=True`` watches a value that was not logged: a ``RuntimeError`` (the
+    run is not where the value exists), and a ``ValueError`` too (a wrong ``monitor`` name is the usual cause, and
+    the class of Lightning's ``MisconfigurationException`` that scripts catch for it)."""
+
+
+class NoOptimizer(torch.optim.Optimizer):
+    """What a fit steps when ``configure_optimizers`` returns None: every batch runs ``training_step`` and backward,
+    steps are counted (``global_step``, logging, checkpoints) and no parameter changes. It holds the trainable
+    parameters so that their gradients are cleared at each window as usual (and fp16's scaler has gradients to
+    check); its learning rate reads 0."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
+        super().__init__([{"params": [p for p in params if p.requires_grad]}], {"lr": 0.0})
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        if closure is None:
+            return None
+        with torch.enable_grad():  # as torch's optimizers run a closure
+            return closure()
+
+
 def _bad_return(value: Any, detail: str = "") -> TypeError:
     return OptimizersError(
         f"configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
@@ -49,15 +73,22 @@ def _bad_return(value: Any, detail: str = "") -> TypeError:
     )
 
 
-def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False
+def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False,
+                     parameters: Iterable[torch.nn.Parameter] = ()
                      ) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
     """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value.
     ``manual``: under manual optimization the module steps its schedulers itself, so a scheduler need not be
     torch's, and a ``ReduceLROnPlateau`` needs no ``monitor``. ``own_step``: the module overrides
-    ``lr_scheduler_step``, so a scheduler of its own kind is stepped by it (Lightning's rule)."""
+    ``lr_scheduler_step``, so a scheduler of its own kind is stepped by it (Lightning's rule). ``parameters``: the
+    module's, for the :class:`NoOptimizer` of a ``None`` return."""
     optimizers: list[torch.optim.Optimizer] = []
     configs: list[LRSchedulerConfig] = []
-    if isinstance(value, torch.optim.Optimizer):
+    if value is None:
+        warnings.warn("configure_optimizers() returned None, so this fit will run with no optimizer: training_step "
+                      "and backward run on every batch and no parameter is updated. Return an optimizer to train.",
+                      UserWarning, stacklevel=user_stacklevel())
+        optimizers.append(NoOptimizer(parameters))
+    elif isinstance(value, torch.optim.Optimizer):
         optimizers.append(value)
     elif isinstance(value, Mapping):
         _parse_dict(value, optimizers, configs, manual, own_step)
@@ -79,7 +110,20 @@ def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False
         raise _bad_return(value)
     if not optimizers:
         raise _bad_return(value, ", which holds no optimizer")
+    _check_attached(optimizers, configs)
     return optimizers, configs
+
+
+def _check_attached(optimizers: list[torch.optim.Optimizer], configs: list[LRSchedulerConfig]) -> None:
+    """A scheduler changes the learning rate of the optimizer it was built on: that one must be stepped too."""
+    for config in configs:
+        target = getattr(config.scheduler, "optimizer", None)
+        if isinstance(target, torch.optim.Optimizer) and not any(target is opt for opt in optimizers):
+            raise ValueError(
+                f"configure_optimizers() returned the scheduler {type(config.scheduler).__name__} built on a "
+                f"{type(target).__name__} that is not one of the optimizers it returned, so nothing would step that "
+                "optimizer. Build each scheduler on a returned optimizer, or return its optimizer too."
+            )
 
 
 def _check_optimizer(opt: Any, whole: Any) -> torch.optim.Optimizer:
@@ -152,20 +196,25 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
             if value is None:
                 available = sorted(metrics)
                 if config.strict:
-                    raise RuntimeError(
+                    raise MonitorMissingError(
                         f"ReduceLROnPlateau watches {config.monitor!r}, which was not logged. Logged metrics: "
                         f"{available}. self.log({config.monitor!r}, ...) it, or fix the 'monitor' name."
                     )
-                import warnings
-
-                warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped.",
-                              stacklevel=2)
+                warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped "
+                              "(strict=False).", RuntimeWarning, stacklevel=2)
                 continue
             if step is None:
                 config.scheduler.step(float(value))
             else:
-                step(config.scheduler, float(value))
+                step(_users(config.scheduler), float(value))
         elif step is None:
             config.scheduler.step()
         else:
-            step(config.scheduler, None)
+            step(_users(config.scheduler), None)
+
+
+def _users(scheduler: Any) -> Any:
+    """The scheduler as ``configure_optimizers`` returned it, for the module's ``lr_scheduler_step`` (its own
+    ``isinstance`` checks): the Trainer's schedulers are prepared with ``step_scheduler_with_optimizer=False``, so
+    the wrapper's ``step`` only passes the call on."""
+    return scheduler.scheduler if isinstance(scheduler, AcceleratedScheduler) else scheduler

@@ -11,17 +11,21 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.data import DataLoader
 
+# The record trainer.lr_scheduler_configs holds (a dataclass, as Lightning's is), importable under Lightning's path.
+from stoker.callbacks.scheduler_config import LRSchedulerConfig
+
 STEP_OUTPUT = Union[Tensor, Mapping[str, Any], None]
 """What ``training_step`` and the evaluation steps return: a loss, a dict with ``"loss"``, or None."""
 
 LRSchedulerTypeUnion = Union[LRScheduler, ReduceLROnPlateau]
-LRSchedulerConfig = Mapping[str, Any]
-"""``{"scheduler": ..., "interval": "epoch" | "step", "frequency": n, "monitor": ...}``."""
+LRSchedulerConfigType = Mapping[str, Any]
+"""The dict form of a scheduler in ``configure_optimizers``' return value: ``{"scheduler": ..., "interval": "epoch" |
+"step", "frequency": n, "monitor": ...}``."""
 
 OptimizerLRScheduler = Union[
     Optimizer,
     Sequence[Optimizer],
-    tuple[Sequence[Optimizer], Sequence[Union[LRSchedulerTypeUnion, LRSchedulerConfig]]],
+    tuple[Sequence[Optimizer], Sequence[Union[LRSchedulerTypeUnion, LRSchedulerConfigType]]],
     Mapping[str, Any],
     Sequence[Mapping[str, Any]],
     None,
@@ -31,5 +35,5 @@ OptimizerLRScheduler = Union[
 TRAIN_DATALOADERS = Union[DataLoader, Iterable[Any], Mapping[str, Any], Sequence[Any]]
 EVAL_DATALOADERS = Union[DataLoader, Sequence[DataLoader]]
 
-__all__ = ["EVAL_DATALOADERS", "LRSchedulerConfig", "LRSchedulerTypeUnion", "OptimizerLRScheduler", "STEP_OUTPUT",
-           "TRAIN_DATALOADERS"]
+__all__ = ["EVAL_DATALOADERS", "LRSchedulerConfig", "LRSchedulerConfigType", "LRSchedulerTypeUnion",
+           "OptimizerLRScheduler", "STEP_OUTPUT", "TRAIN_DATALOADERS"]

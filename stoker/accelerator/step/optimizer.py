@@ -55,12 +55,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         else:
             self.optimizer.zero_grad(set_to_none=False)
 
-    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
+    def step(self, closure: Callable | None = None, **kwargs: Any) -> None:  # type: ignore[override]
+        """Steps the wrapped optimizer at a window's last micro-step; ``closure`` and ``kwargs`` go to its ``step``
+        (under fp16 loss scaling through the scaler, which takes no closure)."""
         window = self._window
         if not window.sync_gradients:
             return
         window.finish(self.optimizer)  # unscale + normalise, unless clipping already did (the window knows)
-        stepped = self._precision.step(self.optimizer, closure)  # fp16: the scaler skips the step on overflow
+        # fp16: the scaler skips the step on overflow
+        stepped = self._precision.step(self.optimizer, closure, **kwargs)
         self.step_was_skipped = not stepped
         window.optimizer_stepped(stepped)
 

@@ -117,9 +117,15 @@ class Precision:
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divides ``optimizer``'s gradients by the loss scale; the window calls it exactly once per step."""
 
-    def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
-        """Steps ``optimizer`` (whose gradients the window finished); False when skipped (fp16 overflow)."""
-        optimizer_step(optimizer) if closure is None else optimizer.step(closure)
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None, **kwargs: Any) -> bool:
+        """Steps ``optimizer`` (whose gradients the window finished), ``kwargs`` passed on to its ``step``; False
+        when skipped (fp16 overflow)."""
+        if closure is not None:
+            optimizer.step(closure=closure, **kwargs)
+        elif kwargs:
+            optimizer.step(**kwargs)
+        else:
+            optimizer_step(optimizer)
         return True
 
     def update(self) -> None:
@@ -212,21 +218,21 @@ class FP16Precision(MixedPrecision):
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None) -> bool:
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable | None = None, **kwargs: Any) -> bool:
         self._update_pending = True
         args = () if closure is None else (closure,)
         hookable = hasattr(optimizer, "_optimizer_step_post_hooks")  # set by Optimizer.__init__
         if getattr(optimizer, "_step_supports_amp_scaling", False) or not hookable:
             # Fused optimizers skip on the device, so the scaler never reads found_inf: this read is the one sync.
             found = self.scaler._found_inf_per_device(optimizer)  # filled when the window unscaled
-            self.scaler.step(optimizer, *args)
+            self.scaler.step(optimizer, *args, **kwargs)
             return not sum(found.values()).item()
         # The scaler reads found_inf on the host once (its one sync per step) and calls optimizer.step() only when
         # finite: a post-step hook tells us which without reading it a second time.
         if optimizer not in self._step_hooks:
             self._step_hooks[optimizer] = optimizer.register_step_post_hook(self._mark_stepped)
         self._stepped = False
-        self.scaler.step(optimizer, *args)
+        self.scaler.step(optimizer, *args, **kwargs)
         return self._stepped
 
     def _mark_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
