@@ -3,15 +3,14 @@
 Owns: turning the return value into optimizers plus :class:`LRSchedulerConfig` objects (validated once), and the
 rule for when a scheduler steps: ``interval="step"`` every ``frequency`` *applied* optimizer steps (an fp16 step
 skipped for overflow neither counts nor steps a scheduler), ``interval="epoch"`` every ``frequency`` epochs;
-``ReduceLROnPlateau`` gets the value of its ``monitor`` from ``trainer.callback_metrics``. ``None`` is accepted with a
-warning: the fit then runs with :class:`NoOptimizer` (forward and backward on every batch, no parameter changes).
+``ReduceLROnPlateau`` gets the value of its ``monitor`` from ``trainer.callback_metrics``.
 """
 
 from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,22 +48,6 @@ class MonitorMissingError(RuntimeError, ValueError):
     the class of Lightning's ``MisconfigurationException`` that scripts catch for it)."""
 
 
-class NoOptimizer(torch.optim.Optimizer):
-    """What a fit steps when ``configure_optimizers`` returns None: every batch runs ``training_step`` and backward,
-    steps are counted (``global_step``, logging, checkpoints) and no parameter changes. It holds the trainable
-    parameters so that their gradients are cleared at each window as usual (and fp16's scaler has gradients to
-    check); its learning rate reads 0."""
-
-    def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
-        super().__init__([{"params": [p for p in params if p.requires_grad]}], {"lr": 0.0})
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
-        if closure is None:
-            return None
-        with torch.enable_grad():  # as torch's optimizers run a closure
-            return closure()
-
-
 def _bad_return(value: Any, detail: str = "") -> TypeError:
     return OptimizersError(
         f"configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
@@ -73,22 +56,17 @@ def _bad_return(value: Any, detail: str = "") -> TypeError:
     )
 
 
-def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False,
-                     parameters: Iterable[torch.nn.Parameter] = ()
+def parse_optimizers(value: Any, manual: bool = False, own_step: bool = False
                      ) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
     """Returns ``(optimizers, scheduler_configs)`` for any accepted ``configure_optimizers`` return value.
     ``manual``: under manual optimization the module steps its schedulers itself, so a scheduler need not be
     torch's, and a ``ReduceLROnPlateau`` needs no ``monitor``. ``own_step``: the module overrides
-    ``lr_scheduler_step``, so a scheduler of its own kind is stepped by it (Lightning's rule). ``parameters``: the
-    module's, for the :class:`NoOptimizer` of a ``None`` return."""
+    ``lr_scheduler_step``, so a scheduler of its own kind is stepped by it (Lightning's rule). ``None`` is an error (Lightning
+    trains with no optimizer): a ``configure_optimizers`` that forgot its ``return`` fails at once rather than
+    training nothing."""
     optimizers: list[torch.optim.Optimizer] = []
     configs: list[LRSchedulerConfig] = []
-    if value is None:
-        warnings.warn("configure_optimizers() returned None, so this fit will run with no optimizer: training_step "
-                      "and backward run on every batch and no parameter is updated. Return an optimizer to train.",
-                      UserWarning, stacklevel=user_stacklevel())
-        optimizers.append(NoOptimizer(parameters))
-    elif isinstance(value, torch.optim.Optimizer):
+    if isinstance(value, torch.optim.Optimizer):
         optimizers.append(value)
     elif isinstance(value, Mapping):
         _parse_dict(value, optimizers, configs, manual, own_step)

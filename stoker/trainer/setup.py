@@ -131,8 +131,7 @@ class RunSetup:
             val_check_batch=None, training_step=self._route(module, model, automatic), automatic=automatic,
             train_from_hooks=not passed[0], val_from_hooks=not passed[1])
         optimizers, configs = parse_optimizers(module.configure_optimizers(), manual=not automatic,
-                                               own_step=overrides(module, "lr_scheduler_step"),
-                                               parameters=module.parameters())
+                                               own_step=overrides(module, "lr_scheduler_step"))
         if len(optimizers) > 1 and automatic:
             raise ValueError(
                 f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers ("

@@ -66,6 +66,7 @@ def test_configure_optimizers_missing() -> None:
 
 
 @pytest.mark.parametrize("value, error, match", [
+    (None, TypeError, r"configure_optimizers\(\) returned None. Return an optimizer"),
     ("adam", TypeError, r"configure_optimizers\(\) returned 'adam'"),
     (lambda m: [sgd(m), "x"], TypeError, r"returned \[SGD, 'x'\]: the scheduler str is not a torch LR scheduler"),
     (lambda m: [sgd(m), sgd(m), "x"], TypeError, "str is not a torch.optim.Optimizer"),

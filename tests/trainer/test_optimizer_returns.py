@@ -1,5 +1,5 @@
-"""What ``configure_optimizers`` may return beyond an optimizer, and how the Trainer treats its schedulers:
-``None`` (a run that trains nothing), a scheduler built on an optimizer that was not returned, a
+"""How the Trainer treats what ``configure_optimizers`` returns around its schedulers: a scheduler built on an
+optimizer that was not returned, a
 ``ReduceLROnPlateau`` whose metric is missing, the scheduler a module's ``lr_scheduler_step`` gets, and the
 ``LRSchedulerConfig`` record under Lightning's import path."""
 
@@ -26,46 +26,8 @@ class Configured(Regressor):
         return self.make(self)
 
 
-class Untrained(Configured):
-    """Returns None from configure_optimizers; records what each batch did."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda m: None)
-        self.batches = 0
-        self.grads_seen: list[bool] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        self.batches += 1
-        return super().training_step(batch, batch_idx)
-
-    def on_after_backward(self) -> None:
-        self.grads_seen.append(all(p.grad is not None for p in self.parameters()))
-
-
 def loader() -> Any:
     return make_loader(make_regression_data(n=32), batch_size=8)
-
-
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_none_runs_forward_and_backward_and_changes_no_weight(precision: str) -> None:
-    module = Untrained()
-    before = params_of(module)
-    trainer = quiet_trainer(max_epochs=2, precision=precision)
-    with pytest.warns(UserWarning, match=r"returned None, so this fit will run with no optimizer"):
-        trainer.fit(module, loader())
-    assert module.batches == 8 and module.grads_seen == [True] * 8
-    for got, want in zip(params_of(module), before):
-        assert torch.equal(got, want)
-    assert trainer.optimizers[0].param_groups[0]["lr"] == 0.0
-    if precision == "fp32":  # fp16 may skip an overflowing step, which is not counted
-        assert trainer.global_step == 8  # each batch is still a step: max_steps, logging and checkpoints count it
-
-
-def test_none_under_max_steps_stops_there() -> None:
-    trainer = quiet_trainer(max_steps=3)
-    with pytest.warns(UserWarning, match="no optimizer"):
-        trainer.fit(Untrained(), loader())
-    assert trainer.global_step == 3
 
 
 def test_a_scheduler_built_on_an_optimizer_that_was_not_returned_is_refused() -> None:
