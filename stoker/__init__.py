@@ -20,7 +20,7 @@ from .accelerator import (
 )
 from .compat.accelerate import Accelerator  # the core Accelerator plus Accelerate's arguments and methods
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402 - one place for the version
 
 _LAZY = {
     "Trainer": "stoker.compat.lightning",  # the core stoker.trainer.Trainer plus Lightning's names

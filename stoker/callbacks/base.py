@@ -35,6 +35,12 @@ class LastSaver(Protocol):
     def save_last_now(self, trainer: TrainerView) -> str: ...
 
 
+class FitRunView(Protocol):
+    """What a callback reads of the fit in progress (``trainer.fit_run``)."""
+
+    train_loader: Any  # the prepared train loader the fit reads: its state_dict() is the run's position
+
+
 class TrainerView(Protocol):
     """What a callback reads and calls on the Trainer that its hooks receive: public attributes and the facts of the
     fit in progress. ``stoker.Trainer`` has every member. Written here as a structural type because callbacks sit
@@ -56,6 +62,8 @@ class TrainerView(Protocol):
     def lr_scheduler_configs(self) -> list[Any]: ...
     @property
     def callback_metrics(self) -> dict[str, Any]: ...
+    @property
+    def fit_run(self) -> FitRunView | None: ...  # None before the first fit
     @property
     def num_training_batches(self) -> int | float: ...
     @property

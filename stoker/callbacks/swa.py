@@ -216,7 +216,7 @@ class StochasticWeightAveraging(Callback):
 
     def _update_batch_norm(self, trainer: TrainerView, module: nn.Module) -> None:
         norms = [m for m in module.modules() if isinstance(m, _BatchNorm)]
-        loader = getattr(trainer, "train_dataloader", None)
+        loader = trainer.fit_run.train_loader if trainer.fit_run is not None else None  # the prepared one
         if not norms or loader is None:
             return
         momenta = {m: m.momentum for m in norms}

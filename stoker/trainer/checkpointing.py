@@ -34,6 +34,7 @@ import torch
 from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..user_frame import user_stacklevel
+from .hook_checkpoint import add_views, take_views
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -73,17 +74,30 @@ class TrainerCheckpointState:
 
 
 def build_payload(trainer: TrainerParts) -> dict[str, Any]:
-    """The Trainer's state, after the ``on_save_checkpoint`` hooks added their entries."""
+    """The Trainer's state: the dict the ``on_save_checkpoint`` hooks got (Lightning's keys, ``hook_checkpoint.py``)
+    with what they added, and beside it the Trainer's own bookkeeping."""
     from .loading import not_checkpointable
 
     module = trainer.module
+    hparams = dict(getattr(module, "hparams", {}) or {})
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "loops": {"fit_loop": trainer.fit_loop.state_dict()},
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-        "hyper_parameters": storable(dict(getattr(module, "hparams", {}) or {})),
-        "hyper_parameters_not_stored": not_checkpointable(dict(getattr(module, "hparams", {}) or {})),
+    }
+    if hparams:
+        checkpoint["hyper_parameters"] = storable(hparams)
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None:  # its state and hyperparameters travel with the run
+        checkpoint["datamodule"] = datamodule.state_dict()
+        checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
+    if trainer.hooks is not None:
+        add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
+        trainer.hooks.call("on_save_checkpoint", checkpoint)
+        take_views(checkpoint, "on_save_checkpoint")
+    own = {
+        "hyper_parameters_not_stored": not_checkpointable(hparams),
         "results": trainer.train_results.state_dict(),
         # The latest values, so that a resumed run's epoch-end (a ReduceLROnPlateau step) and callbacks see them.
         "callback_metrics": {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
@@ -91,16 +105,10 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
         # Schedulers that are not torch's (stepped by the module) are not the Accelerator's to save: their states here.
         "other_schedulers": [_state_of(c.scheduler) for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler],
     }
-    datamodule = getattr(trainer, "datamodule", None)
-    if datamodule is not None:  # its state and hyperparameters travel with the run
-        checkpoint["datamodule"] = datamodule.state_dict()
-        checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
-    if trainer.hooks is not None:
-        trainer.hooks.call("on_save_checkpoint", checkpoint)
     # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
     runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)}
             if lg.version_chosen and lg.root_dir is not None else None for lg in trainer.loggers]
-    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "logger_runs": runs}
+    return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "trainer": own, "logger_runs": runs}
 
 
 def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None], int] | None:
@@ -115,7 +123,9 @@ def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None
 
 def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
-    checkpoint = dict(payload["checkpoint"])
+    from .loading import trainer_own
+
+    checkpoint, own = trainer_own(payload)
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
     saved = checkpoint.get("callbacks", {})
     states = {_same_key(key): state for key, state in saved.items()}
@@ -125,14 +135,15 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
             callback.load_state_dict(states[key])
     _warn_missing_callbacks(saved, set(present))
     others = [c.scheduler for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler]
-    for scheduler, state in zip(others, checkpoint.get("other_schedulers", [])):
+    for scheduler, state in zip(others, own.get("other_schedulers", [])):
         if state is not None and callable(getattr(scheduler, "load_state_dict", None)):
             scheduler.load_state_dict(state)
-    trainer.train_results.load_state_dict(checkpoint.get("results", {}))
-    trainer.callback_metrics.update(checkpoint.get("callback_metrics", {}))
+    trainer.train_results.load_state_dict(own.get("results", {}))
+    trainer.callback_metrics.update(own.get("callback_metrics", {}))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
+    add_views(checkpoint, trainer.module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
     trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
@@ -142,9 +153,10 @@ def restore_param_groups(trainer: TrainerParts, path: str) -> None:
     hooks = [(cb, hook) for cb in trainer.callbacks if callable(hook := getattr(cb, "restore_param_groups", None))]
     if not hooks:
         return
-    from .loading import trainer_checkpoint
+    from .loading import trainer_checkpoint, trainer_own
 
-    saved = (trainer_checkpoint(path, check_all=False) or {}).get("callbacks", {})
+    payload = trainer_checkpoint(path, check_all=False)
+    saved = trainer_own(payload)[0].get("callbacks", {}) if payload is not None else {}
     states = {_same_key(key): state for key, state in saved.items()}
     for callback, hook in hooks:
         if states.get(_same_key(callback.state_key)):

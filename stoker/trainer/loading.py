@@ -27,6 +27,8 @@ from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write
 __all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
 _TRAINER_FORMAT = "stoker-trainer"
+# What checkpointing.build_payload keeps beside the hooks' dict, under "trainer".
+_OWN = ("hyper_parameters_not_stored", "results", "callback_metrics", "other_schedulers")
 
 
 def _checkpointable(value: Any) -> bool:
@@ -46,7 +48,7 @@ def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
 
 
 def trainer_checkpoint(folder: str, check_all: bool = True) -> dict[str, Any] | None:
-    """The Trainer's ``checkpoint`` dict stored in a ``save_state`` folder (None when it holds none).
+    """The Trainer's state stored in a ``save_state`` folder (``checkpointing.build_payload``; None: it holds none).
     ``check_all=False`` checksums only the files read here (a resume reads it before ``load_state`` checks all)."""
     from ..accelerator import load_tree, verify_checkpoint
 
@@ -57,8 +59,17 @@ def trainer_checkpoint(folder: str, check_all: bool = True) -> dict[str, Any] | 
     for name in names:
         tree = load_tree(os.path.join(folder, name))
         if isinstance(tree, dict) and tree.get("format") == _TRAINER_FORMAT:
-            return dict(tree["checkpoint"])
+            return tree
     return None
+
+
+def trainer_own(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(checkpoint, the Trainer's own bookkeeping)`` of a stored state; checkpoints written before the two were
+    apart kept the bookkeeping inside the checkpoint dict, where it is taken out here."""
+    checkpoint = dict(payload["checkpoint"])
+    if "trainer" in payload:
+        return checkpoint, dict(payload["trainer"])
+    return checkpoint, {k: checkpoint.pop(k) for k in _OWN if k in checkpoint}
 
 
 def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None]:
@@ -71,9 +82,12 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
                 raise ValueError(f"{path} is a sharded (FSDP) checkpoint; load_from_checkpoint reads whole weights. "
                                  "Export them with ModelCheckpoint(export_weights=True) or Accelerator.save_model "
                                  "and load that folder.")
-            checkpoint = trainer_checkpoint(path)
-            hparams = None if checkpoint is None else dict(checkpoint.get("hyper_parameters") or {})
-            not_stored = [] if checkpoint is None else list(checkpoint.get("hyper_parameters_not_stored") or [])
+            payload = trainer_checkpoint(path)
+            if payload is None:
+                return os.path.join(path, "model.safetensors"), None, [], None
+            checkpoint, own = trainer_own(payload)
+            hparams = dict(checkpoint.get("hyper_parameters") or {})
+            not_stored = list(own.get("hyper_parameters_not_stored") or [])
             return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
         weights = path
         beside = os.path.join(path, HPARAMS_NAME)

@@ -3,7 +3,7 @@
 Owns nothing but the record: set-up builds a :class:`FitRun` / :class:`EvalRun` and returns it, the Trainer passes
 it to the loops explicitly (``FitLoop.run(run)``, ``run_evaluation(trainer, stage, run.loaders)``). What callbacks
 read stays on the Trainer's public attributes (``optimizers``, ``lr_scheduler_configs``, ``num_training_batches``,
-``num_val_batches``, ``train_dataloader``...).
+``num_val_batches``, ``fit_run.train_loader``...).
 """
 
 from __future__ import annotations

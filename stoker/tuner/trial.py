@@ -39,7 +39,7 @@ _KEPT = ("callbacks", "loggers", "profiler", "run_report", "max_steps", "max_epo
          "logged_metrics", "progress_bar_values", "eval_log_steps", "results", "train_results")
 
 
-# What keep_loaders() leaves in place: the last trial's loaders (trainer.train_dataloader reads fit_run).
+# What keep_loaders() leaves in place: the last trial's loaders (the prepared ones are fit_run's).
 _LOADERS = ("fit_run", "num_training_batches", "num_val_batches")
 
 

@@ -1,0 +1,73 @@
+"""The dict the ``on_save_checkpoint`` / ``on_load_checkpoint`` hooks get: Lightning's keys, to read.
+
+Besides what the Trainer stores (``epoch``, ``global_step``, ``loops``, ``callbacks``, ``hyper_parameters`` when
+there are any, what the hooks add), the hooks find ``state_dict``, ``optimizer_states``, ``lr_schedulers`` and
+``pytorch-lightning_version`` (stoker's version) where a Lightning hook looks for them. The weights and optimizer
+states are saved from the objects themselves into the checkpoint folder's safetensors files (and are loaded into
+them before ``on_load_checkpoint``), so these entries are views that are never stored twice: read-only, with an
+error that says so on a change, and a warning when a hook removes or replaces one (which changes nothing saved).
+The Trainer's own bookkeeping travels beside this dict in the checkpoint, not in it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from ..user_frame import user_stacklevel
+from ..version import __version__
+
+VIEWS = ("state_dict", "optimizer_states", "lr_schedulers")
+VERSION_KEY = "pytorch-lightning_version"  # Lightning's name for the version of the library that wrote it
+_FIX = ("the Trainer saves weights and optimizer states from the module and optimizers themselves, so change "
+        "those (or save a smaller checkpoint with ModelCheckpoint(save_weights_only=True))")
+
+
+class ReadOnlyState(Mapping):
+    """A state dict the hooks may read; assigning or deleting a key is a ``TypeError`` that says why."""
+
+    def __init__(self, state: Mapping[str, Any], key: str) -> None:
+        self._state, self._key = state, key
+
+    def __getitem__(self, name: str) -> Any:
+        return self._state[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        raise TypeError(f"checkpoint[{self._key!r}] is read-only in a stoker checkpoint hook: {_FIX}.")
+
+    __delitem__ = __setitem__  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyState({dict(self._state)!r})"
+
+
+def _state_of(obj: Any) -> Mapping[str, Any]:
+    return obj.state_dict() if callable(getattr(obj, "state_dict", None)) else {}
+
+
+def add_views(checkpoint: dict[str, Any], module: torch.nn.Module | None, optimizers: Iterable[Any],
+              schedulers: Iterable[Any]) -> None:
+    """Puts the read-only views into ``checkpoint`` before the hooks run."""
+    checkpoint[VERSION_KEY] = __version__
+    checkpoint["state_dict"] = ReadOnlyState(module.state_dict() if module is not None else {}, "state_dict")
+    checkpoint["optimizer_states"] = tuple(ReadOnlyState(_state_of(o), "optimizer_states") for o in optimizers)
+    checkpoint["lr_schedulers"] = tuple(ReadOnlyState(_state_of(s), "lr_schedulers") for s in schedulers)
+
+
+def take_views(checkpoint: dict[str, Any], hook: str) -> None:
+    """Removes the views after the hooks ran, with a warning for each one a hook removed or replaced."""
+    checkpoint.pop(VERSION_KEY, None)
+    for key in VIEWS:
+        value = checkpoint.pop(key, None)
+        if not isinstance(value, (ReadOnlyState, tuple)):
+            warnings.warn(f"{hook} removed or replaced checkpoint[{key!r}], which changes nothing in a stoker "
+                          f"checkpoint: {_FIX}.", UserWarning, stacklevel=user_stacklevel())

@@ -1,0 +1,93 @@
+"""The dict ``on_save_checkpoint`` / ``on_load_checkpoint`` get (``stoker/trainer/hook_checkpoint.py``): Lightning's
+keys, the states as read-only views that are never stored, and the Trainer's bookkeeping kept out of it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+import stoker
+from stoker.callbacks import Callback, ModelCheckpoint
+from stoker.trainer.loading import trainer_checkpoint, trainer_own
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trainers import quiet_trainer
+
+LIGHTNING_KEYS = {"epoch", "global_step", "pytorch-lightning_version", "state_dict", "loops", "callbacks",
+                  "optimizer_states", "lr_schedulers"}
+
+
+class Seeing(Regressor):
+    """Records the keys and views its checkpoint hooks see, and adds an entry of its own."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.seen: dict[str, Any] = {}
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.seen["save_keys"] = set(checkpoint)
+        self.seen["save_weights"] = {k: v.clone() for k, v in checkpoint["state_dict"].items()}
+        self.seen["save_lr"] = checkpoint["lr_schedulers"][0]["_last_lr"]
+        self.seen["save_momentum"] = len(checkpoint["optimizer_states"][0]["state"])
+        with pytest.raises(TypeError, match=r"checkpoint\['state_dict'\] is read-only"):
+            checkpoint["state_dict"]["net.0.weight"] = torch.zeros(1)
+        checkpoint["mine"] = {"note": 7}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.seen["load_keys"] = set(checkpoint)
+        self.seen["load_weights"] = {k: v.clone() for k, v in checkpoint["state_dict"].items()}
+        self.seen["load_mine"] = checkpoint.get("mine")
+
+
+def fit(root: Any, module: Regressor, ckpt_path: str | None = None, **kw: Any) -> stoker.Trainer:
+    trainer = quiet_trainer(default_root_dir=str(root), enable_checkpointing=True,
+                            callbacks=[ModelCheckpoint(save_last=True)], **kw)
+    trainer.fit(module, make_loader(make_regression_data(n=32), batch_size=8), ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_the_hooks_get_lightnings_keys_and_the_states_as_they_are_saved(tmp_path: Any) -> None:
+    module = Seeing()
+    fit(tmp_path, module, max_epochs=1)
+    assert module.seen["save_keys"] == LIGHTNING_KEYS | {"hyper_parameters"}  # Regressor saves its arguments
+    assert module.seen["save_lr"] == [0.05] and module.seen["save_momentum"] == 4  # stepped once; momentum buffers
+    for name, value in module.state_dict().items():
+        assert torch.equal(module.seen["save_weights"][name], value)
+    payload = trainer_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    checkpoint, own = trainer_own(payload)
+    assert not ({"state_dict", "optimizer_states", "lr_schedulers", "pytorch-lightning_version"} & set(checkpoint))
+    assert checkpoint["mine"] == {"note": 7} and set(own) >= {"results", "callback_metrics"}
+
+    resumed = Seeing()
+    fit(tmp_path / "again", resumed, max_epochs=2, ckpt_path=os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    assert resumed.seen["load_keys"] >= LIGHTNING_KEYS | {"mine"} and resumed.seen["load_mine"] == {"note": 7}
+    assert "results" not in resumed.seen["load_keys"]  # the Trainer's bookkeeping is not the hooks' business
+    for name, value in module.state_dict().items():  # the weights loaded for the resume, seen by the hook
+        assert torch.equal(resumed.seen["load_weights"][name], value)
+
+
+def test_a_hook_that_removes_a_state_is_warned_that_nothing_changes(tmp_path: Any) -> None:
+    class Dropping(Callback):
+        def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            del checkpoint["optimizer_states"]
+
+    with pytest.warns(UserWarning, match=r"removed or replaced checkpoint\['optimizer_states'\].*save_weights_only"):
+        trainer = quiet_trainer(default_root_dir=str(tmp_path), max_epochs=1, callbacks=[Dropping()])
+        trainer.fit(Regressor(), make_loader(make_regression_data(n=16), batch_size=8))
+        trainer.save_checkpoint(tmp_path / "manual.ckpt")
+
+
+def test_a_checkpoint_with_the_bookkeeping_inside_still_reads(tmp_path: Any) -> None:
+    # Checkpoints written before the bookkeeping moved beside the hooks' dict kept it inside.
+    old = {"format": "stoker-trainer", "version": 1, "logger_runs": [],
+           "checkpoint": {"epoch": 1, "global_step": 4, "results": {"a": 1}, "other_schedulers": [],
+                          "hyper_parameters": {"lr": 0.1}, "hyper_parameters_not_stored": ["f"]}}
+    checkpoint, own = trainer_own(old)
+    assert checkpoint == {"epoch": 1, "global_step": 4, "hyper_parameters": {"lr": 0.1}}
+    assert own == {"results": {"a": 1}, "other_schedulers": [], "hyper_parameters_not_stored": ["f"]}
