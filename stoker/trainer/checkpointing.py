@@ -34,7 +34,7 @@ import torch
 from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..user_frame import user_stacklevel
-from .hook_checkpoint import add_views, take_views
+from .hook_checkpoint import add_views, without_views
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -95,7 +95,7 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     if trainer.hooks is not None:
         add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_save_checkpoint", checkpoint)
-        take_views(checkpoint, "on_save_checkpoint")
+        checkpoint = without_views(checkpoint, "on_save_checkpoint")
     own = {
         "hyper_parameters_not_stored": not_checkpointable(hparams),
         "results": trainer.train_results.state_dict(),

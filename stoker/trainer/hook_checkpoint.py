@@ -63,11 +63,11 @@ def add_views(checkpoint: dict[str, Any], module: torch.nn.Module | None, optimi
     checkpoint["lr_schedulers"] = tuple(ReadOnlyState(_state_of(s), "lr_schedulers") for s in schedulers)
 
 
-def take_views(checkpoint: dict[str, Any], hook: str) -> None:
-    """Removes the views after the hooks ran, with a warning for each one a hook removed or replaced."""
-    checkpoint.pop(VERSION_KEY, None)
+def without_views(checkpoint: dict[str, Any], hook: str) -> dict[str, Any]:
+    """What is stored of ``checkpoint`` after the hooks ran: all but the views (the hooks' dict keeps them, as a
+    hook may hold on to it), with a warning for each view a hook removed or replaced."""
     for key in VIEWS:
-        value = checkpoint.pop(key, None)
-        if not isinstance(value, (ReadOnlyState, tuple)):
+        if not isinstance(checkpoint.get(key), (ReadOnlyState, tuple)):
             warnings.warn(f"{hook} removed or replaced checkpoint[{key!r}], which changes nothing in a stoker "
                           f"checkpoint: {_FIX}.", UserWarning, stacklevel=user_stacklevel())
+    return {k: v for k, v in checkpoint.items() if k not in VIEWS and k != VERSION_KEY}
