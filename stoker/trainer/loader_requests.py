@@ -147,7 +147,7 @@ class LoaderRequests:
         acc = t.accelerator
         run.train_loader = prepare_loader(acc, value) if first else replace_loader(acc, run.train_loader, value)
         self.limit_train(run.train_loader)
-        run.val_check_batch = self.val_check_batch()
+        run.val_check_batch = self.val_check_batch(run.val_enabled)
         return run.train_loader
 
     def val(self, run: FitRun) -> list[Any]:
@@ -211,13 +211,15 @@ class LoaderRequests:
             return length
         return float("inf") if n is None else n
 
-    def val_check_batch(self) -> int | None:
+    def val_check_batch(self, validates: bool = True) -> int | None:
+        """Validate every this many training batches (None: by time, or at the epoch's end). ``validates``: the fit
+        validates at all; without validation (``limit_val_batches=0``) an interval past the epoch is no mistake."""
         t = self.trainer
         interval, n = t.val_check_interval, t.num_training_batches
         if t.val_check_seconds is not None:
             return None  # validation by time (the fit loop's clock), not by batch count
         if isinstance(interval, int):
-            if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
+            if validates and t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
                                  "an epoch, so validation would never run. Use a smaller int, a fraction such as "
                                  "1.0, or check_val_every_n_epoch=None to count batches across epochs.")
