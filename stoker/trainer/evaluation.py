@@ -19,7 +19,7 @@ from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
-from .step_args import check_loader_idx, step_call
+from .step_args import stage_step
 
 if TYPE_CHECKING:
     from .parts import LoopPosition, TrainerParts
@@ -39,8 +39,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
         return [{} for _ in loaders]
     table = STAGES[stage]
     multiple = len(loaders) > 1
-    check_loader_idx(trainer.module, table, multiple)
-    step_fn = step_call(getattr(trainer.module, table.step))
+    step_fn = stage_step(trainer.module, table, multiple)
     results = Results(trainer, stage)
     call = trainer.hooks.call
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
@@ -106,8 +105,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
         return [[] for _ in loaders] if len(loaders) > 1 else []
     call = trainer.hooks.call
     multiple = len(loaders) > 1
-    check_loader_idx(trainer.module, PREDICT, multiple)
-    step_fn = step_call(getattr(trainer.module, PREDICT.step))
+    step_fn = stage_step(trainer.module, PREDICT, multiple)
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     outputs: list[list[Any]] = []
     from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does

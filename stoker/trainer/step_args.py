@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+def _signature_params(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
     """``fn``'s parameters (``self`` already bound away), or None when Python cannot tell (a builtin, a C call)."""
     try:
         return list(inspect.signature(fn).parameters.values())
@@ -33,7 +33,7 @@ def _takes_varargs(params: list[inspect.Parameter]) -> bool:
 def takes_batch_idx(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` takes a batch index after the batch: a parameter named ``batch_idx``, a second positional
     parameter of any name but ``dataloader_idx``, or ``*args``. ``def validation_step(self, batch)`` does not."""
-    params = _parameters(fn)
+    params = _signature_params(fn)
     if params is None:
         return True
     positional = [p for p in params if p.kind in _POSITIONAL and p.name != "dataloader_idx"]
@@ -52,13 +52,20 @@ def step_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     return without_batch_idx
 
 
+def stage_step(module: TrainingModule, stage: Stage, several: bool) -> Callable[..., Any]:
+    """The call of ``stage``'s step for the loops, once the step and batch hooks are known to take the loader index
+    the loop passes (:func:`check_loader_idx`): ``step(batch, batch_idx[, dataloader_idx])``."""
+    check_loader_idx(module, stage, several)
+    return step_call(getattr(module, stage.step))
+
+
 def check_loader_idx(module: TrainingModule, stage: Stage, several: bool) -> None:
     """Raises ``RuntimeError`` when the module's step or batch hooks of ``stage`` cannot take the ``dataloader_idx``
     the loop passes: several loaders and no ``dataloader_idx`` (nor ``*args``) to receive it, or one loader (no
     index passed) and a ``dataloader_idx`` without a default. Another name for it gets Python's own ``TypeError``."""
     for name in (stage.step, stage.hook("batch_start"), stage.hook("batch_end")):
         fn = getattr(module, name, None)
-        params = _parameters(fn) if callable(fn) else None
+        params = _signature_params(fn) if callable(fn) else None
         if params is None:
             continue
         index = next((p for p in params if p.name == "dataloader_idx"), None)

@@ -79,7 +79,7 @@ class NoLoaderIndex(Regressor):
 
 
 @pytest.mark.parametrize("module, loaders, words", [
-    (RequiredIndex(), 1, r"single loader.*RequiredIndex.validation_step\(\).*`dataloader_idx` parameter has no default"),
+    (RequiredIndex(), 1, r"single loader.*RequiredIndex.validation_step\(\).*`dataloader_idx`.*no default"),
     (IndexInEndHook(), 1, "single loader.*IndexInEndHook.on_validation_batch_end"),
     (Regressor(), 2, "several loaders.*Regressor.validation_step"),
     (NoLoaderIndex(), 2, "several loaders.*NoLoaderIndex.on_validation_batch_start"),
