@@ -21,7 +21,7 @@ import math
 from time import monotonic  # the clock of a time-based val_check_interval (a test replaces this name)
 from collections.abc import Callable, Mapping
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -232,7 +232,7 @@ class FitLoop:
             self._empty_epoch()
         return stopped
 
-    def _empty_epoch(self) -> None:
+    def _empty_epoch(self) -> NoReturn:
         raise ValueError(
             f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
             "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
