@@ -96,7 +96,7 @@ def test_a_loader_index_the_signature_cannot_take_is_an_error_before_any_batch(m
 
 def test_a_loader_index_with_a_default_or_taken_by_star_args_is_fine() -> None:
     class Defaulted(Regressor):
-        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:  # type: ignore[override]
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
             super().validation_step(batch, batch_idx)
 
     class StarArgs(Regressor):
