@@ -19,6 +19,7 @@ from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
+from .step_args import stage_step
 
 if TYPE_CHECKING:
     from .parts import LoopPosition, TrainerParts
@@ -37,9 +38,9 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     if _no_batches(loaders):  # limit_*_batches=0: the stage is skipped, its hooks and mode switch too
         return [{} for _ in loaders]
     table = STAGES[stage]
-    step_fn = getattr(trainer.module, table.step)
-    results = Results(trainer, stage)
     multiple = len(loaders) > 1
+    step_fn = stage_step(trainer.module, table, multiple)
+    results = Results(trainer, stage)
     call = trainer.hooks.call
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
     previous, trainer.results = trainer.results, results
@@ -104,7 +105,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
         return [[] for _ in loaders] if len(loaders) > 1 else []
     call = trainer.hooks.call
     multiple = len(loaders) > 1
-    step_fn = getattr(trainer.module, PREDICT.step)
+    step_fn = stage_step(trainer.module, PREDICT, multiple)
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     outputs: list[list[Any]] = []
     from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does

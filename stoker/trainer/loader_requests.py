@@ -94,7 +94,8 @@ class LoaderRequests:
 
     def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
         """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
-        list, a dict (in order) or a ``CombinedLoader`` (its iterables, one after the other) gives several."""
+        list, a dict (in order) or a sequential ``CombinedLoader`` (its iterables, one after the other) gives
+        several; a ``CombinedLoader`` of another mode is one loader of combined batches."""
         return flat_loaders(self.requested(value, module, hook, required))
 
     def train_value(self, value: Any, module: Any, argument: str = "train_dataloaders") -> Any:
@@ -147,7 +148,7 @@ class LoaderRequests:
         acc = t.accelerator
         run.train_loader = prepare_loader(acc, value) if first else replace_loader(acc, run.train_loader, value)
         self.limit_train(run.train_loader)
-        run.val_check_batch = self.val_check_batch()
+        run.val_check_batch = self.val_check_batch(run.val_enabled)
         return run.train_loader
 
     def val(self, run: FitRun) -> list[Any]:
@@ -162,7 +163,8 @@ class LoaderRequests:
         self.val_asked = True
         if t.options.in_order_fit_loaders:  # overfitting: validation reads the train loader's first batches
             self.train(run)
-            vals = flat_loaders(self.stage_loaders[TRAIN.name][0])
+            train = self.stage_loaders[TRAIN.name][0]  # several train loaders: validated one after the other
+            vals = flat_loaders(train.flattened if isinstance(train, CombinedLoader) else train)
         else:
             vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
@@ -211,13 +213,15 @@ class LoaderRequests:
             return length
         return float("inf") if n is None else n
 
-    def val_check_batch(self) -> int | None:
+    def val_check_batch(self, validates: bool = True) -> int | None:
+        """Validate every this many training batches (None: by time, or at the epoch's end). ``validates``: the fit
+        validates at all; without validation (``limit_val_batches=0``) an interval past the epoch is no mistake."""
         t = self.trainer
         interval, n = t.val_check_interval, t.num_training_batches
         if t.val_check_seconds is not None:
             return None  # validation by time (the fit loop's clock), not by batch count
         if isinstance(interval, int):
-            if t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
+            if validates and t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
                 raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
                                  "an epoch, so validation would never run. Use a smaller int, a fraction such as "
                                  "1.0, or check_val_every_n_epoch=None to count batches across epochs.")
@@ -237,9 +241,14 @@ def validates_in(trainer: TrainerParts, epoch: int) -> bool:
 
 
 def flat_loaders(value: Any) -> list[Any]:
-    """``value`` as a list of loaders (a list, a dict in order, a ``CombinedLoader``'s iterables), each checked."""
+    """``value`` as a list of loaders (a list, a dict in order, a sequential ``CombinedLoader``'s iterables), each
+    checked. A ``CombinedLoader`` of another mode is one loader: each batch combines one of each of its iterables."""
     if value is None:
         return []
+    if isinstance(value, CombinedLoader) and value.mode != "sequential":
+        for i, item in enumerate(value.flattened):
+            check_iterable(item, f"Loader #{i}")
+        return [value]
     if isinstance(value, CombinedLoader):
         value = value.flattened
     if isinstance(value, Mapping):  # several named loaders (a data module may return a dict): in their order

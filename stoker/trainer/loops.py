@@ -21,7 +21,7 @@ import math
 from time import monotonic  # the clock of a time-based val_check_interval (a test replaces this name)
 from collections.abc import Callable, Mapping
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -45,6 +45,7 @@ class FitLoop:
     def __init__(self, trainer: TrainerParts) -> None:
         self.trainer = trainer
         self.min_warned = False  # the stop-waits-for-min_epochs/min_steps warning was given
+        self.none_warned = False  # the train loader yielded None in this run() (warned once per run)
         self.epoch = 0
         self.batches_done = 0  # batches of this epoch consumed (== the train loader's position)
         self.epoch_batches_finished = False  # the last consumed batch was the epoch's last
@@ -117,6 +118,7 @@ class FitLoop:
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
         self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
+        self.none_warned = False
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         while not self.done():
@@ -197,6 +199,12 @@ class FitLoop:
             for batch in iterator:
                 self.batches_done = batch_idx + 1
                 last = self.epoch_batches_finished = loader.end_of_dataloader
+                if batch is None:  # a collate_fn's way to drop a batch: no step, only the end hooks (see _skip)
+                    if self._skip(run, batch_idx, last):
+                        stopped = not last
+                        break
+                    batch_idx += 1
+                    continue
                 if move is not None:
                     batch = move(batch, 0)
                 results.batch, results.in_batch = batch, True
@@ -221,11 +229,27 @@ class FitLoop:
                 next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
         if fresh and batch_idx == 0 and self.batches_done == 0:
-            raise ValueError(
-                f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
-                "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
-            )
+            self._empty_epoch()
         return stopped
+
+    def _empty_epoch(self) -> NoReturn:
+        raise ValueError(
+            f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
+            "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
+        )
+
+    def _skip(self, run: FitRun, batch_idx: int, last: bool) -> bool:
+        """A batch the train loader gave as ``None`` (Lightning's rule: a ``collate_fn`` may drop a bad batch so):
+        no ``on_train_batch_start``, no step, no optimizer step; ``on_train_batch_end`` gets ``outputs=None`` and a
+        validation may follow as after any batch. Warned once per run. True when the run stops here."""
+        if not self.none_warned:
+            self.none_warned = True
+            warnings.warn(f"The train_dataloader yielded None as batch {batch_idx} of epoch {self.epoch}: that "
+                          "batch is skipped (no training_step and no optimizer step; on_train_batch_end gets "
+                          "outputs=None). Ignore this if your collate_fn drops batches on purpose.",
+                          stacklevel=user_stacklevel())
+        self.window_closed = False
+        return self._after_batch(run, None, None, batch_idx, False, last)
 
     def _after_batch(self, run: FitRun, outputs: Any, batch: Any, batch_idx: int, synced: bool, last: bool) -> bool:
         """After a batch's step: its end hooks, logging, validation when due; True when the run stops here."""

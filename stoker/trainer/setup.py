@@ -22,6 +22,7 @@ from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
 from .stages import STAGES, Stage
+from .step_args import step_call
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -234,13 +235,14 @@ class RunSetup:
     def _route(self, module: TrainingModule, model: Any, automatic: bool) -> Callable[[Any, int], Any]:
         """The call that runs ``training_step``. Under DDP it must run inside the wrapper's forward (which arms
         gradient sync): the module's forward learns to dispatch ``model(batch, idx, _stoker_step=...)`` to it."""
+        step = step_call(module.training_step)  # a training_step(self, batch) is called without batch_idx
         if model is module or not automatic:  # manual optimization syncs gradients itself (manual.py)
-            return module.training_step
+            return step
         inner = module.__dict__.get("forward")
 
         def forward(*args: Any, _stoker_step: str | None = None, **kwargs: Any) -> Any:
             if _stoker_step is not None:
-                return getattr(module, _stoker_step)(*args, **kwargs)
+                return step(*args, **kwargs)
             return (inner or type(module).forward.__get__(module))(*args, **kwargs)
 
         module.forward = forward

@@ -112,3 +112,25 @@ def test_an_iterable_closes_the_accumulation_window_at_its_end():
     unsized = quiet_trainer(max_epochs=2, accumulate=3)
     unsized.fit(Regressor(), Batches(batches(data, 8)))
     assert unsized.global_step == 4  # closed at the end too (averaged over 3: the length is unknown)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("min_size", [(8, 8)]),
+    ("max_size_cycle", [(8, 8), (8, 8)]),
+    ("max_size", [(8, 8), (8, None)]),
+])
+def test_evaluation_reads_a_combined_loader_of_another_mode_as_one_loader_of_combined_batches(mode, expected):
+    class Pairs(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sizes: list[tuple[int, int | None]] = []
+
+        def test_step(self, batch: Any, batch_idx: int) -> None:  # no dataloader_idx: one loader
+            self.sizes.append((len(batch["a"][0]), None if batch["b"] is None else len(batch["b"][0])))
+
+    module = Pairs()
+    combined = CombinedLoader({"a": make_loader(make_regression_data(n=16), 8),
+                               "b": make_loader(make_regression_data(n=8), 8)}, mode)
+    trainer = quiet_trainer()
+    trainer.test(module, combined)
+    assert module.sizes == expected and trainer.num_test_batches == [len(expected)]

@@ -288,3 +288,20 @@ def test_inference_mode_for_stages_run_on_their_own_and_no_grad_inside_fit(infer
     trainer.validate(module, data)
     trainer.test(module, data)
     assert seen == [("fit-validate", False, False), ("validate", False, inference), ("test", False, inference)]
+
+
+def test_trainer_logger_and_loggers_can_be_assigned(tmp_path: Any) -> None:
+    from stoker.loggers import CSVLogger
+
+    first, second = CSVLogger(str(tmp_path), name="a"), CSVLogger(str(tmp_path), name="b")
+    trainer = Trainer(default_root_dir=str(tmp_path), enable_progress_bar=False)
+    trainer.logger = first
+    assert trainer.loggers == [first] and trainer.logger is first
+    trainer.loggers = [first, second]
+    assert trainer.logger is first and trainer.log_dir == first.log_dir
+    trainer.logger = None
+    assert trainer.logger is None and trainer.loggers == []
+    trainer.loggers = None  # "no loggers", kept as an empty list
+    assert trainer.loggers == [] and trainer.log_dir == str(tmp_path)
+    trainer.loggers = (second,)
+    assert trainer.loggers == [second]

@@ -76,10 +76,12 @@ def test_tensorboard_flag_and_combined_loader_paths():
 
     from stoker.loggers.tensorboard import _TENSORBOARD_AVAILABLE
     from stoker.trainer.iterables import CombinedLoader
+    from stoker.utilities import CombinedLoader as PackageCombinedLoader
     from stoker.utilities.combined_loader import CombinedLoader as PathCombinedLoader
 
     assert _TENSORBOARD_AVAILABLE == (find_spec("tensorboard") is not None)
     assert PathCombinedLoader is CombinedLoader
+    assert PackageCombinedLoader is CombinedLoader  # Lightning's `from ...utilities import CombinedLoader`
 
 
 def test_running_stage_dataloader_prefix():

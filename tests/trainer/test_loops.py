@@ -222,3 +222,41 @@ def test_estimated_stepping_batches() -> None:
     trainer = bare(max_epochs=3, accumulate=2, limit_train_batches=5)
     trainer.fit(Regressor(), make_loader(make_regression_data(n=80), batch_size=8))
     assert trainer.estimated_stepping_batches == 9 == trainer.global_step
+
+
+def test_a_none_batch_is_skipped_with_one_warning_and_its_end_hooks_get_none() -> None:
+    class Ends(Callback):
+        def __init__(self) -> None:
+            self.outputs: list[Any] = []
+            self.starts = 0
+
+        def on_train_batch_start(self, trainer: Trainer, module: Any, *args: Any) -> None:
+            self.starts += 1
+
+        def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, *args: Any) -> None:
+            self.outputs.append(outputs if outputs is None else "loss")
+
+    data = make_regression_data(n=32)
+    drop_odd = iter(range(100))
+
+    def collate(samples: list[Any]) -> Any:
+        stacked = torch.utils.data.default_collate(samples)
+        return None if next(drop_odd) % 2 else stacked
+
+    ends = Ends()
+    trainer = bare(max_epochs=2, callbacks=[ends])
+    with pytest.warns(UserWarning, match="train_dataloader yielded None as batch 1 of epoch 0") as caught:
+        trainer.fit(Regressor(), DataLoader(data, batch_size=8, collate_fn=collate))
+    assert sum("yielded None" in str(w.message) for w in caught) == 1  # once per run
+    assert ends.outputs == ["loss", None] * 4 and ends.starts == 4
+    assert trainer.global_step == 4 and trainer.current_epoch == 2
+
+
+@pytest.mark.parametrize("limit", [0, 0.0])
+def test_a_val_check_interval_past_the_epoch_is_fine_when_nothing_validates(limit: Any) -> None:
+    trainer = bare(max_epochs=1, val_check_interval=10, limit_val_batches=limit)
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=40), batch_size=8))
+    assert trainer.global_step == 5
+    with pytest.raises(ValueError, match="val_check_interval=10"):  # validating, it would never run: an error
+        bare(max_epochs=1, val_check_interval=10).fit(Regressor(), make_loader(make_regression_data(n=40)),
+                                                      make_loader(make_regression_data(n=8)))

@@ -218,6 +218,22 @@ class Trainer(RunFacts, CoreTrainer):
         """The first logger; in a ``fast_dev_run`` asked to log, a `DummyLogger` (``trainer.loggers`` is empty)."""
         return self.loggers[0] if self.loggers else self.dev_run_logger
 
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """``trainer.logger = x`` makes ``x`` the only logger (None: no logger)."""
+        self.loggers = [] if logger is None else [logger]
+        self.dev_run_logger = None
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """The loggers (an empty list when there are none)."""
+        return self.__dict__["loggers"]
+
+    @loggers.setter
+    def loggers(self, loggers: list[Logger] | None) -> None:
+        # Lightning's setter takes None for "no loggers": the list is never None, so `for logger in ...` holds
+        self.__dict__["loggers"] = [] if loggers is None else list(loggers)
+
     @property
     def log_dir(self) -> str:
         """The first logger's folder, else ``default_root_dir``."""

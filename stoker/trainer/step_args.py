@@ -1,0 +1,81 @@
+"""Which indices a module's step and batch hooks take: ``batch_idx`` may be left out of a step's signature, and
+``dataloader_idx`` must be there exactly when a stage has several loaders (Lightning's rules).
+
+Owns reading the signatures (once per run, never per batch) and the error that names the method to change.
+Does not own calling them (the loops do, through the call :func:`step_call` returns).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .module import TrainingModule
+    from .stages import Stage
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _signature_params(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    """``fn``'s parameters (``self`` already bound away), or None when Python cannot tell (a builtin, a C call)."""
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def _takes_varargs(params: list[inspect.Parameter]) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+
+
+def takes_batch_idx(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a batch index after the batch: a parameter named ``batch_idx``, a second positional
+    parameter of any name but ``dataloader_idx``, or ``*args``. ``def validation_step(self, batch)`` does not."""
+    params = _signature_params(fn)
+    if params is None:
+        return True
+    positional = [p for p in params if p.kind in _POSITIONAL and p.name != "dataloader_idx"]
+    return len(positional) >= 2 or _takes_varargs(params) or any(p.name == "batch_idx" for p in params)
+
+
+def step_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` itself when it takes a batch index; otherwise a call that drops the index (the second argument) the
+    loops pass, keeping any ``dataloader_idx`` after it. Looked up once per run: the batch loop calls the result."""
+    if takes_batch_idx(fn):
+        return fn
+
+    def without_batch_idx(batch: Any, batch_idx: int, *rest: Any) -> Any:
+        return fn(batch, *rest)
+
+    return without_batch_idx
+
+
+def stage_step(module: TrainingModule, stage: Stage, several: bool) -> Callable[..., Any]:
+    """The call of ``stage``'s step for the loops, once the step and batch hooks are known to take the loader index
+    the loop passes (:func:`check_loader_idx`): ``step(batch, batch_idx[, dataloader_idx])``."""
+    check_loader_idx(module, stage, several)
+    return step_call(getattr(module, stage.step))
+
+
+def check_loader_idx(module: TrainingModule, stage: Stage, several: bool) -> None:
+    """Raises ``RuntimeError`` when the module's step or batch hooks of ``stage`` cannot take the ``dataloader_idx``
+    the loop passes: several loaders and no ``dataloader_idx`` (nor ``*args``) to receive it, or one loader (no
+    index passed) and a ``dataloader_idx`` without a default. Another name for it gets Python's own ``TypeError``."""
+    for name in (stage.step, stage.hook("batch_start"), stage.hook("batch_end")):
+        fn = getattr(module, name, None)
+        params = _signature_params(fn) if callable(fn) else None
+        if params is None:
+            continue
+        index = next((p for p in params if p.name == "dataloader_idx"), None)
+        where = f"{type(module).__name__}.{name}()"
+        if several and index is None and not _takes_varargs(params):
+            raise RuntimeError(
+                f"The {stage.name} stage has several loaders, so {where} is called with the loader's index after the "
+                "batch index, and it has no `dataloader_idx` parameter to take it. Add `dataloader_idx=0` to its "
+                "signature.")
+        if not several and index is not None and index.default is inspect.Parameter.empty:
+            raise RuntimeError(
+                f"The {stage.name} stage has a single loader, so {where} is called without a loader index, but its "
+                "`dataloader_idx` parameter has no default. Give it one (`dataloader_idx=0`) or remove it.")
