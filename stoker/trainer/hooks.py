@@ -152,7 +152,7 @@ class HookDispatcher:
             else:
                 self._table[name] = (*fns, *own)
         profiler = getattr(trainer, "profiler", None)
-        if profiler is not None:
+        if profiler is not None and profiler.records:  # PassThroughProfiler: nothing wrapped
             self._profile(profiler, module, callbacks)
 
     def _profile(self, profiler: Profiler, module: object, callbacks: list[Callback]) -> None:

@@ -14,11 +14,12 @@ import collections
 import functools
 import io
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["AdvancedProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "make_profiler"]
+__all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler", "make_profiler"]
 
 # Stages, as (the hook that opens it, the hook that closes it): timed as a whole, whatever runs inside.
 STAGES = {"train batch": ("on_train_batch_start", "on_train_batch_end"),
@@ -36,14 +37,27 @@ class Profiler:
         ...     pass
         >>> "[Run]my part" in profiler.report()
         True
+
+    Args:
+        dirpath: Folder of the report files; None: the run's folder (``default_root_dir``), set here when a run
+            stops.
+        filename: The reports are then ``{dirpath}/{fn}-{filename}.txt`` (``fit-profile.txt``) and :meth:`describe`
+            writes ``{dirpath}/{filename}.txt``; None: ``{fn}-profile-{name}.txt``, and :meth:`describe` only prints.
     """
 
     name = "base"
+    records = True  # whether a run wraps its hooks with this profiler (PassThroughProfiler: no)
 
-    def __init__(self) -> None:
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
+        self.dirpath, self.filename = dirpath, filename
         self.durations: dict[str, list[float]] = collections.defaultdict(list)
         self._open: dict[str, float] = {}
         self.written: list[str] = []  # files written by the last stop()
+
+    @property
+    def recorded_durations(self) -> dict[str, list[float]]:
+        """Lightning's name for :attr:`durations`: each action's durations in seconds, in call order."""
+        return self.durations
 
     # -- timing ---------------------------------------------------------------------------------------------------
     def begin(self, action: str, *_: Any) -> None:
@@ -93,11 +107,33 @@ class Profiler:
             return
         text = self.report()
         print(f"{type(self).__name__} report for {fn}:\n{text}", flush=True)
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{fn}-profile-{self.name}.txt")
+        self.written.append(self._write(self._report_path(fn, folder), text))
+
+    def _report_path(self, fn: str, folder: str) -> str:
+        """Where a run's report goes: ``dirpath`` if given (else the run's folder, kept as ``dirpath``)."""
+        if self.dirpath is None:
+            self.dirpath = folder
+        name = f"{fn}-{self.filename}" if self.filename else f"{fn}-profile-{self.name}"
+        return os.path.join(self.dirpath, f"{name}.txt")
+
+    @staticmethod
+    def _write(path: str, text: str) -> str:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        self.written.append(path)
+        return path
+
+    def summary(self) -> str:
+        """Lightning's name for :meth:`report`."""
+        return self.report()
+
+    def describe(self) -> None:
+        """Prints the report of what was timed so far; with ``dirpath`` and ``filename`` also writes it to
+        ``{dirpath}/{filename}.txt`` (a run does this itself when it stops; this is for timings of your own)."""
+        text = self.summary()
+        print(f"{type(self).__name__} report:\n{text}", flush=True)
+        if self.dirpath is not None and self.filename:
+            self._write(os.path.join(self.dirpath, f"{self.filename}.txt"), text)
 
     def report(self) -> str:
         """The time table: each action's calls, mean, total and share of the run, longest total first."""
@@ -121,14 +157,23 @@ class SimpleProfiler(Profiler):
 
 class AdvancedProfiler(Profiler):
     """Lightning's ``"advanced"``: ``cProfile`` over the whole run; its statistics (top ``line_count`` functions by
-    cumulative time) follow the time table, in ``{default_root_dir}/{fn}-profile-advanced.txt``."""
+    cumulative time) follow the time table, in ``{default_root_dir}/{fn}-profile-advanced.txt``.
+
+    Outside a run, each action timed with :meth:`profile` gets a cProfile of its own (``profiled_actions``; an
+    action opened inside another one is part of the outer one's, as Python runs one profiler at a time), shown by
+    :meth:`describe`; ``dump_stats=True`` also writes each one to ``{dirpath}/{action}.prof`` for ``pstats`` or
+    snakeviz.
+    """
 
     name = "advanced"
 
-    def __init__(self, line_count: int = 30) -> None:
-        super().__init__()
-        self.line_count = line_count
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
+                 line_count: int = 30, dump_stats: bool = False) -> None:
+        super().__init__(dirpath, filename)
+        self.line_count, self.dump_stats = line_count, dump_stats
         self._cprofile: Any = None
+        self.profiled_actions: dict[str, Any] = {}  # action -> its cProfile.Profile (actions outside a run)
+        self._profiling: str | None = None  # the action whose cProfile is on
 
     def start(self, fn: str) -> None:
         import cProfile
@@ -142,15 +187,38 @@ class AdvancedProfiler(Profiler):
             self._cprofile.disable()
         super().stop(fn, folder)
 
+    def begin(self, action: str, *_: Any) -> None:
+        import cProfile
+
+        super().begin(action)
+        if self._cprofile is None and self._profiling is None:  # a run's cProfile already sees everything
+            self._profiling = action
+            self.profiled_actions.setdefault(action, cProfile.Profile()).enable()
+
+    def end(self, action: str, *_: Any) -> None:
+        if action == self._profiling:
+            self.profiled_actions[action].disable()
+            self._profiling = None
+        super().end(action)
+
     def report(self) -> str:
         import pstats
 
+        profiles = {"cProfile, by cumulative time": self._cprofile} if self._cprofile is not None else \
+            {f"cProfile of {action}, by cumulative time": p for action, p in self.profiled_actions.items()}
         text = super().report()
-        if self._cprofile is None:
-            return text
-        out = io.StringIO()
-        pstats.Stats(self._cprofile, stream=out).sort_stats("cumulative").print_stats(self.line_count)
-        return f"{text}\ncProfile, by cumulative time:\n{out.getvalue()}"
+        for title, profile in profiles.items():
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(self.line_count)
+            text += f"\n{title}:\n{out.getvalue()}"
+        return text
+
+    def describe(self) -> None:
+        super().describe()
+        if self.dump_stats and self.dirpath is not None:
+            os.makedirs(self.dirpath, exist_ok=True)
+            for action, profile in self.profiled_actions.items():  # an action name made a safe file name
+                profile.dump_stats(os.path.join(self.dirpath, re.sub(r'[\\/:*?"<>|\s]', "_", action) + ".prof"))
 
 
 class PyTorchProfiler(Profiler):
@@ -161,8 +229,9 @@ class PyTorchProfiler(Profiler):
 
     name = "pytorch"
 
-    def __init__(self, record_shapes: bool = False, profile_memory: bool = False, row_limit: int = 20) -> None:
-        super().__init__()
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
+                 record_shapes: bool = False, profile_memory: bool = False, row_limit: int = 20) -> None:
+        super().__init__(dirpath, filename)
         self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
         self._torch: Any = None
         self._ranges: dict[str, Any] = {}
@@ -207,25 +276,59 @@ class PyTorchProfiler(Profiler):
         self.written = []
         if folder is None or self._torch is None:
             return
-        os.makedirs(folder, exist_ok=True)
-        trace = os.path.join(folder, f"{fn}-trace.json")
+        path = self._report_path(fn, folder)
+        trace = os.path.join(os.path.dirname(path), f"{fn}-trace.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         self._torch.export_chrome_trace(trace)
-        table = self._torch.key_averages().table(sort_by="cpu_time_total", row_limit=self.row_limit)
-        text = f"{self.report()}\ntorch.profiler, by CPU time:\n{table}\n"
+        text = self.report()
         print(f"PyTorchProfiler report for {fn} (trace: {trace}):\n{text}", flush=True)
-        path = os.path.join(folder, f"{fn}-profile-pytorch.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        self.written = [trace, path]
+        self.written = [trace, self._write(path, text)]
+
+    def report(self) -> str:
+        text = super().report()
+        if self._torch is None:
+            return text
+        table = self._torch.key_averages().table(sort_by="cpu_time_total", row_limit=self.row_limit)
+        return f"{text}\ntorch.profiler, by CPU time:\n{table}\n"
+
+
+class PassThroughProfiler(Profiler):
+    """Lightning's profiler that records nothing: ``trainer.profiler`` when no profiler was asked for, so that
+    ``with self.trainer.profiler.profile("my part"):`` in a module runs either way. A run does not wrap its hooks
+    with it (a run without a profiler pays nothing) and it writes no file."""
+
+    name = "passthrough"
+    records = False
+
+    def begin(self, action: str, *_: Any) -> None:
+        pass
+
+    def end(self, action: str, *_: Any) -> None:
+        pass
+
+    def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        return fn
+
+    def start(self, fn: str) -> None:
+        pass
+
+    def stop(self, fn: str, folder: str | None) -> None:
+        self.written = []
+
+    def describe(self) -> None:
+        pass
 
 
 _BY_NAME: dict[str, type[Profiler]] = {"simple": SimpleProfiler, "advanced": AdvancedProfiler,
                                        "pytorch": PyTorchProfiler}
 
 
-def make_profiler(value: Any) -> Profiler | None:
-    """``Trainer(profiler=...)``: None, "simple" | "advanced" | "pytorch", or a :class:`Profiler`."""
-    if value is None or isinstance(value, Profiler):
+def make_profiler(value: Any) -> Profiler:
+    """``Trainer(profiler=...)``: None (a :class:`PassThroughProfiler`), "simple" | "advanced" | "pytorch", or a
+    :class:`Profiler`."""
+    if value is None:
+        return PassThroughProfiler()
+    if isinstance(value, Profiler):
         return value
     if isinstance(value, str) and value.lower() in _BY_NAME:
         return _BY_NAME[value.lower()]()

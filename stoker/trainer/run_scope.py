@@ -59,7 +59,8 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
             _end_run(t, fn, module, datamodule, status)
         finally:
             if t.profiler is not None:  # its table before the closing line, which stays the run's last word
-                t.profiler.stop(fn, os.path.abspath(t.default_root_dir) if t.is_global_zero else None)
+                folder = t.loggers[0].log_dir if t.loggers and t.loggers[0].log_dir else t.default_root_dir
+                t.profiler.stop(fn, os.path.abspath(folder) if t.is_global_zero else None)  # Lightning's log_dir
             t.run_report.finish(fn, error)
 
 

@@ -73,3 +73,85 @@ def test_bad_profilers_are_refused():
 def test_no_profiler_no_files(tmp_path, capsys):
     _fit(tmp_path, None)
     assert not [name for name in os.listdir(tmp_path) if "profile" in name or "trace" in name]
+
+
+# -- Lightning's profiler surface: stoker.profilers, PassThroughProfiler, dirpath / filename, describe ------------------
+
+
+class _TimesItsOwnPart(Regressor):
+    """A module that times a part of its training step under a name of its own, with whatever profiler the run has."""
+
+    def training_step(self, batch, batch_idx):
+        with self.trainer.profiler.profile("my part"):
+            return super().training_step(batch, batch_idx)
+
+
+def test_without_a_profiler_the_trainer_has_one_that_records_nothing(tmp_path, capsys):
+    from stoker.profilers import PassThroughProfiler
+
+    t = trainer(tmp_path, max_epochs=1, enable_checkpointing=False)
+    assert isinstance(t.profiler, PassThroughProfiler)
+    t.fit(_TimesItsOwnPart(), *loaders())  # the module's own profile() block runs without a profiler asked for
+    assert not t.profiler.durations and not t.profiler.written
+    assert not [name for name in os.listdir(tmp_path) if "profile" in name]
+
+
+def test_the_lightning_module_path_names_the_same_classes():
+    import stoker.profilers as face
+    from stoker.trainer import profilers
+
+    for name in ("Profiler", "SimpleProfiler", "AdvancedProfiler", "PyTorchProfiler", "PassThroughProfiler"):
+        assert getattr(face, name) is getattr(profilers, name)
+    assert isinstance(Trainer(profiler="Simple", logger=False).profiler, SimpleProfiler)  # any case
+
+
+def test_dirpath_and_filename_name_the_report(tmp_path, capsys):
+    target = tmp_path / "not" / "yet"
+    profiler = SimpleProfiler(dirpath=target, filename="timings")
+    t = trainer(tmp_path, max_epochs=1, profiler=profiler, enable_checkpointing=False)
+    t.fit(_TimesItsOwnPart(), *loaders())
+    assert "my part" in (target / "fit-timings.txt").read_text()  # the folder is made
+    assert len(profiler.recorded_durations["my part"]) == 4  # Lightning's name for durations
+
+
+def test_without_dirpath_the_report_goes_to_the_run_folder_which_becomes_dirpath(tmp_path, capsys):
+    from stoker.loggers import CSVLogger
+
+    profiler = SimpleProfiler(filename="timings")
+    assert profiler.dirpath is None
+    t = trainer(tmp_path, max_epochs=1, profiler=profiler, enable_checkpointing=False)
+    t.fit(Regressor(), *loaders())
+    assert profiler.dirpath == str(tmp_path) and (tmp_path / "fit-timings.txt").exists()
+    # with a logger, the run's folder is the first logger's (Lightning's trainer.log_dir)
+    logger = CSVLogger(tmp_path / "logs")
+    t = trainer(tmp_path, max_epochs=1, profiler="simple", logger=logger, enable_checkpointing=False,
+                log_every_n_steps=1)
+    t.fit(Regressor(), *loaders())
+    assert os.path.exists(os.path.join(logger.log_dir, "fit-profile-simple.txt"))
+    assert not (tmp_path / "fit-profile-simple.txt").exists()
+
+
+def test_describe_prints_and_writes_timings_of_your_own(tmp_path, capsys):
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="mine")
+    for _ in range(3):
+        with profiler.profile("load"):
+            pass
+    assert len(profiler.recorded_durations["load"]) == 3
+    profiler.describe()
+    assert "load" in capsys.readouterr().out and "load" in (tmp_path / "mine.txt").read_text()
+    assert profiler.summary() == profiler.report()
+
+
+def test_advanced_profiles_each_action_of_your_own_and_can_dump_them(tmp_path, capsys):
+    import pstats
+
+    profiler = AdvancedProfiler(dirpath=tmp_path, dump_stats=True)
+    with profiler.profile("outer: a/b"):
+        with profiler.profile("inner"):  # inside another action: part of the outer one's profile
+            sorted(range(1000))
+    assert set(profiler.profiled_actions) == {"outer: a/b"}
+    profiler.describe()
+    assert "cProfile of outer: a/b" in capsys.readouterr().out
+    dumped = [name for name in os.listdir(tmp_path) if name.endswith(".prof")]
+    assert dumped == ["outer__a_b.prof"]  # characters a file name cannot hold replaced
+    assert pstats.Stats(str(tmp_path / dumped[0])).total_calls > 0
