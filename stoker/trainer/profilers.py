@@ -3,8 +3,9 @@
 Owns: the three profilers and how a run drives them. The hook dispatcher (``hooks.py``) times every hook
 implementation through :meth:`Profiler.wrap` and marks the stages (a training batch, a training epoch, a
 validation / test / predict run) with the hooks that open and close them, so the loops carry no profiling code and
-a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.start` and
-:meth:`Profiler.stop`; the report goes to stdout and into ``default_root_dir`` (main process). cProfile and
+a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.run_start` and
+:meth:`Profiler.run_stop`; the report goes to stdout and into ``dirpath``, else the run's folder (the first logger's
+``log_dir``, else ``default_root_dir``; main process). cProfile and
 torch.profiler are imported only when their profiler starts.
 """
 
@@ -39,8 +40,8 @@ class Profiler:
         True
 
     Args:
-        dirpath: Folder of the report files; None: the run's folder (``default_root_dir``), set here when a run
-            stops.
+        dirpath: Folder of the report files; None: the run's folder (the first logger's ``log_dir``, else
+            ``default_root_dir``, as Lightning's ``trainer.log_dir``), kept here when a run stops.
         filename: The reports are then ``{dirpath}/{fn}-{filename}.txt`` (``fit-profile.txt``) and :meth:`describe`
             writes ``{dirpath}/{filename}.txt``; None: ``{fn}-profile-{name}.txt``, and :meth:`describe` only prints.
     """
@@ -68,6 +69,20 @@ class Profiler:
         if started is not None:
             self.durations[action].append(time.perf_counter() - started)
 
+    def start(self, action: str) -> None:
+        """Starts timing ``action`` (Lightning's call; :meth:`stop` ends it, :meth:`profile` does both)."""
+        if action in self._open:
+            raise ValueError(f"Profiler.start({action!r}): that action is already being timed; stop({action!r}) "
+                             "it first.")
+        self.begin(action)
+
+    def stop(self, action: str) -> None:
+        """Ends the timing of ``action`` that :meth:`start` began."""
+        if action not in self._open:
+            raise ValueError(f"Profiler.stop({action!r}): no action {action!r} is being timed; call "
+                             f"start({action!r}) first.")
+        self.end(action)
+
     def profile(self, action: str) -> Any:
         """A context manager that times ``action``."""
         import contextlib
@@ -93,13 +108,13 @@ class Profiler:
         return timed
 
     # -- a run ----------------------------------------------------------------------------------------------------
-    def start(self, fn: str) -> None:
+    def run_start(self, fn: str) -> None:
         """A ``fit`` / ``validate`` / ``test`` / ``predict`` call starts (times from here are its own)."""
         self.durations.clear()
         self._open.clear()
         self.begin(f"[Run]{fn}")
 
-    def stop(self, fn: str, folder: str | None) -> None:
+    def run_stop(self, fn: str, folder: str | None) -> None:
         """The call ended: prints the report and writes it into ``folder`` (None: not the main process)."""
         self.end(f"[Run]{fn}")
         self.written = []
@@ -175,17 +190,17 @@ class AdvancedProfiler(Profiler):
         self.profiled_actions: dict[str, Any] = {}  # action -> its cProfile.Profile (actions outside a run)
         self._profiling: str | None = None  # the action whose cProfile is on
 
-    def start(self, fn: str) -> None:
+    def run_start(self, fn: str) -> None:
         import cProfile
 
-        super().start(fn)
+        super().run_start(fn)
         self._cprofile = cProfile.Profile()
         self._cprofile.enable()
 
-    def stop(self, fn: str, folder: str | None) -> None:
+    def run_stop(self, fn: str, folder: str | None) -> None:
         if self._cprofile is not None:
             self._cprofile.disable()
-        super().stop(fn, folder)
+        super().run_stop(fn, folder)
 
     def begin(self, action: str, *_: Any) -> None:
         import cProfile
@@ -236,7 +251,7 @@ class PyTorchProfiler(Profiler):
         self._torch: Any = None
         self._ranges: dict[str, Any] = {}
 
-    def start(self, fn: str) -> None:
+    def run_start(self, fn: str) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -244,7 +259,7 @@ class PyTorchProfiler(Profiler):
         self._torch = profile(activities=activities, record_shapes=self.record_shapes,
                               profile_memory=self.profile_memory)
         self._torch.__enter__()
-        super().start(fn)
+        super().run_start(fn)
 
     def begin(self, action: str, *_: Any) -> None:
         from torch.profiler import record_function
@@ -269,7 +284,7 @@ class PyTorchProfiler(Profiler):
                 return timed(*args, **kwargs)
         return ranged
 
-    def stop(self, fn: str, folder: str | None) -> None:
+    def run_stop(self, fn: str, folder: str | None) -> None:
         self.end(f"[Run]{fn}")
         if self._torch is not None:
             self._torch.__exit__(None, None, None)
@@ -309,10 +324,16 @@ class PassThroughProfiler(Profiler):
     def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
 
-    def start(self, fn: str) -> None:
+    def start(self, action: str) -> None:
         pass
 
-    def stop(self, fn: str, folder: str | None) -> None:
+    def stop(self, action: str) -> None:
+        pass
+
+    def run_start(self, fn: str) -> None:
+        pass
+
+    def run_stop(self, fn: str, folder: str | None) -> None:
         self.written = []
 
     def describe(self) -> None:

@@ -42,7 +42,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
     status, error = "success", None
     t.run_report.begin()
     if t.profiler is not None:
-        t.profiler.start(fn)
+        t.profiler.run_start(fn)
     try:
         t.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
         t.hooks.call("setup", stage=fn)
@@ -60,7 +60,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
         finally:
             if t.profiler is not None:  # its table before the closing line, which stays the run's last word
                 folder = t.loggers[0].log_dir if t.loggers and t.loggers[0].log_dir else t.default_root_dir
-                t.profiler.stop(fn, os.path.abspath(folder) if t.is_global_zero else None)  # Lightning's log_dir
+                t.profiler.run_stop(fn, os.path.abspath(folder) if t.is_global_zero else None)  # Lightning's log_dir
             t.run_report.finish(fn, error)
 
 

@@ -90,7 +90,7 @@ def test_the_average_is_a_copy_without_the_trainer(tmp_path):
     copy = averaging.average_model.module
     assert copy is not module and type(copy) is Regressor
     with pytest.raises(RuntimeError, match="not attached to a Trainer"):
-        copy.trainer
+        _ = copy.trainer
 
 
 def test_nothing_averaged_leaves_the_weights_alone(tmp_path):

@@ -75,7 +75,7 @@ def test_no_profiler_no_files(tmp_path, capsys):
     assert not [name for name in os.listdir(tmp_path) if "profile" in name or "trace" in name]
 
 
-# -- Lightning's profiler surface: stoker.profilers, PassThroughProfiler, dirpath / filename, describe ------------------
+# -- Lightning's profiler surface: stoker.profilers, PassThroughProfiler, dirpath / filename, describe
 
 
 class _TimesItsOwnPart(Regressor):
@@ -146,12 +146,29 @@ def test_advanced_profiles_each_action_of_your_own_and_can_dump_them(tmp_path, c
     import pstats
 
     profiler = AdvancedProfiler(dirpath=tmp_path, dump_stats=True)
-    with profiler.profile("outer: a/b"):
-        with profiler.profile("inner"):  # inside another action: part of the outer one's profile
-            sorted(range(1000))
+    with profiler.profile("outer: a/b"), profiler.profile("inner"):  # inner: part of the outer action's profile
+        sorted(range(1000))
     assert set(profiler.profiled_actions) == {"outer: a/b"}
     profiler.describe()
     assert "cProfile of outer: a/b" in capsys.readouterr().out
     dumped = [name for name in os.listdir(tmp_path) if name.endswith(".prof")]
     assert dumped == ["outer__a_b.prof"]  # characters a file name cannot hold replaced
     assert pstats.Stats(str(tmp_path / dumped[0])).total_calls > 0
+
+
+def test_start_and_stop_time_an_action_and_refuse_a_wrong_order():
+    profiler = SimpleProfiler()
+    with pytest.raises(ValueError, match=r"Profiler.stop\('load'\): no action 'load' is being timed"):
+        profiler.stop("load")
+    profiler.start("load")
+    with pytest.raises(ValueError, match=r"Profiler.start\('load'\): that action is already being timed"):
+        profiler.start("load")
+    profiler.stop("load")
+    assert len(profiler.recorded_durations["load"]) == 1
+    from stoker.profilers import PassThroughProfiler
+
+    nothing = PassThroughProfiler()
+    nothing.start("load")
+    nothing.stop("load")
+    nothing.stop("never started")  # records nothing, so refuses nothing
+    assert not nothing.recorded_durations
