@@ -60,7 +60,8 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
         finally:
             if t.profiler is not None:  # its table before the closing line, which stays the run's last word
                 folder = t.loggers[0].log_dir if t.loggers and t.loggers[0].log_dir else t.default_root_dir
-                t.profiler.run_stop(fn, os.path.abspath(folder) if t.is_global_zero else None)  # Lightning's log_dir
+                rank = t.accelerator.process_index if t.accelerator.num_processes > 1 else None  # a file each
+                t.profiler.run_stop(fn, os.path.abspath(folder), rank)  # Lightning's trainer.log_dir
             t.run_report.finish(fn, error)
 
 

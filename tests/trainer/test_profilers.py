@@ -172,3 +172,50 @@ def test_start_and_stop_time_an_action_and_refuse_a_wrong_order():
     nothing.stop("load")
     nothing.stop("never started")  # records nothing, so refuses nothing
     assert not nothing.recorded_durations
+
+
+def test_pytorch_profiler_passes_torch_settings_and_steps_a_schedule(tmp_path, capsys):
+    import torch
+
+    traces = []
+    profiler = PyTorchProfiler(filename="torch", sort_by_key="self_cpu_time_total",
+                               table_kwargs={"max_name_column_width": 9},
+                               schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+                               on_trace_ready=traces.append)
+    _fit(tmp_path, profiler)  # 8 training batches: the schedule records batches 3 and 4 and hands them over once
+    assert len(traces) == 1
+    assert profiler.written == [str(tmp_path / "fit-torch.txt")]  # on_trace_ready took the trace: no Chrome file
+    assert not (tmp_path / "fit-trace.json").exists()
+    with pytest.raises(ValueError, match=r"table_kwargs=...\): \['row_limit', 'unknown'\] are not arguments"):
+        PyTorchProfiler(table_kwargs={"row_limit": 3, "unknown": 1})
+
+
+def test_pytorch_profiler_outside_a_run_and_its_copies(tmp_path, capsys):
+    import copy
+    import pickle
+
+    import torch
+
+    profiler = PyTorchProfiler(dirpath=tmp_path, filename="mine")
+    with profiler.profile("my op"):  # the first action starts torch.profiler; describe() stops it
+        torch.ones(3).sum()
+    profiler.describe()
+    names = {event.name for event in profiler.function_events}
+    assert {"my op", "aten::sum"} <= names
+    assert "torch.profiler, by CPU time:" in (tmp_path / "mine.txt").read_text()
+    for twin in (copy.deepcopy(profiler), pickle.loads(pickle.dumps(profiler))):  # settings and times, no live tracer
+        assert twin.function_events is None and twin.recorded_durations["my op"] == profiler.recorded_durations["my op"]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_each_process_of_a_run_writes_its_own_report(tmp_path, capsys):
+    from tests.helpers.models import make_loader, make_regression_data
+
+    profiler = SimpleProfiler(dirpath=tmp_path / "profiles", filename="timings")
+    t = Trainer(strategy="ddp_spawn", accelerator="cpu", devices=2, default_root_dir=tmp_path, logger=False,
+                enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, max_steps=2,
+                profiler=profiler)
+    t.fit(Regressor(), make_loader(make_regression_data(n=16), batch_size=4))
+    assert sorted(os.listdir(tmp_path / "profiles")) == ["fit-timings-0.txt", "fit-timings-1.txt"]
+    assert "[Stage]train batch" in (tmp_path / "profiles" / "fit-timings-1.txt").read_text()
