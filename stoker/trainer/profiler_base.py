@@ -41,12 +41,14 @@ class Profiler:
     """
 
     name = "base"
+    extended = True  # the table's calls and shares of the run (SimpleProfiler(extended=False) leaves them out)
     records = True  # whether a run wraps its hooks with this profiler (PassThroughProfiler: no)
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
         self.dirpath, self.filename = dirpath, filename
         self.durations: dict[str, list[float]] = collections.defaultdict(list)
         self._open: dict[str, float] = {}
+        self._since = time.perf_counter()  # what "% of run" is a share of outside a run
         self.written: list[str] = []  # files written by the last stop()
 
     @property
@@ -147,15 +149,18 @@ class Profiler:
             self._write(os.path.join(self.dirpath, f"{self.filename}.txt"), text)
 
     def report(self) -> str:
-        """The time table: each action's calls, mean, total and share of the run, longest total first."""
-        total = sum(sum(v) for k, v in self.durations.items() if k.startswith("[Run]")) or 1e-12
+        """The time table: each action's calls, mean, total and share of the time (the run's, else the time since
+        the profiler was made), longest total first; without ``extended``, the means and totals only."""
+        total = sum(sum(v) for k, v in self.durations.items() if k.startswith("[Run]")) or \
+            max(time.perf_counter() - self._since, 1e-12)
         rows = sorted(((k, len(v), sum(v)) for k, v in self.durations.items() if v), key=lambda r: -r[2])
         width = max([len("Action"), *(len(r[0]) for r in rows)])
-        lines = [f"{'Action':<{width}} | {'Calls':>7} | {'Mean (s)':>10} | {'Total (s)':>10} | {'% of run':>8}",
-                 "-" * (width + 47)]
+        # columns as (title, width, the cell of a row (action, calls, seconds)); the calls and shares are "extended"
+        columns = [("Calls", 7, lambda c, s: f"{c:>7}")] * self.extended + \
+            [("Mean (s)", 10, lambda c, s: f"{s / c:>10.6f}"), ("Total (s)", 10, lambda c, s: f"{s:>10.4f}")] + \
+            [("% of run", 8, lambda c, s: f"{100 * s / total:>7.1f}%")] * self.extended
+        lines = [" | ".join([f"{'Action':<{width}}", *(f"{title:>{w}}" for title, w, _ in columns)]),
+                 "-" * (width + sum(w + 3 for _, w, _ in columns))]
         for action, calls, seconds in rows:
-            lines.append(f"{action:<{width}} | {calls:>7} | {seconds / calls:>10.6f} | {seconds:>10.4f} | "
-                         f"{100 * seconds / total:>7.1f}%")
+            lines.append(" | ".join([f"{action:<{width}}", *(cell(calls, seconds) for _, _, cell in columns)]))
         return "\n".join(lines) + "\n"
-
-

@@ -26,9 +26,15 @@ __all__ = ["STAGES", "AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyT
 
 class SimpleProfiler(Profiler):
     """Lightning's ``"simple"``: the time table of every hook and stage, printed at the end of the run and written
-    to ``{fn}-profile-simple.txt`` in the run's folder (or ``{dirpath}/{fn}-{filename}.txt``)."""
+    to ``{fn}-profile-simple.txt`` in the run's folder (or ``{dirpath}/{fn}-{filename}.txt``); ``extended=False``
+    leaves the calls and shares out of the table."""
 
     name = "simple"
+
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
+                 extended: bool = True) -> None:
+        super().__init__(dirpath, filename)
+        self.extended = extended
 
 
 class AdvancedProfiler(Profiler):
