@@ -233,3 +233,14 @@ def test_simple_without_extended_shows_means_and_totals_only(tmp_path, capsys):
         pass
     row = full.summary().splitlines()[2]  # outside a run, the share is of the time since the profiler was made
     assert row.split("|")[0].strip() == "load" and 0 < float(row.split("|")[-1].strip(" %")) <= 100
+
+
+def test_two_callbacks_of_one_class_are_timed_apart(tmp_path, capsys):
+    from stoker.callbacks import EarlyStopping
+
+    t = trainer(tmp_path, max_epochs=1, profiler="simple", enable_checkpointing=False,
+                callbacks=[EarlyStopping("train/loss", patience=5), EarlyStopping("val/loss", patience=5)])
+    t.fit(Regressor(), *loaders())
+    actions = {line.split("|")[0].strip() for line in (tmp_path / "fit-profile-simple.txt").read_text().splitlines()}
+    assert {"[Callback]EarlyStopping{'monitor': 'train/loss', 'mode': 'min'}.on_validation_end",
+            "[Callback]EarlyStopping{'monitor': 'val/loss', 'mode': 'min'}.on_validation_end"} <= actions
