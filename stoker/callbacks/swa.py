@@ -216,7 +216,8 @@ class StochasticWeightAveraging(Callback):
 
     def _update_batch_norm(self, trainer: TrainerView, module: nn.Module) -> None:
         norms = [m for m in module.modules() if isinstance(m, _BatchNorm)]
-        loader = getattr(trainer, "train_dataloader", None)
+        run = trainer.fit_run  # the prepared loader: its position can be saved and put back
+        loader = run.train_loader if run is not None else None
         if not norms or loader is None:
             return
         momenta = {m: m.momentum for m in norms}
