@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from stoker import TrainingModule
-from stoker.callbacks import SpikeDetection
-from stoker.callbacks.spike import TrainingSpikeException
+from stoker.callbacks import SpikeDetection, TrainingSpikeException
 from tests.callbacks.modules import trainer
 
 
