@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from stoker.callbacks.base import Callback, TrainerView
+
+if TYPE_CHECKING:
+    from torch.optim.swa_utils import AveragedModel
 
 __all__ = ["EMAWeightAveraging", "WeightAveraging"]
 
@@ -52,12 +55,12 @@ class WeightAveraging(Callback):
         self.device = torch.device(device) if device is not None else None
         self.use_buffers = use_buffers
         self.kwargs = kwargs
-        self._average_model: Any = None  # the AveragedModel, built when a fit sets up (Lightning's attribute name)
+        self._average_model: AveragedModel | None = None  # built when a fit sets up (Lightning's name)
         self.latest_update_step = 0  # the global step the average last took in
         self._pending: dict[str, Any] | None = None  # a restored state that arrived before the average was built
 
     @property
-    def average_model(self) -> Any:
+    def average_model(self) -> AveragedModel | None:
         """The ``AveragedModel`` holding the average (its ``module`` and ``n_averaged``); None before a fit."""
         return self._average_model
 
@@ -80,12 +83,12 @@ class WeightAveraging(Callback):
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step  # a batch that only accumulated (or was skipped) has not moved it
         if step > self.latest_update_step and self.should_update(step_idx=step - 1):
-            self.average_model.update_parameters(module)
+            self._built().update_parameters(module)
             self.latest_update_step = step
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if self.should_update(epoch_idx=trainer.current_epoch):
-            self.average_model.update_parameters(module)
+            self._built().update_parameters(module)
 
     def on_validation_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if self._averaging(trainer):
@@ -102,6 +105,12 @@ class WeightAveraging(Callback):
             for average, current in self._pairs(module):
                 current.copy_(average.to(current.device))
 
+    def _built(self) -> AveragedModel:
+        if self._average_model is None:
+            raise RuntimeError(f"{type(self).__name__}: the average is built when a fit sets up (setup(stage='fit')); "
+                               "a training hook ran before it. Call super().setup(...) in an override of setup.")
+        return self._average_model
+
     def _averaging(self, trainer: TrainerView) -> bool:
         """Validation inside a fit, with an average that took in weights (not the sanity check)."""
         return self.average_model is not None and trainer.fitting and not trainer.sanity_checking \
@@ -109,7 +118,7 @@ class WeightAveraging(Callback):
 
     def _pairs(self, module: nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(average, module) tensors: the parameters, and the buffers when they are averaged."""
-        averaged = self.average_model.module
+        averaged = self._built().module
         yield from zip(averaged.parameters(), module.parameters())
         if self.use_buffers:
             yield from zip(averaged.buffers(), module.buffers())

@@ -6,9 +6,13 @@ import functools
 import inspect
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .profiler_base import Profiler
+
+if TYPE_CHECKING:
+    import torch.profiler
+    from torch.autograd.profiler_util import EventList
 
 __all__ = ["PyTorchProfiler"]
 
@@ -47,16 +51,16 @@ class PyTorchProfiler(Profiler):
         self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
         self.sort_by_key, self.export_to_chrome, self.table_kwargs = sort_by_key, export_to_chrome, table_kwargs or {}
         self.profiler_kwargs = profiler_kwargs
-        self._torch: Any = None
+        self._torch: torch.profiler.profile | None = None
         self._own = False  # torch.profiler opened by an action outside a run (describe() closes it)
-        self._ranges: dict[str, Any] = {}
+        self._ranges: dict[str, torch.profiler.record_function] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy (deepcopy, or the Trainer sent to spawned processes) holds settings and times, no live profiler.
         return dict(self.__dict__, _torch=None, _own=False, _ranges={})
 
     @property
-    def function_events(self) -> Any:
+    def function_events(self) -> EventList | None:
         """torch's recorded events (``torch.autograd.profiler_util.EventList``) of the last run or describe()."""
         return None if self._torch is None else self._torch.events()
 
@@ -87,7 +91,7 @@ class PyTorchProfiler(Profiler):
         if opened is not None:
             opened.__exit__(None, None, None)
         super().end(action)
-        if action == "[Stage]train batch" and self.profiler_kwargs.get("schedule") is not None:
+        if action == "[Stage]train batch" and self._torch is not None and self.profiler_kwargs.get("schedule"):
             self._torch.step()  # a schedule counts training batches
 
     def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -102,7 +106,7 @@ class PyTorchProfiler(Profiler):
         return ranged
 
     def describe(self) -> None:
-        if self._own:
+        if self._own and self._torch is not None:
             self._own = False
             self._torch.__exit__(None, None, None)
         super().describe()

@@ -15,10 +15,13 @@ import io
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .profiler_base import STAGES, Profiler
 from .profiler_torch import PyTorchProfiler
+
+if TYPE_CHECKING:
+    import cProfile
 
 __all__ = ["STAGES", "AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler",
            "make_profiler"]
@@ -53,8 +56,8 @@ class AdvancedProfiler(Profiler):
                  line_count: int = 30, dump_stats: bool = False) -> None:
         super().__init__(dirpath, filename)
         self.line_count, self.dump_stats = line_count, dump_stats
-        self._cprofile: Any = None
-        self.profiled_actions: dict[str, Any] = {}  # action -> its cProfile.Profile (actions outside a run)
+        self._cprofile: cProfile.Profile | None = None
+        self.profiled_actions: dict[str, cProfile.Profile] = {}  # action -> its cProfile.Profile (actions outside a run)
         self._profiling: str | None = None  # the action whose cProfile is on
 
     def run_start(self, fn: str) -> None:

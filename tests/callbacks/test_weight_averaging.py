@@ -118,3 +118,13 @@ def test_a_resumed_fit_ends_with_the_same_average(tmp_path):
     assert int(resumed_ema.average_model.n_averaged) == int(whole_ema.average_model.n_averaged) == 6
     for name, value in state_of(whole).items():
         torch.testing.assert_close(state_of(resumed)[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_an_override_of_setup_that_skips_the_base_is_named(tmp_path):
+    class Forgets(WeightAveraging):
+        def setup(self, trainer, module, stage):
+            pass
+
+    t = trainer(tmp_path, max_epochs=1, callbacks=[Forgets()], enable_checkpointing=False)
+    with pytest.raises(RuntimeError, match=r"Forgets: the average is built when a fit sets up .*super\(\).setup"):
+        t.fit(Regressor(), loaders()[0])
