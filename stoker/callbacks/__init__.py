@@ -4,9 +4,10 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 (early_stopping.py), `LearningRateMonitor` (lr_monitor.py), `ProgressBar` and Lightning's `TQDMProgressBar`
 (progress.py), `Timer` (timer.py), `ModelSummary` (summary.py), `BasePredictionWriter` (prediction_writer.py),
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
-`OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `LambdaCallback`
-(lambda_function.py) and `BaseFinetuning` / `BackboneFinetuning` (finetuning.py). The last nine are
-imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
+`OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `WeightAveraging` /
+`EMAWeightAveraging` (weight_averaging.py), `SpikeDetection` and its `TrainingSpikeException` (spike.py),
+`LambdaCallback` (lambda_function.py) and `BaseFinetuning` / `BackboneFinetuning` (finetuning.py). Those after
+`Timer` are imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
 """
 
 import os
@@ -27,6 +28,10 @@ _LAZY = {
     "ThroughputMonitor": "stoker.callbacks.throughput",
     "OnExceptionCheckpoint": "stoker.callbacks.on_exception",
     "StochasticWeightAveraging": "stoker.callbacks.swa",
+    "WeightAveraging": "stoker.callbacks.weight_averaging",
+    "EMAWeightAveraging": "stoker.callbacks.weight_averaging",
+    "SpikeDetection": "stoker.callbacks.spike",
+    "TrainingSpikeException": "stoker.callbacks.spike",
     "LambdaCallback": "stoker.callbacks.lambda_function",
     "BaseFinetuning": "stoker.callbacks.finetuning",
     "BackboneFinetuning": "stoker.callbacks.finetuning",
@@ -64,6 +69,10 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.callbacks.lambda_function import LambdaCallback as LambdaCallback
     from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
     from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
+    from stoker.callbacks.spike import SpikeDetection as SpikeDetection
+    from stoker.callbacks.spike import TrainingSpikeException as TrainingSpikeException
     from stoker.callbacks.summary import ModelSummary as ModelSummary
     from stoker.callbacks.swa import StochasticWeightAveraging as StochasticWeightAveraging
     from stoker.callbacks.throughput import ThroughputMonitor as ThroughputMonitor
+    from stoker.callbacks.weight_averaging import EMAWeightAveraging as EMAWeightAveraging
+    from stoker.callbacks.weight_averaging import WeightAveraging as WeightAveraging

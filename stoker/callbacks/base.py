@@ -11,7 +11,7 @@ loop.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -35,10 +35,20 @@ class LastSaver(Protocol):
     def save_last_now(self, trainer: TrainerView) -> str: ...
 
 
-class FitRunView(Protocol):
-    """What a callback reads of the fit in progress (``trainer.fit_run``)."""
+class PreparedLoader(Protocol):
+    """What a callback may do with the fit's prepared train loader: one more pass, its position saved and put back
+    (`StochasticWeightAveraging`'s BatchNorm pass)."""
 
-    train_loader: Any  # the prepared train loader the fit reads: its state_dict() is the run's position
+    def __iter__(self) -> Iterator[Any]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class FitRunView(Protocol):
+    """What callbacks read of the current fit's prepared objects (``trainer.fit_run``, the Trainer's ``FitRun``)."""
+
+    @property
+    def train_loader(self) -> PreparedLoader: ...  # resumable, sharded, limited (trainer.train_dataloader: as given)
 
 
 class TrainerView(Protocol):
@@ -62,8 +72,6 @@ class TrainerView(Protocol):
     def lr_scheduler_configs(self) -> list[Any]: ...
     @property
     def callback_metrics(self) -> dict[str, Any]: ...
-    @property
-    def fit_run(self) -> FitRunView | None: ...  # None before the first fit
     @property
     def num_training_batches(self) -> int | float: ...
     @property
@@ -111,6 +119,8 @@ class TrainerView(Protocol):
     def epoch_finished(self) -> bool: ...
     @property
     def validation_count(self) -> int: ...
+    @property
+    def fit_run(self) -> FitRunView | None: ...  # None before the first fit
 
     def save_checkpoint(self, path: str | os.PathLike) -> str: ...
 

@@ -216,7 +216,8 @@ class StochasticWeightAveraging(Callback):
 
     def _update_batch_norm(self, trainer: TrainerView, module: nn.Module) -> None:
         norms = [m for m in module.modules() if isinstance(m, _BatchNorm)]
-        loader = trainer.fit_run.train_loader if trainer.fit_run is not None else None  # the prepared one
+        run = trainer.fit_run  # the prepared loader: its position can be saved and put back
+        loader = run.train_loader if run is not None else None
         if not norms or loader is None:
             return
         momenta = {m: m.momentum for m in norms}

@@ -152,7 +152,7 @@ class HookDispatcher:
             else:
                 self._table[name] = (*fns, *own)
         profiler = getattr(trainer, "profiler", None)
-        if profiler is not None:
+        if profiler is not None and profiler.records:  # PassThroughProfiler: nothing wrapped
             self._profile(profiler, module, callbacks)
 
     def _profile(self, profiler: Profiler, module: object, callbacks: list[Callback]) -> None:
@@ -161,7 +161,7 @@ class HookDispatcher:
         from .profilers import STAGES
 
         owners = {id(module): f"[Module]{type(module).__name__}"} | \
-            {id(c): f"[Callback]{type(c).__name__}" for c in callbacks}
+            {id(c): f"[Callback]{c.state_key}" for c in callbacks}  # two of a class apart: EarlyStopping{'monitor': ..}
         for name, fns in self._table.items():  # a module's bound hook, or a partial of a callback's
             self._table[name] = tuple(
                 profiler.wrap(f"{owners[id(getattr(getattr(fn, 'func', fn), '__self__', None))]}.{name}", fn)

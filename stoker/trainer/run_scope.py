@@ -42,7 +42,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
     status, error = "success", None
     t.run_report.begin()
     if t.profiler is not None:
-        t.profiler.start(fn)
+        t.profiler.run_start(fn)
     try:
         t.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
         t.hooks.call("setup", stage=fn)
@@ -59,7 +59,9 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
             _end_run(t, fn, module, datamodule, status)
         finally:
             if t.profiler is not None:  # its table before the closing line, which stays the run's last word
-                t.profiler.stop(fn, os.path.abspath(t.default_root_dir) if t.is_global_zero else None)
+                folder = t.loggers[0].log_dir if t.loggers and t.loggers[0].log_dir else t.default_root_dir
+                rank = t.accelerator.process_index if t.accelerator.num_processes > 1 else None  # a file each
+                t.profiler.run_stop(fn, os.path.abspath(folder), rank)  # Lightning's trainer.log_dir
             t.run_report.finish(fn, error)
 
 

@@ -1,0 +1,166 @@
+"""The profilers' base: :class:`Profiler` times named actions; the stages a run marks (``STAGES``).
+
+Owns: timing (``begin`` / ``end``, Lightning's ``start`` / ``stop`` / ``profile``), the time table, and where a run's
+report goes (``dirpath`` / ``filename``, the run's folder, one file per process when there are several). The
+profilers themselves are in ``profilers.py`` (simple, advanced, pass-through) and ``profiler_torch.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["STAGES", "Profiler"]
+
+# Stages, as (the hook that opens it, the hook that closes it): timed as a whole, whatever runs inside.
+STAGES = {"train batch": ("on_train_batch_start", "on_train_batch_end"),
+          "train epoch": ("on_train_epoch_start", "on_train_epoch_end"),
+          "validation run": ("on_validation_start", "on_validation_end"),
+          "test run": ("on_test_start", "on_test_end"), "predict run": ("on_predict_start", "on_predict_end")}
+
+
+class Profiler:
+    """Base: times named actions (``[Stage]``, ``[Hook]`` and ``[Run]`` names); subclasses add a whole-run tool.
+
+    Example:
+        >>> profiler = Profiler()
+        >>> with profiler.profile("[Run]my part"):
+        ...     pass
+        >>> "[Run]my part" in profiler.report()
+        True
+
+    Args:
+        dirpath: Folder of the report files; None: the run's folder (the first logger's ``log_dir``, else
+            ``default_root_dir``, as Lightning's ``trainer.log_dir``), kept here when a run stops.
+        filename: The reports are then ``{dirpath}/{fn}-{filename}.txt`` (``fit-profile.txt``) and :meth:`describe`
+            writes ``{dirpath}/{filename}.txt``; None: ``{fn}-profile-{name}.txt``, and :meth:`describe` only prints.
+    """
+
+    name = "base"
+    extended = True  # the table's calls and shares of the run (SimpleProfiler(extended=False) leaves them out)
+    records = True  # whether a run wraps its hooks with this profiler (PassThroughProfiler: no)
+
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
+        self.dirpath, self.filename = dirpath, filename
+        self.durations: dict[str, list[float]] = collections.defaultdict(list)
+        self._open: dict[str, float] = {}
+        self._since = time.perf_counter()  # what "% of run" is a share of outside a run
+        self.written: list[str] = []  # files written by the last stop()
+
+    @property
+    def recorded_durations(self) -> dict[str, list[float]]:
+        """Lightning's name for :attr:`durations`: each action's durations in seconds, in call order."""
+        return self.durations
+
+    # -- timing ---------------------------------------------------------------------------------------------------
+    def begin(self, action: str, *_: Any) -> None:
+        self._open[action] = time.perf_counter()
+
+    def end(self, action: str, *_: Any) -> None:
+        started = self._open.pop(action, None)
+        if started is not None:
+            self.durations[action].append(time.perf_counter() - started)
+
+    def start(self, action: str) -> None:
+        """Starts timing ``action`` (Lightning's call; :meth:`stop` ends it, :meth:`profile` does both)."""
+        if action in self._open:
+            raise ValueError(f"Profiler.start({action!r}): that action is already being timed; stop({action!r}) "
+                             "it first.")
+        self.begin(action)
+
+    def stop(self, action: str) -> None:
+        """Ends the timing of ``action`` that :meth:`start` began."""
+        if action not in self._open:
+            raise ValueError(f"Profiler.stop({action!r}): no action {action!r} is being timed; call "
+                             f"start({action!r}) first.")
+        self.end(action)
+
+    def profile(self, action: str) -> Any:
+        """A context manager that times ``action``."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed() -> Any:
+            self.begin(action)
+            try:
+                yield
+            finally:
+                self.end(action)
+        return timed()
+
+    def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` timed as ``action`` on each call."""
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:  # setup/teardown get stage= by keyword
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.durations[action].append(time.perf_counter() - started)
+        return timed
+
+    # -- a run ----------------------------------------------------------------------------------------------------
+    def run_start(self, fn: str) -> None:
+        """A ``fit`` / ``validate`` / ``test`` / ``predict`` call starts (times from here are its own)."""
+        self.durations.clear()
+        self._open.clear()
+        self.begin(f"[Run]{fn}")
+
+    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
+        """The call ended: writes the report into ``folder`` (None: nowhere); ``rank``: this process's, when the run
+        has several (each writes its own report, named ``-{rank}``; the first one prints it)."""
+        self.end(f"[Run]{fn}")
+        self.written = []
+        if folder is None:
+            return
+        text = self.report()
+        if not rank:
+            print(f"{type(self).__name__} report for {fn}:\n{text}", flush=True)
+        self.written.append(self._write(self._report_path(fn, folder, rank), text))
+
+    def _report_path(self, fn: str, folder: str, rank: int | None) -> str:
+        """Where a run's report goes: ``dirpath`` if given (else the run's folder, kept as ``dirpath``)."""
+        if self.dirpath is None:
+            self.dirpath = folder
+        name = f"{fn}-{self.filename}" if self.filename else f"{fn}-profile-{self.name}"
+        return os.path.join(self.dirpath, name + ("" if rank is None else f"-{rank}") + ".txt")
+
+    @staticmethod
+    def _write(path: str, text: str) -> str:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def summary(self) -> str:
+        """Lightning's name for :meth:`report`."""
+        return self.report()
+
+    def describe(self) -> None:
+        """Prints the report of what was timed so far; with ``dirpath`` and ``filename`` also writes it to
+        ``{dirpath}/{filename}.txt`` (a run does this itself when it stops; this is for timings of your own)."""
+        text = self.summary()
+        print(f"{type(self).__name__} report:\n{text}", flush=True)
+        if self.dirpath is not None and self.filename:
+            self._write(os.path.join(self.dirpath, f"{self.filename}.txt"), text)
+
+    def report(self) -> str:
+        """The time table: each action's calls, mean, total and share of the time (the run's, else the time since
+        the profiler was made), longest total first; without ``extended``, the means and totals only."""
+        total = sum(sum(v) for k, v in self.durations.items() if k.startswith("[Run]")) or \
+            max(time.perf_counter() - self._since, 1e-12)
+        rows = sorted(((k, len(v), sum(v)) for k, v in self.durations.items() if v), key=lambda r: -r[2])
+        width = max([len("Action"), *(len(r[0]) for r in rows)])
+        # columns as (title, width, the cell of a row (action, calls, seconds)); the calls and shares are "extended"
+        columns = [("Calls", 7, lambda c, s: f"{c:>7}")] * self.extended + \
+            [("Mean (s)", 10, lambda c, s: f"{s / c:>10.6f}"), ("Total (s)", 10, lambda c, s: f"{s:>10.4f}")] + \
+            [("% of run", 8, lambda c, s: f"{100 * s / total:>7.1f}%")] * self.extended
+        lines = [" | ".join([f"{'Action':<{width}}", *(f"{title:>{w}}" for title, w, _ in columns)]),
+                 "-" * (width + sum(w + 3 for _, w, _ in columns))]
+        for action, calls, seconds in rows:
+            lines.append(" | ".join([f"{action:<{width}}", *(cell(calls, seconds) for _, _, cell in columns)]))
+        return "\n".join(lines) + "\n"

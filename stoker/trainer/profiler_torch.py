@@ -1,0 +1,139 @@
+"""``Trainer(profiler="pytorch")``: :class:`PyTorchProfiler`, torch.profiler over a run (imported when it starts)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .profiler_base import Profiler
+
+if TYPE_CHECKING:
+    import torch.profiler
+    from torch.autograd.profiler_util import EventList
+
+__all__ = ["PyTorchProfiler"]
+
+
+class PyTorchProfiler(Profiler):
+    """Lightning's ``"pytorch"``: ``torch.profiler`` over the whole run (CPU, and CUDA when there is a GPU), each
+    hook and stage a named range; a Chrome trace ``{fn}-trace.json`` beside the report that Perfetto
+    (ui.perfetto.dev), ``chrome://tracing`` or TensorBoard's profile plugin open, and torch's operator table.
+    A trace of a long run is large: profile a few epochs (``limit_train_batches``), or give a ``schedule``.
+
+    Outside a run, the first action timed with :meth:`profile` starts torch.profiler and :meth:`describe` stops it.
+
+    Args:
+        sort_by_key, row_limit, table_kwargs: How torch's operator table is sorted, its rows, and other arguments
+            of ``key_averages().table`` (``max_name_column_width``, ...).
+        export_to_chrome: Write the Chrome trace (not when ``on_trace_ready`` handles the traces).
+        **profiler_kwargs: Passed to ``torch.profiler.profile``: ``schedule`` (stepped after each training batch),
+            ``on_trace_ready``, ``with_stack``, ...
+    """
+
+    name = "pytorch"
+
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
+                 record_shapes: bool = False, profile_memory: bool = False, row_limit: int = 20,
+                 sort_by_key: str = "cpu_time_total", export_to_chrome: bool = True,
+                 table_kwargs: dict[str, Any] | None = None, **profiler_kwargs: Any) -> None:
+        import torch.autograd.profiler_util as util
+
+        super().__init__(dirpath, filename)
+        allowed = set(inspect.signature(util.EventList.table).parameters) - {"self", "sort_by", "row_limit"}
+        unknown = sorted(set(table_kwargs or {}) - allowed)
+        if unknown:
+            raise ValueError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
+                             f"key_averages().table here (sort_by_key and row_limit have their own); expected some of "
+                             f"{sorted(allowed)}.")
+        self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
+        self.sort_by_key, self.export_to_chrome, self.table_kwargs = sort_by_key, export_to_chrome, table_kwargs or {}
+        self.profiler_kwargs = profiler_kwargs
+        self._torch: torch.profiler.profile | None = None
+        self._own = False  # torch.profiler opened by an action outside a run (describe() closes it)
+        self._ranges: dict[str, torch.profiler.record_function] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (deepcopy, or the Trainer sent to spawned processes) holds settings and times, no live profiler.
+        return dict(self.__dict__, _torch=None, _own=False, _ranges={})
+
+    @property
+    def function_events(self) -> EventList | None:
+        """torch's recorded events (``torch.autograd.profiler_util.EventList``) of the last run or describe()."""
+        return None if self._torch is None else self._torch.events()
+
+    def _start_torch(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._torch = profile(activities=activities, record_shapes=self.record_shapes,
+                              profile_memory=self.profile_memory, **self.profiler_kwargs)
+        self._torch.__enter__()
+
+    def run_start(self, fn: str) -> None:
+        self._start_torch()
+        super().run_start(fn)
+
+    def begin(self, action: str, *_: Any) -> None:
+        from torch.profiler import record_function
+
+        if self._torch is None:
+            self._start_torch()
+            self._own = True
+        super().begin(action)
+        self._ranges[action] = record_function(action).__enter__()
+
+    def end(self, action: str, *_: Any) -> None:
+        opened = self._ranges.pop(action, None)
+        if opened is not None:
+            opened.__exit__(None, None, None)
+        super().end(action)
+        if action == "[Stage]train batch" and self._torch is not None and self.profiler_kwargs.get("schedule"):
+            self._torch.step()  # a schedule counts training batches
+
+    def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        from torch.profiler import record_function
+
+        timed = super().wrap(action, fn)
+
+        @functools.wraps(fn)
+        def ranged(*args: Any, **kwargs: Any) -> Any:
+            with record_function(action):
+                return timed(*args, **kwargs)
+        return ranged
+
+    def describe(self) -> None:
+        if self._own and self._torch is not None:
+            self._own = False
+            self._torch.__exit__(None, None, None)
+        super().describe()
+
+    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
+        self.end(f"[Run]{fn}")
+        if self._torch is not None:
+            self._torch.__exit__(None, None, None)
+        self.written = []
+        if folder is None or self._torch is None:
+            return
+        path = self._report_path(fn, folder, rank)
+        trace = os.path.join(os.path.dirname(path), f"{fn}-trace" + ("" if rank is None else f"-{rank}") + ".json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if self.export_to_chrome and self.profiler_kwargs.get("on_trace_ready") is None:
+            self._torch.export_chrome_trace(trace)
+            self.written.append(trace)
+        text = self.report()
+        if not rank:
+            print(f"PyTorchProfiler report for {fn} (trace: {trace}):\n{text}", flush=True)
+        self.written.append(self._write(path, text))
+
+    def report(self) -> str:
+        text = super().report()
+        if self._torch is None:
+            return text
+        table = self._torch.key_averages().table(sort_by=self.sort_by_key, row_limit=self.row_limit,
+                                                 **self.table_kwargs)
+        by = "CPU time" if self.sort_by_key == "cpu_time_total" else self.sort_by_key
+        return f"{text}\ntorch.profiler, by {by}:\n{table}\n"
