@@ -112,6 +112,21 @@ class DataModule(HyperparametersMixin):
 
     # -- construction from datasets -------------------------------------------------------------------------------
     @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, *,
+                             hparams_file: str | os.PathLike | None = None, **hparam_overrides: Any) -> Any:
+        """The data module a Trainer checkpoint was written with: built from the hyperparameters it saved
+        (``save_hyperparameters`` in ``__init__``; ``hparams_file`` replaces them, ``hparam_overrides`` win), its
+        ``state_dict`` restored. ``map_location`` is taken for Lightning's signature (a data module holds no
+        weights).
+
+        Example:
+            >>> dm = MyData.load_from_checkpoint("checkpoints/last.ckpt", batch_size=64)  # doctest: +SKIP
+        """
+        from .loading import load_datamodule
+
+        return load_datamodule(cls, checkpoint_path, hparams_file, hparam_overrides)
+
+    @classmethod
     def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,
                       predict_dataset: Any = None, batch_size: int = 1, num_workers: int = 0,
                       **datamodule_kwargs: Any) -> DataModule:

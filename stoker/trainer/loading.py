@@ -148,12 +148,22 @@ def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None,
 
 
 def _device(map_location: Any) -> torch.device | None:
+    """The device the weights go to. Besides a device, ``torch.load``'s other forms: a dict from saved to wanted
+    device, and a function ``(storage, location) -> storage``. The weights are read on the CPU (safetensors), so
+    both are asked where ``"cpu"`` goes."""
     if map_location is None:
         return None
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
+    if isinstance(map_location, dict):
+        target = map_location.get("cpu", map_location.get(torch.device("cpu")))
+        return None if target is None else torch.device(target)
+    if callable(map_location):
+        moved = map_location(torch.empty(0).untyped_storage(), "cpu")
+        return None if moved is None else torch.device(moved.device)
     raise TypeError(f"load_from_checkpoint(map_location={map_location!r}): expected a device ('cpu', 'cuda:0', a "
-                    "torch.device) or None (the weights stay where the new module's parameters are: the CPU).")
+                    "torch.device), a dict from saved to wanted device, a function (storage, location) -> storage "
+                    "as torch.load takes, or None (the weights stay where the new module's parameters are: the CPU).")
 
 
 def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
@@ -214,3 +224,27 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     if device is not None:
         module.to(device)
     return module
+
+
+def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any]) -> Any:
+    """See ``DataModule.load_from_checkpoint``: the data module built from the hyperparameters a Trainer checkpoint
+    saved for it (``hparams_file`` replaces them, ``overrides`` win), with its ``state_dict`` restored."""
+    if not isinstance(checkpoint_path, (str, os.PathLike)):
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
+                        f"got {type(checkpoint_path).__name__}.")
+    from ..accelerator import STATE_NAME
+
+    path = os.path.abspath(os.fspath(checkpoint_path))
+    payload = trainer_checkpoint(path) if os.path.isfile(os.path.join(path, STATE_NAME)) else None
+    if payload is None:
+        raise FileNotFoundError(f"{cls.__name__}.load_from_checkpoint({path!r}): not a Trainer checkpoint folder "
+                                "(Trainer.save_checkpoint / ModelCheckpoint). Pass one of those.")
+    checkpoint = trainer_own(payload)[0]
+    hparams = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    if hparams_file is not None:
+        hparams = read_hparams_file_for_loading(hparams_file)
+    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides))
+    if "datamodule" in checkpoint:
+        datamodule.load_state_dict(checkpoint["datamodule"])
+    return datamodule
+

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from stoker import Accelerator, Trainer, TrainingModule
+from stoker import Accelerator, DataModule, Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint
 from tests.helpers.models import Regressor, make_loader, make_mlp, make_regression_data
 from tests.helpers.weights import assert_same_weights
@@ -138,3 +138,43 @@ def test_hparams_file_replaces_the_saved_hyperparameters(tmp_path: Any) -> None:
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ValueError, match="holds a list, not a mapping"):
         Regressor.load_from_checkpoint(path, hparams_file=tmp_path / "list.yaml")
+
+
+@pytest.mark.parametrize("map_location", [{"cpu": "cpu"}, lambda storage, location: storage])
+def test_map_location_takes_torch_loads_dict_and_function_forms(tmp_path: Any, map_location: Any) -> None:
+    trained = Regressor(seed=5)
+    train(tmp_path, trained)
+    loaded = Regressor.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"),
+                                            map_location=map_location)
+    assert loaded.net[0].weight.device.type == "cpu"
+    assert_same_weights(loaded, trained)
+
+
+class Regression(DataModule):
+    def __init__(self, n: int = 16, batch_size: int = 4, note: str = "x") -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore="note")
+        self.epochs_seen = 0
+
+    def train_dataloader(self) -> Any:
+        return make_loader(make_regression_data(n=self.hparams.n), batch_size=self.hparams.batch_size)
+
+    def state_dict(self) -> dict:
+        return {"epochs_seen": self.epochs_seen}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.epochs_seen = int(state_dict["epochs_seen"])
+
+
+def test_a_data_module_is_rebuilt_from_the_checkpoint_it_was_trained_with(tmp_path: Any) -> None:
+    data = Regression(n=16, batch_size=4, note="not saved")
+    data.epochs_seen = 3
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path, callbacks=[ModelCheckpoint(save_last=True)])
+    trainer.fit(Regressor(), datamodule=data)
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    again = Regression.load_from_checkpoint(path)
+    assert dict(again.hparams) == {"n": 16, "batch_size": 4} and again.epochs_seen == 3
+    assert Regression.load_from_checkpoint(path, batch_size=8, map_location="cpu").hparams.batch_size == 8
+    with pytest.raises(FileNotFoundError, match="not a Trainer checkpoint folder"):
+        Regression.load_from_checkpoint(tmp_path)
