@@ -22,7 +22,7 @@ from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
 from .stages import STAGES, Stage
-from .step_args import step_call
+from .step_args import check_no_optimizer_idx, step_call
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -235,6 +235,7 @@ class RunSetup:
     def _route(self, module: TrainingModule, model: Any, automatic: bool) -> Callable[[Any, int], Any]:
         """The call that runs ``training_step``. Under DDP it must run inside the wrapper's forward (which arms
         gradient sync): the module's forward learns to dispatch ``model(batch, idx, _stoker_step=...)`` to it."""
+        check_no_optimizer_idx(module)
         step = step_call(module.training_step)  # a training_step(self, batch) is called without batch_idx
         if model is module or not automatic:  # manual optimization syncs gradients itself (manual.py)
             return step

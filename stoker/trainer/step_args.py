@@ -40,6 +40,17 @@ def takes_batch_idx(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or _takes_varargs(params) or any(p.name == "batch_idx" for p in params)
 
 
+def check_no_optimizer_idx(module: TrainingModule) -> None:
+    """Raises ``RuntimeError`` for a ``training_step`` written for Lightning 1's several optimizers in automatic
+    optimization (an ``optimizer_idx`` parameter): nothing would ever pass it."""
+    params = _signature_params(module.training_step) or []
+    if any(p.name == "optimizer_idx" and p.default is inspect.Parameter.empty for p in params):
+        raise RuntimeError(
+            f"{type(module).__name__}.training_step() takes `optimizer_idx`, which no Trainer passes: automatic "
+            "optimization steps one optimizer. Remove the `optimizer_idx` argument from `training_step`; to step "
+            "several optimizers, set `self.automatic_optimization = False` and step them with `self.optimizers()`.")
+
+
 def step_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` itself when it takes a batch index; otherwise a call that drops the index (the second argument) the
     loops pass, keeping any ``dataloader_idx`` after it. Looked up once per run: the batch loop calls the result."""

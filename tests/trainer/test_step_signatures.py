@@ -108,3 +108,19 @@ def test_a_loader_index_with_a_default_or_taken_by_star_args_is_fine() -> None:
         for count in (1, 2):
             results = bare().validate(module, [make_loader(data) for _ in range(count)])
             assert len(results) == count
+
+
+def test_a_training_step_written_for_lightning_1s_optimizer_idx_fails_at_once() -> None:
+    class OldStyle(Regressor):
+        def training_step(self, batch: Any, batch_idx: int, optimizer_idx: int) -> torch.Tensor:  # type: ignore
+            return super().training_step(batch, batch_idx)
+
+    class Defaulted(Regressor):  # a default means it is never needed: fine
+        def training_step(self, batch: Any, batch_idx: int, optimizer_idx: int = 0) -> torch.Tensor:  # type: ignore
+            return super().training_step(batch, batch_idx)
+
+    loader = make_loader(make_regression_data(n=16))
+    with pytest.raises(RuntimeError, match=r"OldStyle.training_step\(\) takes `optimizer_idx`.*Remove the "
+                                           r"`optimizer_idx` argument.*automatic_optimization = False"):
+        bare(max_steps=1).fit(OldStyle(), loader)
+    bare(max_steps=1).fit(Defaulted(), loader)
