@@ -266,7 +266,8 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         restore_param_groups(trainer, path)
         # extra_loaders: checkpoints of earlier versions also hold the val loaders' positions, after the train
         # loader's; validation starts its loaders afresh, so those are not read.
-        trainer.accelerator.load_state(path, extra_loaders=True)
+        strict = trainer.module.strict_loading if trainer.module is not None else True
+        trainer.accelerator.load_state(path, extra_loaders=True, strict=strict)
     except ValueError as error:
         raise ValueError(f"Cannot resume from {path}: {error} (Trainer.fit prepares the module, each optimizer and "
                          "scheduler of configure_optimizers, and the train loader.)") from error

@@ -198,7 +198,7 @@ def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
     return {str(k): v for k, v in hparams.items()}
 
 
-def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool,
+def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
                 overrides: dict[str, Any], hparams_file: Any = None) -> Any:
     """See ``TrainingModule.load_from_checkpoint``."""
     if not isinstance(checkpoint_path, (str, os.PathLike)):
@@ -220,7 +220,8 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
         module.on_load_checkpoint(checkpoint)
     from ..accelerator import load_checkpoint_in_model
 
-    load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device}, strict=strict)
+    load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device},
+                             strict=module.strict_for_loading(strict))
     if device is not None:
         module.to(device)
     return module

@@ -17,9 +17,10 @@ import torch
 
 from .hparams import HyperparametersMixin
 from .step_hooks import StepHooks
+from .strict_loading import StrictLoading
 
 
-class TrainingModule(HyperparametersMixin, StepHooks):
+class TrainingModule(HyperparametersMixin, StrictLoading, StepHooks):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
@@ -279,7 +280,7 @@ class TrainingModule(HyperparametersMixin, StepHooks):
 
     # -- loading --------------------------------------------------------------------------------------------------
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool = True,
+    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool | None = None,
                              *, hparams_file: str | os.PathLike | None = None, **hparam_overrides: Any) -> Any:
         """Builds the module from its saved hyperparameters (``hparam_overrides`` win) and loads its weights.
 
@@ -288,7 +289,8 @@ class TrainingModule(HyperparametersMixin, StepHooks):
                 ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a ``.safetensors`` file beside
                 ``hparams.json``.
             map_location: Device for the weights (``"cpu"``, ``"cuda:0"``, a ``torch.device``); default: CPU.
-            strict: Fail on missing or unexpected keys.
+            strict: Fail on missing or unexpected keys; None: the module's ``strict_loading`` (a value that
+                contradicts a ``strict_loading`` the module sets is a ``ValueError``).
             hparams_file: Hyperparameters to build the module from instead of the saved ones, as in Lightning: a
                 ``.yaml``/``.yml`` (e.g. the CSV logger's ``hparams.yaml``), ``.json`` or ``key,value`` ``.csv``.
             **hparam_overrides: Constructor arguments that replace the saved ones.

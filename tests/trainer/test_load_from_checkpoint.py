@@ -178,3 +178,44 @@ def test_a_data_module_is_rebuilt_from_the_checkpoint_it_was_trained_with(tmp_pa
     assert Regression.load_from_checkpoint(path, batch_size=8, map_location="cpu").hparams.batch_size == 8
     with pytest.raises(FileNotFoundError, match="not a Trainer checkpoint folder"):
         Regression.load_from_checkpoint(tmp_path)
+
+
+def test_strict_loading_is_the_modules_choice_and_a_contradiction_is_an_error(tmp_path: Any) -> None:
+    train(tmp_path, Regressor(seed=6))
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+
+    class Wider(Regressor):  # one layer more than the checkpoint holds
+        def __init__(self, partial: bool | None = None, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.extra = nn.Linear(2, 2)
+            if partial is not None:
+                self.strict_loading = not partial
+
+    with pytest.raises(Exception, match="missing keys"):
+        Wider.load_from_checkpoint(path)  # strict by default
+    loaded = Wider.load_from_checkpoint(path, partial=True)  # the module's choice: not strict
+    assert not loaded.strict_loading
+    assert Wider.load_from_checkpoint(path, strict=False).strict_loading  # strict=False for this call only
+    with pytest.raises(ValueError, match=r"strict=True\) contradicts the module's strict_loading=False"):
+        Wider.load_from_checkpoint(path, partial=True, strict=True)
+
+
+def test_a_resumed_fit_follows_the_modules_strict_loading(tmp_path: Any) -> None:
+    train(tmp_path, Regressor(seed=6))
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+
+    class WithBuffer(Regressor):  # a buffer the checkpoint does not hold (no new parameter: same optimizer)
+        def __init__(self, partial: bool) -> None:
+            super().__init__(seed=6)
+            self.register_buffer("extra", torch.ones(2))
+            self.strict_loading = not partial
+
+    def resume(module: Regressor) -> Trainer:
+        trainer = Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          enable_checkpointing=False, default_root_dir=tmp_path / "again")
+        trainer.fit(module, make_loader(make_regression_data(n=32)), ckpt_path=path)
+        return trainer
+
+    with pytest.raises(ValueError, match="extra"):
+        resume(WithBuffer(partial=False))
+    assert resume(WithBuffer(partial=True)).global_step == 8
