@@ -232,7 +232,7 @@ class Trainer(RunFacts, CoreTrainer):
     @loggers.setter
     def loggers(self, loggers: list[Logger] | None) -> None:
         # Lightning's setter takes None for "no loggers": the list is never None, so `for logger in ...` holds
-        self.__dict__["loggers"] = [] if loggers is None else list(loggers)
+        self.__dict__["loggers"] = [] if loggers is None else loggers if isinstance(loggers, list) else list(loggers)
 
     @property
     def log_dir(self) -> str:
