@@ -51,7 +51,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, StepHooks):
     automatic_optimization: bool = True
     # Not compiled by torch.jit.script (to_torchscript): they read the Trainer, which is no part of the model.
     __jit_unused_properties__ = ["trainer", "device", "global_rank", "local_rank", "global_step", "current_epoch",
-                                 "logger", "loggers", "example_input_array", "hparams_initial"]
+                                 "logger", "loggers", "example_input_array", "hparams_initial", "strict_loading"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
