@@ -150,6 +150,23 @@ def raw_loop(model: nn.Module, batches: list, epochs: int, accumulate: int = 1, 
     return model
 
 
+def lbfgs_loop(model: nn.Module, batches: list, epochs: int, lr: float = 0.5, max_iter: int = 4) -> int:
+    """A plain closure loop with ``torch.optim.LBFGS``; returns how many times the closure ran."""
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=lr, max_iter=max_iter)
+    evaluations = 0
+    for _ in range(epochs):
+        for x, y in batches:
+            def closure() -> torch.Tensor:
+                nonlocal evaluations
+                evaluations += 1
+                optimizer.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+    return evaluations
+
+
 def clone_model(model: nn.Module) -> nn.Module:
     """An independent copy with identical weights (for a raw loop to run beside the Accelerator)."""
     return copy.deepcopy(model)

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data
+from tests.helpers.models import Regressor, batches, clone_model, lbfgs_loop, make_loader, make_regression_data
 from tests.helpers.trainers import quiet_trainer
 from tests.helpers.weights import params_of
 
@@ -33,18 +32,7 @@ def test_lbfgs_trains_as_a_plain_closure_loop() -> None:
     reference = clone_model(module.net)
     quiet_trainer(max_epochs=2).fit(module, make_loader(data, batch_size=8))
 
-    optimizer = torch.optim.LBFGS(reference.parameters(), lr=0.5, max_iter=4)
-    evaluations = 0
-    for _ in range(2):
-        for x, y in batches(data, 8):
-            def closure() -> torch.Tensor:
-                nonlocal evaluations
-                evaluations += 1
-                optimizer.zero_grad()
-                loss = F.mse_loss(reference(x), y)
-                loss.backward()
-                return loss
-            optimizer.step(closure)
+    evaluations = lbfgs_loop(reference, batches(data, 8), epochs=2)
     for got, want in zip(params_of(module.net), params_of(reference)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert module.steps_seen == evaluations > 8  # each step evaluated the loss several times, as the plain loop

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from stoker import TrainingModule
-from tests.helpers.models import batches, clone_model, make_loader, make_mlp, make_regression_data
+from tests.helpers.models import batches, clone_model, lbfgs_loop, make_loader, make_mlp, make_regression_data
 from tests.helpers.trainers import quiet_trainer
 from tests.helpers.weights import params_of
 
@@ -95,18 +95,7 @@ def test_lbfgs_evaluates_the_closure_again_as_a_plain_loop_does() -> None:
     module = Manual(lambda params: torch.optim.LBFGS(params, lr=0.5, max_iter=4))
     reference = clone_model(module.net)
     quiet_trainer(max_epochs=2).fit(module, make_loader(data, batch_size=8))
-    plain = torch.optim.LBFGS(reference.parameters(), lr=0.5, max_iter=4)
-    evaluations = 0
-    for _ in range(2):
-        for x, y in batches(data, 8):
-            def closure() -> torch.Tensor:
-                nonlocal evaluations
-                evaluations += 1
-                plain.zero_grad()
-                loss = F.mse_loss(reference(x), y)
-                loss.backward()
-                return loss
-            plain.step(closure)
+    evaluations = lbfgs_loop(reference, batches(data, 8), epochs=2)
     for got, want in zip(params_of(module.net), params_of(reference)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert module.closure_runs == evaluations > 8
