@@ -16,6 +16,7 @@ from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data.position import ProcessCountError
 from .data.prepare import prepare_data_loader
 from .distributed.agreement import SignalAgreement, agree_on_max, average_gradients  # noqa: F401 - Trainer's agreement
+from .distributed.collectives import gather_stacked
 from .distributed.fsdp import FSDPStrategy
 from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
 from .distributed.strategy import DDPStrategy, SingleDevice
@@ -40,4 +41,6 @@ __all__ = [
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",
     # ... and a loader prepared outside the Accelerator's checkpointed list (the Trainer's val and test loaders).
     "prepare_data_loader",
+    # ... and every process's tensors stacked (the module's all_gather).
+    "gather_stacked",
 ]

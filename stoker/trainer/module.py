@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from .hparams import HyperparametersMixin
+from .module_runtime import RuntimeFacts
 from .step_hooks import StepHooks
 from .strict_loading import StrictLoading
 
 
-class TrainingModule(HyperparametersMixin, StrictLoading, StepHooks):
+class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHooks):
     """Your model plus how to train it: subclass it and write ``training_step`` and ``configure_optimizers``.
 
     ``training_step`` returns a loss tensor (a per-batch *mean*; accumulation windows average it over the
@@ -51,7 +52,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, StepHooks):
     automatic_optimization: bool = True
     # Not compiled by torch.jit.script (to_torchscript): they read the Trainer, which is no part of the model.
     __jit_unused_properties__ = ["trainer", "device", "global_rank", "local_rank", "global_step", "current_epoch",
-                                 "logger", "loggers", "example_input_array", "hparams_initial", "strict_loading"]
+                                 "logger", "loggers", "example_input_array", "hparams_initial", "strict_loading",
+                                 "dtype", "on_gpu"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -76,6 +76,10 @@ def test_devices_2_from_a_plain_python_process_runs_ddp(runs: tuple) -> None:
     assert [r["global_step"] for r in full] == [6, 6]  # 48 samples, batch 4, 2 processes, accumulate 2, 2 epochs
     assert full[0]["weights"] == full[1]["weights"]
     assert full[0]["lr"] == 0.01  # StepLR stepped once per optimizer step (6 steps, step_size 2: 0.02 -> 0.01)
+    for r in full:  # module.all_gather: one row per process, the same on both
+        assert r["gathered"] == {"rank": [0, 1], "row": [[0.0, 0.0], [1.0, 10.0]]}
+    # sync_grads: rank r's tensor is row r of the result, weighted 1 (row 0) or 3 (row 1) on both processes: 2 or 6
+    assert [r["gather_grad"] for r in full] == [[2.0], [6.0]]
 
 
 def test_sync_dist_and_torchmetrics_agree_across_processes(runs: tuple) -> None:

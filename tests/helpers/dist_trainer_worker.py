@@ -100,6 +100,13 @@ def main() -> None:
         module.eval()
         result["val_mse_full"] = float(F.mse_loss(module(x), y)) if MODE != "fsdp" else None
     result["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+    if MODE == "full":  # the module's all_gather: stacked per process, and with sync_grads a gradient back
+        rank = trainer.accelerator.process_index
+        gathered = module.all_gather({"rank": rank, "row": torch.tensor([rank, 10.0 * rank])})
+        result["gathered"] = {k: v.tolist() for k, v in gathered.items()}
+        x = torch.tensor([rank + 1.0], requires_grad=True)
+        (module.all_gather(x, sync_grads=True) * torch.tensor([[1.0], [3.0]])).sum().backward()
+        result["gather_grad"] = x.grad.tolist()
     if MODE == "fsdp":  # weights back from the sharded checkpoint, into the fit's module and into a fresh one
         result["validate_ckpt"] = trainer.validate(module, val, ckpt_path="last")[0]["val/mse"]
         result["validate_fresh"] = trainer.validate(Regressor(), val, ckpt_path="last")[0]["val/mse"]

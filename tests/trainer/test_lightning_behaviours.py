@@ -346,3 +346,30 @@ def test_fast_dev_run_with_a_model_checkpoint_creates_no_folder(tmp_path):
     trainer.fit(Regressor(), loader(), loader())
     assert checkpoint.dirpath == str(tmp_path / "checkpoints") and not os.path.exists(checkpoint.dirpath)
     assert [p.name for p in tmp_path.iterdir()] in ([], ["run_summary.json"])
+
+
+def test_run_facts_under_lightnings_names() -> None:
+    import signal
+
+    seen: dict[str, list[Any]] = {"last": [], "evaluating": [], "sanity": []}
+
+    class Facts(Callback):
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            seen["last"].append(trainer.is_last_batch)
+            seen["evaluating"].append(trainer.evaluating)
+            if trainer.current_epoch == 1 and batch_idx == 1:
+                signal.raise_signal(signal.SIGTERM)  # stoker saves and stops cleanly, on every process
+
+        def on_validation_start(self, trainer: Any, module: Any) -> None:
+            seen["evaluating"].append(trainer.evaluating)
+            if trainer.sanity_checking:  # its loaders are known from here (asked for after on_sanity_check_start)
+                seen["sanity"].append(list(trainer.num_sanity_val_batches))
+
+    trainer = quiet_trainer(max_epochs=3, num_sanity_val_steps=3, callbacks=[Facts()])
+    assert trainer.num_sanity_val_batches == [] and not trainer.received_sigterm
+    with pytest.raises(SystemExit):
+        trainer.fit(Regressor(), loader(32), loader(16))  # 4 train batches, 2 val batches
+    assert seen["sanity"] == [[2]]  # 3 asked, 2 in the loader
+    assert seen["last"] == [False, False, False, True, False, False]
+    assert seen["evaluating"] == [True, False, False, False, False, True, False, False]  # sanity, 4, epoch end, 2
+    assert trainer.received_sigterm and not trainer.evaluating

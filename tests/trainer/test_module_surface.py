@@ -181,3 +181,29 @@ def test_freeze_and_unfreeze_return_the_module_for_chaining() -> None:
     module = Regressor()
     assert module.freeze() is module and not module.training
     assert module.unfreeze() is module and module.training
+
+
+def test_dtype_on_gpu_and_all_gather_in_one_process(tmp_path: Any) -> None:
+    import collections
+
+    import pytest
+
+    seen: dict[str, Any] = {}
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Gathering(Regressor):
+        def on_train_start(self) -> None:
+            loss = torch.tensor([1.0, 2.0])
+            seen["tensor"] = self.all_gather(loss)
+            seen["mixed"] = self.all_gather({"n": 3, "pair": Pair(torch.ones(2), 0.5), "items": [1.5, "text"]})
+            with pytest.raises(ValueError, match="gathers over all the run's processes"):
+                self.all_gather(loss, group=object())
+
+    module = Gathering()
+    assert module.dtype == torch.float32 and not module.on_gpu
+    quiet(tmp_path).fit(module, loader())
+    assert torch.equal(seen["tensor"], torch.tensor([1.0, 2.0]))  # one process: as it is, no new dimension
+    mixed = seen["mixed"]
+    assert torch.equal(mixed["n"], torch.tensor(3)) and isinstance(mixed["pair"], Pair)
+    assert torch.equal(mixed["pair"].b, torch.tensor(0.5)) and mixed["items"][1] == "text"
+    assert module.double().dtype == torch.float64

@@ -26,6 +26,24 @@ def gather(strategy: SingleDevice, data: Any) -> Any:
     return apply_to_tensors(strategy.all_gather, data)  # one process: SingleDevice.all_gather is the identity
 
 
+def gather_stacked(strategy: SingleDevice, data: Any, sync_grads: bool = False) -> Any:
+    """Each tensor of ``data`` from every process, stacked along a new dim 0 of length ``num_processes`` (every
+    process's tensor has the same shape); in one process, ``data`` as it is. ``sync_grads``: the gather is part of
+    the autograd graph, so a loss computed from the result sends each process its tensor's gradient (summed over the
+    processes)."""
+    if strategy.num_processes == 1:
+        return data
+
+    def stacked(tensor: torch.Tensor) -> torch.Tensor:
+        if sync_grads:
+            from torch.distributed.nn.functional import all_gather
+
+            return torch.stack(all_gather(tensor.contiguous()))
+        return strategy.all_gather(tensor.unsqueeze(0))
+
+    return apply_to_tensors(stacked, data)
+
+
 def reduce(strategy: SingleDevice, data: Any, reduction: str = "sum") -> Any:
     if reduction not in ("sum", "mean", "none"):
         raise ValueError(f"reduce(reduction={reduction!r}) expects 'sum', 'mean' or 'none'.")

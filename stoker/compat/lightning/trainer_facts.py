@@ -1,11 +1,13 @@
 """Lightning's read-only facts of a Trainer that are only names over the core's own (``trainer.model``,
-``world_size``, ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings) and
+``world_size``, ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings,
+``is_last_batch``, ``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``) and
 ``init_module()``: a mixin of the Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file
 stays one idea (the ranks are the core Trainer's own)."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,6 +19,9 @@ if TYPE_CHECKING:
 
     from ...accelerator import Accelerator
     from ...trainer import TrainingModule
+    from ...trainer.loops import FitLoop
+    from ...trainer.options import RunOptions
+    from ...trainer.preemption import Preemption
     from ...trainer.run import RunState
     from ...trainer.setup import RunSetup
 
@@ -29,6 +34,10 @@ class RunFacts:
     state: RunState
     module: TrainingModule | None
     num_nodes: int
+    fit_loop: FitLoop
+    options: RunOptions
+    preemption: Preemption
+    num_val_batches: list[int | float]
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -92,3 +101,25 @@ class RunFacts:
         """Lightning's ``trainer.device_ids``: the device index of each process on this node (process i uses
         visible device i; choose the GPUs with ``CUDA_VISIBLE_DEVICES``)."""
         return list(range(self.num_devices))
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Lightning's name: the training batch being run (or last run) is its epoch's last."""
+        return self.fit_loop.epoch_batches_finished
+
+    @property
+    def evaluating(self) -> bool:
+        """Lightning's name: a validation (the sanity check's too) or a test is running."""
+        return self.state.stage in ("validate", "test")
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        """Batches per val loader a sanity check runs: ``num_sanity_val_steps`` of each, at most all of it."""
+        steps = self.options.num_sanity_val_steps
+        return [n if steps is None else min(steps, n) for n in self.num_val_batches]
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Lightning's name: the current (or last) run received SIGTERM (stoker then saves and stops cleanly)."""
+        return self.preemption.received == getattr(signal, "SIGTERM", None)
+
