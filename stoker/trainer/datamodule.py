@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .hooks import defines_hook
 from .hparams import HyperparametersMixin
+from .step_hooks import BatchTransfer
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -36,7 +37,7 @@ __all__ = ["DataModule", "LightningDataModule", "defines", "prepare_data_once"]
 LOADER_HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
 
-class DataModule(HyperparametersMixin):
+class DataModule(HyperparametersMixin, BatchTransfer):
     """Downloads, splits and loads the data of a run: subclass it and define the hooks you need.
 
     Define ``setup(stage)`` to build datasets (on every process), ``prepare_data()`` for work that must happen once

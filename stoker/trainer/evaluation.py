@@ -54,7 +54,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
             for i, loader in enumerate(loaders):
                 results.suffix = f"/dataloader_idx_{i}" if multiple else ""
                 extra = (i,) if multiple else ()
-                move = batch_mover(trainer.module, loader, trainer.accelerator.device)
+                move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
                 for batch_idx, batch in enumerate(loader):
                     if move is not None:
                         batch = move(batch, i)
@@ -123,7 +123,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
             for i, loader in enumerate(loaders):
                 extra = (i,) if multiple else ()
                 mine: list[Any] = []
-                move = batch_mover(trainer.module, loader, trainer.accelerator.device)
+                move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
                 with _recording_indices(loader if record else None):
                     for batch_idx, batch in enumerate(loader):
                         if move is not None:

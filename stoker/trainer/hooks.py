@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 from ..callbacks.base import HOOKS, Callback
 from .mode_hooks import MODE_HOOKS
 from .overrides import defines_hook
-from .step_hooks import STEP_HOOKS_ON, TRANSFER_HOOKS, StepHooks
+from .step_hooks import STEP_HOOKS_ON, TRANSFER_HOOKS, BatchTransfer, StepHooks
+from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     import torch
@@ -225,16 +227,32 @@ def overrides(module: object, name: str) -> bool:
     return defines_hook(module, name, StepHooks)
 
 
-def batch_mover(module: object, loader: Any, device: torch.device) -> Callable[[Any, int], Any] | None:
-    """The three transfer hooks as one call ``move(batch, dataloader_idx)``, or None when ``module`` overrides
-    none of them: the loader then places each batch itself and nothing runs per batch. When one is overridden the
-    loader stops placing batches (its public ``device`` is cleared) so that ``on_before_batch_transfer`` sees the
-    batch as collated; a loader without that attribute (inside a CombinedLoader) keeps placing."""
-    if not any(overrides(module, name) for name in TRANSFER_HOOKS):
+def _transfer_owner(module: object, datamodule: object | None, name: str) -> object | None:
+    """Whose transfer hook ``name`` runs: the data module's when it defines it (Lightning's rule, with a warning
+    when the module defines it too), else the module's when it overrides it, else nobody's (None)."""
+    if datamodule is not None and defines_hook(datamodule, name, BatchTransfer):
+        if overrides(module, name):
+            warnings.warn(f"{type(module).__name__} and {type(datamodule).__name__} both define {name}: the data "
+                          "module's runs, as in Lightning. Keep one of them.", UserWarning,
+                          stacklevel=user_stacklevel())
+        return datamodule
+    return module if overrides(module, name) else None
+
+
+def batch_mover(module: object, loader: Any, device: torch.device,
+                datamodule: object | None = None) -> Callable[[Any, int], Any] | None:
+    """The three transfer hooks as one call ``move(batch, dataloader_idx)``, or None when neither ``module`` nor
+    ``datamodule`` defines any of them: the loader then places each batch itself and nothing runs per batch. When
+    one is defined the loader stops placing batches (its public ``device`` is cleared) so that
+    ``on_before_batch_transfer`` sees the batch as collated; a loader without that attribute (inside a
+    CombinedLoader) keeps placing."""
+    owners = [_transfer_owner(module, datamodule, name) for name in TRANSFER_HOOKS]
+    if all(owner is None for owner in owners):
         return None
     if getattr(loader, "device", None) is not None:
         loader.device = None
-    before, transfer, after = (getattr(module, name) for name in TRANSFER_HOOKS)
+    before, transfer, after = (getattr(module if owner is None else owner, name)
+                               for owner, name in zip(owners, TRANSFER_HOOKS))
 
     def move(batch: Any, dataloader_idx: int) -> Any:
         return after(transfer(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)

@@ -1,5 +1,5 @@
-"""A TrainingModule's own hooks around a batch and an optimizer step (module-only, as in Lightning: callbacks do
-not get them).
+"""A TrainingModule's own hooks around a batch and an optimizer step (callbacks do not get them, as in Lightning;
+a DataModule may define the three transfer hooks, and its own then run instead of the module's).
 
 Each default does what the Trainer does without it, and the loops look each one up once per epoch: a hook that is
 not overridden costs nothing per batch (the Trainer then takes its own direct path). In call order:
@@ -31,12 +31,9 @@ STEP_HOOKS_ON = ("on_before_batch_transfer", "on_after_batch_transfer", "on_vali
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
-class StepHooks(ModuleModes):
-    """The defaults of the module's batch and step hooks (see the module docstring)."""
-
-    def prepare_data(self) -> None:
-        """Downloads or writes what the data needs, once per node before ``setup`` (no state: it runs on one
-        process only). Default: nothing."""
+class BatchTransfer:
+    """The batch-transfer hooks' defaults, a ``TrainingModule``'s and a ``DataModule``'s: a data module that
+    defines one of them is called instead of the module (Lightning's rule; ``hooks.batch_mover``)."""
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Changes a batch before it goes to the device (e.g. augmentation on the host); returns the batch."""
@@ -52,6 +49,14 @@ class StepHooks(ModuleModes):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Changes a batch once it is on the device (e.g. augmentation on the GPU); returns the batch."""
         return batch
+
+
+class StepHooks(ModuleModes, BatchTransfer):
+    """The defaults of the module's batch and step hooks (see the module docstring)."""
+
+    def prepare_data(self) -> None:
+        """Downloads or writes what the data needs, once per node before ``setup`` (no state: it runs on one
+        process only). Default: nothing."""
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward of ``loss`` through the Accelerator (accumulation's scaling, fp16 loss scaling). An override

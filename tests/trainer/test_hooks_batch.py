@@ -158,3 +158,43 @@ def test_the_transfer_hooks_also_shape_batches_of_a_plain_iterable() -> None:
     module = PairModule()
     quiet().test(module, Batches())
     assert module.seen == ["before:0:list", "move:cpu", "after"] * 2
+
+
+def test_a_data_modules_transfer_hooks_run_instead_of_the_modules() -> None:
+    import pytest
+
+    from stoker import DataModule
+
+    calls: list[str] = []
+
+    class Data(DataModule):
+        def train_dataloader(self) -> Any:
+            return make_loader(make_regression_data(n=16))
+
+        def val_dataloader(self) -> Any:
+            return make_loader(make_regression_data(n=8, seed=1))
+
+        def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            calls.append("data.before")
+            x, y = batch
+            return [x * 0, y]  # visible to the steps: the inputs are zeros
+
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            calls.append("data.after")
+            return batch
+
+    class Seeing(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            assert torch.count_nonzero(batch[0]) == 0
+            return super().training_step(batch, batch_idx)
+
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            calls.append("module.after")  # the data module defines it too: not called
+            return batch
+
+    with pytest.warns(UserWarning, match="Seeing and Data both define on_after_batch_transfer: the data module's runs"):
+        quiet().fit(Seeing(), datamodule=Data())
+    assert calls == ["data.before", "data.after"] * 3 and "module.after" not in calls  # 2 train batches, 1 val
+    calls.clear()
+    quiet().fit(Regressor(), make_loader(make_regression_data(n=16)))  # no data module: nothing of its runs
+    assert calls == []
