@@ -14,7 +14,7 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from stoker.callbacks.base import Callback
+from stoker.callbacks.base import Callback, Checkpoint
 from stoker.callbacks.checkpoint import ModelCheckpoint
 from stoker.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from stoker.callbacks.lr_monitor import LearningRateMonitor
@@ -58,7 +58,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Callback", "EarlyStopping", "EarlyStoppingReason", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar",
+__all__ = ["Callback", "Checkpoint", "EarlyStopping", "EarlyStoppingReason", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar",
            "TQDMProgressBar", "Timer", *_LAZY]
 
 

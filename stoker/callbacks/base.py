@@ -325,6 +325,12 @@ def _hook_names(cls: type) -> tuple[str, ...]:
                  if callable(value) and not name.startswith("_") and name not in NOT_HOOKS)
 
 
+class Checkpoint(Callback):
+    """Lightning's base class of the callbacks that write checkpoints (``ModelCheckpoint`` and your own): the
+    Trainer runs them after the other callbacks, counts them for ``enable_checkpointing`` and lists them in
+    ``trainer.checkpoint_callbacks``. It adds no hook of its own."""
+
+
 #: Every hook, in the order ``Callback`` defines them: ``setup``/``teardown`` and the ``on_*`` hooks. Both a
 #: ``TrainingModule`` and a ``Callback`` may define them (callbacks get ``(trainer, module, ...)`` first).
 HOOKS: tuple[str, ...] = _hook_names(Callback)

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from stoker.callbacks.base import Callback, TrainerView
+from stoker.callbacks.base import Checkpoint, TrainerView
 from stoker.callbacks.checkpoint_ranking import kept
 from stoker.user_frame import user_stacklevel
 
@@ -38,7 +38,7 @@ def _settable(name: str, derive: Callable[[CheckpointRecord], Any], doc: str) ->
     return property(get, put, doc=doc)
 
 
-class CheckpointRecord(Callback):
+class CheckpointRecord(Checkpoint):
     """The record half of `ModelCheckpoint` (its attributes and its state); see that class."""
 
     dirpath: str | None

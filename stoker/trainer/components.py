@@ -19,19 +19,19 @@ TRAINER_STATE_FILE = "custom_checkpoint.safetensors"
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
     """The user's callbacks (checked), plus a default ``ModelSummary``/``ModelCheckpoint``/``ProgressBar`` when
     enabled and absent."""
-    from ..callbacks import ModelCheckpoint, ModelSummary, ProgressBar
+    from ..callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
 
     if callbacks is None:
         callbacks = []
     elif not isinstance(callbacks, (list, tuple)):
         callbacks = [callbacks]
     result = check_callbacks(callbacks)
-    if not checkpointing and any(isinstance(c, ModelCheckpoint) for c in result):
-        raise ValueError("Trainer(enable_checkpointing=False) but found a ModelCheckpoint in callbacks: remove it, or "
-                         "drop enable_checkpointing=False.")
+    if not checkpointing and any(isinstance(c, Checkpoint) for c in result):
+        raise ValueError("Trainer(enable_checkpointing=False) but found a ModelCheckpoint (a Checkpoint callback) in "
+                         "callbacks: remove it, or drop enable_checkpointing=False.")
     if model_summary and not any(isinstance(c, ModelSummary) for c in result):
         result.append(ModelSummary())
-    if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in result):
+    if checkpointing and not any(isinstance(c, Checkpoint) for c in result):
         result.append(ModelCheckpoint())
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
         result.append(ProgressBar())

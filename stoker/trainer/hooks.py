@@ -203,7 +203,7 @@ def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
     ``ModelCheckpoint`` replaces the default one); the others are appended. Checkpoint callbacks go last, so that
     they save what the other callbacks did at the same point.
     """
-    from ..callbacks.checkpoint import ModelCheckpoint
+    from ..callbacks.base import Checkpoint
 
     extra = module.configure_callbacks() if module is not None else None
     if not extra:
@@ -212,8 +212,7 @@ def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
     kinds = {type(c) for c in extra}
     replaced = {type(c) for c in callbacks if type(c) is not Callback and any(issubclass(k, type(c)) for k in kinds)}
     merged = [c for c in callbacks if type(c) not in replaced] + extra
-    merged = [c for c in merged if not isinstance(c, ModelCheckpoint)] + \
-        [c for c in merged if isinstance(c, ModelCheckpoint)]
+    merged = [c for c in merged if not isinstance(c, Checkpoint)] + [c for c in merged if isinstance(c, Checkpoint)]
     keys = [c.state_key for c in merged]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:

@@ -373,3 +373,23 @@ def test_run_facts_under_lightnings_names() -> None:
     assert seen["last"] == [False, False, False, True, False, False]
     assert seen["evaluating"] == [True, False, False, False, False, True, False, False]  # sanity, 4, epoch end, 2
     assert trainer.received_sigterm and not trainer.evaluating
+
+
+def test_checkpoint_is_the_base_of_checkpoint_callbacks_and_counts_as_one() -> None:
+    from stoker.callbacks import Checkpoint, ModelCheckpoint
+
+    class Mine(Checkpoint):
+        def __init__(self) -> None:
+            self.saves = 0
+
+        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+            self.saves += 1
+
+    assert isinstance(ModelCheckpoint(), Checkpoint)
+    with pytest.raises(ValueError, match="enable_checkpointing=False.*Checkpoint callback"):
+        quiet_trainer(enable_checkpointing=False, callbacks=[Mine()])
+    mine = Mine()
+    trainer = quiet_trainer(enable_checkpointing=True, max_epochs=2, callbacks=[mine])
+    assert trainer.checkpoint_callbacks == [mine]  # no default ModelCheckpoint added beside it
+    trainer.fit(Regressor(), loader())
+    assert mine.saves == 2

@@ -30,7 +30,7 @@ from .trainer_facts import RunFacts
 if TYPE_CHECKING:
     import os
 
-    from ...callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
+    from ...callbacks import Callback, Checkpoint, EarlyStopping, ProgressBar
     from ...loggers import Logger
     from ...trainer import TrainingModule
     from ...trainer.datamodule import DataModule
@@ -240,11 +240,11 @@ class Trainer(RunFacts, CoreTrainer):
         return self.loggers[0].log_dir if self.loggers else self.default_root_dir
 
     @property
-    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
-        """Every ``ModelCheckpoint`` among the callbacks."""
-        from ...callbacks import ModelCheckpoint
+    def checkpoint_callbacks(self) -> list[Checkpoint]:
+        """Every ``Checkpoint`` callback (``ModelCheckpoint`` and your own) among the callbacks."""
+        from ...callbacks import Checkpoint
 
-        return [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
+        return [c for c in self.callbacks if isinstance(c, Checkpoint)]
 
     @property
     def early_stopping_callback(self) -> EarlyStopping | None:
@@ -373,7 +373,7 @@ def _dev_run_logger(core: dict[str, Any]) -> Logger | None:
 
 
 def _has_checkpoint(callbacks: Any) -> bool:
-    from ...callbacks import ModelCheckpoint
+    from ...callbacks import Checkpoint
 
     listed = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
-    return any(isinstance(c, ModelCheckpoint) for c in listed)
+    return any(isinstance(c, Checkpoint) for c in listed)
