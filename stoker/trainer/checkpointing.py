@@ -92,7 +92,7 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     if datamodule is not None:  # its state and hyperparameters travel with the run
         checkpoint["datamodule"] = datamodule.state_dict()
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
-    if trainer.hooks is not None:
+    if trainer.hooks is not None and trainer.hooks.has("on_save_checkpoint"):  # the views only for a hook to read
         add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_save_checkpoint", checkpoint)
         checkpoint = without_views(checkpoint, "on_save_checkpoint")
@@ -143,8 +143,9 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
-    add_views(checkpoint, trainer.module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
-    trainer.hooks.call("on_load_checkpoint", checkpoint)
+    if trainer.hooks.has("on_load_checkpoint"):  # the views only for a hook to read
+        add_views(checkpoint, trainer.module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
+        trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 
 def restore_param_groups(trainer: TrainerParts, path: str) -> None:
