@@ -198,12 +198,17 @@ def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
     return {str(k): v for k, v in hparams.items()}
 
 
-def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
-                overrides: dict[str, Any], hparams_file: Any = None) -> Any:
-    """See ``TrainingModule.load_from_checkpoint``."""
+def _check_path(cls: type, checkpoint_path: Any) -> None:
+    """The one check of ``load_from_checkpoint``'s ``checkpoint_path`` type (modules and data modules)."""
     if not isinstance(checkpoint_path, (str, os.PathLike)):
         raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
                         f"got {type(checkpoint_path).__name__}.")
+
+
+def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
+                overrides: dict[str, Any], hparams_file: Any = None) -> Any:
+    """See ``TrainingModule.load_from_checkpoint``."""
+    _check_path(cls, checkpoint_path)
     if not isinstance(cls, type):
         raise TypeError("load_from_checkpoint is a classmethod: call it on the class, e.g. "
                         "MyModule.load_from_checkpoint(path).")
@@ -230,9 +235,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
 def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any]) -> Any:
     """See ``DataModule.load_from_checkpoint``: the data module built from the hyperparameters a Trainer checkpoint
     saved for it (``hparams_file`` replaces them, ``overrides`` win), with its ``state_dict`` restored."""
-    if not isinstance(checkpoint_path, (str, os.PathLike)):
-        raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
-                        f"got {type(checkpoint_path).__name__}.")
+    _check_path(cls, checkpoint_path)
     from ..accelerator import STATE_NAME
 
     path = os.path.abspath(os.fspath(checkpoint_path))
