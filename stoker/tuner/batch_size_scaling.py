@@ -7,7 +7,9 @@ module's (and/or data module's) batch-size attribute, so that the trial's ``fit`
 (``trial.py`` undoes it all). ``"power"`` doubles the size after each success and stops at the first failure
 (answering the last size that fitted; before any success it halves instead); ``"binsearch"`` doubles likewise, then
 bisects between the last success and the first failure, and answers its result less ``margin`` (a safety
-allowance). Neither grows past ``max_val`` or the length of the dataset.
+allowance). Neither grows past ``max_val`` or the length of the dataset. The ``logging`` module's INFO lines (logger
+``stoker.tuner.batch_size_scaling``) tell each trial's outcome, each size the search moves on to and a size that
+reaches the dataset's length.
 """
 
 from __future__ import annotations
@@ -96,12 +98,17 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
         raise ValueError(f"scale_batch_size(batch_arg_name={batch_arg_name!r}) found no such attribute on "
                          f"{type(module).__name__}, its hparams, or the data module; add it and let the loader "
                          "hooks read it.")
+    _warn_if_twice(module, holders, batch_arg_name)
     cap = max_val or 2 ** 62
     limit = {"max_steps": steps_per_trial, "max_epochs": None, "limit_val_batches": steps_per_trial} if fn == "fit" \
         else {STAGES[fn].limit: steps_per_trial}
+    tried: list[int] = []
 
     def fits(size: int) -> int | None:
         set_attribute(holders, batch_arg_name, size)
+        if tried:  # one line per change of size, as the search moves on from the last result
+            log.info("scale_batch_size: trying batch size %d.", size)
+        tried.append(size)
         try:
             trial.run(fn, loaders, [], **limit)
         except BaseException as error:
@@ -109,8 +116,7 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
                 raise
             log.info("scale_batch_size: batch size %d ran out of memory.", size)
             return None
-        log.info("scale_batch_size: batch size %d fits.", size)
-        return min(cap, stage_dataset_length(trainer, fn) or cap)
+        return min(cap, _fitted(size, stage_dataset_length(trainer, fn)) or cap)
 
     size = min(init_val, cap)
     with Trial(trainer, module) as trial:
@@ -122,6 +128,25 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
         set_attribute(holders, batch_arg_name, size)
         trial.keep_loaders(fn, loaders)
     return size
+
+
+def _fitted(size: int, length: int | None) -> int | None:
+    """Says that ``size`` fitted (and when it holds the whole dataset of ``length`` samples); gives ``length``."""
+    log.info("scale_batch_size: batch size %d fits.", size)
+    if length is not None and size >= length:
+        log.info("scale_batch_size: batch size %d already holds the whole dataset (%d samples); no larger size is "
+                 "tried.", size, length)
+    return length
+
+
+def _warn_if_twice(module: TrainingModule, holders: list[Any], name: str) -> None:
+    """The module has ``name`` both as an attribute and in its hparams: both get each size, but its loader hooks
+    read one, and the other then holds a value no loader uses; say so, so that the user keeps one."""
+    hparams = getattr(module, "hparams", None)
+    if any(h is module for h in holders) and any(h is hparams for h in holders):
+        warnings.warn(f"scale_batch_size: {type(module).__name__} has both `{name}` as an attribute and "
+                      f"hparams[{name!r}]; each size tried is written to both, yet only the one its loader hooks "
+                      "read takes effect. Keep one of them.", UserWarning, stacklevel=4)
 
 
 def _check(trainer: Trainer, mode: str, steps: Any, init_val: Any, max_trials: Any, margin: Any, max_val: Any) -> None:
