@@ -14,13 +14,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STAGES", "Profiler"]
+from .overrides import defines_hook
+
+__all__ = ["DATAMODULE_HOOKS", "STAGES", "Profiler"]
 
 # Stages, as (the hook that opens it, the hook that closes it): timed as a whole, whatever runs inside.
 STAGES = {"train batch": ("on_train_batch_start", "on_train_batch_end"),
           "train epoch": ("on_train_epoch_start", "on_train_epoch_end"),
           "validation run": ("on_validation_start", "on_validation_end"),
           "test run": ("on_test_start", "on_test_end"), "predict run": ("on_predict_start", "on_predict_end")}
+
+# A data module's hooks that a run calls (timed as ``[DataModule]{class}.{hook}`` when its class defines them).
+DATAMODULE_HOOKS = ("prepare_data", "setup", "teardown", "state_dict", "load_state_dict", "train_dataloader",
+                    "val_dataloader", "test_dataloader", "predict_dataloader")
+_ABSENT = object()
 
 
 class Profiler:
@@ -50,6 +57,7 @@ class Profiler:
         self._open: dict[str, float] = {}
         self._since = time.perf_counter()  # what "% of run" is a share of outside a run
         self.written: list[str] = []  # files written by the last stop()
+        self._watched: list[tuple[object, str, object]] = []  # (object, hook, its own instance attribute or _ABSENT)
 
     @property
     def recorded_durations(self) -> dict[str, list[float]]:
@@ -110,9 +118,35 @@ class Profiler:
         self._open.clear()
         self.begin(f"[Run]{fn}")
 
+    def watch(self, datamodule: object | None, base: type) -> None:
+        """Times the hooks of ``DATAMODULE_HOOKS`` that ``datamodule`` defines over ``base`` (the ``DataModule``
+        class), until :meth:`run_stop`.
+
+        The run calls them at several places (its set-up, checkpoints, loader requests), so the timing wraps them on
+        the instance for the run's length, where every caller meets it; hooks the class leaves to the base are left
+        alone, so that which hooks the data module defines reads the same during the run."""
+        if datamodule is None or not self.records:
+            return
+        for hook in DATAMODULE_HOOKS:
+            if defines_hook(datamodule, hook, base):
+                own = datamodule.__dict__.get(hook, _ABSENT)
+                self._watched.append((datamodule, hook, own))
+                setattr(datamodule, hook, self.wrap(f"[DataModule]{type(datamodule).__name__}.{hook}",
+                                                    getattr(datamodule, hook)))
+
+    def _unwatch(self) -> None:
+        """Gives the watched objects their hooks back as they were."""
+        while self._watched:
+            obj, hook, own = self._watched.pop()
+            if own is _ABSENT:
+                delattr(obj, hook)
+            else:
+                setattr(obj, hook, own)
+
     def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
         """The call ended: writes the report into ``folder`` (None: nowhere); ``rank``: this process's, when the run
         has several (each writes its own report, named ``-{rank}``; the first one prints it)."""
+        self._unwatch()
         self.end(f"[Run]{fn}")
         self.written = []
         if folder is None:

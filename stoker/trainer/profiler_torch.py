@@ -14,7 +14,14 @@ if TYPE_CHECKING:
     import torch.profiler
     from torch.autograd.profiler_util import EventList
 
-__all__ = ["PyTorchProfiler"]
+__all__ = ["PyTorchProfiler", "TableKwargsError"]
+
+
+class TableKwargsError(ValueError, KeyError):
+    """``PyTorchProfiler(table_kwargs=...)`` names an argument torch's table does not take (or one the profiler sets
+    itself): a ``ValueError``, and a ``KeyError`` too, the class Lightning raises for it, which scripts may catch."""
+
+    __str__ = ValueError.__str__  # the message as written (KeyError's own would quote it)
 
 
 class PyTorchProfiler(Profiler):
@@ -45,7 +52,7 @@ class PyTorchProfiler(Profiler):
         allowed = set(inspect.signature(util.EventList.table).parameters) - {"self", "sort_by", "row_limit"}
         unknown = sorted(set(table_kwargs or {}) - allowed)
         if unknown:
-            raise ValueError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
+            raise TableKwargsError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
                              f"key_averages().table here (sort_by_key and row_limit have their own); expected some of "
                              f"{sorted(allowed)}.")
         self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
@@ -57,7 +64,7 @@ class PyTorchProfiler(Profiler):
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy (deepcopy, or the Trainer sent to spawned processes) holds settings and times, no live profiler.
-        return dict(self.__dict__, _torch=None, _own=False, _ranges={})
+        return dict(self.__dict__, _torch=None, _own=False, _ranges={}, _watched=[])
 
     @property
     def function_events(self) -> EventList | None:
@@ -112,6 +119,7 @@ class PyTorchProfiler(Profiler):
         super().describe()
 
     def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
+        self._unwatch()
         self.end(f"[Run]{fn}")
         if self._torch is not None:
             self._torch.__exit__(None, None, None)

@@ -14,10 +14,10 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .datamodule import DataModule
 from .hooks import HookDispatcher, merge_module_callbacks
 
 if TYPE_CHECKING:
-    from .datamodule import DataModule
     from .module import TrainingModule
     from .parts import TrainerParts
 
@@ -43,6 +43,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
     t.run_report.begin()
     if t.profiler is not None:
         t.profiler.run_start(fn)
+        t.profiler.watch(datamodule, DataModule)
     try:
         t.run_setup.start_datamodule(datamodule, module, fn)  # prepare_data once per node, its setup(fn)
         t.hooks.call("setup", stage=fn)

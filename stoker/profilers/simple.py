@@ -1,0 +1,5 @@
+"""Lightning's ``pytorch_lightning.profilers.simple`` module path (the profiler: ``stoker/trainer/profilers.py``)."""
+
+from ..trainer.profilers import SimpleProfiler
+
+__all__ = ["SimpleProfiler"]
