@@ -4,7 +4,8 @@ Owns: the simple, advanced and pass-through profilers and the choice by name (th
 ``profiler_base.py``, torch.profiler's is ``profiler_torch.py``). The hook dispatcher (``hooks.py``) times every hook
 implementation through :meth:`Profiler.wrap` and marks the stages (a training batch, a training epoch, a
 validation / test / predict run) with the hooks that open and close them, so the loops carry no profiling code and
-a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.run_start` and
+a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.run_start`,
+:meth:`Profiler.watch` (the data module's own hooks, which the run calls from several places) and
 :meth:`Profiler.run_stop`; the report goes to stdout and into ``dirpath``, else the run's folder (the first logger's
 ``log_dir``, else ``default_root_dir``). cProfile and torch.profiler are imported only when their profiler starts.
 """
