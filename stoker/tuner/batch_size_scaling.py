@@ -7,9 +7,9 @@ module's (and/or data module's) batch-size attribute, so that the trial's ``fit`
 (``trial.py`` undoes it all). ``"power"`` doubles the size after each success and stops at the first failure
 (answering the last size that fitted; before any success it halves instead); ``"binsearch"`` doubles likewise, then
 bisects between the last success and the first failure, and answers its result less ``margin`` (a safety
-allowance). Neither grows past ``max_val`` or the length of the dataset. The ``logging`` module's INFO lines (logger
-``stoker.tuner.batch_size_scaling``) tell each trial's outcome, each size the search moves on to and a size that
-reaches the dataset's length.
+allowance). Neither grows past ``max_val`` (8192 by default, as Lightning's; None: no such limit) or the length of
+the dataset. The ``logging`` module's INFO lines (logger ``stoker.tuner.batch_size_scaling``) tell each trial's
+outcome, each size the search moves on to and a size that reaches the dataset's length or ``max_val``.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def _shrinkable(size: int) -> int:
 
 def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders: dict[str, Any],
                      mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
-                     batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = None) -> int | None:
+                     batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = 8192
+                     ) -> int | None:
     """Searches (module docstring), writes the size found to ``batch_arg_name`` and returns it; the weights, RNG and
     Trainer are as before. ``loaders``: the keyword arguments of ``trainer.<fn>`` (only a data module: the
     loaders must come from hooks that read the attribute)."""
@@ -116,7 +117,10 @@ def scale_batch_size(trainer: Trainer, module: TrainingModule, fn: str, loaders:
                 raise
             log.info("scale_batch_size: batch size %d ran out of memory.", size)
             return None
-        return min(cap, _fitted(size, stage_dataset_length(trainer, fn)) or cap)
+        ceiling = min(cap, _fitted(size, stage_dataset_length(trainer, fn)) or cap)
+        if size >= cap:
+            log.info("scale_batch_size: batch size %d reaches max_val=%d; no larger size is tried.", size, cap)
+        return ceiling
 
     size = min(init_val, cap)
     with Trial(trainer, module) as trial:

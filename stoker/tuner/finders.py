@@ -56,7 +56,7 @@ class BatchSizeFinder(Callback):
     """
 
     def __init__(self, mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
-                 batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = None) -> None:
+                 batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = 8192) -> None:
         self.options = {"mode": mode, "steps_per_trial": steps_per_trial, "init_val": init_val,
                         "max_trials": max_trials, "batch_arg_name": batch_arg_name, "margin": margin,
                         "max_val": max_val}

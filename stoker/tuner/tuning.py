@@ -54,11 +54,13 @@ class Tuner:
     def scale_batch_size(self, model: TrainingModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
                          dataloaders: Any = None, datamodule: DataModule | None = None, method: str = "fit",
                          mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
-                         batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = None
+                         batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int | None = 8192
                          ) -> int | None:
         """The largest batch size (see ``batch_size_scaling.py``) whose ``steps_per_trial`` steps of ``method``
         run without running out of memory, written to ``batch_arg_name`` (of the module, its hparams and/or the
-        data module, which give the loaders) and returned. None under ``fast_dev_run``."""
+        data module, which give the loaders) and returned; never above ``max_val`` (Lightning's 8192 by default,
+        so that a run that never runs out of memory stops at a realistic size; None: the dataset's length only).
+        None under ``fast_dev_run``."""
         self._check_no_finder(BatchSizeFinder)
         loaders = _loaders(method, train_dataloaders, val_dataloaders, dataloaders, datamodule)
         if set(loaders) - {"datamodule"}:

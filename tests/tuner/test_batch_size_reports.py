@@ -3,6 +3,7 @@ holds the whole dataset, and a warning when the module keeps the batch size both
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from stoker.tuner import Tuner
+from stoker.tuner.finders import BatchSizeFinder
 from tests.helpers.trainers import quiet_trainer
 from tests.tuner.test_batch_size import Sized
 
@@ -73,3 +75,17 @@ def test_a_batch_size_only_in_hparams_does_not_warn(recwarn: pytest.WarningsReco
 
     assert Tuner(quiet_trainer(max_epochs=1)).scale_batch_size(OnlyHparams(), steps_per_trial=1) == 16
     assert not [w for w in recwarn if "has both" in str(w.message)]
+
+
+def test_max_val_defaults_to_8192_and_its_cap_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    for fn in (Tuner.scale_batch_size, BatchSizeFinder.__init__):
+        assert inspect.signature(fn).parameters["max_val"].default == 8192
+    size, lines = _search(caplog, Sized(n=256), init_val=4, max_val=12)
+    assert size == 12
+    assert "scale_batch_size: trying batch size 12." in lines
+    assert "scale_batch_size: batch size 12 reaches max_val=12; no larger size is tried." in lines
+
+
+def test_max_val_none_leaves_only_the_dataset_length_as_limit(caplog: pytest.LogCaptureFixture) -> None:
+    size, lines = _search(caplog, Sized(n=40), init_val=16, max_val=None)
+    assert size == 40 and not any("max_val" in line for line in lines)
