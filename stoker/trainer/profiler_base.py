@@ -1,8 +1,9 @@
 """The profilers' base: :class:`Profiler` times named actions; the stages a run marks (``STAGES``).
 
 Owns: timing (``begin`` / ``end``, Lightning's ``start`` / ``stop`` / ``profile``), a data module's hooks timed for
-the length of a run (``watch``), the time table, and where a run's report goes (``dirpath`` / ``filename``, the run's folder, one file per process when there are several). The
-profilers themselves are in ``profilers.py`` (simple, advanced, pass-through) and ``profiler_torch.py``.
+the length of a run (``watch``), the time table, and where a run's report goes (``dirpath`` / ``filename``, the
+run's folder, one file per process when there are several). The profilers themselves are in ``profilers.py``
+(simple, advanced, pass-through) and ``profiler_torch.py``.
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ class PyTorchProfiler(Profiler):
         unknown = sorted(set(table_kwargs or {}) - allowed)
         if unknown:
             raise TableKwargsError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
-                             f"key_averages().table here (sort_by_key and row_limit have their own); expected some of "
-                             f"{sorted(allowed)}.")
+                                   "key_averages().table here (sort_by_key and row_limit have their own); expected "
+                                   f"some of {sorted(allowed)}.")
         self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
         self.sort_by_key, self.export_to_chrome, self.table_kwargs = sort_by_key, export_to_chrome, table_kwargs or {}
         self.profiler_kwargs = profiler_kwargs

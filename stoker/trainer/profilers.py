@@ -58,7 +58,7 @@ class AdvancedProfiler(Profiler):
         super().__init__(dirpath, filename)
         self.line_count, self.dump_stats = line_count, dump_stats
         self._cprofile: cProfile.Profile | None = None
-        self.profiled_actions: dict[str, cProfile.Profile] = {}  # action -> its cProfile.Profile (actions outside a run)
+        self.profiled_actions: dict[str, cProfile.Profile] = {}  # action -> its cProfile (actions outside a run)
         self._profiling: str | None = None  # the action whose cProfile is on
 
     def run_start(self, fn: str) -> None:
