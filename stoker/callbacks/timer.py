@@ -129,7 +129,6 @@ class Timer(Callback):
         return self.duration.total_seconds() - self.time_elapsed(stage)
 
     # -- stage bookkeeping --------------------------------------------------------------------------------------
-    # (The hooks' module parameter has Lightning's name, pl_module, for scripts that call them by keyword.)
     def _begin(self, stage: str) -> None:
         if self._start[stage] is not None and self._end[stage] is not None:
             # A second run of a stage in the same process (e.g. validation every epoch) keeps counting.
@@ -140,41 +139,40 @@ class Timer(Callback):
         if self._start[stage] is not None and self._end[stage] is None:
             self._end[stage] = time.monotonic()
 
-    def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
         # A duration used up before the checkpoint this fit resumes from: stop before the first step rather than
         # after it. (A fresh run always takes its first step: a zero duration stops it after one.)
         if self._offset["train"] > 0:
             self._check(trainer, before_training=True)
 
-    def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("train")
 
-    def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("train")
 
-    def on_validation_start(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("validate")
 
-    def on_validation_end(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("validate")
         if self._start["train"] is not None and self._end["train"] is None:  # validation inside fit
             self._check(trainer)
 
-    def on_test_start(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("test")
 
-    def on_test_end(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("test")
 
-    def on_predict_start(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Any) -> None:
         self._begin("predict")
 
-    def on_predict_end(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Any) -> None:
         self._finish("predict")
 
     # -- stopping -----------------------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: TrainerView, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.duration is None or self.interval != "step":
             return
         if not trainer.window_closed:  # inside an accumulation window: never stop between micro-steps
@@ -183,7 +181,7 @@ class Timer(Callback):
             return
         self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         self._check(trainer)
 
     def _check(self, trainer: TrainerView, before_training: bool = False) -> None:
