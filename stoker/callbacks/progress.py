@@ -1,5 +1,5 @@
-"""`ProgressBar`: tqdm bars for training, validation, test and predict, redrawn on a time interval (Lightning's
-`TQDMProgressBar`, redrawn every n batches, builds on it in ``progress_lightning.py``).
+"""`ProgressBar`: tqdm bars for training, validation, test and predict, redrawn on a time interval, and Lightning's
+`TQDMProgressBar`, redrawn every n batches.
 
 This module owns when the bars are made, counted, redrawn and closed, and what they show (the loss of the latest
 batch, ``v_num`` and every ``prog_bar`` metric). It does not own the metric values (the Trainer's
@@ -16,14 +16,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-import torch
-
 from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
-from stoker.callbacks.progress_draw import (DISCARD, DrawnBar, bar_total, epoch_total, logger_version, run_ends_mid_epoch,
-                                           shown_already)
+from stoker.callbacks.progress_draw import (DISCARD, DrawnBar, bar_property, bar_total, epoch_total, logger_version,
+                                           batches_per_refresh, prepare, run_ends_mid_epoch, shown_values,
+                                           tqdm_class)
 from stoker.callbacks.progress_io import StdoutThroughBar
 
 if TYPE_CHECKING:
@@ -35,30 +33,11 @@ __all__ = ["ProgressBar", "TQDMProgressBar"]
 # stoker/faces/callbacks/progress/, found through this __path__ entry; this module imports nothing from it.
 __path__ = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "callbacks", "progress")]
 
-_EVAL_BARS = {"validate": ("num_val_batches", "val"), "test": ("num_test_batches", "test"),
-              "predict": ("num_predict_batches", "predict")}  # the batch counts' attribute, and the bar's name
-
-
-def _tqdm_class() -> type[Tqdm]:
-    """`Tqdm`, looked up at each call: a replacement put into `progress_tqdm` is what the factories make."""
-    from stoker.callbacks import progress_tqdm  # lazy: tqdm loads with the first bar, not with `import stoker`
-
-    return progress_tqdm.Tqdm
-
-
-def _bar_property(name: str, doc: str) -> property:
-    """``<name>_progress_bar``: the tqdm object of that bar (readable once the bar was made; a subclass may set it)."""
-    def get(self: ProgressBar) -> Tqdm:
-        bar = self._bars[name]
-        if bar is None:
-            raise RuntimeError(f"{type(self).__name__}.{name}_progress_bar is made when that bar starts; "
-                               "read it from a hook or after the run.")
-        return bar
-
-    def set_(self: ProgressBar, bar: Tqdm) -> None:
-        self._bars[name] = bar
-
-    return property(get, set_, doc=doc)
+# Per evaluation stage: the batch counts' attribute, the bar's name, its factory and its title's attribute.
+_EVAL_BARS = {"validate": ("num_val_batches", "val", "init_validation_tqdm", "validation_description"),
+              "test": ("num_test_batches", "test", "init_test_tqdm", "test_description"),
+              "predict": ("num_predict_batches", "predict", "init_predict_tqdm", "predict_description"),
+              "sanity": ("num_val_batches", "val", "init_sanity_tqdm", "sanity_check_description")}
 
 
 class ProgressBar(Callback):
@@ -110,7 +89,7 @@ class ProgressBar(Callback):
         self._file: IO[str] = file or sys.stderr
         self._enabled = self._refresh_rate > 0
         self._active = False
-        self._bars: dict[str, Tqdm | None] = dict.fromkeys(("train", "val", "test", "predict"))
+        self.bars: dict[str, Tqdm | None] = dict.fromkeys(("train", "val", "test", "predict"))
         self._train_open = False  # the training tqdm object is open and serves the next epoch (leave=False)
         self._train: DrawnBar | None = None
         self._eval: DrawnBar | None = None
@@ -119,10 +98,10 @@ class ProgressBar(Callback):
         self._stdout: StdoutThroughBar | None = None  # installed while a terminal bar is drawn
         self._trainer: TrainerView | None = None
 
-    train_progress_bar = _bar_property("train", "The training bar (one per epoch with ``leave``).")
-    val_progress_bar = _bar_property("val", "The bar of the latest validation (or sanity check).")
-    test_progress_bar = _bar_property("test", "The bar of the latest test.")
-    predict_progress_bar = _bar_property("predict", "The bar of the latest predict.")
+    train_progress_bar = bar_property("train", "The training bar (one per epoch with ``leave``).")
+    val_progress_bar = bar_property("val", "The bar of the latest validation (or sanity check).")
+    test_progress_bar = bar_property("test", "The bar of the latest test.")
+    predict_progress_bar = bar_property("predict", "The bar of the latest predict.")
 
     @property
     def refresh_rate(self) -> int | float:
@@ -184,17 +163,20 @@ class ProgressBar(Callback):
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """``print`` that keeps the bars whole: through the tqdm object of the first open bar (tqdm clears the bars,
         writes the line and redraws them), or plain ``print`` when no bar is open."""
-        bar = next((b for b in self._bars.values() if b is not None and not b.disable), None)
+        bar = next((b for b in self.bars.values() if b is not None and not b.disable), None)
         if bar is None:
             print(*args, sep=sep, **kwargs)
-        else:
-            bar.write(sep.join(map(str, args)), **kwargs)
+            return
+        flush = kwargs.pop("flush", False)  # print's argument, not tqdm.write's
+        bar.write(sep.join(map(str, args)), **kwargs)
+        if flush:
+            (kwargs.get("file") or sys.stdout).flush()
 
     # -- the bars' factories (override one to change that bar; call super() to start from stoker's) ----------------
     def _make_tqdm(self, desc: str, leave: bool, position: int = 0, **options: Any) -> Tqdm:
         """A tqdm object drawing to the bar's file on a terminal, into nothing elsewhere (plain lines are printed
         instead); ``position`` counts lines below the ``process_position`` offset."""
-        return _tqdm_class()(desc=desc, position=2 * self.process_position + position, disable=self.is_disabled,
+        return tqdm_class()(desc=desc, position=2 * self.process_position + position, disable=self.is_disabled,
                              leave=leave, dynamic_ncols=True, file=self._file if self._tty() else DISCARD,
                              **options)
 
@@ -228,7 +210,7 @@ class ProgressBar(Callback):
         # with no live bar (tqdm objects do not pickle).
         std = next((name for name in ("stdout", "stderr") if self._file_arg is getattr(sys, name)), None)
         return dict(self.__dict__, _file=None, _stdout=None, _train=None, _eval=None, _trainer=None,
-                    _bars=dict.fromkeys(self._bars), _train_open=False, _file_arg=std or self._file_arg)
+                    bars=dict.fromkeys(self.bars), _train_open=False, _file_arg=std or self._file_arg)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -243,7 +225,12 @@ class ProgressBar(Callback):
         except ValueError:  # a closed file
             return False
 
-    def _new_bar(self, bar: Tqdm, label: str, total: Any, initial: int = 0) -> DrawnBar:
+    def _new_bar(self, bar: Tqdm, label: str, total: Any, initial: int = 0) -> DrawnBar | None:
+        """``bar`` readied for a count; drawn and counted only while the bars are enabled (a disabled bar, as on a
+        process other than global zero, still tells its total)."""
+        if not self.is_enabled:
+            prepare(bar, label, bar_total(total))
+            return None
         self._next_values = time.monotonic() + self._interval
         drawn = DrawnBar(bar, label, bar_total(total), self._tty(), self._file, self.line_interval, initial)
         if drawn.tty and self._stdout is None:
@@ -264,17 +251,7 @@ class ProgressBar(Callback):
 
     def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, Any]:
         """The shown values, read from the device now: the latest loss (unless logged to the bar) and the metrics."""
-        postfix: dict[str, Any] = {}
-        outputs = self._outputs
-        metrics = self.get_metrics(trainer, trainer.module)
-        if with_loss:
-            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if isinstance(loss, (torch.Tensor, float, int)) and not shown_already(loss, metrics.values()):
-                postfix["loss"] = loss
-        postfix.update(metrics)
-        # One-element tensors as numbers, so that tqdm formats them (a metric of your own may be a tensor).
-        return {k: v.detach().item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
-                for k, v in postfix.items()}
+        return shown_values(self._outputs if with_loss else None, self.get_metrics(trainer, trainer.module))
 
     # -- when to redraw --------------------------------------------------------------------------------------------
     def _redraw_due(self, n: int, total: int | None, now: float) -> bool:
@@ -294,16 +271,13 @@ class ProgressBar(Callback):
 
     # -- training -----------------------------------------------------------------------------------------------
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
-        if self.is_enabled:
-            self._close_train(trainer, close=True)
-            self._bars["train"], self._train_open = self.init_train_tqdm(), True
+        self._close_train(trainer, close=True)
+        self.bars["train"], self._train_open = self.init_train_tqdm(), True
 
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
-        if not self.is_enabled:
-            return
         self._close_train(trainer, close=self.leave)
         if not self._train_open:  # a new bar per epoch with `leave`; else the one made at the start, reset
-            self._bars["train"], self._train_open = self.init_train_tqdm(), True
+            self.bars["train"], self._train_open = self.init_train_tqdm(), True
         self._outputs = None
         done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch
         self._train = self._new_bar(self.train_progress_bar, f"Epoch {trainer.current_epoch}",
@@ -334,20 +308,17 @@ class ProgressBar(Callback):
 
     # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
     def _eval_start(self, trainer: TrainerView, stage: str) -> None:
-        if not self.is_enabled:
-            return
         self._close_eval(trainer, refresh_train=False)
-        counts_name, name = _EVAL_BARS[stage]
         sanity = stage == "validate" and trainer.sanity_checking
-        make = {"validate": self.init_sanity_tqdm if sanity else self.init_validation_tqdm,
-                "test": self.init_test_tqdm, "predict": self.init_predict_tqdm}[stage]
-        label = {"validate": self.sanity_check_description if sanity else self.validation_description,
-                 "test": self.test_description, "predict": self.predict_description}[stage]
+        counts_name, name, make, label = _EVAL_BARS["sanity" if sanity else stage]
         counts = getattr(trainer, counts_name, None)
+        steps = trainer.options.num_sanity_val_steps if sanity else None
+        if steps is not None and isinstance(counts, (list, tuple)):
+            counts = [min(steps, n) for n in counts]  # a sanity check runs at most that many of each loader
         if isinstance(counts, (list, tuple)):
             counts = None if any(bar_total(c) is None for c in counts) else sum(int(c) for c in counts)
-        self._bars[name] = make()
-        self._eval = self._new_bar(self._bars[name], label, counts)
+        self.bars[name] = getattr(self, make)()
+        self._eval = self._new_bar(self.bars[name], getattr(self, label), counts)
 
     def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
         bar = self._eval
@@ -365,7 +336,7 @@ class ProgressBar(Callback):
             self._restore_stdout()
         if refresh_train and self._train is not None:
             # Show fresh validation metrics on the epoch bar right away.
-            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())
+            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic(), count=False)
 
     on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
     on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")
@@ -387,11 +358,38 @@ class ProgressBar(Callback):
         self._close_all(trainer)
 
 
+class TQDMProgressBar(ProgressBar):
+    """Lightning's progress bar: the count is redrawn every ``refresh_rate`` batches (and at a bar's last batch).
 
-def __getattr__(name: str) -> Any:
-    # Lightning's `callbacks.progress.TQDMProgressBar`; it lives in progress_lightning.py, which builds on this module.
-    if name == "TQDMProgressBar":
-        from stoker.callbacks.progress_lightning import TQDMProgressBar
+    The values beside the count (loss, ``v_num``, ``prog_bar`` metrics) are read from the device at most every
+    ``seconds`` and at each epoch's and validation's end: reading them at every redraw would make each step wait for
+    the device (``seconds=0`` does, as Lightning). ``leave=False`` (Lightning's default): one training bar for the
+    fit. ``process_position`` moves the bars down that many pairs of lines, below bars of your own.
 
-        return TQDMProgressBar
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    Example:
+        >>> from stoker.callbacks import TQDMProgressBar
+        >>> TQDMProgressBar(refresh_rate=20).refresh_rate  # batches
+        20
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False,
+                 seconds: float = 0.5) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(f"TQDMProgressBar(refresh_rate={refresh_rate!r}) must be a number of batches >= 0 "
+                             "(0 disables the bar).")
+        if isinstance(process_position, bool) or not isinstance(process_position, int) or process_position < 0:
+            raise ValueError(f"TQDMProgressBar(process_position={process_position!r}) must be an integer >= 0.")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"TQDMProgressBar(seconds={seconds!r}) must be a number of seconds >= 0.")
+        super().__init__(refresh_rate=seconds, leave=leave)
+        self._refresh_rate = batches_per_refresh(refresh_rate)
+        self._enabled = self._refresh_rate > 0
+        self.process_position = process_position
+        self.seconds = float(seconds)
+
+    @property
+    def batches_per_refresh(self) -> int:  # `refresh_rate`, by the name earlier stoker releases gave it
+        return int(self._refresh_rate)
+
+    def _redraw_due(self, n: int, total: int | None, now: float) -> bool:
+        return n % self._refresh_rate == 0 or n == total

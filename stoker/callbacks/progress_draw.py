@@ -9,6 +9,7 @@ draws into a sink and only counts, while this module prints plain lines (one per
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
     from stoker.callbacks.base import TrainerView
+    from stoker.callbacks.progress_tqdm import Tqdm
     from stoker.loggers.base import Logger
 
-__all__ = ["DISCARD", "DrawnBar", "bar_total", "epoch_total", "format_value", "logger_version", "run_ends_mid_epoch",
-           "shown_already"]
+__all__ = ["DISCARD", "DrawnBar", "bar_property", "bar_total", "batches_per_refresh", "epoch_total", "format_value",
+           "logger_version", "prepare", "run_ends_mid_epoch", "shown_already",
+           "shown_values", "tqdm_class"]
 
 
 class _Discard:
@@ -96,6 +99,18 @@ def shown_already(loss: Any, values: Any) -> bool:
     return False
 
 
+def shown_values(outputs: Any, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """What a bar shows beside its count: the loss in ``outputs`` (a step's return; None for none) unless already
+    among ``metrics``, then the metrics; one-element tensors as numbers (read from the device now), so that tqdm
+    formats them."""
+    shown: dict[str, Any] = {}
+    loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+    if isinstance(loss, (torch.Tensor, float, int)) and not shown_already(loss, metrics.values()):
+        shown["loss"] = loss
+    shown.update(metrics)
+    return {k: v.detach().item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v for k, v in shown.items()}
+
+
 def logger_version(loggers: list[Logger]) -> int | str | None:
     """The run's version as a bar shows it (``v_num``): the logger's, several loggers' joined with ``_``, a text
     version's last four characters; None without a logger or a version."""
@@ -106,6 +121,52 @@ def logger_version(loggers: list[Logger]) -> int | str | None:
     if version is None or version == "":
         return None
     return version[-4:] if isinstance(version, str) else version
+
+
+def tqdm_class() -> type[Tqdm]:
+    """`Tqdm`, looked up at each call: a replacement put into `progress_tqdm` is what the factories make."""
+    from stoker.callbacks import progress_tqdm  # lazy: tqdm loads with the first bar, not with `import stoker`
+
+    return progress_tqdm.Tqdm
+
+
+def bar_property(name: str, doc: str) -> property:
+    """``<name>_progress_bar``: the tqdm object of that bar (readable once the bar was made; a subclass may set it)."""
+    def get(self: Any) -> Tqdm:
+        bar = self.bars[name]
+        if bar is None:
+            raise RuntimeError(f"{type(self).__name__}.{name}_progress_bar is made when that bar starts; "
+                               "read it from a hook or after the run.")
+        return bar
+
+    def set_(self: Any, bar: Tqdm) -> None:
+        self.bars[name] = bar
+
+    return property(get, set_, doc=doc)
+
+
+def batches_per_refresh(refresh_rate: int) -> int:
+    """Lightning's environment rules: in Colab (``COLAB_GPU``) a rate of 1 becomes 20, which its output keeps up
+    with; ``TQDM_MINITERS`` is a floor on the rate (and turns on a bar given 0)."""
+    if os.environ.get("COLAB_GPU") and refresh_rate == 1:
+        return 20
+    floor = os.environ.get("TQDM_MINITERS")
+    if floor is not None:
+        try:
+            return max(int(floor), refresh_rate)
+        except ValueError:
+            raise ValueError(f"TQDM_MINITERS={floor!r} must be a whole number of batches.") from None
+    return refresh_rate
+
+
+def prepare(bar: tqdm, label: str, total: int | None, initial: int = 0) -> None:
+    """Readies ``bar`` for a new count (one tqdm object may serve several epochs): reset, total, title."""
+    bar.reset()
+    bar.total = total
+    bar.initial = initial
+    if initial:
+        bar.update(initial)
+    bar.set_description(label, refresh=False)
 
 
 class DrawnBar:
@@ -128,24 +189,20 @@ class DrawnBar:
         self.n = self.initial = initial
         self.values: Mapping[str, Any] = {}  # the shown values of the last redraw, for the plain lines
         self.start = self.last_line = time.monotonic()
-        bar.reset()
-        bar.total = total
-        bar.initial = initial
-        if initial:
-            bar.update(initial)
-        bar.set_description(label, refresh=False)
+        prepare(bar, label, total, initial)
 
     def end_here(self) -> None:
         """The run ends with this bar: its total becomes what was done, so it shows 100% and no time left."""
         self.total = self.tqdm.total = self.n
 
-    def show(self, postfix: Mapping[str, Any] | None, now: float) -> None:
-        """Brings the tqdm object up to the count, with new shown values unless ``postfix`` is None."""
+    def show(self, postfix: Mapping[str, Any] | None, now: float, count: bool = True) -> None:
+        """Brings the tqdm object up to the count (unless not ``count``), with new shown values unless ``postfix``
+        is None."""
         bar = self.tqdm
         if postfix is not None:
             self.values = postfix
-            bar.set_postfix(postfix, refresh=False)
-        if not bar.disable and self.n != bar.n:
+            bar.set_postfix(postfix, refresh=self.tty and not count)
+        if count and not bar.disable and self.n != bar.n:
             bar.update(self.n - bar.n)
             if self.tty and bar.last_print_n != bar.n:
                 bar.refresh()  # update() draws only after tqdm's own mininterval; the callback has decided already

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from stoker.callbacks.progress import ProgressBar, TQDMProgressBar
-
-__all__ = ["ProgressBar", "TQDMProgressBar", "Tqdm"]
+__all__ = ["Tqdm"]
 
 _WIDTH = 5  # characters a shown float takes at least
 
