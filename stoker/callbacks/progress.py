@@ -275,8 +275,9 @@ class ProgressBar(Callback):
         self.bars["train"], self._train_open = self.init_train_tqdm(), True
 
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
-        self._close_train(trainer, close=self.leave)
-        if not self._train_open:  # a new bar per epoch with `leave`; else the one made at the start, reset
+        if self._train is not None:  # an epoch that did not reach its end hook
+            self._close_train(trainer, close=self.leave)
+        if not self._train_open:  # with `leave` a new bar per epoch (the first uses the one made at the start)
             self.bars["train"], self._train_open = self.init_train_tqdm(), True
         self._outputs = None
         done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch
