@@ -50,7 +50,7 @@ class ProgressBar(Callback):
     printed when a bar finishes (and every ``line_interval`` seconds in between), so log files stay readable. Only
     the global-zero process draws. The bars are made by ``init_train_tqdm`` and its siblings (override one to change
     a bar) and can be read as ``train_progress_bar``, ``val_progress_bar``, ``test_progress_bar`` and
-    ``predict_progress_bar``.
+    ``predict_progress_bar`` (``bars`` holds them by name).
 
     Args:
         refresh_rate: Seconds between redraws. ``0`` disables the bar. (Lightning's ``TQDMProgressBar`` counts

@@ -1,4 +1,5 @@
-"""One progress bar on screen, and the arithmetic of what it counts (``ProgressBar`` drives it, ``progress.py``).
+"""One progress bar on screen, and the rules around the bars that ``ProgressBar`` (``progress.py``) applies: totals,
+the values shown beside the count (``v_num`` among them), Lightning's refresh-rate environment, the bar properties.
 
 A bar is always a tqdm object (made by the callback's ``init_*_tqdm`` factories, so a subclass chooses its look), and
 it is what a user reads as ``train_progress_bar`` and the like. On a terminal that object draws itself; elsewhere it
@@ -12,7 +13,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
     from stoker.loggers.base import Logger
 
 __all__ = ["DISCARD", "DrawnBar", "bar_property", "bar_total", "batches_per_refresh", "epoch_total", "format_value",
-           "logger_version", "prepare", "run_ends_mid_epoch", "shown_already",
-           "shown_values", "tqdm_class"]
+           "logger_version", "prepare", "run_ends_mid_epoch", "shown_already", "shown_values", "tqdm_class"]
 
 
 class _Discard:
@@ -130,16 +130,20 @@ def tqdm_class() -> type[Tqdm]:
     return progress_tqdm.Tqdm
 
 
+class _WithBars(Protocol):
+    bars: dict[str, Tqdm | None]  # a ProgressBar's tqdm objects by name ("train", "val", "test", "predict")
+
+
 def bar_property(name: str, doc: str) -> property:
     """``<name>_progress_bar``: the tqdm object of that bar (readable once the bar was made; a subclass may set it)."""
-    def get(self: Any) -> Tqdm:
+    def get(self: _WithBars) -> Tqdm:
         bar = self.bars[name]
         if bar is None:
             raise RuntimeError(f"{type(self).__name__}.{name}_progress_bar is made when that bar starts; "
                                "read it from a hook or after the run.")
         return bar
 
-    def set_(self: Any, bar: Tqdm) -> None:
+    def set_(self: _WithBars, bar: Tqdm) -> None:
         self.bars[name] = bar
 
     return property(get, set_, doc=doc)
