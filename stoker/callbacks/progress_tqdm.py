@@ -26,6 +26,10 @@ class Tqdm(tqdm):
         ('0.500', '3', '1e-6')
     """
 
+    # tqdm's monitor thread loosens the redraw pace of bars that stall; the callback sets the pace itself, so a run
+    # (off a terminal too, where the bars only count) starts no thread.
+    monitor_interval = 0
+
     @staticmethod
     def format_num(n: int | float | str) -> str:
         text = n if isinstance(n, str) else tqdm.format_num(n)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
 
 import pytest
 import torch
@@ -162,6 +163,14 @@ def test_evaluation_bars_stay_readable_after_their_run_and_the_bar_still_pickles
         copy.train_progress_bar
     copy.train_progress_bar = bar.train_progress_bar  # a subclass may set its own
     assert copy.train_progress_bar is bar.train_progress_bar
+
+
+def test_a_run_off_a_terminal_starts_no_tqdm_thread(tmp_path):
+    t = trainer(tmp_path, max_epochs=1, enable_progress_bar=True)
+    t.fit(Regressor(), *loaders())
+    assert isinstance(t.progress_bar_callback.train_progress_bar, progress_tqdm.Tqdm)
+    monitors = [th for th in threading.enumerate() if getattr(th, "tqdm_cls", None) is progress_tqdm.Tqdm]
+    assert monitors == []
 
 
 def test_a_disabled_bar_draws_nothing_but_still_tells_its_totals(tmp_path, capsys):
