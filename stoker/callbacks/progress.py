@@ -277,7 +277,10 @@ class ProgressBar(Callback):
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
         if self._train is not None:  # an epoch that did not reach its end hook
             self._close_train(trainer, close=self.leave)
-        if not self._train_open:  # with `leave` a new bar per epoch (the first uses the one made at the start)
+        if self.leave or not self._train_open:  # with `leave` each epoch gets a bar of its own from the factory
+            if self._train_open:  # the bar made at the start served no epoch: erased, not left as an empty line
+                self.train_progress_bar.leave = False
+                self.train_progress_bar.close()
             self.bars["train"], self._train_open = self.init_train_tqdm(), True
         self._outputs = None
         done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch

@@ -130,7 +130,7 @@ class _Custom(TQDMProgressBar):
         super().on_sanity_check_end(trainer_, module)
 
 
-@pytest.mark.parametrize(("leave", "bars_made"), [(False, 1), (True, 3)])
+@pytest.mark.parametrize(("leave", "bars_made"), [(False, 1), (True, 4)])  # one when training starts, one per epoch
 def test_a_subclass_factory_makes_the_bars_and_leave_decides_how_many(tmp_path, leave, bars_made):
     bar = _Custom(leave=leave)
     t = trainer(tmp_path, max_epochs=3, enable_progress_bar=True, callbacks=[bar], num_sanity_val_steps=1)
