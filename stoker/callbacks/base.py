@@ -51,6 +51,13 @@ class FitRunView(Protocol):
     def train_loader(self) -> PreparedLoader: ...  # resumable, sharded, limited (trainer.train_dataloader: as given)
 
 
+class RunOptionsView(Protocol):
+    """What callbacks read of the Trainer's ``options`` (a ``RunOptions``, defined in the trainer package above)."""
+
+    @property
+    def num_sanity_val_steps(self) -> int | None: ...  # batches of each val loader a sanity check runs
+
+
 class TrainerView(Protocol):
     """What a callback reads and calls on the Trainer that its hooks receive: public attributes and the facts of the
     fit in progress. ``stoker.Trainer`` has every member. Written here as a structural type because callbacks sit
@@ -107,6 +114,8 @@ class TrainerView(Protocol):
     def training(self) -> bool: ...
     @property
     def sanity_checking(self) -> bool: ...
+    @property
+    def options(self) -> RunOptionsView: ...
     @property
     def fitting(self) -> bool: ...
     @property

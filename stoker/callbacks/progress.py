@@ -1,156 +1,61 @@
-"""`ProgressBar`: tqdm bars for training, validation, test and predict, redrawn on a time interval.
+"""`ProgressBar`: tqdm bars for training, validation, test and predict, redrawn on a time interval, and Lightning's
+`TQDMProgressBar`, redrawn every n batches.
 
-This module owns what a user sees while a run is going: one bar per training epoch (batches, rate,
-the latest loss and every ``prog_bar`` metric) and one bar per evaluation run. It does not own the
-metric values (the Trainer's ``progress_bar_metrics``).
+This module owns when the bars are made, counted, redrawn and closed, and what they show (the loss of the latest
+batch, ``v_num`` and every ``prog_bar`` metric). It does not own the metric values (the Trainer's
+``progress_bar_metrics``) nor how one bar is drawn (``progress_draw.py``).
 
-Cost: per batch, an integer increment, a reference to the outputs and one ``time.monotonic()``; the
-loss and metrics are read from the device (``.item()``) only when the bar is redrawn, at most once
-every ``refresh_rate`` seconds. When the output is not a terminal (a log file, CI) there are no
-carriage-return redraws at all: one plain line is printed per finished bar, plus at most one line
-per ``line_interval`` seconds during long epochs, each with the rate and the time left. tqdm is imported only
-when a terminal bar is drawn; while one is on screen, stdout goes through it (``progress_io.py``), so that prints
-do not garble it.
+Cost: per batch, an integer increment, a reference to the outputs and one ``time.monotonic()``; the loss and metrics
+are read from the device (``.item()``) only when the shown values are refreshed, at most once every ``refresh_rate``
+seconds (``TQDMProgressBar``: its ``seconds``), however often the count is redrawn. tqdm is imported when the first
+bar is made (``progress_tqdm.py``); while a bar is on a terminal, stdout goes through it (``progress_io.py``).
 """
 
 from __future__ import annotations
 
-import math
+import os
 import sys
 import time
-from collections.abc import Mapping
-from typing import IO, Any
-
-import torch
+from typing import IO, TYPE_CHECKING, Any
 
 from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
+from stoker.callbacks.progress_draw import (DISCARD, DrawnBar, bar_property, bar_total, epoch_total, logger_version,
+                                           batches_per_refresh, prepare, run_ends_mid_epoch, shown_values,
+                                           tqdm_class)
 from stoker.callbacks.progress_io import StdoutThroughBar
 
-__all__ = ["ProgressBar"]
+if TYPE_CHECKING:
+    from stoker.callbacks.progress_tqdm import Tqdm
 
-_EVAL_BARS = {"validate": ("Validation", "num_val_batches"), "test": ("Testing", "num_test_batches"),
-              "predict": ("Predicting", "num_predict_batches")}  # a bar's title, and the batch counts' attribute
+__all__ = ["ProgressBar", "TQDMProgressBar"]
 
+# Lightning's module path `stoker.callbacks.progress.tqdm_progress` (where `Tqdm` lives) is a face kept in
+# stoker/faces/callbacks/progress/, found through this __path__ entry; this module imports nothing from it.
+__path__ = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "callbacks", "progress")]
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().item() if value.numel() == 1 else value
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _format_seconds(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
-
-
-def _total(value: Any) -> int | None:
-    """A bar total from a batch count: ``None`` for unknown or infinite lengths."""
-    if value is None or (isinstance(value, float) and math.isinf(value)):
-        return None
-    return int(value)
-
-
-def _epoch_total(trainer: TrainerView, done: int) -> int | float | None:
-    """Batches this epoch will run: its length, or fewer when ``max_steps`` ends the run inside it."""
-    total = _total(trainer.num_training_batches)
-    max_steps = trainer.max_steps
-    if max_steps is None:
-        return total
-    # Windows start at the epoch's first batch, so from a step boundary each remaining step takes `accumulate`
-    # batches (an fp16 step skipped for overflow takes more: the bar is then made full when the run ends).
-    by_steps = done + max(0, max_steps - trainer.global_step) * trainer.accumulate
-    return by_steps if total is None else min(total, by_steps)
-
-
-def _run_ends_mid_epoch(trainer: TrainerView, bar: _Bar) -> bool:
-    """Whether the run stops with this epoch unfinished (``max_steps``, ``should_stop``, a `Timer`)."""
-    max_steps = trainer.max_steps
-    stopping = trainer.should_stop or (max_steps is not None and trainer.global_step >= max_steps)
-    return stopping and (bar.total is None or bar.n != bar.total)
-
-
-def _logged(loss: Any, values: Any) -> bool:
-    """Whether ``loss`` is already among the bar's logged values (``self.log("train/loss", loss, prog_bar=True)``):
-    the same tensor data (``self.log`` keeps a detached view), or the same number."""
-    for value in values:
-        if isinstance(loss, torch.Tensor):
-            if isinstance(value, torch.Tensor) and value.data_ptr() == loss.data_ptr() and value.numel() == 1 \
-                    and value.dtype == loss.dtype and value.device == loss.device:
-                return True
-        elif not isinstance(value, torch.Tensor) and value == loss:
-            return True
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and isinstance(value, float) and value == loss.item():
-            return True  # progress_bar_metrics holds numbers: the same value (read at a redraw only)
-    return False
-
-
-class _Bar:
-    """One bar: a tqdm bar on a terminal, plain lines otherwise."""
-
-    def __init__(self, desc: str, total: int | None, file: IO[str], tty: bool, leave: bool,
-                 line_interval: float, initial: int = 0) -> None:
-        self.desc, self.total, self.file, self.line_interval = desc, total, file, line_interval
-        self.n = self.initial = initial  # a resumed epoch starts at the batches it had done
-        self.start = self.last_line = time.monotonic()
-        self.tqdm: Any = None
-        if tty:
-            from tqdm import tqdm  # lazy: `import stoker` must not import tqdm
-
-            # mininterval=0: the callback already limits redraws, every update() we make should draw.
-            self.tqdm = tqdm(total=total, desc=desc, file=file, leave=leave, dynamic_ncols=True,
-                             mininterval=0, miniters=1, unit="it", initial=initial)
-
-    def end_here(self) -> None:
-        """The run ends with this bar: its total becomes what was done, so it shows 100% and no time left."""
-        self.total = self.n
-        if self.tqdm is not None:
-            self.tqdm.total = self.n
-
-    def show(self, postfix: Mapping[str, str], now: float) -> None:
-        if self.tqdm is not None:
-            self.tqdm.set_postfix(postfix, refresh=False)
-            self.tqdm.update(self.n - self.tqdm.n)
-        elif now - self.last_line >= self.line_interval:
-            self._line(postfix, now)
-
-    def close(self, postfix: Mapping[str, str]) -> None:
-        if self.tqdm is None:
-            self._line(postfix, time.monotonic())
-        else:
-            self.show(postfix, time.monotonic())
-            self.tqdm.close()
-
-    def _line(self, postfix: Mapping[str, str], now: float) -> None:
-        self.last_line = now
-        elapsed = now - self.start
-        speed = (self.n - self.initial) / elapsed if elapsed > 0 else 0.0
-        rate = f"{speed:.2f}it/s" if elapsed > 0 else "?it/s"
-        count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
-        # The time left in this bar at the rate so far (tqdm's "elapsed<left"); unknown without a total or a rate.
-        left = "" if self.total is None else "<" + ("?" if speed <= 0 and self.n < self.total else
-                                                     _format_seconds(max(0, self.total - self.n) / (speed or 1.0)))
-        extras = ", ".join(f"{k}={v}" for k, v in postfix.items())
-        print(f"{self.desc}: {count} [{_format_seconds(elapsed)}{left}, {rate}]" +
-              (f" {extras}" if extras else ""), file=self.file, flush=True)
+# Per evaluation stage: the batch counts' attribute, the bar's name, its factory and its title's attribute.
+_EVAL_BARS = {"validate": ("num_val_batches", "val", "init_validation_tqdm", "validation_description"),
+              "test": ("num_test_batches", "test", "init_test_tqdm", "test_description"),
+              "predict": ("num_predict_batches", "predict", "init_predict_tqdm", "predict_description"),
+              "sanity": ("num_val_batches", "val", "init_sanity_tqdm", "sanity_check_description")}
 
 
 class ProgressBar(Callback):
     """Progress bars for ``fit``, ``validate``, ``test`` and ``predict`` (the Trainer's default).
 
-    On a terminal each training epoch gets a tqdm bar showing batches done, batches per second, the
-    loss of the latest batch and every metric logged with ``prog_bar=True``; validation, test and
-    predict runs get their own bar. Bars are redrawn at most once every ``refresh_rate`` seconds, so
-    the bar costs almost nothing per step. When the output is not a terminal, nothing is redrawn: a
-    plain line is printed when a bar finishes (and every ``line_interval`` seconds in between), so
-    log files stay readable. Only the global-zero process draws.
+    On a terminal each training epoch gets a tqdm bar showing batches done, batches per second, the loss of the
+    latest batch, ``v_num`` (the logger's version) and every metric logged with ``prog_bar=True``; validation,
+    test and predict runs get their own bar. Bars are redrawn at most once every ``refresh_rate`` seconds, so the
+    bar costs almost nothing per step. When the output is not a terminal, nothing is redrawn: a plain line is
+    printed when a bar finishes (and every ``line_interval`` seconds in between), so log files stay readable. Only
+    the global-zero process draws. The bars are made by ``init_train_tqdm`` and its siblings (override one to change
+    a bar) and can be read as ``train_progress_bar``, ``val_progress_bar``, ``test_progress_bar`` and
+    ``predict_progress_bar`` (``bars`` holds them by name).
 
     Args:
-        refresh_rate: Seconds between redraws. ``0`` disables the bar. (Unlike Lightning's
-            ``TQDMProgressBar``, this is time, not a number of batches.)
-        leave: Keep each finished training-epoch bar on screen.
+        refresh_rate: Seconds between redraws. ``0`` disables the bar. (Lightning's ``TQDMProgressBar`` counts
+            batches instead.)
+        leave: A new bar for each training epoch, kept on screen; ``False``: one bar for the whole fit.
         file: Where to write; ``None`` means ``sys.stderr`` at the start of each run.
         line_interval: Seconds between progress lines when the output is not a terminal.
 
@@ -158,8 +63,14 @@ class ProgressBar(Callback):
         >>> from stoker import Trainer
         >>> trainer = Trainer(callbacks=[ProgressBar(refresh_rate=1.0)])  # doctest: +SKIP
         >>> trainer.fit(module, loader)  # doctest: +SKIP
-        Epoch 0: 100%|██████████| 250/250 [00:03<00:00, 80.1it/s, loss=0.231, val/acc=0.91]
+        Epoch 0: 100%|██████████| 250/250 [00:03<00:00, 80.1it/s, loss=0.231, v_num=0, val/acc=0.910]
     """
+
+    sanity_check_description = "Sanity Checking"
+    train_description = "Training"
+    validation_description = "Validation"
+    test_description = "Testing"
+    predict_description = "Predicting"
 
     def __init__(self, refresh_rate: float = 0.5, leave: bool = True, file: IO[str] | None = None,
                  line_interval: float = 30.0) -> None:
@@ -169,19 +80,33 @@ class ProgressBar(Callback):
             )
         if not isinstance(line_interval, (int, float)) or line_interval <= 0:
             raise ValueError(f"ProgressBar(line_interval={line_interval!r}) must be a number of seconds > 0.")
-        self.refresh_rate = float(refresh_rate)
+        self._refresh_rate: int | float = float(refresh_rate)
+        self._interval = float(refresh_rate)  # seconds between reads of the shown values from the device
         self.leave = leave
         self.line_interval = float(line_interval)
+        self.process_position = 0
         self._file_arg = file
         self._file: IO[str] = file or sys.stderr
-        self._enabled = self.refresh_rate > 0
+        self._enabled = self._refresh_rate > 0
         self._active = False
-        self._train: _Bar | None = None
-        self._eval: _Bar | None = None
-        self._next_draw = 0.0
+        self.bars: dict[str, Tqdm | None] = dict.fromkeys(("train", "val", "test", "predict"))
+        self._train_open = False  # the training tqdm object is open and serves the next epoch (leave=False)
+        self._train: DrawnBar | None = None
+        self._eval: DrawnBar | None = None
+        self._next_values = 0.0
         self._outputs: Any = None
         self._stdout: StdoutThroughBar | None = None  # installed while a terminal bar is drawn
         self._trainer: TrainerView | None = None
+
+    train_progress_bar = bar_property("train", "The training bar (one per epoch with ``leave``).")
+    val_progress_bar = bar_property("val", "The bar of the latest validation (or sanity check).")
+    test_progress_bar = bar_property("test", "The bar of the latest test.")
+    predict_progress_bar = bar_property("predict", "The bar of the latest predict.")
+
+    @property
+    def refresh_rate(self) -> int | float:
+        """Seconds between redraws (``TQDMProgressBar``: batches)."""
+        return self._refresh_rate
 
     # -- what the bars count and show (Lightning's names; for a bar of your own) ------------------------------------
     @property
@@ -214,22 +139,67 @@ class ProgressBar(Callback):
         return sum(self.trainer.num_predict_batches)
 
     def get_metrics(self, trainer: TrainerView, module: Any) -> dict[str, int | float | str]:
-        """The values the bar shows after the loss: every ``prog_bar`` metric (override it to show more or less;
-        Lightning's bar adds ``v_num``, the logger's version, which stoker's leaves out)."""
-        return dict(trainer.progress_bar_metrics)
+        """The values the bar shows after the loss: ``v_num`` (the logger's version, when there is a logger) and
+        every ``prog_bar`` metric (a metric logged as ``v_num`` wins). Override it to show more or less."""
+        version = logger_version(trainer.loggers)
+        return {**({} if version is None else {"v_num": version}), **trainer.progress_bar_metrics}
 
     @property
     def is_enabled(self) -> bool:
         """Whether bars are drawn (``refresh_rate > 0``, not disabled, and on global zero)."""
         return self._enabled and self._active
 
+    @property
+    def is_disabled(self) -> bool:
+        return not self.is_enabled
+
     def disable(self) -> None:
         """Stop drawing (e.g. while printing something long)."""
         self._enabled = False
 
     def enable(self) -> None:
-        self._enabled = self.refresh_rate > 0
+        self._enabled = self._refresh_rate > 0
 
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """``print`` that keeps the bars whole: through the tqdm object of the first open bar (tqdm clears the bars,
+        writes the line and redraws them), or plain ``print`` when no bar is open."""
+        bar = next((b for b in self.bars.values() if b is not None and not b.disable), None)
+        if bar is None:
+            print(*args, sep=sep, **kwargs)
+            return
+        flush = kwargs.pop("flush", False)  # print's argument, not tqdm.write's
+        bar.write(sep.join(map(str, args)), **kwargs)
+        if flush:
+            (kwargs.get("file") or sys.stdout).flush()
+
+    # -- the bars' factories (override one to change that bar; call super() to start from stoker's) ----------------
+    def _make_tqdm(self, desc: str, leave: bool, position: int = 0, **options: Any) -> Tqdm:
+        """A tqdm object drawing to the bar's file on a terminal, into nothing elsewhere (plain lines are printed
+        instead); ``position`` counts lines below the ``process_position`` offset."""
+        return tqdm_class()(desc=desc, position=2 * self.process_position + position, disable=self.is_disabled,
+                             leave=leave, dynamic_ncols=True, file=self._file if self._tty() else DISCARD,
+                             **options)
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        """The bar of the sanity check (validation batches before training)."""
+        return self._make_tqdm(self.sanity_check_description, leave=False)
+
+    def init_train_tqdm(self) -> Tqdm:
+        """The training bar: made when training starts, and for each epoch with ``leave``."""
+        return self._make_tqdm(self.train_description, leave=True, smoothing=0)
+
+    def init_validation_tqdm(self) -> Tqdm:
+        """The validation bar: in ``fit`` one line under the training bar and erased when done."""
+        in_fit = self.trainer.fitting
+        return self._make_tqdm(self.validation_description, leave=not in_fit, position=int(in_fit))
+
+    def init_test_tqdm(self) -> Tqdm:
+        return self._make_tqdm(self.test_description, leave=True)
+
+    def init_predict_tqdm(self) -> Tqdm:
+        return self._make_tqdm(self.predict_description, leave=True, smoothing=0)
+
+    # -- set-up, pickling, output ---------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         self._active = bool(trainer.is_global_zero)
         self._trainer = trainer
@@ -237,10 +207,10 @@ class ProgressBar(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         # A pickled copy (a Trainer sent to another process) draws to that process's own standard stream (by name),
-        # with no live bar.
+        # with no live bar (tqdm objects do not pickle).
         std = next((name for name in ("stdout", "stderr") if self._file_arg is getattr(sys, name)), None)
         return dict(self.__dict__, _file=None, _stdout=None, _train=None, _eval=None, _trainer=None,
-                    _file_arg=std or self._file_arg)
+                    bars=dict.fromkeys(self.bars), _train_open=False, _file_arg=std or self._file_arg)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -255,17 +225,22 @@ class ProgressBar(Callback):
         except ValueError:  # a closed file
             return False
 
-    def _new_bar(self, desc: str, total: Any, leave: bool, initial: int = 0) -> _Bar:
-        self._next_draw = time.monotonic() + self.refresh_rate
-        bar = _Bar(desc, _total(total), self._file, self._tty(), leave, self.line_interval, initial)
-        if bar.tqdm is not None and self._stdout is None:
+    def _new_bar(self, bar: Tqdm, label: str, total: Any, initial: int = 0) -> DrawnBar | None:
+        """``bar`` readied for a count; drawn and counted only while the bars are enabled (a disabled bar, as on a
+        process other than global zero, still tells its total)."""
+        if not self.is_enabled:
+            prepare(bar, label, bar_total(total))
+            return None
+        self._next_values = time.monotonic() + self._interval
+        drawn = DrawnBar(bar, label, bar_total(total), self._tty(), self._file, self.line_interval, initial)
+        if drawn.tty and self._stdout is None:
             self._stdout = StdoutThroughBar.install(self._shown)
-        return bar
+        return drawn
 
     def _shown(self) -> Any:
         """The tqdm bar on screen now (the evaluation bar over the epoch bar), or None."""
         for bar in (self._eval, self._train):
-            if bar is not None and bar.tqdm is not None:
+            if bar is not None and bar.tty:
                 return bar.tqdm
         return None
 
@@ -274,69 +249,86 @@ class ProgressBar(Callback):
             redirect, self._stdout = self._stdout, None
             redirect.restore()
 
-    def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, str]:
-        postfix: dict[str, str] = {}
-        outputs = self._outputs
-        metrics = self.get_metrics(trainer, trainer.module)
-        if with_loss:
-            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if isinstance(loss, (torch.Tensor, float, int)) and not _logged(loss, metrics.values()):
-                postfix["loss"] = _format_value(loss)
-        for name, value in metrics.items():
-            postfix[name] = _format_value(value)
-        return postfix
+    def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, Any]:
+        """The shown values, read from the device now: the latest loss (unless logged to the bar) and the metrics."""
+        return shown_values(self._outputs if with_loss else None, self.get_metrics(trainer, trainer.module))
+
+    # -- when to redraw --------------------------------------------------------------------------------------------
+    def _redraw_due(self, n: int, total: int | None, now: float) -> bool:
+        """Whether the count is redrawn after batch ``n``: here when ``refresh_rate`` seconds have passed."""
+        return now >= self._next_values
+
+    def _advance(self, bar: DrawnBar, trainer: TrainerView, with_values: bool) -> None:
+        """After a batch: redraw the count when due, and the shown values when their interval has passed too."""
+        now = time.monotonic()
+        if not self._redraw_due(bar.n, bar.total, now):
+            return
+        values = None
+        if now >= self._next_values:
+            self._next_values = now + self._interval
+            values = self._postfix(trainer, with_loss=True) if with_values else None
+        bar.show(values, now)
 
     # -- training -----------------------------------------------------------------------------------------------
+    def on_train_start(self, trainer: TrainerView, module: Any) -> None:
+        self._close_train(trainer, close=True)
+        self.bars["train"], self._train_open = self.init_train_tqdm(), True
+
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
-        if self.is_enabled:
-            self._close_train(trainer)
-            self._outputs = None
-            done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch
-            self._train = self._new_bar(f"Epoch {trainer.current_epoch}", _epoch_total(trainer, done), self.leave,
-                                        initial=done)
+        if self._train is not None:  # an epoch that did not reach its end hook
+            self._close_train(trainer, close=self.leave)
+        if self.leave or not self._train_open:  # with `leave` each epoch gets a bar of its own from the factory
+            if self._train_open:  # the bar made at the start served no epoch: erased, not left as an empty line
+                self.train_progress_bar.leave = False
+                self.train_progress_bar.close()
+            self.bars["train"], self._train_open = self.init_train_tqdm(), True
+        self._outputs = None
+        done = int(getattr(getattr(trainer, "fit_loop", None), "batches_done", 0) or 0)  # resumed mid-epoch
+        self._train = self._new_bar(self.train_progress_bar, f"Epoch {trainer.current_epoch}",
+                                    epoch_total(trainer, done), initial=done)
 
     def on_train_batch_end(self, trainer: TrainerView, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train
         if bar is None:
             return
         bar.n += 1
-        self._outputs = outputs  # a reference only; read from the device at the next redraw
-        now = time.monotonic()
-        if now >= self._next_draw:
-            self._next_draw = now + self.refresh_rate
-            bar.show(self._postfix(trainer, with_loss=True), now)
+        self._outputs = outputs  # a reference only; read from the device when the shown values are refreshed
+        self._advance(bar, trainer, with_values=True)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        if self._train is not None and _run_ends_mid_epoch(trainer, self._train):
+        if self._train is not None and run_ends_mid_epoch(trainer, self._train):
             self._train.end_here()
-        self._close_train(trainer)
+        self._close_train(trainer, close=self.leave)
 
-    def _close_train(self, trainer: TrainerView) -> None:
+    def _close_train(self, trainer: TrainerView, close: bool) -> None:
+        """Finishes the epoch's bar; ``close`` ends its tqdm object too (kept open to serve the next epoch)."""
         if self._train is not None:
             bar, self._train = self._train, None
-            bar.close(self._postfix(trainer, with_loss=True))
+            bar.finish(self._postfix(trainer, with_loss=True), close=close)
+        elif close and self._train_open:
+            self.train_progress_bar.close()
+        self._train_open = self._train_open and not close
         self._restore_stdout()
 
     # -- evaluation (validation, test, predict share one bar slot) ------------------------------------------------
     def _eval_start(self, trainer: TrainerView, stage: str) -> None:
-        if not self.is_enabled:
-            return
         self._close_eval(trainer, refresh_train=False)
-        desc, counts_name = _EVAL_BARS[stage]
+        sanity = stage == "validate" and trainer.sanity_checking
+        counts_name, name, make, label = _EVAL_BARS["sanity" if sanity else stage]
         counts = getattr(trainer, counts_name, None)
+        steps = trainer.options.num_sanity_val_steps if sanity else None
+        if steps is not None and isinstance(counts, (list, tuple)):
+            counts = [min(steps, n) for n in counts]  # a sanity check runs at most that many of each loader
         if isinstance(counts, (list, tuple)):
-            counts = None if any(_total(c) is None for c in counts) else sum(int(c) for c in counts)
-        self._eval = self._new_bar(desc, counts, leave=False)
+            counts = None if any(bar_total(c) is None for c in counts) else sum(int(c) for c in counts)
+        self.bars[name] = getattr(self, make)()
+        self._eval = self._new_bar(self.bars[name], getattr(self, label), counts)
 
     def _eval_batch(self, trainer: TrainerView, module: Any, batch: Any, stage: str) -> None:
         bar = self._eval
-        if bar is None:
-            return
-        bar.n += 1
-        now = time.monotonic()
-        if now >= self._next_draw:
-            self._next_draw = now + self.refresh_rate
-            bar.show({}, now)
+        if bar is not None:
+            bar.n += 1
+            self._advance(bar, trainer, with_values=False)
 
     def _eval_end(self, trainer: TrainerView, stage: str) -> None:
         self._close_eval(trainer)
@@ -344,11 +336,11 @@ class ProgressBar(Callback):
     def _close_eval(self, trainer: TrainerView, refresh_train: bool = True) -> None:
         if self._eval is not None:
             bar, self._eval = self._eval, None
-            bar.close(self._postfix(trainer, with_loss=False) if bar.tqdm is None else {})
+            bar.finish(None if bar.tty else self._postfix(trainer, with_loss=False), close=True)
             self._restore_stdout()
-        if refresh_train and self._train is not None and self._train.tqdm is not None:
+        if refresh_train and self._train is not None:
             # Show fresh validation metrics on the epoch bar right away.
-            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic())
+            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic(), count=False)
 
     on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
     on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")
@@ -357,7 +349,7 @@ class ProgressBar(Callback):
     # -- ending ---------------------------------------------------------------------------------------------------
     def _close_all(self, trainer: TrainerView) -> None:
         self._close_eval(trainer, refresh_train=False)
-        self._close_train(trainer)
+        self._close_train(trainer, close=True)
         self._outputs = None
 
     def on_train_end(self, trainer: TrainerView, module: Any) -> None:
@@ -371,18 +363,17 @@ class ProgressBar(Callback):
 
 
 class TQDMProgressBar(ProgressBar):
-    """Lightning's name and arguments for the progress bar, so that ``TQDMProgressBar(refresh_rate=20)`` runs.
+    """Lightning's progress bar: the count is redrawn every ``refresh_rate`` batches (and at a bar's last batch).
 
-    ``refresh_rate`` is Lightning's number of batches between redraws: ``0`` disables the bar, any other value turns
-    it on. stoker still redraws on time, at most every ``seconds`` (0.5), because each redraw reads the shown values
-    from the device; redrawing every n batches would wait for the device every n steps. ``leave`` defaults to
-    False, as in Lightning (:class:`ProgressBar`'s to True). ``process_position`` is accepted; stoker draws one bar
-    at a time, always in the first position.
+    The values beside the count (loss, ``v_num``, ``prog_bar`` metrics) are read from the device at most every
+    ``seconds`` and at each epoch's and validation's end: reading them at every redraw would make each step wait for
+    the device (``seconds=0`` does, as Lightning). ``leave=False`` (Lightning's default): one training bar for the
+    fit. ``process_position`` moves the bars down that many pairs of lines, below bars of your own.
 
     Example:
         >>> from stoker.callbacks import TQDMProgressBar
-        >>> TQDMProgressBar(refresh_rate=20).refresh_rate  # seconds, not batches
-        0.5
+        >>> TQDMProgressBar(refresh_rate=20).refresh_rate  # batches
+        20
     """
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False,
@@ -392,6 +383,17 @@ class TQDMProgressBar(ProgressBar):
                              "(0 disables the bar).")
         if isinstance(process_position, bool) or not isinstance(process_position, int) or process_position < 0:
             raise ValueError(f"TQDMProgressBar(process_position={process_position!r}) must be an integer >= 0.")
-        super().__init__(refresh_rate=seconds if refresh_rate else 0, leave=leave)
-        self.batches_per_refresh = refresh_rate
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"TQDMProgressBar(seconds={seconds!r}) must be a number of seconds >= 0.")
+        super().__init__(refresh_rate=seconds, leave=leave)
+        self._refresh_rate = batches_per_refresh(refresh_rate)
+        self._enabled = self._refresh_rate > 0
         self.process_position = process_position
+        self.seconds = float(seconds)
+
+    @property
+    def batches_per_refresh(self) -> int:  # `refresh_rate`, by the name earlier stoker releases gave it
+        return int(self._refresh_rate)
+
+    def _redraw_due(self, n: int, total: int | None, now: float) -> bool:
+        return n % self._refresh_rate == 0 or n == total

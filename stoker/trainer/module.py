@@ -337,10 +337,16 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         return to_torchscript(self, file_path, method, example_inputs, **kwargs)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only. While a progress bar is drawn the line goes above the bar (the
-        bar routes stdout through itself), so it does not garble it."""
+        """``print`` on the local main process only; while a progress bar is enabled, through its ``print``, so that
+        the line goes above the bar instead of garbling it."""
         if self._trainer is not None:
-            self._trainer.accelerator.print(*args, **kwargs)
+            from stoker.callbacks.progress import ProgressBar  # lazy: the callbacks build on this module
+
+            bar = next((c for c in self._trainer.callbacks if isinstance(c, ProgressBar) and c.is_enabled), None)
+            if bar is not None:  # a bar's own `print` (a custom bar may override it); drawn on global zero only
+                bar.print(*args, **kwargs)
+            else:
+                self._trainer.accelerator.print(*args, **kwargs)
         else:
             print(*args, **kwargs)
 

@@ -68,7 +68,8 @@ def test_tqdm_progress_bar_takes_lightnings_arguments() -> None:
     from stoker.callbacks import ProgressBar, TQDMProgressBar
 
     bar = TQDMProgressBar(refresh_rate=20, process_position=1)
-    assert isinstance(bar, ProgressBar) and bar.refresh_rate == 0.5 and bar.batches_per_refresh == 20
+    assert isinstance(bar, ProgressBar) and bar.refresh_rate == 20 and bar.batches_per_refresh == 20
+    assert bar.seconds == 0.5 and bar.process_position == 1  # the shown values still refresh on time
     assert bar.leave is False and ProgressBar().leave is True  # Lightning's default for leave
     off = TQDMProgressBar(refresh_rate=0)
     assert off.refresh_rate == 0 and not off._enabled
