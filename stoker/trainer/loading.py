@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any
 
 import torch
 
 # The hparams file is written by ModelCheckpoint (callbacks layer) and read here: one definition, below both.
 from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
+from stoker.user_frame import user_stacklevel
 
 __all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
@@ -205,6 +207,52 @@ def _check_path(cls: type, checkpoint_path: Any) -> None:
                         f"got {type(checkpoint_path).__name__}.")
 
 
+def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
+    """Loads the saved weights through the module's own ``load_state_dict(state_dict, strict=...)`` (as Lightning
+    does: a module that overrides it, e.g. to rename old keys, sees every load), then says which keys a loose load
+    left out. A strict load that fails on the keys says which ones, in stoker's words."""
+    from ..accelerator import MismatchedKeysError, key_mismatch, read_state_dict, strip_compile_prefix
+
+    state = read_state_dict(weights)
+    missing, unexpected, groups = key_mismatch(module, set(state))
+    for group in groups.values():  # weights the module ties are saved once: give each of its names the tensor
+        given = next((state[n] for n in group if n in state), None)
+        for name in group if given is not None else ():
+            state.setdefault(name, given)
+    target = module.state_dict(keep_vars=True)
+    actual = {strip_compile_prefix(k): k for k in target}  # a part compiled in __init__ keeps its prefix
+    state = {actual.get(k, k): v for k, v in state.items()}
+    if not state:
+        warnings.warn(f"load_from_checkpoint: {weights} holds no weights; {type(module).__name__} keeps the "
+                      "parameters its __init__ made.", UserWarning, stacklevel=user_stacklevel())
+    assign = any(t.is_meta for t in target.values())  # layers built on the meta device take the tensors as they are
+    if assign:
+        state = {k: v.to(target[k].dtype) if k in target else v for k, v in state.items()}
+    try:
+        keys = module.load_state_dict(state, strict=strict, **({"assign": True} if assign else {}))
+    except RuntimeError as error:
+        if not strict or not (missing or unexpected):
+            raise
+        raise MismatchedKeysError(
+            f"Error(s) loading {weights!r} into {type(module).__name__}: missing keys {missing}, unexpected keys "
+            f"{unexpected}. Pass strict=False to load the matching keys (or set the module's strict_loading=False)."
+        ) from error
+    _warn_left_out(module, keys, strict)
+
+
+def _warn_left_out(module: torch.nn.Module, keys: Any, strict: bool) -> None:
+    """A loose load's report (what ``load_state_dict`` returned): the keys on either side that were not loaded."""
+    missing, unexpected = getattr(keys, "missing_keys", None), getattr(keys, "unexpected_keys", None)
+    if strict or not isinstance(missing, list) or not isinstance(unexpected, list):
+        return  # a load_state_dict of the user's own that reports nothing usable
+    for found, where in ((missing, f"of {type(module).__name__} that the checkpoint has no weights for; they keep "
+                          "their initial values"), (unexpected, f"in the checkpoint that {type(module).__name__} "
+                                                   "does not have; they were not loaded")):
+        if found:
+            warnings.warn(f"load_from_checkpoint(strict=False): {len(found)} key(s) {where}: {sorted(found)}",
+                          UserWarning, stacklevel=user_stacklevel())
+
+
 def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
                 overrides: dict[str, Any], hparams_file: Any = None) -> Any:
     """See ``TrainingModule.load_from_checkpoint``."""
@@ -223,10 +271,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     module.configure_model()  # layers it builds exist before the weights load (Lightning's order)
     if checkpoint is not None:
         module.on_load_checkpoint(checkpoint)
-    from ..accelerator import load_checkpoint_in_model
-
-    load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device},
-                             strict=module.strict_for_loading(strict))
+    load_weights(module, weights, module.strict_for_loading(strict))
     if device is not None:
         module.to(device)
     return module

@@ -253,6 +253,22 @@ def _read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return data, {}
 
 
+def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of weights written by ``save_model`` (a file, an index or a folder), read on the CPU, under
+    names without a ``torch.compile`` prefix, each tied alias under its own name too: a state dict for a module's
+    own ``load_state_dict`` (``TrainingModule.load_from_checkpoint`` loads through it)."""
+    files, tied = _checkpoint_files(os.fspath(checkpoint))
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        tensors, file_tied = _read_weights(path)
+        state.update({strip_compile_prefix(k): v for k, v in tensors.items()})
+        tied = {**tied, **file_tied}
+    for alias, name in tied.items():
+        if name in state:
+            state.setdefault(alias, state[name])
+    return state
+
+
 def _placement(model: torch.nn.Module, device_map: Any) -> dict[str, torch.device]:
     """Device of every state-dict entry under ``device_map`` ({module name prefix: device})."""
     if isinstance(device_map, str) or not isinstance(device_map, Mapping):

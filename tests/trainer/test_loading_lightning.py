@@ -1,0 +1,117 @@
+"""Loading a module the way a Lightning user expects: weights go through the module's own ``load_state_dict``, a
+loose load says what it left out, and hyperparameters a checkpoint cannot keep are pointed out when ``fit`` starts."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stoker import Accelerator, Trainer, TrainingModule
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.weights import assert_same_weights
+
+
+def fit_once(tmp_path: Any, module: TrainingModule) -> str:
+    """One short fit; the path of the checkpoint ``save_checkpoint`` writes after it."""
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(module, make_loader(make_regression_data(n=16)))
+    path = os.path.join(tmp_path, "saved.ckpt")
+    trainer.save_checkpoint(path)
+    return path
+
+
+class Renamed(Regressor):
+    """The same layers as ``Regressor`` under a new attribute name; its ``load_state_dict`` reads old checkpoints."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.body = self.net
+        del self.net
+        self.calls: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        self.calls.append(strict)
+        renamed = {k.replace("net.", "body.", 1): v for k, v in state_dict.items()}
+        return super().load_state_dict(renamed, strict=strict, assign=assign)
+
+
+@pytest.mark.parametrize("strict", [None, True, False])
+def test_weights_are_loaded_through_the_modules_own_load_state_dict(tmp_path: Any, strict: bool | None) -> None:
+    trained = Regressor(seed=4)
+    path = fit_once(tmp_path, trained)
+    loaded = Renamed.load_from_checkpoint(path, strict=strict)
+    assert loaded.calls == [strict is not False]  # once, with the strictness the call settled on
+    assert_same_weights(loaded.body, trained.net)
+
+
+def test_the_strict_loading_attribute_reaches_load_state_dict(tmp_path: Any) -> None:
+    class Loose(Renamed):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.strict_loading = False
+
+    path = fit_once(tmp_path, Regressor(seed=1))
+    assert Loose.load_from_checkpoint(path).calls == [False]
+    with pytest.raises(ValueError, match="strict=True"):
+        Loose.load_from_checkpoint(path, strict=True)
+
+
+def test_a_loose_load_names_the_keys_it_left_out(tmp_path: Any) -> None:
+    trained = Regressor(seed=2)
+    trained.head = nn.Linear(2, 2)  # saved, but the class does not build it
+    path = fit_once(tmp_path, trained)
+
+    class Wider(Regressor):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.tail = nn.Linear(2, 2)  # built, but not saved
+
+    with pytest.warns(UserWarning) as record:
+        loaded = Wider.load_from_checkpoint(path, strict=False)
+    messages = [str(w.message) for w in record]
+    assert any("no weights for" in m and "['tail.bias', 'tail.weight']" in m for m in messages), messages
+    assert any("not loaded" in m and "['head.bias', 'head.weight']" in m for m in messages), messages
+    assert_same_weights(loaded.net, trained.net)
+    with pytest.raises(ValueError, match=r"missing keys \['tail.bias', 'tail.weight'\], unexpected keys "
+                                         r"\['head.bias', 'head.weight'\]\. Pass strict=False"):
+        Wider.load_from_checkpoint(path)
+
+
+def test_a_strict_load_that_matches_warns_of_nothing(tmp_path: Any) -> None:
+    path = fit_once(tmp_path, Regressor(seed=5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Regressor.load_from_checkpoint(path)
+        Regressor.load_from_checkpoint(path, strict=False)
+
+
+def test_weights_without_any_tensor_are_pointed_out(tmp_path: Any) -> None:
+    class Empty(TrainingModule):  # nothing to save: its weights file holds no tensor
+        pass
+
+    Accelerator(cpu=True).save_model(Empty(), tmp_path / "weights")
+    with pytest.warns(UserWarning, match="holds no weights"):
+        Empty.load_from_checkpoint(tmp_path / "weights")
+
+
+def test_tied_weights_still_load_strictly(tmp_path: Any) -> None:
+    class Tied(Regressor):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.echo = nn.Linear(self.net[0].in_features, self.net[0].out_features)
+            self.echo.weight = self.net[0].weight  # one tensor under two names: saved once
+
+    trained = Tied(seed=7)
+    path = fit_once(tmp_path, trained)
+    loaded = Tied.load_from_checkpoint(path)
+    assert loaded.echo.weight is loaded.net[0].weight
+    assert_same_weights(loaded, trained)
