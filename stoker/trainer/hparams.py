@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..user_frame import user_stacklevel
+
 if TYPE_CHECKING:
     from ..loggers import Logger
 
@@ -233,10 +235,13 @@ def _differ(a: Any, b: Any) -> bool:
 
 def log_hyperparams(module: torch.nn.Module, datamodule: HparamsOwner | None, loggers: list[Logger], main: bool
                     ) -> None:
-    """At the start of ``fit``: the merged hyperparameters (`hparams_for_loggers`, checked on every process so that a
+    """At the start of ``fit``: on the main process, a word on hyperparameters a checkpoint cannot keep
+    (`warn_unstorable`); the merged hyperparameters (`hparams_for_loggers`, checked on every process so that a
     clash stops them all), then on the main process, to each logger, those (when there are any), the module's
     graph, and ``save`` (Lightning's order; ``log_graph`` does nothing unless a logger records graphs, ``save``
     writes the run's ``hparams.yaml`` when a logger keeps one)."""
+    if main:
+        warn_unstorable(module)
     if not loggers:
         return
     hparams = hparams_for_loggers(module, datamodule)
@@ -247,3 +252,20 @@ def log_hyperparams(module: torch.nn.Module, datamodule: HparamsOwner | None, lo
             logger.log_hyperparams(hparams)
         logger.log_graph(module)
         logger.save()
+
+
+def warn_unstorable(module: torch.nn.Module) -> None:
+    """Names the saved hyperparameters a checkpoint keeps only as their ``repr`` (a function, a lock, an object
+    that is not plain data), so that ``load_from_checkpoint`` asks for them again; sub-modules are left to
+    ``save_hyperparameters``' own warning (their weights are in the checkpoint)."""
+    from .loading import not_checkpointable
+
+    hparams = dict(getattr(module, "hparams", None) or {})
+    for name in not_checkpointable(hparams):
+        if isinstance(hparams[name], torch.nn.Module):
+            continue
+        cls = type(module).__name__
+        warnings.warn(f"The hyperparameter {name!r} of {cls} ({type(hparams[name]).__name__}) is not plain data: "
+                      f"checkpoints keep only its repr, so {cls}.load_from_checkpoint(path, {name}=...) needs it "
+                      f"passed again. If it is no hyperparameter, leave it out: "
+                      f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=user_stacklevel())

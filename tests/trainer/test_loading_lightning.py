@@ -115,3 +115,39 @@ def test_tied_weights_still_load_strictly(tmp_path: Any) -> None:
     loaded = Tied.load_from_checkpoint(path)
     assert loaded.echo.weight is loaded.net[0].weight
     assert_same_weights(loaded, trained)
+
+
+class TakesAFunction(Regressor):
+    def __init__(self, activation: Any = torch.tanh, ignore: bool = False) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["activation"] if ignore else None)
+
+
+def test_fit_names_a_hyperparameter_a_checkpoint_keeps_only_as_text(tmp_path: Any) -> None:
+    with pytest.warns(UserWarning, match=r"'activation' of TakesAFunction \(builtin_function_or_method\) is not "
+                                         r"plain data.*load_from_checkpoint\(path, activation=\.\.\.\)"):
+        path = fit_once(tmp_path, TakesAFunction())
+    with pytest.raises(ValueError, match="activation"):  # what the warning announced
+        TakesAFunction.load_from_checkpoint(path)
+    assert TakesAFunction.load_from_checkpoint(path, activation=torch.relu).hparams.activation is torch.relu
+
+
+def test_hyperparameters_left_out_or_plain_are_not_warned_about(tmp_path: Any) -> None:
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fit_once(tmp_path / "a", TakesAFunction(ignore=True))
+        fit_once(tmp_path / "b", Regressor(lr=0.01))
+    assert not [w for w in record if "not plain data" in str(w.message)]
+
+
+def test_a_sub_module_given_as_hyperparameter_is_left_to_save_hyperparameters_warning(tmp_path: Any) -> None:
+    class WithEncoder(Regressor):
+        def __init__(self, encoder: nn.Module) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fit_once(tmp_path, WithEncoder(nn.Linear(2, 2)))
+    about = [str(w.message) for w in record if "'encoder'" in str(w.message)]
+    assert about and all(m.startswith("save_hyperparameters: the argument 'encoder' is an nn.Module") for m in about)
