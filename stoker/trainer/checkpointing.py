@@ -286,6 +286,8 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
         print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
+    if loop.phase == "end" and trainer.fit_run is not None:  # the saved epoch has ended: fit starts at the next
+        loop.end_epoch(trainer.fit_run)
 
 
 def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
