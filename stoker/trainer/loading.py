@@ -205,6 +205,10 @@ def _check_path(cls: type, checkpoint_path: Any) -> None:
     if not isinstance(checkpoint_path, (str, os.PathLike)):
         raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
                         f"got {type(checkpoint_path).__name__}.")
+    if "://" in os.fspath(checkpoint_path):  # Lightning downloads a single-file checkpoint from a URL
+        raise ValueError(f"{cls.__name__}.load_from_checkpoint({os.fspath(checkpoint_path)!r}): a URL. A stoker "
+                         "checkpoint is a folder, read from this machine's file system: copy the folder here first "
+                         "(e.g. with the storage's own copy tool) and pass its local path.")
 
 
 def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:

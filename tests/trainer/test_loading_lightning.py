@@ -151,3 +151,9 @@ def test_a_sub_module_given_as_hyperparameter_is_left_to_save_hyperparameters_wa
         fit_once(tmp_path, WithEncoder(nn.Linear(2, 2)))
     about = [str(w.message) for w in record if "'encoder'" in str(w.message)]
     assert about and all(m.startswith("save_hyperparameters: the argument 'encoder' is an nn.Module") for m in about)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/last.ckpt", "s3://bucket/run/last.ckpt"])
+def test_a_url_is_refused_with_what_to_do_instead(url: str) -> None:
+    with pytest.raises(ValueError, match=r"a URL\. A stoker checkpoint is a folder.*copy the folder here first"):
+        Regressor.load_from_checkpoint(url)
