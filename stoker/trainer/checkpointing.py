@@ -35,6 +35,7 @@ from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
+from .hparams import container_keys
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -88,10 +89,12 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     }
     if hparams:
         checkpoint["hyper_parameters"] = storable(hparams)
+        checkpoint.update(container_keys(module))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None:  # its state and hyperparameters travel with the run
         checkpoint["datamodule"] = datamodule.state_dict()
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
+        checkpoint.update(container_keys(datamodule, "datamodule_"))
     if trainer.hooks is not None and trainer.hooks.has("on_save_checkpoint"):  # the views only for a hook to read
         add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_save_checkpoint", checkpoint)
@@ -296,7 +299,8 @@ def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
     from ..callbacks.hparams_file import write_hparams
 
     module = trainer.module
-    trainer.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder))
+    trainer.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder,
+                                                                                         container_keys(module)))
     return os.fspath(path)
 
 

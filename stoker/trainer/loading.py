@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,6 +26,8 @@ import torch
 # The hparams file is written by ModelCheckpoint (callbacks layer) and read here: one definition, below both.
 from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
 from stoker.user_frame import user_stacklevel
+
+from .hparams import as_container_argument
 
 __all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
@@ -74,8 +77,10 @@ def trainer_own(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return checkpoint, {k: checkpoint.pop(k) for k in _OWN if k in checkpoint}
 
 
-def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None]:
-    """``(weights, hparams or None, names not stored, trainer checkpoint or None)`` of a saved module."""
+def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None, dict[str, Any]]:
+    """``(weights, hparams or None, names not stored, trainer checkpoint or None, the record the hparams came
+    with)`` of a saved module (the record: the checkpoint or the hparams file, which may name a container
+    argument, ``hparams.container_keys``)."""
     from ..accelerator import STATE_NAME
 
     if os.path.isdir(path):
@@ -86,11 +91,11 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
                                  "and load that folder.")
             payload = trainer_checkpoint(path)
             if payload is None:
-                return os.path.join(path, "model.safetensors"), None, [], None
+                return os.path.join(path, "model.safetensors"), None, [], None, {}
             checkpoint, own = trainer_own(payload)
             hparams = dict(checkpoint.get("hyper_parameters") or {})
             not_stored = list(own.get("hyper_parameters_not_stored") or [])
-            return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
+            return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint, checkpoint
         weights = path
         beside = os.path.join(path, HPARAMS_NAME)
         from ..accelerator import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME
@@ -111,19 +116,25 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
         raise FileNotFoundError(f"load_from_checkpoint: nothing at {path!r}. Pass a checkpoint folder "
                                 "(e.g. checkpoints/last), a weights folder or a .safetensors file.")
     if os.path.isfile(beside):
-        hparams, not_stored = read_hparams_file(beside)
-        return weights, hparams, not_stored, None
-    return weights, None, [], None
+        hparams, not_stored, record = read_hparams_file(beside)
+        return weights, hparams, not_stored, None, record
+    return weights, None, [], None, {}
 
 
 def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None, not_stored: list[str],
-                           overrides: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments for ``cls(...)``: saved hyperparameters, then the overrides."""
+                           overrides: dict[str, Any], record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The keyword arguments for ``cls(...)``: saved hyperparameters (in the one argument they came in, when the
+    ``record`` names it and ``__init__`` still takes it), then the overrides."""
     signature = inspect.signature(cls.__init__)
-    params = [p for name, p in signature.parameters.items() if name != "self"]
+    params = list(signature.parameters.values())[1:]  # the first is self, whatever its name
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     named = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                    inspect.Parameter.KEYWORD_ONLY)}
+    stored = {k: v for k, v in (hparams or {}).items() if k not in not_stored}
+    container = as_container_argument(stored, record, prefix)
+    if container is not stored and set(container) <= named:
+        # the values a checkpoint could not keep are left out of the container (as Lightning drops them)
+        hparams, not_stored = container, []
     missing_stored = [n for n in not_stored if n not in overrides and (takes_any or n in named)]
     if missing_stored:
         raise ValueError(
@@ -200,8 +211,12 @@ def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
     return {str(k): v for k, v in hparams.items()}
 
 
-def _check_path(cls: type, checkpoint_path: Any) -> None:
-    """The one check of ``load_from_checkpoint``'s ``checkpoint_path`` type (modules and data modules)."""
+def _check_path(cls: type, checkpoint_path: Any, weights_only: Any = None) -> None:
+    """The one check of ``load_from_checkpoint``'s ``checkpoint_path`` (modules and data modules), and of the
+    ``weights_only`` it takes for Lightning's signature (nothing in a stoker checkpoint is unpickled)."""
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint(weights_only={weights_only!r}): expected True, False "
+                        "or None.")
     if not isinstance(checkpoint_path, (str, os.PathLike)):
         raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
                         f"got {type(checkpoint_path).__name__}.")
@@ -258,19 +273,19 @@ def _warn_left_out(module: torch.nn.Module, keys: Any, strict: bool) -> None:
 
 
 def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
-                overrides: dict[str, Any], hparams_file: Any = None) -> Any:
+                overrides: dict[str, Any], hparams_file: Any = None, weights_only: bool | None = None) -> Any:
     """See ``TrainingModule.load_from_checkpoint``."""
-    _check_path(cls, checkpoint_path)
+    _check_path(cls, checkpoint_path, weights_only)
     if not isinstance(cls, type):
         raise TypeError("load_from_checkpoint is a classmethod: call it on the class, e.g. "
                         "MyModule.load_from_checkpoint(path).")
     path = os.path.abspath(os.fspath(checkpoint_path))
     device = _device(map_location)
-    weights, hparams, not_stored, checkpoint = locate(path)
+    weights, hparams, not_stored, checkpoint, record = locate(path)
     if hparams_file is not None:  # Lightning's rule: the file's hyperparameters replace the checkpoint's
         hparams = read_hparams_file_for_loading(hparams_file)
         not_stored = [n for n in not_stored if n not in hparams]
-    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides)
+    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides, record)
     module = cls(**kwargs)
     module.configure_model()  # layers it builds exist before the weights load (Lightning's order)
     if checkpoint is not None:
@@ -281,10 +296,11 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     return module
 
 
-def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any]) -> Any:
+def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any],
+                    weights_only: bool | None = None) -> Any:
     """See ``DataModule.load_from_checkpoint``: the data module built from the hyperparameters a Trainer checkpoint
     saved for it (``hparams_file`` replaces them, ``overrides`` win), with its ``state_dict`` restored."""
-    _check_path(cls, checkpoint_path)
+    _check_path(cls, checkpoint_path, weights_only)
     from ..accelerator import STATE_NAME
 
     path = os.path.abspath(os.fspath(checkpoint_path))
@@ -296,7 +312,7 @@ def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, override
     hparams = dict(checkpoint.get("datamodule_hyper_parameters") or {})
     if hparams_file is not None:
         hparams = read_hparams_file_for_loading(hparams_file)
-    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides))
+    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides, checkpoint, "datamodule_"))
     if "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
     return datamodule

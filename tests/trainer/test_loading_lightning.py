@@ -3,6 +3,7 @@ loose load says what it left out, and hyperparameters a checkpoint cannot keep a
 
 from __future__ import annotations
 
+import argparse
 import os
 import warnings
 from typing import Any
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 from stoker import Accelerator, Trainer, TrainingModule
-from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.models import IN_FEATURES, OUT_FEATURES, Regressor, make_loader, make_regression_data
 from tests.helpers.weights import assert_same_weights
 
 
@@ -157,3 +158,105 @@ def test_a_sub_module_given_as_hyperparameter_is_left_to_save_hyperparameters_wa
 def test_a_url_is_refused_with_what_to_do_instead(url: str) -> None:
     with pytest.raises(ValueError, match=r"a URL\. A stoker checkpoint is a folder.*copy the folder here first"):
         Regressor.load_from_checkpoint(url)
+
+
+class FromNamespace(TrainingModule):
+    """Takes its settings in one object, as many Lightning scripts do (``args`` of an ``ArgumentParser``)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.save_hyperparameters(config)
+        self.passed_as = config
+        self.net = nn.Linear(IN_FEATURES, OUT_FEATURES)
+        self.lr = config.lr  # read as an attribute: the object must come back as what it was
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class Settings(dict):
+    """A dict whose items are read as attributes too."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@pytest.mark.parametrize("config", [argparse.Namespace(lr=0.02, width=3), {"lr": 0.02, "width": 3}],
+                         ids=["namespace", "dict"])
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_hyperparameters_given_in_one_argument_are_given_back_in_it(tmp_path: Any, config: Any,
+                                                                    weights_only: bool) -> None:
+    if isinstance(config, dict):
+        config = Settings(config)
+    trained = FromNamespace(config)
+    assert dict(trained.hparams) == {"lr": 0.02, "width": 3}
+    path = fit_once(tmp_path, trained)
+    if weights_only:  # the export beside its hparams.json keeps the same record
+        trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(trained, make_loader(make_regression_data(n=8)))  # a Trainer attached, to save through it
+        trainer.save_checkpoint(tmp_path / "weights", weights_only=True)
+        path = tmp_path / "weights"
+    loaded = FromNamespace.load_from_checkpoint(path, weights_only=weights_only)
+    assert dict(loaded.hparams) == {"lr": 0.02, "width": 3}
+    assert isinstance(loaded.hparams, type(trained.hparams))
+    kind = argparse.Namespace if isinstance(config, argparse.Namespace) else dict
+    assert loaded.passed_as is not None and isinstance(loaded.passed_as, kind)
+    assert_same_weights(loaded, trained)
+
+
+def test_a_data_module_that_takes_one_argument_is_rebuilt_with_it(tmp_path: Any) -> None:
+    from stoker import DataModule
+
+    class Data(DataModule):
+        def __init__(self, hparams: argparse.Namespace) -> None:
+            super().__init__()
+            self.save_hyperparameters(hparams)
+            self.size = hparams.size  # reads it as the Namespace it was
+
+        def train_dataloader(self) -> Any:
+            return make_loader(make_regression_data(n=self.size))
+
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(Regressor(), datamodule=Data(argparse.Namespace(size=16)))
+    trainer.save_checkpoint(tmp_path / "saved.ckpt")
+    assert Data.load_from_checkpoint(tmp_path / "saved.ckpt").size == 16
+
+
+def test_weights_only_is_taken_and_checked(tmp_path: Any) -> None:
+    path = fit_once(tmp_path, Regressor(seed=2))
+    Regressor.load_from_checkpoint(path, weights_only=None)
+    with pytest.raises(TypeError, match=r"weights_only='yes'\): expected True, False or None"):
+        Regressor.load_from_checkpoint(path, weights_only="yes")
+
+
+def test_the_hyperparameters_key_names_where_the_checkpoint_hooks_find_them(tmp_path: Any) -> None:
+    from stoker import DataModule
+
+    seen: dict[str, Any] = {}
+
+    class Noting(Regressor):
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            seen.update(checkpoint)
+
+    class Data(DataModule):
+        def __init__(self, size: int = 8) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self) -> Any:
+            return make_loader(make_regression_data(n=self.hparams.size))
+
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(Noting(lr=0.03), datamodule=Data())
+    trainer.save_checkpoint(tmp_path / "saved.ckpt")
+    assert seen[TrainingModule.CHECKPOINT_HYPER_PARAMS_KEY]["lr"] == 0.03
+    assert seen[DataModule.CHECKPOINT_HYPER_PARAMS_KEY] == {"size": 8}
