@@ -254,7 +254,8 @@ def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
             raise
         raise MismatchedKeysError(
             f"Error(s) loading {weights!r} into {type(module).__name__}: missing keys {missing}, unexpected keys "
-            f"{unexpected}. Pass strict=False to load the matching keys (or set the module's strict_loading=False)."
+            f"{unexpected}. Pass strict=False to load the matching keys (or set the module's strict_loading=False). "
+            f"(torch's load_state_dict: {error})"
         ) from error
     _warn_left_out(module, keys, strict)
 
