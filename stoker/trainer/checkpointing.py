@@ -35,7 +35,7 @@ from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
-from .hparams import container_keys
+from .hparams import container_keys, not_checkpointable
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -77,8 +77,6 @@ class TrainerCheckpointState:
 def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     """The Trainer's state: the dict the ``on_save_checkpoint`` hooks got (Lightning's keys, ``hook_checkpoint.py``)
     with what they added, and beside it the Trainer's own bookkeeping."""
-    from .loading import not_checkpointable
-
     module = trainer.module
     hparams = dict(getattr(module, "hparams", {}) or {})
     checkpoint: dict[str, Any] = {

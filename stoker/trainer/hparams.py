@@ -293,8 +293,6 @@ def warn_unstorable(module: torch.nn.Module) -> None:
     """Names the saved hyperparameters a checkpoint keeps only as their ``repr`` (a function, a lock, an object
     that is not plain data), so that ``load_from_checkpoint`` asks for them again; sub-modules are left to
     ``save_hyperparameters``' own warning (their weights are in the checkpoint)."""
-    from .loading import not_checkpointable
-
     hparams = dict(getattr(module, "hparams", None) or {})
     for name in not_checkpointable(hparams):
         if isinstance(hparams[name], torch.nn.Module):
@@ -302,5 +300,21 @@ def warn_unstorable(module: torch.nn.Module) -> None:
         cls = type(module).__name__
         warnings.warn(f"The hyperparameter {name!r} of {cls} ({type(hparams[name]).__name__}) is not plain data: "
                       f"checkpoints keep only its repr, so {cls}.load_from_checkpoint(path, {name}=...) needs it "
-                      f"passed again. If it is no hyperparameter, leave it out: "
+                      "passed again. If it is no hyperparameter, leave it out: "
                       f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=user_stacklevel())
+
+
+def _checkpointable(value: Any) -> bool:
+    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_checkpointable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_checkpointable(v) for v in value.values())
+    return False
+
+
+def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
+    """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
+    return sorted(k for k, v in hparams.items() if not _checkpointable(v))

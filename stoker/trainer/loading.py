@@ -27,29 +27,13 @@ import torch
 from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
 from stoker.user_frame import user_stacklevel
 
-from .hparams import as_container_argument
+from .hparams import as_container_argument, not_checkpointable
 
 __all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
 _TRAINER_FORMAT = "stoker-trainer"
 # What checkpointing.build_payload keeps beside the hooks' dict, under "trainer".
 _OWN = ("hyper_parameters_not_stored", "results", "callback_metrics", "other_schedulers")
-
-
-def _checkpointable(value: Any) -> bool:
-    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_checkpointable(v) for v in value)
-    if isinstance(value, dict):
-        return all(_checkpointable(v) for v in value.values())
-    return False
-
-
-def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
-    """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
-    return sorted(k for k, v in hparams.items() if not _checkpointable(v))
 
 
 def trainer_checkpoint(folder: str, check_all: bool = True) -> dict[str, Any] | None:

@@ -13,7 +13,13 @@ import torch
 from torch import nn
 
 from stoker import Accelerator, Trainer, TrainingModule
-from tests.helpers.models import IN_FEATURES, OUT_FEATURES, Regressor, make_loader, make_regression_data
+from tests.helpers.models import (
+    IN_FEATURES,
+    OUT_FEATURES,
+    Regressor,
+    make_loader,
+    make_regression_data,
+)
 from tests.helpers.weights import assert_same_weights
 
 
