@@ -12,7 +12,8 @@ from .checkpointing.state_file import STATE_NAME, checkpoint_step, checkpoint_wr
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
-from .checkpointing.weights import MismatchedKeysError, key_mismatch, read_state_dict, strip_compile_prefix
+from .checkpointing.weights import MismatchedKeysError, key_mismatch, strip_compile_prefix
+from .checkpointing.weights_read import read_state_dict
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data.position import ProcessCountError
 from .data.prepare import prepare_data_loader

@@ -253,22 +253,6 @@ def _read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return data, {}
 
 
-def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Every tensor ``save_model`` wrote (a file, an index or a folder), read on the CPU, named as ``_aliased``
-    names them: a state dict for a module's own ``load_state_dict`` (``load_from_checkpoint`` loads through it)."""
-    files, tied = _checkpoint_files(os.fspath(checkpoint))
-    reads = [_read_weights(path) for path in files]  # (tensors, the file's tied aliases) of each file
-    return _aliased({k: v for t, _ in reads for k, v in t.items()}, tied, *(a for _, a in reads))
-
-
-def _aliased(tensors: dict[str, torch.Tensor], *tied: dict[str, str]) -> dict[str, torch.Tensor]:
-    """``tensors`` under names without a compile prefix, and each tied alias (of ``tied``) under its own name too."""
-    tensors = {strip_compile_prefix(k): v for k, v in tensors.items()}
-    tensors.update({a: tensors[n] for a, n in {k: v for t in tied for k, v in t.items()}.items()
-                    if n in tensors and a not in tensors})
-    return tensors
-
-
 def _placement(model: torch.nn.Module, device_map: Any) -> dict[str, torch.device]:
     """Device of every state-dict entry under ``device_map`` ({module name prefix: device})."""
     if isinstance(device_map, str) or not isinstance(device_map, Mapping):
@@ -354,7 +338,11 @@ def key_mismatch(model: torch.nn.Module, provided: set[str]) -> tuple[list[str],
 def _load_file(model: torch.nn.Module, read: tuple[dict[str, torch.Tensor], dict[str, str]], tied: dict[str, str],
                actual: dict[str, str], placement: dict[str, Any] | None) -> None:
     """Loads one file's tensors into ``model``; ``placement`` (meta parameters: assigned, not copied) or None."""
-    tensors = _aliased(read[0], tied, read[1])
+    tensors, file_tied = read
+    tensors = {strip_compile_prefix(k): v for k, v in tensors.items()}
+    for alias, name in {**tied, **file_tied}.items():
+        if name in tensors:
+            tensors.setdefault(alias, tensors[name])
     state = {actual[k]: v for k, v in tensors.items() if k in actual}
     if placement is not None:  # meta parameters have no memory to copy into: take the tensors, in the model's dtype
         target = model.state_dict(keep_vars=True)
