@@ -266,3 +266,18 @@ def test_the_hyperparameters_key_names_where_the_checkpoint_hooks_find_them(tmp_
     trainer.save_checkpoint(tmp_path / "saved.ckpt")
     assert seen[TrainingModule.CHECKPOINT_HYPER_PARAMS_KEY]["lr"] == 0.03
     assert seen[DataModule.CHECKPOINT_HYPER_PARAMS_KEY] == {"size": 8}
+
+
+def test_layers_built_on_the_meta_device_take_the_saved_weights(tmp_path: Any) -> None:
+    class Lazy(Regressor):
+        def configure_model(self) -> None:
+            if not hasattr(self, "head"):
+                with torch.device("meta"):  # no memory until the weights arrive
+                    self.head = nn.Linear(2, 2)
+
+    trained = Regressor(seed=1)
+    trained.head = nn.Linear(2, 2)
+    path = fit_once(tmp_path, trained)
+    loaded = Lazy.load_from_checkpoint(path)
+    assert not any(p.is_meta for p in loaded.parameters())
+    assert_same_weights(loaded, trained)
