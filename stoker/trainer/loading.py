@@ -10,7 +10,9 @@ format of the ``hparams.json`` written beside exported weights is ``stoker.callb
   :func:`write_hparams`).
 
 Hyperparameters a checkpoint cannot hold (a sub-model, an arbitrary object: stored as their ``repr``) are listed
-as such; loading needs them passed again as overrides.
+as such; loading needs them passed again as overrides. Hyperparameters saved from one container argument come back
+in it (``hparams.as_container_argument``). The weights are read whole and go through the module's own
+``load_state_dict(state_dict, strict=...)`` (:func:`load_weights`), as in Lightning.
 """
 
 from __future__ import annotations
