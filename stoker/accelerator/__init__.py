@@ -12,6 +12,8 @@ from .checkpointing.state_file import STATE_NAME, checkpoint_step, checkpoint_wr
 from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
+from .checkpointing.weights import MismatchedKeysError, key_mismatch, strip_compile_prefix
+from .checkpointing.weights_read import read_state_dict
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data.position import ProcessCountError
 from .data.prepare import prepare_data_loader
@@ -34,8 +36,9 @@ __all__ = [
     "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_step",
     "checkpoint_written", "checkpoints_in",
     "load_tree", "read_state", "remove_checkpoint", "verify_checkpoint", "wait_for_checkpoints",
-    # ... exported weights' file names, random-number states, and launching processes.
-    "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "capture_rng_state", "describe_failures",
+    # ... exported weights' file names and contents, random-number states, and launching processes.
+    "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "MismatchedKeysError", "key_mismatch",
+    "read_state_dict", "strip_compile_prefix", "capture_rng_state", "describe_failures",
     "ensure_processes", "resolve_num_processes", "restore_rng_state", "run_outcome",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",

@@ -31,8 +31,9 @@ def _jsonable(value: Any) -> bool:
     return False
 
 
-def write_hparams(module: Any, folder: str | os.PathLike) -> str | None:
-    """Writes ``module.hparams`` to ``folder/hparams.json`` (values JSON cannot hold are listed by name).
+def write_hparams(module: Any, folder: str | os.PathLike, extra: dict[str, str] | None = None) -> str | None:
+    """Writes ``module.hparams`` to ``folder/hparams.json`` (values JSON cannot hold are listed by name), with
+    ``extra`` entries beside them (the Trainer's record of a container argument, ``hparams.container_keys``).
 
     Returns the file's path, or None when the module has no hyperparameters.
 
@@ -45,15 +46,15 @@ def write_hparams(module: Any, folder: str | os.PathLike) -> str | None:
         return None
     kept = {k: v for k, v in hparams.items() if _jsonable(v)}
     record = {"format": _FORMAT, "version": 1, "class": f"{type(module).__module__}.{type(module).__qualname__}",
-              "hyper_parameters": kept, "not_stored": sorted(set(hparams) - set(kept))}
+              "hyper_parameters": kept, "not_stored": sorted(set(hparams) - set(kept)), **(extra or {})}
     path = os.path.join(os.fspath(folder), HPARAMS_NAME)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     return path
 
 
-def read_hparams_file(path: str) -> tuple[dict[str, Any], list[str]]:
-    """``(hyperparameters, names not stored)`` from a file :func:`write_hparams` wrote.
+def read_hparams_file(path: str) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """``(hyperparameters, names not stored, the whole record)`` from a file :func:`write_hparams` wrote.
 
     Raises:
         ValueError: ``path`` is JSON but not a stoker hparams file.
@@ -62,4 +63,4 @@ def read_hparams_file(path: str) -> tuple[dict[str, Any], list[str]]:
         record = json.load(f)
     if not isinstance(record, dict) or record.get("format") != _FORMAT:
         raise ValueError(f"{path} is not a stoker hparams file (format {_FORMAT!r}).")
-    return dict(record["hyper_parameters"]), list(record.get("not_stored", []))
+    return dict(record["hyper_parameters"]), list(record.get("not_stored", [])), record

@@ -35,6 +35,7 @@ from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
+from .hparams import container_keys, not_checkpointable
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -76,8 +77,6 @@ class TrainerCheckpointState:
 def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     """The Trainer's state: the dict the ``on_save_checkpoint`` hooks got (Lightning's keys, ``hook_checkpoint.py``)
     with what they added, and beside it the Trainer's own bookkeeping."""
-    from .loading import not_checkpointable
-
     module = trainer.module
     hparams = dict(getattr(module, "hparams", {}) or {})
     checkpoint: dict[str, Any] = {
@@ -88,10 +87,12 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     }
     if hparams:
         checkpoint["hyper_parameters"] = storable(hparams)
+        checkpoint.update(container_keys(module))
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None:  # its state and hyperparameters travel with the run
         checkpoint["datamodule"] = datamodule.state_dict()
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
+        checkpoint.update(container_keys(datamodule, "datamodule_"))
     if trainer.hooks is not None and trainer.hooks.has("on_save_checkpoint"):  # the views only for a hook to read
         add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_save_checkpoint", checkpoint)
@@ -286,6 +287,8 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
         print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
+    if loop.phase == "end" and trainer.fit_run is not None:  # the saved epoch has ended: fit starts at the next
+        loop.end_epoch(trainer.fit_run)
 
 
 def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
@@ -294,7 +297,8 @@ def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
     from ..callbacks.hparams_file import write_hparams
 
     module = trainer.module
-    trainer.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder))
+    trainer.accelerator.save_model_folder(module, path, extra=lambda folder: write_hparams(module, folder,
+                                                                                         container_keys(module)))
     return os.fspath(path)
 
 

@@ -69,6 +69,8 @@ class DataModule(HyperparametersMixin, BatchTransfer):
     """
 
     prepare_data_per_node: bool = True
+    #: The key of its saved hyperparameters in the checkpoint dict the ``on_*_checkpoint`` hooks see.
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
 
     def __init__(self) -> None:
         super().__init__()
@@ -114,18 +116,19 @@ class DataModule(HyperparametersMixin, BatchTransfer):
     # -- construction from datasets -------------------------------------------------------------------------------
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, *,
-                             hparams_file: str | os.PathLike | None = None, **hparam_overrides: Any) -> Any:
+                             hparams_file: str | os.PathLike | None = None, weights_only: bool | None = None,
+                             **hparam_overrides: Any) -> Any:
         """The data module a Trainer checkpoint was written with: built from the hyperparameters it saved
         (``save_hyperparameters`` in ``__init__``; ``hparams_file`` replaces them, ``hparam_overrides`` win), its
         ``state_dict`` restored. ``map_location`` is taken for Lightning's signature (a data module holds no
-        weights).
+        weights), and ``weights_only`` too (a stoker checkpoint holds no pickled objects).
 
         Example:
             >>> dm = MyData.load_from_checkpoint("checkpoints/last.ckpt", batch_size=64)  # doctest: +SKIP
         """
         from .loading import load_datamodule
 
-        return load_datamodule(cls, checkpoint_path, hparams_file, hparam_overrides)
+        return load_datamodule(cls, checkpoint_path, hparams_file, hparam_overrides, weights_only)
 
     @classmethod
     def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,

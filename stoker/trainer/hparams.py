@@ -16,12 +16,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..user_frame import user_stacklevel
+
 if TYPE_CHECKING:
     from ..loggers import Logger
 
 # The attribute save_hyperparameters(logger=...) sets on its owner (Lightning's name, which scripts read); only this
 # module writes or reads it. Absent: the owner's hparams go to the loggers when it has any.
 _TO_LOGGERS = "_log_hyperparams"
+# The __init__ argument that held the one container save_hyperparameters got (Lightning's attribute name), and
+# the container's kind: load_from_checkpoint passes the saved values back under that name, in that kind.
+_CONTAINER, _CONTAINER_KIND = "_hparams_name", "_hparams_kind"
+_KIND = {True: "Namespace", False: "dict"}
 
 
 class AttributeDict(dict):
@@ -94,8 +100,11 @@ class HyperparametersMixin:
         caller = frame if frame is not None else inspect.currentframe().f_back  # type: ignore[union-attr]
         try:
             values = _hparams_of(self, caller, names, ignore)
+            container = _container_argument(caller, names)
         finally:
             del caller
+        object.__setattr__(self, _CONTAINER, container[0] if container else None)
+        object.__setattr__(self, _CONTAINER_KIND, container[1] if container else None)
         if "hparams" not in vars(self):  # a subclass that did not call super().__init__() first
             object.__setattr__(self, "hparams", AttributeDict())
         for name in {ignore} if isinstance(ignore, str) else set(ignore or ()):
@@ -138,6 +147,34 @@ def _hparams_of(owner: object, caller: Any, names: tuple[Any, ...], ignore: Sequ
                           f"checkpoint already; keeping the object in hparams stores it twice. Leave it out with "
                           f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=4)
     return values
+
+
+def _container_argument(caller: Any, names: tuple[Any, ...]) -> tuple[str, str] | None:
+    """``(argument name, kind)`` when the one object given to ``save_hyperparameters`` is an argument of the calling
+    ``__init__`` (``def __init__(self, hparams): self.save_hyperparameters(hparams)``); None otherwise."""
+    if len(names) != 1 or isinstance(names[0], str) or caller is None or caller.f_code.co_name != "__init__":
+        return None
+    found = [name for name, value in _init_arguments(caller).items() if value is names[0]]
+    return (found[0], _KIND[isinstance(names[0], argparse.Namespace)]) if found else None
+
+
+def container_keys(owner: object, prefix: str = "") -> dict[str, str]:
+    """The checkpoint's record of a container argument (Lightning's keys ``hparams_name`` / ``hparams_type``, with
+    ``prefix`` ``"datamodule_"`` for a data module's); empty when the hyperparameters came otherwise."""
+    name = getattr(owner, _CONTAINER, None)
+    if not isinstance(name, str):
+        return {}
+    return {f"{prefix}hparams_name": name, f"{prefix}hparams_type": getattr(owner, _CONTAINER_KIND, _KIND[False])}
+
+
+def as_container_argument(hparams: dict[str, Any], record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The constructor arguments of saved hyperparameters: ``{name: the container}`` when ``record`` (a checkpoint,
+    or an hparams file) says they came in one argument (see :func:`container_keys`), else ``hparams`` unchanged."""
+    name = record.get(f"{prefix}hparams_name")
+    if not isinstance(name, str):
+        return hparams
+    kind = record.get(f"{prefix}hparams_type")
+    return {name: argparse.Namespace(**hparams) if kind == _KIND[True] else AttributeDict(hparams)}
 
 
 def _init_arguments_of(owner: object, caller: Any) -> dict[str, Any]:
@@ -233,10 +270,13 @@ def _differ(a: Any, b: Any) -> bool:
 
 def log_hyperparams(module: torch.nn.Module, datamodule: HparamsOwner | None, loggers: list[Logger], main: bool
                     ) -> None:
-    """At the start of ``fit``: the merged hyperparameters (`hparams_for_loggers`, checked on every process so that a
+    """At the start of ``fit``: on the main process, a word on hyperparameters a checkpoint cannot keep
+    (`warn_unstorable`); the merged hyperparameters (`hparams_for_loggers`, checked on every process so that a
     clash stops them all), then on the main process, to each logger, those (when there are any), the module's
     graph, and ``save`` (Lightning's order; ``log_graph`` does nothing unless a logger records graphs, ``save``
     writes the run's ``hparams.yaml`` when a logger keeps one)."""
+    if main:
+        warn_unstorable(module)
     if not loggers:
         return
     hparams = hparams_for_loggers(module, datamodule)
@@ -247,3 +287,34 @@ def log_hyperparams(module: torch.nn.Module, datamodule: HparamsOwner | None, lo
             logger.log_hyperparams(hparams)
         logger.log_graph(module)
         logger.save()
+
+
+def warn_unstorable(module: torch.nn.Module) -> None:
+    """Names the saved hyperparameters a checkpoint keeps only as their ``repr`` (a function, a lock, an object
+    that is not plain data), so that ``load_from_checkpoint`` asks for them again; sub-modules are left to
+    ``save_hyperparameters``' own warning (their weights are in the checkpoint)."""
+    hparams = dict(getattr(module, "hparams", None) or {})
+    for name in not_checkpointable(hparams):
+        if isinstance(hparams[name], torch.nn.Module):
+            continue
+        cls = type(module).__name__
+        warnings.warn(f"The hyperparameter {name!r} of {cls} ({type(hparams[name]).__name__}) is not plain data: "
+                      f"checkpoints keep only its repr, so {cls}.load_from_checkpoint(path, {name}=...) needs it "
+                      "passed again. If it is no hyperparameter, leave it out: "
+                      f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=user_stacklevel())
+
+
+def _checkpointable(value: Any) -> bool:
+    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_checkpointable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_checkpointable(v) for v in value.values())
+    return False
+
+
+def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
+    """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
+    return sorted(k for k, v in hparams.items() if not _checkpointable(v))

@@ -10,41 +10,32 @@ format of the ``hparams.json`` written beside exported weights is ``stoker.callb
   :func:`write_hparams`).
 
 Hyperparameters a checkpoint cannot hold (a sub-model, an arbitrary object: stored as their ``repr``) are listed
-as such; loading needs them passed again as overrides.
+as such; loading needs them passed again as overrides. Hyperparameters saved from one container argument come back
+in it (``hparams.as_container_argument``). The weights are read whole and go through the module's own
+``load_state_dict(state_dict, strict=...)`` (:func:`load_weights`), as in Lightning.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 # The hparams file is written by ModelCheckpoint (callbacks layer) and read here: one definition, below both.
 from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write_hparams
+from stoker.user_frame import user_stacklevel
+
+from .hparams import as_container_argument, not_checkpointable
 
 __all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
 _TRAINER_FORMAT = "stoker-trainer"
 # What checkpointing.build_payload keeps beside the hooks' dict, under "trainer".
 _OWN = ("hyper_parameters_not_stored", "results", "callback_metrics", "other_schedulers")
-
-
-def _checkpointable(value: Any) -> bool:
-    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_checkpointable(v) for v in value)
-    if isinstance(value, dict):
-        return all(_checkpointable(v) for v in value.values())
-    return False
-
-
-def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
-    """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
-    return sorted(k for k, v in hparams.items() if not _checkpointable(v))
 
 
 def trainer_checkpoint(folder: str, check_all: bool = True) -> dict[str, Any] | None:
@@ -72,8 +63,10 @@ def trainer_own(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return checkpoint, {k: checkpoint.pop(k) for k in _OWN if k in checkpoint}
 
 
-def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None]:
-    """``(weights, hparams or None, names not stored, trainer checkpoint or None)`` of a saved module."""
+def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None, dict[str, Any]]:
+    """``(weights, hparams or None, names not stored, trainer checkpoint or None, the record the hparams came
+    with)`` of a saved module (the record: the checkpoint or the hparams file, which may name a container
+    argument, ``hparams.container_keys``)."""
     from ..accelerator import STATE_NAME
 
     if os.path.isdir(path):
@@ -84,11 +77,11 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
                                  "and load that folder.")
             payload = trainer_checkpoint(path)
             if payload is None:
-                return os.path.join(path, "model.safetensors"), None, [], None
+                return os.path.join(path, "model.safetensors"), None, [], None, {}
             checkpoint, own = trainer_own(payload)
             hparams = dict(checkpoint.get("hyper_parameters") or {})
             not_stored = list(own.get("hyper_parameters_not_stored") or [])
-            return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint
+            return os.path.join(path, "model.safetensors"), hparams, not_stored, checkpoint, checkpoint
         weights = path
         beside = os.path.join(path, HPARAMS_NAME)
         from ..accelerator import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME
@@ -109,19 +102,25 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
         raise FileNotFoundError(f"load_from_checkpoint: nothing at {path!r}. Pass a checkpoint folder "
                                 "(e.g. checkpoints/last), a weights folder or a .safetensors file.")
     if os.path.isfile(beside):
-        hparams, not_stored = read_hparams_file(beside)
-        return weights, hparams, not_stored, None
-    return weights, None, [], None
+        hparams, not_stored, record = read_hparams_file(beside)
+        return weights, hparams, not_stored, None, record
+    return weights, None, [], None, {}
 
 
 def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None, not_stored: list[str],
-                           overrides: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments for ``cls(...)``: saved hyperparameters, then the overrides."""
+                           overrides: dict[str, Any], record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The keyword arguments for ``cls(...)``: saved hyperparameters (in the one argument they came in, when the
+    ``record`` names it and ``__init__`` still takes it), then the overrides."""
     signature = inspect.signature(cls.__init__)
-    params = [p for name, p in signature.parameters.items() if name != "self"]
+    params = list(signature.parameters.values())[1:]  # the first is self, whatever its name
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     named = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                    inspect.Parameter.KEYWORD_ONLY)}
+    stored = {k: v for k, v in (hparams or {}).items() if k not in not_stored}
+    container = as_container_argument(stored, record, prefix)
+    if container is not stored and set(container) <= named:
+        # the values a checkpoint could not keep are left out of the container (as Lightning drops them)
+        hparams, not_stored = container, []
     missing_stored = [n for n in not_stored if n not in overrides and (takes_any or n in named)]
     if missing_stored:
         raise ValueError(
@@ -198,44 +197,97 @@ def read_hparams_file_for_loading(hparams_file: Any) -> dict[str, Any]:
     return {str(k): v for k, v in hparams.items()}
 
 
-def _check_path(cls: type, checkpoint_path: Any) -> None:
-    """The one check of ``load_from_checkpoint``'s ``checkpoint_path`` type (modules and data modules)."""
+def _check_path(cls: type, checkpoint_path: Any, weights_only: Any = None) -> None:
+    """The one check of ``load_from_checkpoint``'s ``checkpoint_path`` (modules and data modules), and of the
+    ``weights_only`` it takes for Lightning's signature (nothing in a stoker checkpoint is unpickled)."""
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise TypeError(f"{cls.__name__}.load_from_checkpoint(weights_only={weights_only!r}): expected True, False "
+                        "or None.")
     if not isinstance(checkpoint_path, (str, os.PathLike)):
         raise TypeError(f"{cls.__name__}.load_from_checkpoint: checkpoint_path must be a path (str or os.PathLike), "
                         f"got {type(checkpoint_path).__name__}.")
+    if "://" in os.fspath(checkpoint_path):  # Lightning downloads a single-file checkpoint from a URL
+        raise ValueError(f"{cls.__name__}.load_from_checkpoint({os.fspath(checkpoint_path)!r}): a URL. A stoker "
+                         "checkpoint is a folder, read from this machine's file system: copy the folder here first "
+                         "(e.g. with the storage's own copy tool) and pass its local path.")
+
+
+def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
+    """Loads the saved weights through the module's own ``load_state_dict(state_dict, strict=...)`` (as Lightning
+    does: a module that overrides it, e.g. to rename old keys, sees every load), then says which keys a loose load
+    left out. A strict load that fails on the keys says which ones, in stoker's words."""
+    from ..accelerator import MismatchedKeysError, key_mismatch, read_state_dict, strip_compile_prefix
+
+    state = read_state_dict(weights)
+    missing, unexpected, groups = key_mismatch(module, set(state))
+    for group in groups.values():  # weights the module ties are saved once: give each of its names the tensor
+        given = next((state[n] for n in group if n in state), None)
+        for name in group if given is not None else ():
+            state.setdefault(name, given)
+    target = module.state_dict(keep_vars=True)
+    actual = {strip_compile_prefix(k): k for k in target}  # a part compiled in __init__ keeps its prefix
+    state = {actual.get(k, k): v for k, v in state.items()}
+    if not state:
+        warnings.warn(f"load_from_checkpoint: {weights} holds no weights; {type(module).__name__} keeps the "
+                      "parameters its __init__ made.", UserWarning, stacklevel=user_stacklevel())
+    assign = any(t.is_meta for t in target.values())  # layers built on the meta device take the tensors as they are
+    if assign:
+        state = {k: v.to(target[k].dtype) if k in target else v for k, v in state.items()}
+    try:
+        keys = module.load_state_dict(state, strict=strict, **({"assign": True} if assign else {}))
+    except RuntimeError as error:
+        if not strict or not (missing or unexpected):
+            raise
+        raise MismatchedKeysError(
+            f"Error(s) loading {weights!r} into {type(module).__name__}: missing keys {missing}, unexpected keys "
+            f"{unexpected}. Pass strict=False to load the matching keys (or set the module's strict_loading=False). "
+            f"(torch's load_state_dict: {error})"
+        ) from error
+    _warn_left_out(module, keys, strict)
+
+
+def _warn_left_out(module: torch.nn.Module, keys: Any, strict: bool) -> None:
+    """A loose load's report (what ``load_state_dict`` returned): the keys on either side that were not loaded."""
+    missing, unexpected = getattr(keys, "missing_keys", None), getattr(keys, "unexpected_keys", None)
+    if strict or not isinstance(missing, list) or not isinstance(unexpected, list):
+        return  # a load_state_dict of the user's own that reports nothing usable
+    for found, where in ((missing, f"of {type(module).__name__} that the checkpoint has no weights for; they keep "
+                          "their initial values"), (unexpected, f"in the checkpoint that {type(module).__name__} "
+                                                   "does not have; they were not loaded")):
+        if found:
+            warnings.warn(f"load_from_checkpoint(strict=False): {len(found)} key(s) {where}: {sorted(found)}",
+                          UserWarning, stacklevel=user_stacklevel())
 
 
 def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool | None,
-                overrides: dict[str, Any], hparams_file: Any = None) -> Any:
+                overrides: dict[str, Any], hparams_file: Any = None, weights_only: bool | None = None) -> Any:
     """See ``TrainingModule.load_from_checkpoint``."""
-    _check_path(cls, checkpoint_path)
+    _check_path(cls, checkpoint_path, weights_only)
     if not isinstance(cls, type):
         raise TypeError("load_from_checkpoint is a classmethod: call it on the class, e.g. "
                         "MyModule.load_from_checkpoint(path).")
     path = os.path.abspath(os.fspath(checkpoint_path))
     device = _device(map_location)
-    weights, hparams, not_stored, checkpoint = locate(path)
+    weights, hparams, not_stored, checkpoint, record = locate(path)
     if hparams_file is not None:  # Lightning's rule: the file's hyperparameters replace the checkpoint's
         hparams = read_hparams_file_for_loading(hparams_file)
         not_stored = [n for n in not_stored if n not in hparams]
-    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides)
+    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides, record)
     module = cls(**kwargs)
     module.configure_model()  # layers it builds exist before the weights load (Lightning's order)
     if checkpoint is not None:
         module.on_load_checkpoint(checkpoint)
-    from ..accelerator import load_checkpoint_in_model
-
-    load_checkpoint_in_model(module, weights, device_map=None if device is None else {"": device},
-                             strict=module.strict_for_loading(strict))
+    load_weights(module, weights, module.strict_for_loading(strict))
     if device is not None:
         module.to(device)
     return module
 
 
-def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any]) -> Any:
+def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, overrides: dict[str, Any],
+                    weights_only: bool | None = None) -> Any:
     """See ``DataModule.load_from_checkpoint``: the data module built from the hyperparameters a Trainer checkpoint
     saved for it (``hparams_file`` replaces them, ``overrides`` win), with its ``state_dict`` restored."""
-    _check_path(cls, checkpoint_path)
+    _check_path(cls, checkpoint_path, weights_only)
     from ..accelerator import STATE_NAME
 
     path = os.path.abspath(os.fspath(checkpoint_path))
@@ -247,7 +299,7 @@ def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, override
     hparams = dict(checkpoint.get("datamodule_hyper_parameters") or {})
     if hparams_file is not None:
         hparams = read_hparams_file_for_loading(hparams_file)
-    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides))
+    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides, checkpoint, "datamodule_"))
     if "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
     return datamodule

@@ -145,6 +145,13 @@ class FitLoop:
             if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
             self._epoch_end_hooks()
+        self.end_epoch(run)
+        t.preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
+
+    def end_epoch(self, run: FitRun) -> None:
+        """The last of an epoch's end: its schedulers (unless stepped), then the position moves to the next epoch.
+        Also what a resume from a checkpoint of an epoch's end does first (Lightning's ``current_epoch`` then)."""
+        t = self.trainer
         if not self.schedulers_done:
             if run.automatic:  # ReduceLROnPlateau, after the epoch's values (manual optimization steps its own)
                 hook = self._auto.scheduler_hook if self._auto is not None else None
@@ -153,7 +160,6 @@ class FitLoop:
             self.schedulers_done = True
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
-        t.preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer

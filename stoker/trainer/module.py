@@ -50,6 +50,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
 
     #: False: ``training_step`` does its own backward and optimizer steps (manual optimization).
     automatic_optimization: bool = True
+    #: The key of the saved hyperparameters in the checkpoint dict the ``on_*_checkpoint`` hooks see.
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
     # Not compiled by torch.jit.script (to_torchscript): they read the Trainer, which is no part of the model.
     __jit_unused_properties__ = ["trainer", "device", "global_rank", "local_rank", "global_step", "current_epoch",
                                  "logger", "loggers", "example_input_array", "hparams_initial", "strict_loading",
@@ -283,8 +285,10 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
     # -- loading --------------------------------------------------------------------------------------------------
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool | None = None,
-                             *, hparams_file: str | os.PathLike | None = None, **hparam_overrides: Any) -> Any:
-        """Builds the module from its saved hyperparameters (``hparam_overrides`` win) and loads its weights.
+                             *, hparams_file: str | os.PathLike | None = None, weights_only: bool | None = None,
+                             **hparam_overrides: Any) -> Any:
+        """Builds the module from its saved hyperparameters (``hparam_overrides`` win) and loads its weights
+        (through the module's ``load_state_dict(state_dict, strict=...)``: an override of it sees the load).
 
         Args:
             checkpoint_path: A Trainer/ModelCheckpoint checkpoint folder, a ``save_model`` weights folder (e.g.
@@ -295,6 +299,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
                 contradicts a ``strict_loading`` the module sets is a ``ValueError``).
             hparams_file: Hyperparameters to build the module from instead of the saved ones, as in Lightning: a
                 ``.yaml``/``.yml`` (e.g. the CSV logger's ``hparams.yaml``), ``.json`` or ``key,value`` ``.csv``.
+            weights_only: Lightning's switch for ``torch.load``; taken for its signature: a stoker checkpoint holds
+                no pickled objects, so it is always read as plain data (True, False and None load the same).
             **hparam_overrides: Constructor arguments that replace the saved ones.
 
         Example:
@@ -302,7 +308,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         """
         from .loading import load_module
 
-        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file)
+        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, hparams_file, weights_only)
 
     # -- export ---------------------------------------------------------------------------------------------------
     def exporting(self) -> contextlib.AbstractContextManager[None]:

@@ -56,6 +56,8 @@ class LoopPosition(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
+    def end_epoch(self, run: FitRun) -> None: ...
+
 
 class PreemptionWatch(Protocol):
     """``preemption.Preemption``: whether a check is due after the next step, and the check itself."""

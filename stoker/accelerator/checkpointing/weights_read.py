@@ -1,0 +1,31 @@
+"""Exported weights read whole, as one state dict: for a module's own ``load_state_dict`` (``TrainingModule.
+load_from_checkpoint`` loads through it, as Lightning does, so that a module overriding it sees every load).
+
+The files, their formats and the loading of weights into a model tensor by tensor are ``weights.py``'s; this reads
+the same files at once, on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .weights import _checkpoint_files, _read_weights, strip_compile_prefix
+
+
+def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Every tensor ``save_model`` wrote (a file, an index, or a folder holding one), under names without a
+    ``torch.compile`` prefix, each tied alias under its own name too (tied tensors are stored once).
+
+    Example:
+        >>> model.load_state_dict(read_state_dict("export"), strict=True)  # doctest: +SKIP
+    """
+    files, tied = _checkpoint_files(os.fspath(checkpoint))
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        stored, file_tied = _read_weights(path)
+        tensors.update({strip_compile_prefix(k): v for k, v in stored.items()})
+        tied = {**tied, **file_tied}
+    aliases = {a: tensors[n] for a, n in tied.items() if n in tensors and a not in tensors}
+    return {**tensors, **aliases}
