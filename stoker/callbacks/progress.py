@@ -367,8 +367,7 @@ class TQDMProgressBar(ProgressBar):
 
     The values beside the count (loss, ``v_num``, ``prog_bar`` metrics) are read from the device at most every
     ``seconds`` and at each epoch's and validation's end: reading them at every redraw would make each step wait for
-    the device (``seconds=0`` does, as Lightning). ``leave=False`` (Lightning's default): one training bar for the
-    fit. ``process_position`` moves the bars down that many pairs of lines, below bars of your own.
+    the device (``seconds=0`` does, as Lightning). ``leave=False`` (Lightning's default): one training bar per fit.
 
     Example:
         >>> from stoker.callbacks import TQDMProgressBar
@@ -378,17 +377,15 @@ class TQDMProgressBar(ProgressBar):
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False,
                  seconds: float = 0.5) -> None:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"TQDMProgressBar(refresh_rate={refresh_rate!r}) must be a number of batches >= 0 "
-                             "(0 disables the bar).")
-        if isinstance(process_position, bool) or not isinstance(process_position, int) or process_position < 0:
-            raise ValueError(f"TQDMProgressBar(process_position={process_position!r}) must be an integer >= 0.")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"TQDMProgressBar(seconds={seconds!r}) must be a number of seconds >= 0.")
+        for name, value, kind, what in (("refresh_rate", refresh_rate, int, "number of batches >= 0 (0: no bar)"),
+                                        ("process_position", process_position, int, "whole number >= 0"),
+                                        ("seconds", seconds, (int, float), "number of seconds >= 0")):
+            if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+                raise ValueError(f"TQDMProgressBar({name}={value!r}) must be a {what}.")
         super().__init__(refresh_rate=seconds, leave=leave)
         self._refresh_rate = batches_per_refresh(refresh_rate)
         self._enabled = self._refresh_rate > 0
-        self.process_position = process_position
+        self.process_position = process_position  # the bars go that many pairs of lines down, below your own
         self.seconds = float(seconds)
 
     @property

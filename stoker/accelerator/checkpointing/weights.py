@@ -204,7 +204,7 @@ def _commit_export(directory: str, staged: dict[str, str], prefix: str, ext: str
 
 
 # -- import ---------------------------------------------------------------------------------------------------------
-def _checkpoint_files(checkpoint: str) -> tuple[list[str], dict[str, str]]:
+def weight_files(checkpoint: str) -> tuple[list[str], dict[str, str]]:
     """The weight files of ``checkpoint`` (a file, an index or a folder) and the index's tied aliases."""
     if os.path.isdir(checkpoint):
         found = [n for n in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
@@ -237,7 +237,7 @@ def _checkpoint_files(checkpoint: str) -> tuple[list[str], dict[str, str]]:
     return list(dict.fromkeys(files.values())), dict(meta.get(TIED_KEY) or {})
 
 
-def _read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_weight_file(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     if path.endswith(".safetensors"):
         tensors, meta = read_safetensors(path)
         return tensors, json.loads(meta.get(TIED_KEY, "{}"))
@@ -320,7 +320,7 @@ def _provided_keys(files: list[str], tied: dict[str, str],
             names, meta = read_safetensors(path, data=False)
             provided |= set(names) | set(json.loads(meta.get(TIED_KEY, "{}")))
         else:  # a pickle-free .bin must be read to know its keys; keep it for the load below
-            loaded[path] = _read_weights(path)
+            loaded[path] = read_weight_file(path)
             provided |= set(loaded[path][0])
     return {strip_compile_prefix(k) for k in provided}
 
@@ -371,7 +371,7 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
         >>> load_checkpoint_in_model(model, "export", device_map={"": "cpu"}, strict=True)
         LoadResult(missing_keys=[], unexpected_keys=[])
     """
-    files, tied = _checkpoint_files(os.fspath(checkpoint))
+    files, tied = weight_files(os.fspath(checkpoint))
     placement = _placement(model, device_map) if device_map is not None else {}
     loaded: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]] = {}
     missing, unexpected, groups = key_mismatch(model, _provided_keys(files, tied, loaded))
@@ -385,7 +385,7 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     actual = {strip_compile_prefix(k): k for k in target}
     assign = any(t.is_meta for t in target.values())
     for path in files:
-        _load_file(model, loaded.pop(path, None) or _read_weights(path), tied, actual, placement if assign else None)
+        _load_file(model, loaded.pop(path, None) or read_weight_file(path), tied, actual, placement if assign else None)
     if assign:  # assign=True wraps each name separately: make tied names one object again
         for names in groups.values():
             first = _get_tensor(model, actual[names[0]])

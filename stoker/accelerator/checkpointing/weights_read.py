@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from .weights import _checkpoint_files, _read_weights, strip_compile_prefix
+from .weights import weight_files, read_weight_file, strip_compile_prefix
 
 
 def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -21,10 +21,10 @@ def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     Example:
         >>> model.load_state_dict(read_state_dict("export"), strict=True)  # doctest: +SKIP
     """
-    files, tied = _checkpoint_files(os.fspath(checkpoint))
+    files, tied = weight_files(os.fspath(checkpoint))
     tensors: dict[str, torch.Tensor] = {}
     for path in files:
-        stored, file_tied = _read_weights(path)
+        stored, file_tied = read_weight_file(path)
         tensors.update({strip_compile_prefix(k): v for k, v in stored.items()})
         tied = {**tied, **file_tied}
     aliases = {a: tensors[n] for a, n in tied.items() if n in tensors and a not in tensors}
