@@ -51,6 +51,7 @@ _LAZY = {
     "CSVLogger": "stoker.loggers",
     "WandbLogger": "stoker.loggers",
     "MLFlowLogger": "stoker.loggers",
+    "read_checkpoint": "stoker.trainer.checkpoint_dict",  # what torch.load(path) gives for a Lightning .ckpt
     # Accelerate's top-level names (the rest of accelerate.utils is in stoker.utils)
     "PartialState": "stoker.compat.accelerate.state",
     "AcceleratorState": "stoker.compat.accelerate.state",
@@ -107,4 +108,5 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.compat.lightning import Trainer as Trainer
     from stoker.compat.lightning.seed import seed_everything as seed_everything
     from stoker.trainer import LightningModule as LightningModule, TrainingModule as TrainingModule
+    from stoker.trainer.checkpoint_dict import read_checkpoint as read_checkpoint
     from stoker.trainer.datamodule import DataModule as DataModule, LightningDataModule as LightningDataModule
