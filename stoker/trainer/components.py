@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
+from ..loggers.base import owns_folder
 from .hooks import check_callbacks
 
 if TYPE_CHECKING:
@@ -47,27 +48,31 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     """``Trainer(logger=...)`` as a list of loggers.
 
     ``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a logger name (``"csv"``, ``"tensorboard"``,
-    any registered in ``stoker.loggers``), a Logger, or a list mixing them. The loggers of the run that have no
+    any registered in ``stoker.loggers``), a Logger, an object of another kind that has the logger methods the
+    Trainer calls (``stoker.loggers.base.LOGGER_METHODS``: a Lightning logger, a test double), or a list mixing them.
+    Such a foreign logger is called, never asked for folders or versions. The loggers of the run that have no
     version of their own share one ``version_{n}``.
     """
     from .. import loggers
+    from ..loggers.base import check_foreign_logger
 
     if logger is True:
         return [loggers.TensorBoardLogger(root, name="stoker_logs")]
     if logger is False or logger is None:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    ours = [item for item in items if isinstance(item, (str, loggers.Logger))]
     for item in items:
         if not isinstance(item, (str, loggers.Logger)):
-            raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a logger name such as 'csv' or "
-                            f"'tensorboard', a stoker Logger, or a list of these; {type(item).__name__} is none "
-                            "of them.")
-    return loggers.build_loggers(items, root, name="stoker_logs", argument="Trainer(logger=...): logger")
+            check_foreign_logger(item, f"Trainer(logger={logger!r})")
+    built = iter(loggers.build_loggers(ours, root, name="stoker_logs", argument="Trainer(logger=...): logger"))
+    return [next(built) if isinstance(item, (str, loggers.Logger)) else item for item in items]
 
 
 def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
     """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
     process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
+    loggers = [lg for lg in loggers if owns_folder(lg)]  # a foreign logger has no version of ours
     if accelerator.num_processes > 1 and loggers:
         main = accelerator.is_main_process
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
@@ -109,7 +114,7 @@ def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
         return
     runs, step = recorded
     for logger, run in zip(trainer.loggers, runs):
-        if run is not None and logger.root_dir is not None and run[1] == os.path.abspath(logger.root_dir):
+        if run is not None and owns_folder(logger) and logger.root_dir is not None and run[1] == os.path.abspath(logger.root_dir):
             logger.continue_run(run[0], step)
 
 
