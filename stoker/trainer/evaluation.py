@@ -55,6 +55,8 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                 results.suffix = f"/dataloader_idx_{i}" if multiple else ""
                 extra = (i,) if multiple else ()
                 move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+                if callable(getattr(loader, "set_epoch", None)):  # a shuffling eval sampler follows the fit's epoch
+                    loader.set_epoch(trainer.current_epoch)
                 for batch_idx, batch in enumerate(loader):
                     if move is not None:
                         batch = move(batch, i)
