@@ -235,11 +235,12 @@ def check_foreign_logger(obj: Any, argument: str) -> None:
     """Raises TypeError, naming ``argument`` and what is missing, when ``obj`` cannot be used as a logger."""
     if is_foreign_logger(obj):
         return
+    expected = (f"{argument}: expected True, False, a logger name such as 'csv' or 'tensorboard', a logger, or a list "
+                "of these")
     if isinstance(obj, type):
-        raise TypeError(f"{argument}: {obj.__name__} is a class; pass an instance of it, e.g. {obj.__name__}(...).")
+        raise TypeError(f"{expected}; {obj.__name__} is a class: pass an instance of it, e.g. {obj.__name__}(...).")
     missing = [m for m in LOGGER_METHODS if not callable(getattr(obj, m, None))]
-    raise TypeError(f"{argument}: expected True, False, a logger name such as 'csv' or 'tensorboard', a logger, or a "
-                    f"list of these; {type(obj).__name__} is none of them (a logger has the methods "
+    raise TypeError(f"{expected}; {type(obj).__name__} is none of them (a logger has the methods "
                     f"{', '.join(LOGGER_METHODS)}; it lacks {', '.join(missing)}). Subclass stoker.loggers.Logger, "
                     "whose defaults do nothing, and override what you need.")
 

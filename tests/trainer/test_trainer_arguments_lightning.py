@@ -71,7 +71,7 @@ def test_a_foreign_logger_beside_a_stoker_logger_leaves_the_folders_to_the_stoke
 
 @pytest.mark.parametrize("bad, words", [
     (3, "int is none of them"),
-    (RecordingLogger, "RecordingLogger is a class; pass an instance"),
+    (RecordingLogger, "RecordingLogger is a class: pass an instance"),
     (object(), "it lacks log_metrics"),
 ])
 def test_a_logger_argument_that_is_no_logger_is_a_type_error(tmp_path, bad, words):

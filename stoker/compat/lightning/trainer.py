@@ -147,8 +147,10 @@ class Trainer(RunFacts, CoreTrainer):
         return self.options.min_steps
 
     @property
-    def num_sanity_val_steps(self) -> int | None:
-        return self.options.num_sanity_val_steps
+    def num_sanity_val_steps(self) -> int | float:
+        """Batches of each val loader checked before training; -1 ("all of them") reads as infinity, as Lightning's."""
+        steps = self.options.num_sanity_val_steps
+        return float("inf") if steps is None else steps
 
     @property
     def reload_dataloaders_every_n_epochs(self) -> int:
