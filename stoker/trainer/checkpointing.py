@@ -33,7 +33,7 @@ import torch
 # checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
 from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
-from ..loggers.base import owns_folder
+from ..loggers.foreign import owns_folder
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
 

@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
-from ..loggers.base import owns_folder
+from ..loggers.foreign import owns_folder
 from .hooks import check_callbacks
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     version of their own share one ``version_{n}``.
     """
     from .. import loggers
-    from ..loggers.base import check_foreign_logger
+    from ..loggers.foreign import check_foreign_logger
 
     if logger is True:
         return [loggers.TensorBoardLogger(root, name="stoker_logs")]

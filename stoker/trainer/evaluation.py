@@ -10,11 +10,13 @@ Does not own: when a validation runs inside ``fit`` (``loops.py``) or which load
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
+from ..user_frame import user_stacklevel
 from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
@@ -139,7 +141,17 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
             call(PREDICT.hook("end"))
     finally:
         trainer.results = previous
+    _warn_empty_predictions(trainer.module, outputs)
     return outputs if multiple else outputs[0]
+
+
+def _warn_empty_predictions(module: Any, outputs: list[list[Any]]) -> None:
+    """One warning when ``predict_step`` returned None for some batches: often a forgotten ``return``."""
+    empty = sum(prediction is None for mine in outputs for prediction in mine)
+    if empty:
+        warnings.warn(f"{type(module).__name__}.predict_step returned None for {empty} batch(es): Trainer.predict "
+                      "returns None in their place. If that is on purpose, ignore this warning; otherwise return "
+                      "the predictions.", UserWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..loggers.base import first_log_dir, owns_folder
+from ..loggers.foreign import first_log_dir, owns_folder
 
 if TYPE_CHECKING:
     from .parts import TrainerParts

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..loggers.base import first_log_dir
+from ..loggers.foreign import first_log_dir
 from .hooks import HookDispatcher, merge_module_callbacks
 
 if TYPE_CHECKING:

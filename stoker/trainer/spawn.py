@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
-from ..loggers.base import owns_folder
+from ..loggers.foreign import owns_folder
 from .parts import TrainerParts
 
 if TYPE_CHECKING:

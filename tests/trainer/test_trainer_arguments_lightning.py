@@ -166,3 +166,15 @@ def test_eval_loaders_samplers_get_the_fit_epoch(tmp_path):
         assert sampler.epochs == [0, 1]
         trainer.validate(Regressor(), val)
     assert sampler.epochs == [0, 1, 2]
+
+
+def test_predict_warns_once_when_predict_step_returns_none(tmp_path):
+    class Forgetful(Regressor):
+        def predict_step(self, batch, batch_idx):
+            return None if batch_idx % 2 else self(batch[0])
+
+    trainer = Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.warns(UserWarning, match=r"Forgetful.predict_step returned None for 2 batch\(es\)") as caught:
+        outputs = trainer.predict(Forgetful(), make_loader(make_regression_data(32), 8))
+    assert [o is None for o in outputs] == [False, True, False, True]
+    assert sum("returned None" in str(w.message) for w in caught) == 1

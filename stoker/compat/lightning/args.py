@@ -4,12 +4,17 @@ arguments stoker does not take (with what to do instead), and the values of the 
 from __future__ import annotations
 
 import ast
+import functools
+import inspect
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 # flag and optional_int: the core's checks, which trainer.py here uses for Lightning's options too
 from ...trainer.args import (accumulation_steps, clip_algorithm, clip_value, flag, is_int,  # noqa: F401
                              optional_int, positive_int)
+
+Init = TypeVar("Init", bound=Callable[..., None])
 
 # -- Lightning's names ------------------------------------------------------------------------------------------------
 # Lightning argument -> the stoker argument it is an alias of (documented in README "Coming from Lightning").
@@ -83,6 +88,21 @@ def env_defaults(class_name: str, names: list[str]) -> dict[str, Any]:
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # not a literal: a string value
             found[name] = text
     return found
+
+
+def defaults_from_environment(core_names: list[str]) -> Callable[[Init], Init]:
+    """Decorates a Trainer's ``__init__``: ``PL_TRAINER_*`` variables (``PL_{CLASS}_*`` for a subclass) are the
+    defaults of its arguments (``core_names`` plus its own keyword names), as Lightning reads them; an argument
+    passed in code wins."""
+    def decorate(init: Init) -> Init:
+        @functools.wraps(init)
+        def with_environment(self: Any, **arguments: Any) -> None:
+            names = core_names + list(inspect.signature(init).parameters)[1:-1]
+            init(self, **{**env_defaults(type(self).__name__, names), **arguments})
+
+        return with_environment  # type: ignore[return-value]
+
+    return decorate
 
 
 def resolve_aliases(accumulate: int, clip_grad_norm: Any, clip_grad_value: Any, accumulate_grad_batches: Any,

@@ -12,16 +12,14 @@ argument checks are in ``args.py``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..accelerate import Accelerator
-from ...loggers.base import first_log_dir
+from ...loggers.foreign import first_log_dir
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.iterables import CombinedLoader
@@ -42,17 +40,6 @@ if TYPE_CHECKING:
 _CORE = [n for n in inspect.signature(CoreTrainer.__init__).parameters if n not in ("self", "options")]
 
 
-def _defaults_from_environment(init: Callable[..., None]) -> Callable[..., None]:
-    """``PL_TRAINER_*`` environment variables (``PL_{CLASS}_*`` for a subclass) as the arguments' defaults, as
-    Lightning reads them; an argument passed in code wins (``args.env_defaults``)."""
-    @functools.wraps(init)
-    def with_environment(self: Trainer, **arguments: Any) -> None:
-        names = _CORE + list(inspect.signature(init).parameters)[1:-1]
-        init(self, **{**check.env_defaults(type(self).__name__, names), **arguments})
-
-    return with_environment
-
-
 class Trainer(RunFacts, CoreTrainer):
     """The core :class:`~stoker.trainer.Trainer` (every argument of it), with Lightning's names too.
 
@@ -66,7 +53,9 @@ class Trainer(RunFacts, CoreTrainer):
     shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" |
     "high" | "medium": ``torch.set_float32_matmul_precision``), ``inference_mode`` (True: ``validate``/``test``/
     ``predict`` on their own run under ``torch.inference_mode``; stoker's default False is ``torch.no_grad``,
-    Lightning's default is True). An alias together with its stoker name is an
+    Lightning's default is True), ``barebones`` (True: no checkpoints, loggers, progress bar, model summary, sanity
+    check or ``self.log``; arguments that would switch one on are refused). ``PL_TRAINER_<ARGUMENT>`` environment
+    variables are the arguments' defaults. An alias together with its stoker name is an
     error; an unknown name gets a did-you-mean over both sets.
 
     Example:
@@ -77,7 +66,7 @@ class Trainer(RunFacts, CoreTrainer):
     accelerator_class = Accelerator
     dev_run_logger: Logger | None = None
 
-    @_defaults_from_environment
+    @check.defaults_from_environment(_CORE)  # PL_TRAINER_* variables
     def __init__(
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
