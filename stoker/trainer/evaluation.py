@@ -31,11 +31,9 @@ if TYPE_CHECKING:
 def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                    counter: LoopPosition | None = None) -> list[dict[str, float]]:
     """Runs ``stage``'s step (``"validate"``: ``validation_step``, ``"test"``: ``test_step``) over ``loaders`` in
-    eval mode without gradients.
-
-    Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
-    module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
-    ``validation_count`` counts this run once its values are published, before its ``on_validation_end``.
+    eval mode without gradients; returns one dict per loader with its epoch metrics (floats). Train mode is restored
+    afterwards, module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
+    ``validation_count`` counts this run once its values are published, before ``on_validation_end``.
     """
     if _no_batches(loaders):  # limit_*_batches=0: the stage is skipped, its hooks and mode switch too
         return [{} for _ in loaders]
@@ -57,8 +55,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                 results.suffix = f"/dataloader_idx_{i}" if multiple else ""
                 extra = (i,) if multiple else ()
                 move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
-                if callable(getattr(loader, "set_epoch", None)):  # a shuffling eval sampler follows the fit's epoch
-                    loader.set_epoch(trainer.current_epoch)
+                _follow_epoch(loader, trainer.current_epoch)
                 for batch_idx, batch in enumerate(loader):
                     if move is not None:
                         batch = move(batch, i)
@@ -80,6 +77,13 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     finally:
         trainer.results = previous
     return _per_loader(values, len(loaders), results.loader_names)
+
+
+def _follow_epoch(loader: Any, epoch: int) -> None:
+    """An eval loader that takes ``set_epoch`` (its sampler's, for a prepared loader) gets the fit's epoch, as a train
+    loader does: a shuffling eval sampler draws each epoch's order, the same one in every process."""
+    if callable(getattr(loader, "set_epoch", None)):
+        loader.set_epoch(epoch)
 
 
 def _loader_index(name: str) -> int:
