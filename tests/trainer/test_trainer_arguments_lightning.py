@@ -178,3 +178,23 @@ def test_predict_warns_once_when_predict_step_returns_none(tmp_path):
         outputs = trainer.predict(Forgetful(), make_loader(make_regression_data(32), 8))
     assert [o is None for o in outputs] == [False, True, False, True]
     assert sum("returned None" in str(w.message) for w in caught) == 1
+
+
+@pytest.mark.parametrize("mode, seen", [
+    ("min_size", [{"a": 0, "b": 5}, {"a": 1, "b": 6}]),
+    ("max_size", [{"a": 0, "b": 5}, {"a": 1, "b": 6}, {"a": 2, "b": None}]),
+])
+def test_a_list_of_plain_values_in_a_combined_loader_is_one_iterable(tmp_path, mode, seen):
+    from stoker.trainer.iterables import CombinedLoader
+
+    combined = CombinedLoader({"a": [0, 1, 2], "b": (5, 6)}, mode)
+    assert combined.flattened == [[0, 1, 2], (5, 6)]
+    got = []
+
+    class Reader(Regressor):
+        def validation_step(self, batch, batch_idx):
+            got.append(batch)
+
+    trainer = Trainer(default_root_dir=tmp_path, barebones=True)
+    trainer.validate(Reader(), combined)
+    assert got == seen
