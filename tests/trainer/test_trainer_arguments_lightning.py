@@ -198,3 +198,14 @@ def test_a_list_of_plain_values_in_a_combined_loader_is_one_iterable(tmp_path, m
     trainer = Trainer(default_root_dir=tmp_path, barebones=True)
     trainer.validate(Reader(), combined)
     assert got == seen
+
+
+def test_lightning_arguments_stoker_does_not_take_are_fine_at_their_inert_values(tmp_path):
+    trainer = Trainer(default_root_dir=tmp_path, logger=False, plugins=None, sync_batchnorm=False,
+                      enable_autolog_hparams=True, model_registry=None)
+    assert not hasattr(trainer, "plugins")
+    for argument in ({"plugins": ["an environment"]}, {"sync_batchnorm": True}, {"sync_batchnorm": 0},
+                     {"enable_autolog_hparams": False}, {"model_registry": "my-model"}):
+        (name, _), = argument.items()
+        with pytest.raises(TypeError, match=rf"Trainer\({name}=\.\.\.\) is a Lightning argument stoker does not take"):
+            Trainer(default_root_dir=tmp_path, **argument)

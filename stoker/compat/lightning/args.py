@@ -28,6 +28,19 @@ NOT_SUPPORTED = {
 }
 
 
+# The values of those arguments that ask for nothing (Lightning's defaults): taken and ignored, so a script that
+# spells its defaults out (plugins=None, sync_batchnorm=False) runs unchanged.
+_INERT = {"plugins": (None, [], ()), "sync_batchnorm": (False,), "enable_autolog_hparams": (True,),
+          "model_registry": (None,)}
+
+
+def drop_inert(unknown: dict[str, Any]) -> dict[str, Any]:
+    """``unknown`` without the Lightning arguments given a value that asks for nothing (``_INERT``)."""
+    return {name: value for name, value in unknown.items()
+            if not any(value is inert or (type(value) is type(inert) and value == inert)
+                       for inert in _INERT.get(name, ()))}
+
+
 def _close(name: str, candidates: list[str]) -> str:
     import difflib
 

@@ -76,7 +76,8 @@ class Trainer(RunFacts, CoreTrainer):
         float32_matmul_precision: str | None = None, profiler: Any = None,
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
-        unknown = {k: v for k, v in core.items() if k not in _CORE}
+        unknown = check.drop_inert({k: v for k, v in core.items() if k not in _CORE})
+        core = {k: v for k, v in core.items() if k in _CORE}
         if unknown:
             lightning = list(inspect.signature(Trainer.__init__).parameters)[1:-1]
             raise check.unknown_arguments(unknown, _CORE + lightning)
