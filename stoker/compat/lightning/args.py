@@ -34,11 +34,15 @@ _INERT = {"plugins": (None, [], ()), "sync_batchnorm": (False,), "enable_autolog
           "model_registry": (None,)}
 
 
-def drop_inert(unknown: dict[str, Any]) -> dict[str, Any]:
-    """``unknown`` without the Lightning arguments given a value that asks for nothing (``_INERT``)."""
-    return {name: value for name, value in unknown.items()
-            if not any(value is inert or (type(value) is type(inert) and value == inert)
-                       for inert in _INERT.get(name, ()))}
+def core_arguments(given: dict[str, Any], core_names: list[str], lightning_names: list[str]) -> dict[str, Any]:
+    """The core Trainer's arguments among ``given``. Any other name is a TypeError (with a did-you-mean over both
+    name sets), except a Lightning argument stoker does not take given a value that asks for nothing (``_INERT``)."""
+    unknown = {name: value for name, value in given.items() if name not in core_names
+               and not any(value is inert or (type(value) is type(inert) and value == inert)
+                           for inert in _INERT.get(name, ()))}
+    if unknown:
+        raise unknown_arguments(unknown, core_names + lightning_names)
+    return {name: value for name, value in given.items() if name in core_names}
 
 
 def _close(name: str, candidates: list[str]) -> str:

@@ -76,11 +76,7 @@ class Trainer(RunFacts, CoreTrainer):
         float32_matmul_precision: str | None = None, profiler: Any = None,
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
-        unknown = check.drop_inert({k: v for k, v in core.items() if k not in _CORE})
-        core = {k: v for k, v in core.items() if k in _CORE}
-        if unknown:
-            lightning = list(inspect.signature(Trainer.__init__).parameters)[1:-1]
-            raise check.unknown_arguments(unknown, _CORE + lightning)
+        core = check.core_arguments(core, _CORE, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
