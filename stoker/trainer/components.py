@@ -20,7 +20,7 @@ TRAINER_STATE_FILE = "custom_checkpoint.safetensors"
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
     """The user's callbacks (checked), plus a default ``ModelSummary``/``ModelCheckpoint``/``ProgressBar`` when
     enabled and absent."""
-    from ..callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
+    from ..callbacks import Callback, Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
 
     if callbacks is None:
         callbacks = []
@@ -36,11 +36,13 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         result.append(ModelCheckpoint())
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
         result.append(ProgressBar())
-    keys = [c.state_key for c in result]
+    # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
+    keys = [c.state_key for c in result if type(c).state_dict is not Callback.state_dict]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:
-        raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
-                         "checkpoint states would overwrite each other. Give each a distinct state_key.")
+        raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates} and a state "
+                         "of their own; their checkpoint states would overwrite each other. Give each a distinct "
+                         "state_key.")
     return result
 
 

@@ -209,3 +209,20 @@ def test_lightning_arguments_stoker_does_not_take_are_fine_at_their_inert_values
         (name, _), = argument.items()
         with pytest.raises(TypeError, match=rf"Trainer\({name}=\.\.\.\) is a Lightning argument stoker does not take"):
             Trainer(default_root_dir=tmp_path, **argument)
+
+
+def test_callbacks_without_a_state_may_share_a_state_key(tmp_path):
+    from stoker import Callback
+
+    class Note(Callback):
+        def on_train_start(self, trainer, module):
+            pass
+
+    class Kept(Callback):
+        def state_dict(self):
+            return {"n": 1}
+
+    trainer = Trainer(default_root_dir=tmp_path, logger=False, callbacks=[Note(), Note()])
+    assert sum(isinstance(c, Note) for c in trainer.callbacks) == 2
+    with pytest.raises(ValueError, match=r"several callbacks with state_key \['\S*Kept'\] and a state of their own"):
+        Trainer(default_root_dir=tmp_path, logger=False, callbacks=[Kept(), Kept()])
