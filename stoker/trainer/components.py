@@ -51,7 +51,7 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
 
     ``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a logger name (``"csv"``, ``"tensorboard"``,
     any registered in ``stoker.loggers``), a Logger, an object of another kind that has the logger methods the
-    Trainer calls (``stoker.loggers.base.LOGGER_METHODS``: a Lightning logger, a test double), or a list mixing them.
+    Trainer calls (``stoker.loggers.foreign.LOGGER_METHODS``: a Lightning logger, a test double), or a list of these.
     Such a foreign logger is called, never asked for folders or versions. The loggers of the run that have no
     version of their own share one ``version_{n}``.
     """
@@ -67,8 +67,12 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     for item in items:
         if not isinstance(item, (str, loggers.Logger)):
             check_foreign_logger(item, f"Trainer(logger={logger!r})")
-    built = iter(loggers.build_loggers(ours, root, name="stoker_logs", argument="Trainer(logger=...): logger"))
-    return [next(built) if isinstance(item, (str, loggers.Logger)) else item for item in items]
+    built = loggers.build_loggers(ours, root, name="stoker_logs", argument="Trainer(logger=...): logger")
+    foreign = [item for item in items if not isinstance(item, (str, loggers.Logger))]
+    if len(built) != len(ours):  # "all" became several loggers: stoker's first, then the foreign ones
+        return built + foreign
+    mine = iter(built)
+    return [next(mine) if isinstance(item, (str, loggers.Logger)) else item for item in items]
 
 
 def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:

@@ -226,3 +226,11 @@ def test_callbacks_without_a_state_may_share_a_state_key(tmp_path):
     assert sum(isinstance(c, Note) for c in trainer.callbacks) == 2
     with pytest.raises(ValueError, match=r"several callbacks with state_key \['\S*Kept'\] and a state of their own"):
         Trainer(default_root_dir=tmp_path, logger=False, callbacks=[Kept(), Kept()])
+
+
+def test_foreign_loggers_come_after_all_the_loggers_all_names(tmp_path):
+    from stoker.loggers import available_loggers
+
+    recorder = RecordingLogger()
+    trainer = Trainer(default_root_dir=tmp_path, logger=[recorder, "all"])
+    assert len(trainer.loggers) == len(available_loggers()) + 1 and trainer.loggers[-1] is recorder
