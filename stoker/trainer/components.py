@@ -6,11 +6,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
+from ..loggers.base import Logger
 from ..loggers.foreign import owns_folder
 from .hooks import check_callbacks
 
 if TYPE_CHECKING:
-    from ..loggers import Logger
     from .parts import TrainerParts
 
 # The file the Trainer's state is saved in: it registers it first with its Accelerator (custom object #0).
@@ -78,7 +78,8 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
 def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
     """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
     process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
-    loggers = [lg for lg in loggers if owns_folder(lg)]  # a foreign logger has no version of ours
+    # a foreign logger has no version of ours; a subclass that answers `version` itself keeps its answer
+    loggers = [lg for lg in loggers if owns_folder(lg) and type(lg).version is Logger.version]
     if accelerator.num_processes > 1 and loggers:
         main = accelerator.is_main_process
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])

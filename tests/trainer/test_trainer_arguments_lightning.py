@@ -234,3 +234,24 @@ def test_foreign_loggers_come_after_all_the_loggers_all_names(tmp_path):
     recorder = RecordingLogger()
     trainer = Trainer(default_root_dir=tmp_path, logger=[recorder, "all"])
     assert len(trainer.loggers) == len(available_loggers()) + 1 and trainer.loggers[-1] is recorder
+
+
+def test_a_logger_subclass_that_answers_its_own_version_keeps_it(tmp_path):
+    from stoker.loggers import Logger
+
+    class Fixed(Logger):
+        @property
+        def name(self):
+            return "fixed"
+
+        @property
+        def version(self):
+            return "v1"
+
+    fixed = Fixed(tmp_path)
+    assert fixed.version_chosen
+    trainer = Trainer(default_root_dir=tmp_path, max_epochs=1, logger=[fixed, "csv"], log_every_n_steps=1,
+                      enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Regressor(), *_data())
+    assert trainer.log_dir == os.path.join(str(tmp_path), "fixed", "v1")
+    assert trainer.loggers[1].version == 0  # the csv logger counted its own folders
