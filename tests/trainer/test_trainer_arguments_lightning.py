@@ -1,5 +1,7 @@
-"""Lightning's Trainer arguments beyond the core's: loggers of any kind, ``barebones=True``, ``PL_TRAINER_*``
-environment defaults, and eval samplers that follow the fit's epoch."""
+"""Lightning's Trainer behaviours beyond the core's names: loggers of any kind (and custom loggers with their own
+version), ``barebones=True``, ``PL_TRAINER_*`` environment defaults, Lightning arguments at inert values, eval
+samplers that follow the fit's epoch, predict's warning for a missing return, combined loaders of plain values,
+stateless callbacks sharing a state key, and the errors for an evaluation without a module."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import pytest
 from torch.utils.data import DataLoader, RandomSampler
 
 from stoker import Trainer
-from stoker.trainer import RunOptions, Trainer as CoreTrainer
+from stoker.trainer import RunOptions
+from stoker.trainer import Trainer as CoreTrainer
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 
 
@@ -255,3 +258,16 @@ def test_a_logger_subclass_that_answers_its_own_version_keeps_it(tmp_path):
     trainer.fit(Regressor(), *_data())
     assert trainer.log_dir == os.path.join(str(tmp_path), "fixed", "v1")
     assert trainer.loggers[1].version == 0  # the csv logger counted its own folders
+
+
+def test_num_sanity_val_steps_minus_one_reads_as_infinity(tmp_path):
+    assert Trainer(default_root_dir=tmp_path, logger=False, num_sanity_val_steps=-1).num_sanity_val_steps == float("inf")
+    assert Trainer(default_root_dir=tmp_path, logger=False, num_sanity_val_steps=3).num_sanity_val_steps == 3
+
+
+@pytest.mark.parametrize("fn", ["validate", "test", "predict"])
+def test_an_evaluation_without_any_module_is_a_type_error_and_a_value_error(tmp_path, fn):
+    trainer = Trainer(default_root_dir=tmp_path, logger=False)
+    for kind in (TypeError, ValueError):
+        with pytest.raises(kind, match=rf"Trainer.{fn}\(\) needs a module: pass it, or call fit first"):
+            getattr(trainer, fn)()

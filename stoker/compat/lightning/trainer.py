@@ -83,8 +83,8 @@ class Trainer(RunFacts, CoreTrainer):
         check.note_ambiguous_values({**core, "overfit_batches": overfit_batches})
         self.barebones = check.flag("barebones", barebones)
         if self.barebones:
-            check.barebones(core, dict(num_sanity_val_steps=num_sanity_val_steps, fast_dev_run=fast_dev_run,
-                                       detect_anomaly=detect_anomaly, profiler=profiler))
+            check.barebones(core, {"num_sanity_val_steps": num_sanity_val_steps, "fast_dev_run": fast_dev_run,
+                                   "detect_anomaly": detect_anomaly, "profiler": profiler})
         profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
         n = check.fast_dev_run(fast_dev_run)
         self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
