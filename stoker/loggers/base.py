@@ -114,8 +114,9 @@ class Logger:
 
     @property
     def version_chosen(self) -> bool:
-        """Whether the version is known already (given, set, or resolved), so no folder will be scanned for it."""
-        return self._version is not None
+        """Whether the version is known already (given, set, or resolved, or a subclass answers ``version`` itself, as
+        Lightning's custom loggers do), so no folder will be scanned for it and nothing sets it."""
+        return self._version is not None or type(self).version is not Logger.version
 
     @property
     def version_given(self) -> bool:

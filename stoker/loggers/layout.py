@@ -19,6 +19,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from stoker.loggers.foreign import owns_folder
+
 if TYPE_CHECKING:
     from stoker.loggers.base import Logger
 
@@ -35,6 +37,7 @@ def default_checkpoint_dir(default_root_dir: str | os.PathLike, loggers: Sequenc
     checkpoint), so call this only once the run's versions are settled: the Trainer settles them before the
     callbacks' ``setup``.
     """
+    loggers = [lg for lg in loggers if owns_folder(lg)]  # a foreign logger (only called) has no folder here
     if loggers:
         return os.path.abspath(os.path.join(_run_folder(loggers[0], default_root_dir), CHECKPOINTS))
     return os.path.abspath(os.path.join(os.fspath(default_root_dir), CHECKPOINTS))
@@ -68,6 +71,7 @@ def checkpoint_search_folders(default_root_dir: str | os.PathLike, loggers: Sequ
     logger's version.
     """
     folders = [dirpath] if dirpath else []
+    loggers = [lg for lg in loggers if owns_folder(lg)]
     if loggers:
         root = _experiment_folder(loggers[0], default_root_dir)
         try:

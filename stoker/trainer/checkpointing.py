@@ -33,6 +33,7 @@ import torch
 # checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
 from ..accelerator import check_folder_free
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
+from ..loggers.foreign import owns_folder
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
 from .hparams import container_keys, not_checkpointable
@@ -108,7 +109,7 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
     }
     # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
     runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)}
-            if lg.version_chosen and lg.root_dir is not None else None for lg in trainer.loggers]
+            if owns_folder(lg) and lg.version_chosen and lg.root_dir is not None else None for lg in trainer.loggers]
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "trainer": own, "logger_runs": runs}
 
 

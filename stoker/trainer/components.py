@@ -6,10 +6,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
+from ..loggers.base import Logger
+from ..loggers.foreign import owns_folder
 from .hooks import check_callbacks
 
 if TYPE_CHECKING:
-    from ..loggers import Logger
     from .parts import TrainerParts
 
 # The file the Trainer's state is saved in: it registers it first with its Accelerator (custom object #0).
@@ -19,7 +20,7 @@ TRAINER_STATE_FILE = "custom_checkpoint.safetensors"
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
     """The user's callbacks (checked), plus a default ``ModelSummary``/``ModelCheckpoint``/``ProgressBar`` when
     enabled and absent."""
-    from ..callbacks import Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
+    from ..callbacks import Callback, Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
 
     if callbacks is None:
         callbacks = []
@@ -35,11 +36,13 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         result.append(ModelCheckpoint())
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
         result.append(ProgressBar())
-    keys = [c.state_key for c in result]
+    # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
+    keys = [c.state_key for c in result if type(c).state_dict is not Callback.state_dict]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:
-        raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates}; their "
-                         "checkpoint states would overwrite each other. Give each a distinct state_key.")
+        raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates} and a state "
+                         "of their own; their checkpoint states would overwrite each other. Give each a distinct "
+                         "state_key.")
     return result
 
 
@@ -47,27 +50,36 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     """``Trainer(logger=...)`` as a list of loggers.
 
     ``True``: a TensorBoardLogger under ``root``; ``False``/None: none; a logger name (``"csv"``, ``"tensorboard"``,
-    any registered in ``stoker.loggers``), a Logger, or a list mixing them. The loggers of the run that have no
+    any registered in ``stoker.loggers``), a Logger, an object of another kind that has the logger methods the
+    Trainer calls (``stoker.loggers.foreign.LOGGER_METHODS``: a Lightning logger, a test double), or a list of these.
+    Such a foreign logger is called, never asked for folders or versions. The loggers of the run that have no
     version of their own share one ``version_{n}``.
     """
     from .. import loggers
+    from ..loggers.foreign import check_foreign_logger
 
     if logger is True:
         return [loggers.TensorBoardLogger(root, name="stoker_logs")]
     if logger is False or logger is None:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    ours = [item for item in items if isinstance(item, (str, loggers.Logger))]
     for item in items:
         if not isinstance(item, (str, loggers.Logger)):
-            raise TypeError(f"Trainer(logger={logger!r}): expected True, False, a logger name such as 'csv' or "
-                            f"'tensorboard', a stoker Logger, or a list of these; {type(item).__name__} is none "
-                            "of them.")
-    return loggers.build_loggers(items, root, name="stoker_logs", argument="Trainer(logger=...): logger")
+            check_foreign_logger(item, f"Trainer(logger={logger!r})")
+    built = loggers.build_loggers(ours, root, name="stoker_logs", argument="Trainer(logger=...): logger")
+    foreign = [item for item in items if not isinstance(item, (str, loggers.Logger))]
+    if len(built) != len(ours):  # "all" became several loggers: stoker's first, then the foreign ones
+        return built + foreign
+    mine = iter(built)
+    return [next(mine) if isinstance(item, (str, loggers.Logger)) else item for item in items]
 
 
 def agree_on_log_dirs(accelerator: Accelerator, loggers: list[Logger]) -> None:
     """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
     process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``)."""
+    # a foreign logger has no version of ours; a subclass that answers `version` itself keeps its answer
+    loggers = [lg for lg in loggers if owns_folder(lg) and type(lg).version is Logger.version]
     if accelerator.num_processes > 1 and loggers:
         main = accelerator.is_main_process
         versions = accelerator.broadcast_object([lg.version if main else None for lg in loggers])
@@ -109,7 +121,7 @@ def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
         return
     runs, step = recorded
     for logger, run in zip(trainer.loggers, runs):
-        if run is not None and logger.root_dir is not None and run[1] == os.path.abspath(logger.root_dir):
+        if run is not None and owns_folder(logger) and logger.root_dir is not None and run[1] == os.path.abspath(logger.root_dir):
             logger.continue_run(run[0], step)
 
 

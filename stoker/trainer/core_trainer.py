@@ -60,7 +60,7 @@ class Trainer:
         clip_grad_value: Clip every gradient element to ``[-v, v]`` instead, or None.
         callbacks: ``Callback`` instances; a ``ModelCheckpoint`` and a ``ProgressBar`` are added when enabled and
             not given.
-        logger: True (a TensorBoardLogger under ``default_root_dir/stoker_logs``), False, a Logger, a name or a list.
+        logger: True (a TensorBoardLogger in ``default_root_dir/stoker_logs``), False, a Logger, a name, a list...
         default_root_dir: Where logs, checkpoints and preemption checkpoints go.
         enable_checkpointing: Add a default ``ModelCheckpoint`` (a checkpoint per epoch, ``epoch=N-step=M.ckpt``).
         enable_progress_bar: Add a default ``ProgressBar``.

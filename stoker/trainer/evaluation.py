@@ -10,11 +10,13 @@ Does not own: when a validation runs inside ``fit`` (``loops.py``) or which load
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
+from ..user_frame import user_stacklevel
 from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
@@ -29,11 +31,9 @@ if TYPE_CHECKING:
 def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                    counter: LoopPosition | None = None) -> list[dict[str, float]]:
     """Runs ``stage``'s step (``"validate"``: ``validation_step``, ``"test"``: ``test_step``) over ``loaders`` in
-    eval mode without gradients.
-
-    Returns one dict per loader with its epoch metrics (floats). Train mode is restored afterwards,
-    module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
-    ``validation_count`` counts this run once its values are published, before its ``on_validation_end``.
+    eval mode without gradients; returns one dict per loader with its epoch metrics (floats). Train mode is restored
+    afterwards, module by module (a frozen BatchNorm stays in eval mode). ``counter``: a fit's loop, whose
+    ``validation_count`` counts this run once its values are published, before ``on_validation_end``.
     """
     if _no_batches(loaders):  # limit_*_batches=0: the stage is skipped, its hooks and mode switch too
         return [{} for _ in loaders]
@@ -55,6 +55,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                 results.suffix = f"/dataloader_idx_{i}" if multiple else ""
                 extra = (i,) if multiple else ()
                 move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+                _follow_epoch(loader, trainer.current_epoch)
                 for batch_idx, batch in enumerate(loader):
                     if move is not None:
                         batch = move(batch, i)
@@ -76,6 +77,13 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     finally:
         trainer.results = previous
     return _per_loader(values, len(loaders), results.loader_names)
+
+
+def _follow_epoch(loader: Any, epoch: int) -> None:
+    """An eval loader that takes ``set_epoch`` (its sampler's, for a prepared loader) gets the fit's epoch, as a train
+    loader does: a shuffling eval sampler draws each epoch's order, the same one in every process."""
+    if callable(getattr(loader, "set_epoch", None)):
+        loader.set_epoch(epoch)
 
 
 def _loader_index(name: str) -> int:
@@ -137,7 +145,17 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
             call(PREDICT.hook("end"))
     finally:
         trainer.results = previous
+    _warn_empty_predictions(trainer.module, outputs)
     return outputs if multiple else outputs[0]
+
+
+def _warn_empty_predictions(module: Any, outputs: list[list[Any]]) -> None:
+    """One warning when ``predict_step`` returned None for some batches: often a forgotten ``return``."""
+    empty = sum(prediction is None for mine in outputs for prediction in mine)
+    if empty:
+        warnings.warn(f"{type(module).__name__}.predict_step returned None for {empty} batch(es): Trainer.predict "
+                      "returns None in their place. If that is on purpose, ignore this warning; otherwise return "
+                      "the predictions.", UserWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager

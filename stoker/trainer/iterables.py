@@ -31,8 +31,16 @@ def _length(iterable: Any) -> int | None:
         return None
 
 
+def _of_numbers(tree: Any) -> bool:
+    """A dict / list / tuple of plain values (``[0, 1, 2]``): one iterable of batches, not several iterables."""
+    values = list(tree.values()) if isinstance(tree, Mapping) else tree
+    return bool(values) and all(isinstance(value, (int, float, str)) for value in values)
+
+
 def _leaves(tree: Any) -> list[Any]:
     """The iterables of a (nested) dict / list / tuple of them, in order."""
+    if isinstance(tree, (Mapping, list, tuple)) and _of_numbers(tree):
+        return [tree]
     if isinstance(tree, Mapping):
         return [leaf for value in tree.values() for leaf in _leaves(value)]
     if isinstance(tree, (list, tuple)):
@@ -42,6 +50,8 @@ def _leaves(tree: Any) -> list[Any]:
 
 def _rebuild(tree: Any, leaves: Iterator[Any]) -> Any:
     """``tree`` with its leaves replaced, in order, by ``leaves``."""
+    if isinstance(tree, (Mapping, list, tuple)) and _of_numbers(tree):
+        return next(leaves)
     if isinstance(tree, Mapping):
         return {key: _rebuild(value, leaves) for key, value in tree.items()}
     if isinstance(tree, (list, tuple)):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +22,7 @@ import torch
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
+    from .options import RunOptions
 
 
 class MetricsOwner(Protocol):
@@ -29,6 +31,7 @@ class MetricsOwner(Protocol):
     accelerator: Accelerator
     callback_metrics: dict[str, Any]
     progress_bar_values: dict[str, Any]  # the prog_bar values as logged (tensors); progress_bar_metrics reads them
+    options: RunOptions  # record_logged_values: whether self.log records at all
 
 _REDUCE_ALIASES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 # torch's reductions and python's builtins of the same meaning (Lightning accepts both)
@@ -144,6 +147,10 @@ class Results:
     def log(self, name: str, value: Any, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, logger: bool,
             reduce_fx: Any, sync_dist: bool, batch_size: int | None, add_dataloader_idx: bool = True) -> None:
         """Records ``value`` under ``name``; see :meth:`TrainingModule.log`."""
+        if not self.trainer.options.record_logged_values:
+            warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
+                          "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=3)
+            return
         training_batch = self.in_batch  # only ever True in the training stage
         if on_step is None:
             on_step = training_batch

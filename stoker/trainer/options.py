@@ -32,6 +32,8 @@ class RunOptions:
         inference_mode: ``validate``/``test``/``predict`` called on their own run under ``torch.inference_mode``
             (faster; what they return cannot enter autograd later); False: ``torch.no_grad``. A validation inside
             ``fit`` always runs under ``torch.no_grad``.
+        record_logged_values: False: ``self.log`` / ``self.log_dict`` record nothing (each call warns), for runs
+            that measure the loop's own speed (Lightning's ``barebones``).
 
     Example:
         >>> Trainer(max_epochs=5, options=RunOptions(min_epochs=2, num_sanity_val_steps=2))  # doctest: +SKIP
@@ -46,6 +48,7 @@ class RunOptions:
     in_order_fit_loaders: bool = False
     dry_run: bool = False
     inference_mode: bool = False
+    record_logged_values: bool = True
 
     def __post_init__(self) -> None:
         check.optional_int("min_epochs", self.min_epochs, 0)
@@ -57,3 +60,4 @@ class RunOptions:
         check.flag("in_order_fit_loaders", self.in_order_fit_loaders)
         check.flag("dry_run", self.dry_run)
         check.flag("inference_mode", self.inference_mode)
+        check.flag("record_logged_values", self.record_logged_values)

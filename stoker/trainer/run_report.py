@@ -27,6 +27,8 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from ..loggers.foreign import first_log_dir, owns_folder
+
 if TYPE_CHECKING:
     from .parts import TrainerParts
 
@@ -77,7 +79,7 @@ class RunReport:
             self.last = facts
             if fn == "fit" or facts["status"] != "completed":  # a validate/test that went well: say() if verbose
                 print(facts["message"], file=sys.stdout, flush=True)
-            if self.trainer.loggers and self.trainer.loggers[0].log_dir is not None:  # its first logger's folder
+            if first_log_dir(self.trainer.loggers) is not None:  # its first logger's folder
                 self._write(fn, facts)
         except Exception as error:  # a report must not hide the run's outcome
             warnings.warn(f"stoker could not write the end-of-run report: {error!r}", RuntimeWarning, stacklevel=2)
@@ -99,7 +101,7 @@ class RunReport:
         last = (getattr(callback, "last_model_path", "") or None) if callback is not None else None
         if reason == "signal":
             last = t.preemption.saved_to or last
-        logs = [os.path.abspath(logger.log_dir) for logger in t.loggers if getattr(logger, "log_dir", None)]
+        logs = [os.path.abspath(lg.log_dir) for lg in t.loggers if owns_folder(lg) and lg.log_dir is not None]
         facts: dict[str, Any] = {
             "fn": fn, "status": status, "reason": reason, "why": why, "epoch": t.fit_loop.trained_epoch,
             "global_step": t.global_step, "best_checkpoint": best, "last_checkpoint": last, "log_dirs": logs,
@@ -151,7 +153,7 @@ class RunReport:
 
     def _write(self, fn: str, facts: dict[str, Any]) -> None:
         t = self.trainer
-        folder = os.path.abspath(t.loggers[0].log_dir)
+        folder = os.path.abspath(first_log_dir(t.loggers))
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, SUMMARY_FILE)
         summary: dict[str, Any] = {}

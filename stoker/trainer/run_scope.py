@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ..loggers.foreign import first_log_dir
 from .datamodule import DataModule
 from .hooks import HookDispatcher, merge_module_callbacks
 
@@ -60,7 +61,7 @@ def run_scope(trainer: TrainerParts, fn: str, module: TrainingModule, datamodule
             _end_run(t, fn, module, datamodule, status)
         finally:
             if t.profiler is not None:  # its table before the closing line, which stays the run's last word
-                folder = t.loggers[0].log_dir if t.loggers and t.loggers[0].log_dir else t.default_root_dir
+                folder = first_log_dir(t.loggers) or t.default_root_dir
                 rank = t.accelerator.process_index if t.accelerator.num_processes > 1 else None  # a file each
                 t.profiler.run_stop(fn, os.path.abspath(folder), rank)  # Lightning's trainer.log_dir
             t.run_report.finish(fn, error)

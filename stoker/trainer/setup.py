@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from .parts import TrainerParts
 
 
+class MissingModuleError(TypeError, ValueError):
+    """``validate``/``test``/``predict`` given no module while the Trainer has none: a missing argument, so a
+    ``TypeError`` as for ``fit()`` (and Lightning), and the ``ValueError`` stoker raised for it before."""
+
+
 class RunSetup:
     """The Trainer's set-up steps (one instance per Trainer)."""
 
@@ -72,7 +77,7 @@ class RunSetup:
         self.module_passed = module is not None
         module = from_compiled(module) if module is not None else self.trainer.module
         if module is None:
-            raise ValueError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
+            raise MissingModuleError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
         module = self.check_module(module, fit=False)
         stage = STAGES[fn]
         if stage.step_required and not defines_hook(module, stage.step, TrainingModule):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from ..accelerator import capture_rng_state, restore_rng_state
+from ..loggers.foreign import owns_folder
 from .parts import TrainerParts
 
 if TYPE_CHECKING:
@@ -279,7 +280,7 @@ def _collect(trainer: SpawningTrainer, stage: str, returned: Any) -> Outcome:
         logged_metrics=_on_cpu(dict(trainer.logged_metrics)), status=trainer.state.status,
         should_stop=trainer.should_stop, fit_loop=trainer.fit_loop.state_dict() if stage == "fit" else None,
         callback_states={cb.state_key: _on_cpu(cb.state_dict()) for cb in trainer.callbacks},
-        logger_versions=[lg.version if lg.version_chosen else None for lg in trainer.loggers])
+        logger_versions=[lg.version if owns_folder(lg) and lg.version_chosen else None for lg in trainer.loggers])
 
 
 def take_outcome(trainer: SpawningTrainer, module: TrainingModule | None, outcome: Outcome) -> None:
@@ -302,7 +303,7 @@ def take_outcome(trainer: SpawningTrainer, module: TrainingModule | None, outcom
             callback.dirpath = state["dirpath"]  # a ModelCheckpoint's folder, chosen in the worker
         callback.load_state_dict(state)
     for logger, version in zip(trainer.loggers, outcome.logger_versions):
-        if version is not None and not logger.version_chosen:
+        if version is not None and owns_folder(logger) and not logger.version_chosen:
             logger.version = version  # the folder rank 0 wrote to (a new version would be counted otherwise)
 
 

@@ -3,12 +3,18 @@ arguments stoker does not take (with what to do instead), and the values of the 
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 # flag and optional_int: the core's checks, which trainer.py here uses for Lightning's options too
 from ...trainer.args import (accumulation_steps, clip_algorithm, clip_value, flag, is_int,  # noqa: F401
                              optional_int, positive_int)
+
+Init = TypeVar("Init", bound=Callable[..., None])
 
 # -- Lightning's names ------------------------------------------------------------------------------------------------
 # Lightning argument -> the stoker argument it is an alias of (documented in README "Coming from Lightning").
@@ -17,11 +23,26 @@ ALIASES = {"accumulate_grad_batches": "accumulate", "gradient_clip_val": "clip_g
 NOT_SUPPORTED = {
     "plugins": "precision and strategy are Trainer(precision=...) and Trainer(strategy=...)",
     "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
-    "barebones": "stoker's default loop is already lean; pass logger=False, enable_progress_bar=False, "
-                 "enable_checkpointing=False, enable_model_summary=False",
     "enable_autolog_hparams": "hyperparameters are logged when the module has hparams",
     "model_registry": "not supported",
 }
+
+
+# The values of those arguments that ask for nothing (Lightning's defaults): taken and ignored, so a script that
+# spells its defaults out (plugins=None, sync_batchnorm=False) runs unchanged.
+_INERT = {"plugins": (None, [], ()), "sync_batchnorm": (False,), "enable_autolog_hparams": (True,),
+          "model_registry": (None,)}
+
+
+def core_arguments(given: dict[str, Any], core_names: list[str], lightning_names: list[str]) -> dict[str, Any]:
+    """The core Trainer's arguments among ``given``. Any other name is a TypeError (with a did-you-mean over both
+    name sets), except a Lightning argument stoker does not take given a value that asks for nothing (``_INERT``)."""
+    unknown = {name: value for name, value in given.items() if name not in core_names
+               and not any(value is inert or (type(value) is type(inert) and value == inert)
+                           for inert in _INERT.get(name, ()))}
+    if unknown:
+        raise unknown_arguments(unknown, core_names + lightning_names)
+    return {name: value for name, value in given.items() if name in core_names}
 
 
 def _close(name: str, candidates: list[str]) -> str:
@@ -40,6 +61,65 @@ def unknown_arguments(unknown: dict[str, Any], known: list[str]) -> TypeError:
     others = f" (also unknown: {', '.join(sorted(unknown)[1:])})" if len(unknown) > 1 else ""
     return TypeError(f"Trainer() got an unknown argument {name!r}{others}.{_close(name, candidates)} The arguments "
                      "are stoker's names and Lightning's (README, 'Coming from Lightning').")
+
+
+# barebones=True: what it turns off, and why each of these arguments cannot be on with it.
+_BAREBONES_OFF = {
+    "enable_checkpointing": "saving checkpoints", "logger": "loggers", "enable_progress_bar": "the progress bar",
+    "enable_model_summary": "the model summary", "log_every_n_steps": "logging",
+    "num_sanity_val_steps": "the sanity check", "fast_dev_run": "a debugging run", "detect_anomaly":
+    "autograd's anomaly detection", "profiler": "profiling",
+}
+
+
+def barebones(core: dict[str, Any], lightning: dict[str, Any]) -> None:
+    """``Trainer(barebones=True)``: a run that measures the loop's own overhead. Refuses every argument (in
+    ``core`` or the Lightning-only ``lightning``) that would switch on one of the costs it removes, then turns
+    them off in ``core``: no checkpoints, loggers, progress bar or model summary (``self.log`` is turned off by
+    the caller's run options)."""
+    from ...utilities.rank_zero import rank_zero_info
+
+    given = {**lightning, **core}
+    for name, what in _BAREBONES_OFF.items():
+        value = given.get(name)
+        if value is not None and value is not False and not (is_int(value) and value == 0):
+            raise ValueError(f"Trainer(barebones=True, {name}={value!r}): barebones turns off {what}, which costs "
+                             f"time the run is meant to measure. Drop {name}, or barebones=True.")
+    core.update(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    core.pop("log_every_n_steps", None)  # its 0 ("never") is not the core's value; nothing is logged anyway
+    rank_zero_info("Trainer(barebones=True): checkpoints, loggers, self.log, the progress bar, the model summary and "
+                   "the sanity check are off, to measure the training loop's own overhead.")
+
+
+def env_defaults(class_name: str, names: list[str]) -> dict[str, Any]:
+    """Lightning's environment defaults: ``PL_{CLASS}_{ARGUMENT}`` (e.g. ``PL_TRAINER_MAX_STEPS=7``) for each
+    argument in ``names``, read as a Python literal (``"False"``, ``"7"``, ``"[0, 1]"``) or else kept as text. An unset
+    or empty variable gives nothing; the caller lets arguments passed in code win over these."""
+    found: dict[str, Any] = {}
+    for name in names:
+        text = os.environ.get(f"PL_{class_name.upper()}_{name.upper()}")
+        if not text:
+            continue
+        try:
+            found[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # not a literal: a string value
+            found[name] = text
+    return found
+
+
+def defaults_from_environment(core_names: list[str]) -> Callable[[Init], Init]:
+    """Decorates a Trainer's ``__init__``: ``PL_TRAINER_*`` variables (``PL_{CLASS}_*`` for a subclass) are the
+    defaults of its arguments (``core_names`` plus its own keyword names), as Lightning reads them; an argument
+    passed in code wins."""
+    def decorate(init: Init) -> Init:
+        @functools.wraps(init)
+        def with_environment(self: Any, **arguments: Any) -> None:
+            names = core_names + list(inspect.signature(init).parameters)[1:-1]
+            init(self, **{**env_defaults(type(self).__name__, names), **arguments})
+
+        return with_environment  # type: ignore[return-value]
+
+    return decorate
 
 
 def resolve_aliases(accumulate: int, clip_grad_norm: Any, clip_grad_value: Any, accumulate_grad_batches: Any,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..accelerate import Accelerator
+from ...loggers.foreign import first_log_dir
 from ...trainer.options import RunOptions
 from ...trainer.profilers import make_profiler
 from ...trainer.iterables import CombinedLoader
@@ -52,7 +53,9 @@ class Trainer(RunFacts, CoreTrainer):
     shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" |
     "high" | "medium": ``torch.set_float32_matmul_precision``), ``inference_mode`` (True: ``validate``/``test``/
     ``predict`` on their own run under ``torch.inference_mode``; stoker's default False is ``torch.no_grad``,
-    Lightning's default is True). An alias together with its stoker name is an
+    Lightning's default is True), ``barebones`` (True: no checkpoints, loggers, progress bar, model summary, sanity
+    check or ``self.log``; arguments that would switch one on are refused). ``PL_TRAINER_<ARGUMENT>`` environment
+    variables are the arguments' defaults. An alias together with its stoker name is an
     error; an unknown name gets a did-you-mean over both sets.
 
     Example:
@@ -63,6 +66,7 @@ class Trainer(RunFacts, CoreTrainer):
     accelerator_class = Accelerator
     dev_run_logger: Logger | None = None
 
+    @check.defaults_from_environment(_CORE)  # PL_TRAINER_* variables
     def __init__(
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
@@ -70,16 +74,17 @@ class Trainer(RunFacts, CoreTrainer):
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
         float32_matmul_precision: str | None = None, profiler: Any = None,
-        overfit_batches: int | float = 0.0, inference_mode: bool = False, **core: Any,
+        overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
-        unknown = {k: v for k, v in core.items() if k not in _CORE}
-        if unknown:
-            lightning = list(inspect.signature(Trainer.__init__).parameters)[1:-1]
-            raise check.unknown_arguments(unknown, _CORE + lightning)
+        core = check.core_arguments(core, _CORE, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)
         check.note_ambiguous_values({**core, "overfit_batches": overfit_batches})
+        self.barebones = check.flag("barebones", barebones)
+        if self.barebones:
+            check.barebones(core, {"num_sanity_val_steps": num_sanity_val_steps, "fast_dev_run": fast_dev_run,
+                                   "detect_anomaly": detect_anomaly, "profiler": profiler})
         profiling = make_profiler(profiler)  # "simple" | "advanced" | "pytorch" | a Profiler: profilers.py
         n = check.fast_dev_run(fast_dev_run)
         self.fast_dev_run: int | bool = True if n == 1 else n if n else fast_dev_run  # Lightning's values
@@ -93,7 +98,7 @@ class Trainer(RunFacts, CoreTrainer):
         options = _run_options(n, bool(self.overfit_batches), min_epochs=min_epochs, min_steps=min_steps,
                                num_sanity_val_steps=num_sanity_val_steps, inference_mode=inference_mode,
                                reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
-                               use_distributed_sampler=use_distributed_sampler)
+                               use_distributed_sampler=use_distributed_sampler, barebones=self.barebones)
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
@@ -128,8 +133,10 @@ class Trainer(RunFacts, CoreTrainer):
         return self.options.min_steps
 
     @property
-    def num_sanity_val_steps(self) -> int | None:
-        return self.options.num_sanity_val_steps
+    def num_sanity_val_steps(self) -> int | float:
+        """Batches of each val loader checked before training; -1 ("all of them") reads as infinity, as Lightning's."""
+        steps = self.options.num_sanity_val_steps
+        return float("inf") if steps is None else steps
 
     @property
     def reload_dataloaders_every_n_epochs(self) -> int:
@@ -237,7 +244,7 @@ class Trainer(RunFacts, CoreTrainer):
     @property
     def log_dir(self) -> str:
         """The first logger's folder, else ``default_root_dir``."""
-        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+        return first_log_dir(self.loggers) or self.default_root_dir
 
     @property
     def checkpoint_callbacks(self) -> list[Checkpoint]:
@@ -334,8 +341,8 @@ def _model_alias(fn: str, module: TrainingModule | None, model: TrainingModule |
 
 
 def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any, num_sanity_val_steps: Any,
-                 reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, inference_mode: Any
-                 ) -> RunOptions:
+                 reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, inference_mode: Any,
+                 barebones: bool) -> RunOptions:
     """The core's run options from Lightning's arguments (checked, with Lightning's spellings: ``min_steps=-1``
     is None; ``fast_dev_run`` runs no sanity check)."""
     return RunOptions(
@@ -346,7 +353,7 @@ def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any
             "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
         use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
         in_order_fit_loaders=overfit, dry_run=bool(dev_run),
-        inference_mode=check.flag("inference_mode", inference_mode))
+        inference_mode=check.flag("inference_mode", inference_mode), record_logged_values=not barebones)
 
 
 def _add_timer(callbacks: list[Callback], max_time: Any) -> list[Callback]:
