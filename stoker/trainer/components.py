@@ -9,6 +9,7 @@ from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes
 from ..loggers.base import Logger
 from ..loggers.foreign import owns_folder
 from .hooks import check_callbacks
+from .overrides import defines_hook
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -37,7 +38,7 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
         result.append(ProgressBar())
     # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
-    keys = [c.state_key for c in result if type(c).state_dict is not Callback.state_dict]
+    keys = [c.state_key for c in result if defines_hook(c, "state_dict", Callback)]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:
         raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates} and a state "
