@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from .batch_iter import StepIterator
-
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
     from .options import RunOptions
@@ -232,11 +230,12 @@ class Results:
             "tensor or a torchmetrics Metric (a dict of values goes to self.log_dict, one name each).")
 
     def _batch_size(self) -> float:
-        if type(self.batch) is StepIterator:  # a training_step(self, dataloader_iter) pulls its own batches
-            raise self.batch.unknown_batch_size()
         cache = self._batch_size_cache
         if cache is not None and cache[0] is self.batch:
             return cache[1]
+        refusal = getattr(self.batch, "unknown_batch_size", None)  # batch_iter.StepIterator: the step pulls its own
+        if refusal is not None:
+            raise refusal()
         size = infer_batch_size(self.batch)
         self._batch_size_cache = (self.batch, size)
         return size
