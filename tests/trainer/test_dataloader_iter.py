@@ -25,6 +25,7 @@ class PairSteps(Regressor):
         self.pulls: list[tuple[str, int, int]] = []
         self.starts: list[tuple[str, Any, int]] = []
         self.ends: list[tuple[str, Any, int]] = []
+        self.rows: list[int] = []  # which row of the dataset each pulled batch starts with
 
     def _pull(self, stage: str, dataloader_iter: Any) -> list[Any]:
         batches = []
@@ -34,6 +35,7 @@ class PairSteps(Regressor):
             except StopIteration:
                 break
             self.pulls.append((stage, batch_idx, dataloader_idx))
+            self.rows.append(_row(batch[0][0]))
             batches.append(batch)
         return batches
 
@@ -57,6 +59,14 @@ class PairSteps(Regressor):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.ends.append(("train", int(batch[0].shape[0]), batch_idx))
+
+
+_DATA = make_regression_data(96)
+
+
+def _row(x: torch.Tensor) -> int:
+    """The row of ``_DATA`` (or a dataset made the same way, a prefix of it) that ``x`` is."""
+    return int((_DATA.tensors[0] == x).all(dim=1).nonzero()[0])
 
 
 def _trainer(**kwargs: Any) -> Any:
@@ -169,6 +179,7 @@ def test_stop_iteration_out_of_the_step_ends_the_epoch_and_the_next_starts_afres
     trainer = _trainer(max_epochs=2, limit_val_batches=0)
     trainer.fit(model, make_loader(make_regression_data(64), batch_size=8))
     assert [p[1] for p in model.pulls] == [0, 1, 0, 1]  # the second epoch starts at the loader's first batch
+    assert model.rows == [0, 8, 0, 8]
     assert trainer.global_step == 2 and trainer.current_epoch == 2
 
 
@@ -260,3 +271,60 @@ def test_an_epoch_mean_logged_in_training_needs_a_batch_size() -> None:
     with pytest.raises(ValueError, match="batch_size=N"):
         trainer.fit(Logs(), make_loader(make_regression_data(32), 8))
     assert trainer.current_epoch == 1 and "sized_epoch" in trainer.callback_metrics
+
+
+def test_an_epoch_ended_by_stop_iteration_resumes_at_the_next_epochs_first_batch(tmp_path: Any) -> None:
+    data = make_loader(make_regression_data(64), batch_size=8)
+    first = _trainer(limit_val_batches=0)
+    first.fit(StopsEarly(), data)  # epoch 0 ends after batch 1, 6 batches unread
+    first.save_checkpoint(tmp_path / "end")
+    resumed = StopsEarly()
+    _trainer(max_epochs=2, limit_val_batches=0).fit(resumed, data, ckpt_path=str(tmp_path / "end"))
+    assert [p[1] for p in resumed.pulls] == [0, 1] and resumed.rows == [0, 8]
+
+
+def test_a_validation_ended_by_stop_iteration_starts_its_loader_again_next_time() -> None:
+    class OneThenStop(PairSteps):
+        def validation_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
+            if self.pulls and self.pulls[-1][0] == "validate":  # the validation's second step
+                raise StopIteration
+            self._pull("validate", dataloader_iter)
+
+    model = OneThenStop(per_step=1)
+    data = make_loader(make_regression_data(32), 8)
+    _trainer(max_epochs=2).fit(model, data, data)  # the same val loader object in both validations
+    assert [row for row, (stage, _, _) in zip(model.rows, model.pulls) if stage == "validate"] == [0, 0]
+
+
+def test_manual_optimization_steps_as_often_as_the_step_says() -> None:
+    class Manual(PairSteps):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
+            opt = self.optimizers()
+            for x, y in self._pull("train", dataloader_iter):  # one optimizer step per batch pulled
+                opt.zero_grad()
+                self.manual_backward(F.mse_loss(self(x), y))
+                opt.step()
+
+    trainer = _trainer(limit_val_batches=0)
+    trainer.fit(Manual(), make_loader(make_regression_data(40), batch_size=8))  # 5 batches: steps of 2, 2, 1
+    assert trainer.global_step == 5 and trainer.fit_loop.total_batches == 5
+
+
+def test_the_flavour_is_told_by_the_parameter_name_through_decorators() -> None:
+    from stoker.trainer.step_args import takes_iterator
+
+    class Steps:
+        @torch.no_grad()
+        def decorated(self, dataloader_iter: Any) -> None: ...
+
+        def varargs(self, *args: Any) -> None: ...
+
+        def batch(self, batch: Any, batch_idx: int) -> None: ...
+
+    steps = Steps()
+    assert takes_iterator(steps.decorated)
+    assert not takes_iterator(steps.varargs) and not takes_iterator(steps.batch)
