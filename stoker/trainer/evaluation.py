@@ -10,7 +10,9 @@ Does not own: when a validation runs inside ``fit`` (``loops.py``) or which load
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +23,8 @@ from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
-from .step_args import stage_step
+from .batch_iter import check_predict, run_eval_steps
+from .step_args import stage_step, takes_iterator
 
 if TYPE_CHECKING:
     from .parts import LoopPosition, TrainerParts
@@ -38,11 +41,10 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     if _no_batches(loaders):  # limit_*_batches=0: the stage is skipped, its hooks and mode switch too
         return [{} for _ in loaders]
     table = STAGES[stage]
-    multiple = len(loaders) > 1
-    step_fn = stage_step(trainer.module, table, multiple)
+    step_fn = stage_step(trainer.module, table, len(loaders) > 1)
+    iterator = takes_iterator(getattr(trainer.module, table.step))
     results = Results(trainer, stage)
     call = trainer.hooks.call
-    batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
     previous, trainer.results = trainer.results, results
     if counter is not None:  # a validation inside fit (not the sanity check): the module's gradients cleared
         _validation_zero_grad(trainer.module, counter)
@@ -51,21 +53,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
                 trainer.accelerator.autocast():
             call(table.hook("start"))
             call(table.hook("epoch_start"))
-            for i, loader in enumerate(loaders):
-                results.suffix = f"/dataloader_idx_{i}" if multiple else ""
-                extra = (i,) if multiple else ()
-                move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
-                _follow_epoch(loader, trainer.current_epoch)
-                for batch_idx, batch in enumerate(loader):
-                    if move is not None:
-                        batch = move(batch, i)
-                    results.batch = batch
-                    call(batch_start, batch, batch_idx, *extra)
-                    outputs = step_fn(batch, batch_idx, *extra)
-                    call(batch_end, outputs, batch, batch_idx, *extra)
-                    if results.step_values:  # self.log(on_step=True) here: a point per batch, on the stage's axis
-                        trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(stage, 0))
-                        trainer.eval_log_steps[stage] = trainer.eval_log_steps.get(stage, 0) + 1
+            _run_steps(trainer, stage, loaders, step_fn, results, iterator)
             results.suffix = ""
             call(table.hook("epoch_end"))
             values = results.publish_epoch()
@@ -77,6 +65,39 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     finally:
         trainer.results = previous
     return _per_loader(values, len(loaders), results.loader_names)
+
+
+def _run_steps(trainer: TrainerParts, stage: str, loaders: list[Any], step_fn: Callable[..., Any], results: Results,
+               iterator: bool) -> None:
+    """Each loader's batches through ``stage``'s step between its batch hooks, the per-batch values to the loggers;
+    a ``dataloader_iter`` step (``iterator``) pulls the batches itself (``batch_iter.py``)."""
+    table, call, multiple = STAGES[stage], trainer.hooks.call, len(loaders) > 1
+    batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
+
+    def pulled(i: int, batch: Any) -> None:  # what self.log in the step weighs by and which loader it names
+        results.batch, results.suffix = batch, f"/dataloader_idx_{i}" if multiple else ""
+
+    def end(outputs: Any, *args: Any) -> None:
+        call(batch_end, outputs, *args)
+        if results.step_values:  # self.log(on_step=True) here: a point per batch, on the stage's axis
+            trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(stage, 0))
+            trainer.eval_log_steps[stage] = trainer.eval_log_steps.get(stage, 0) + 1
+
+    for loader in loaders:
+        _follow_epoch(loader, trainer.current_epoch)
+    if iterator:
+        run_eval_steps(loaders, step_fn, functools.partial(call, batch_start), end, pulled)
+        return
+    for i, loader in enumerate(loaders):
+        extra = (i,) if multiple else ()
+        move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+        for batch_idx, batch in enumerate(loader):
+            if move is not None:
+                batch = move(batch, i)
+            pulled(i, batch)
+            call(batch_start, batch, batch_idx, *extra)
+            outputs = step_fn(batch, batch_idx, *extra)
+            end(outputs, batch, batch_idx, *extra)
 
 
 def _follow_epoch(loader: Any, epoch: int) -> None:
@@ -114,12 +135,9 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     call = trainer.hooks.call
     multiple = len(loaders) > 1
     step_fn = stage_step(trainer.module, PREDICT, multiple)
-    batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
-    outputs: list[list[Any]] = []
-    from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does
-
-    # Only a prediction writer reads the batches' sample indices: without one the sampler keeps its fast path.
-    record = any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks)
+    iterator = takes_iterator(trainer.module.predict_step)
+    if iterator:
+        check_predict(trainer)
     previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
     try:
         # train_back=False: after predicting, as in Lightning, each sub-module gets its own mode back and
@@ -128,25 +146,38 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
                 trainer.accelerator.autocast():
             call(PREDICT.hook("start"))
             call(PREDICT.hook("epoch_start"))
-            for i, loader in enumerate(loaders):
-                extra = (i,) if multiple else ()
-                mine: list[Any] = []
-                move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
-                with _recording_indices(loader if record else None):
-                    for batch_idx, batch in enumerate(loader):
-                        if move is not None:
-                            batch = move(batch, i)
-                        call(batch_start, batch, batch_idx, *extra)
-                        prediction = step_fn(batch, batch_idx, *extra)
-                        call(batch_end, prediction, batch, batch_idx, *extra)
-                        mine.append(prediction)
-                outputs.append(mine)
+            if iterator:
+                outputs = run_eval_steps(loaders, step_fn, functools.partial(call, PREDICT.hook("batch_start")),
+                                         functools.partial(call, PREDICT.hook("batch_end")), lambda i, batch: None)
+            else:
+                outputs = [_predict_loader(trainer, loader, i, step_fn, multiple) for i, loader in enumerate(loaders)]
             call(PREDICT.hook("epoch_end"))
             call(PREDICT.hook("end"))
     finally:
         trainer.results = previous
     _warn_empty_predictions(trainer.module, outputs)
     return outputs if multiple else outputs[0]
+
+
+def _predict_loader(trainer: TrainerParts, loader: Any, i: int, step_fn: Callable[..., Any],
+                    multiple: bool) -> list[Any]:
+    """The predictions of loader ``i``'s batches, between the batch hooks."""
+    from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does
+
+    call, extra, mine = trainer.hooks.call, ((i,) if multiple else ()), []
+    batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
+    # Only a prediction writer reads the batches' sample indices: without one the sampler keeps its fast path.
+    record = any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks)
+    move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+    with _recording_indices(loader if record else None):
+        for batch_idx, batch in enumerate(loader):
+            if move is not None:
+                batch = move(batch, i)
+            call(batch_start, batch, batch_idx, *extra)
+            prediction = step_fn(batch, batch_idx, *extra)
+            call(batch_end, prediction, batch, batch_idx, *extra)
+            mine.append(prediction)
+    return mine
 
 
 def _warn_empty_predictions(module: Any, outputs: list[list[Any]]) -> None:

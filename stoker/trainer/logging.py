@@ -233,6 +233,9 @@ class Results:
         cache = self._batch_size_cache
         if cache is not None and cache[0] is self.batch:
             return cache[1]
+        refusal = getattr(self.batch, "unknown_batch_size", None)  # batch_iter.StepIterator: the step pulls its own
+        if refusal is not None:
+            raise refusal()
         size = infer_batch_size(self.batch)
         self._batch_size_cache = (self.batch, size)
         return size

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 
 from .auto_step import AutomaticStep
+from .batch_iter import check_training, restart_unfinished, train_iterator
 from .evaluation import run_evaluation
 from .hooks import batch_mover
 from .losses import detached
@@ -33,6 +34,7 @@ from .manual import manual_training_step
 from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
+from .step_args import takes_iterator
 from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class FitLoop:
         self.schedulers_done = False
         self.last_logged_step = -1
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
+        self.iter_steps = False  # training_step(self, dataloader_iter) in the current run() (batch_iter.py)
         # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
         self.stop_reason: str | None = None
         # The epoch's automatic step (auto_step.py; set per epoch by _epoch_step, None under manual optimization).
@@ -121,6 +124,7 @@ class FitLoop:
         self.none_warned = False
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
+        self.iter_steps = takes_iterator(self.trainer.module.training_step)
         while not self.done():
             self._run_epoch(run)
 
@@ -135,7 +139,7 @@ class FitLoop:
             t.hooks.call("on_train_epoch_start")
             stopped = False
             if not self.epoch_batches_finished:
-                stopped = self._run_batches(run)
+                stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
@@ -238,6 +242,52 @@ class FitLoop:
             self._empty_epoch()
         return stopped
 
+    def _run_iter_steps(self, run: FitRun) -> bool:
+        """:meth:`_run_batches` for a ``training_step(self, dataloader_iter)``: the step pulls the batches
+        (``batch_iter.py``), ``batches_done`` counts them; a ``StopIteration`` out of the step ends the epoch."""
+        t = self.trainer
+        acc, loader, model = t.accelerator, run.train_loader, run.model
+        step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
+        auto, start = self._auto, self.batches_done
+        check_training(t, auto)
+        if start == 0:
+            loader.set_epoch(self.epoch)
+        source = train_iterator(loader, start)
+        stopped = ended = False
+        try:
+            while not source.done:
+                t.train_results.batch, t.train_results.in_batch = source, True
+                self.window_closed, before = False, source.pulled
+                for hook in start_hooks:
+                    hook(source.batch, source.batch_idx)
+                try:
+                    with acc.accumulate(model):
+                        outputs = step(source, source.batch_idx)
+                        synced, last = acc.sync_gradients, source.done
+                        if synced and auto is not None:
+                            auto.optimizer_step(source.batch_idx)
+                            if last:
+                                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1,
+                                                auto.scheduler_hook, plateau=False)
+                except StopIteration:  # pulled past the end, or the step's own way to end the epoch
+                    ended = True
+                    break
+                finally:
+                    self.batches_done = start + source.pulled
+                self.epoch_batches_finished, self.window_closed = last, synced
+                if self._after_batch(run, outputs, source.batch, source.batch_idx, synced, last,
+                                     source.pulled - before):
+                    stopped = not last
+                    break
+        finally:
+            source.close()
+            if ended:
+                self.epoch_batches_finished = True
+                restart_unfinished(loader)  # the rest of this epoch is dropped: the next one starts afresh
+        if ended and start == 0 and source.pulled == 0 and source.done:
+            self._empty_epoch()
+        return stopped
+
     def _empty_epoch(self) -> NoReturn:
         raise ValueError(
             f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
@@ -257,8 +307,10 @@ class FitLoop:
         self.window_closed = False
         return self._after_batch(run, None, None, batch_idx, False, last)
 
-    def _after_batch(self, run: FitRun, outputs: Any, batch: Any, batch_idx: int, synced: bool, last: bool) -> bool:
-        """After a batch's step: its end hooks, logging, validation when due; True when the run stops here."""
+    def _after_batch(self, run: FitRun, outputs: Any, batch: Any, batch_idx: int, synced: bool, last: bool,
+                     pulled: int = 1) -> bool:
+        """After a batch's step (``pulled``: the batches it took): its end hooks, logging, validation when due; True
+        when the run stops here."""
         t = self.trainer
         end_hooks = t.hooks.get("on_train_batch_end")
         if end_hooks:
@@ -269,12 +321,12 @@ class FitLoop:
             for hook in end_hooks:
                 hook(outputs, batch, batch_idx)
         t.train_results.in_batch = False
-        self.total_batches += 1
+        self.total_batches += pulled
         applied = t.accelerator.step
         # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
         if synced and not applied % self.log_every and applied != self.last_logged_step:
             self._log_step(applied, bool(t.loggers) or t.dry_run)
-        if run.val_enabled and not last and self._val_due(run, batch_idx):
+        if run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled):
             self.validate(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
         return synced and (t.should_stop or t.preemption.due or t.max_steps is not None and applied >= t.max_steps) \
@@ -314,7 +366,9 @@ class FitLoop:
             state.stage = previous
             self.last_val_time = monotonic()
 
-    def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False) -> bool:
+    def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False, pulled: int = 1) -> bool:
+        """Whether a validation is due after the batch ``batch_idx`` (the last of ``pulled`` a step took: due when
+        one of them reached the interval)."""
         t = self.trainer
         every_n = t.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
@@ -324,5 +378,5 @@ class FitLoop:
         interval = run.val_check_batch
         if interval is None:  # a fraction of 1.0 of a loader of unknown length: the epoch's end
             return at_end
-        count = self.total_batches - 1 if every_n is None else batch_idx
-        return (count + 1) % interval == 0
+        count = self.total_batches if every_n is None else batch_idx + 1  # batches done, this one included
+        return count // interval > (count - pulled) // interval

@@ -1,5 +1,6 @@
 """Which indices a module's step and batch hooks take: ``batch_idx`` may be left out of a step's signature, and
-``dataloader_idx`` must be there exactly when a stage has several loaders (Lightning's rules).
+``dataloader_idx`` must be there exactly when a stage has several loaders (Lightning's rules); a step that takes
+``dataloader_iter`` takes the iterator alone (``batch_iter.py``).
 
 Owns reading the signatures (once per run, never per batch) and the error that names the method to change.
 Does not own calling them (the loops do, through the call :func:`step_call` returns).
@@ -40,6 +41,24 @@ def takes_batch_idx(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or _takes_varargs(params) or any(p.name == "batch_idx" for p in params)
 
 
+def takes_iterator(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a step of the ``dataloader_iter`` flavour: a parameter of that name (``*args`` is not
+    enough: the flavour has to be asked for by name, as in Lightning). Raises ``TypeError`` when the step also
+    requires another argument, which nothing would pass: the iterator's batches carry their own indices."""
+    params = _signature_params(fn) or []
+    if not any(p.name == "dataloader_iter" and p.kind in _POSITIONAL for p in params):
+        return False
+    others = [p.name for p in params if p.name != "dataloader_iter" and p.default is inspect.Parameter.empty
+              and p.kind in (*_POSITIONAL, inspect.Parameter.KEYWORD_ONLY)]
+    if others:
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", "the step"))
+        raise TypeError(f"{name}() takes `dataloader_iter` and also requires {', '.join(map(repr, others))}, which "
+                        "the Trainer does not pass: a step of this flavour gets the iterator alone, and "
+                        "next(dataloader_iter) gives (batch, batch_idx, dataloader_idx). Remove the other "
+                        "parameters (or give them defaults).")
+    return True
+
+
 def check_no_optimizer_idx(module: TrainingModule) -> None:
     """Raises ``RuntimeError`` for a ``training_step`` written for Lightning 1's several optimizers in automatic
     optimization (an ``optimizer_idx`` parameter): nothing would ever pass it."""
@@ -65,16 +84,21 @@ def step_call(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def stage_step(module: TrainingModule, stage: Stage, several: bool) -> Callable[..., Any]:
     """The call of ``stage``'s step for the loops, once the step and batch hooks are known to take the loader index
-    the loop passes (:func:`check_loader_idx`): ``step(batch, batch_idx[, dataloader_idx])``."""
-    check_loader_idx(module, stage, several)
-    return step_call(getattr(module, stage.step))
+    the loop passes (:func:`check_loader_idx`): ``step(batch, batch_idx[, dataloader_idx])``; for a step of the
+    ``dataloader_iter`` flavour (:func:`takes_iterator`) the step itself, called with the iterator alone."""
+    step = getattr(module, stage.step)
+    iterator = takes_iterator(step)
+    check_loader_idx(module, stage, several, with_step=not iterator)
+    return step if iterator else step_call(step)
 
 
-def check_loader_idx(module: TrainingModule, stage: Stage, several: bool) -> None:
+def check_loader_idx(module: TrainingModule, stage: Stage, several: bool, with_step: bool = True) -> None:
     """Raises ``RuntimeError`` when the module's step or batch hooks of ``stage`` cannot take the ``dataloader_idx``
     the loop passes: several loaders and no ``dataloader_idx`` (nor ``*args``) to receive it, or one loader (no
-    index passed) and a ``dataloader_idx`` without a default. Another name for it gets Python's own ``TypeError``."""
-    for name in (stage.step, stage.hook("batch_start"), stage.hook("batch_end")):
+    index passed) and a ``dataloader_idx`` without a default. Another name for it gets Python's own ``TypeError``.
+    ``with_step=False``: the batch hooks only (a ``dataloader_iter`` step gets no index)."""
+    names = (stage.step,) if with_step else ()
+    for name in (*names, stage.hook("batch_start"), stage.hook("batch_end")):
         fn = getattr(module, name, None)
         params = _signature_params(fn) if callable(fn) else None
         if params is None:
