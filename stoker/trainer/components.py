@@ -37,7 +37,8 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
         result.append(ProgressBar())
     # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
-    keys = [c.state_key for c in result if type(c).state_dict is not Callback.state_dict]
+    keys = [c.state_key for c in result
+            if getattr(type(c), "state_dict", Callback.state_dict) is not Callback.state_dict]  # a Mock has none
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:
         raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates} and a state "
