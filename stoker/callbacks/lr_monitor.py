@@ -182,7 +182,8 @@ class LearningRateMonitor(Callback):
 def _keys(optimizer: Any, prefix: str) -> list[str]:
     """The learning rate's metric name of each param group of ``optimizer``."""
     groups = optimizer.param_groups
-    names = [name or (f"pg{index + 1}" if len(groups) > 1 else "") for index, name in enumerate(_group_names(optimizer))]
+    given = _group_names(optimizer)
+    names = [name or (f"pg{index + 1}" if len(groups) > 1 else "") for index, name in enumerate(given)]
     return [f"{prefix}/{name}" if name else prefix for name in names]
 
 

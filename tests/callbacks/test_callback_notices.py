@@ -11,7 +11,13 @@ from unittest.mock import Mock
 import pytest
 import torch
 
-from stoker import BaseFinetuning, Callback, LearningRateMonitor, StochasticWeightAveraging, ThroughputMonitor
+from stoker import (
+    BaseFinetuning,
+    Callback,
+    LearningRateMonitor,
+    StochasticWeightAveraging,
+    ThroughputMonitor,
+)
 from stoker.loggers import CSVLogger
 from tests.callbacks.modules import loaders, trainer
 from tests.helpers.models import Regressor
