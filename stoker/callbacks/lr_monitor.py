@@ -35,7 +35,8 @@ class LearningRateMonitor(Callback):
     ``lr-{OptimizerClass}-1``; a scheduler configured with ``"name"`` replaces the ``lr-{OptimizerClass}`` prefix.
     Momentum and weight decay go under the learning rate's name plus ``-momentum`` / ``-weight_decay``
     (``lr-SGD-momentum``); the latest values are in ``last_momentum_values`` / ``last_weight_decay_values``, the
-    learning rates' history in ``lrs``.
+    learning rates' history in ``lrs`` (every name is in it, empty, from the start of training; when an optimizer
+    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``).
 
     Args:
         logging_interval: ``"step"``: before every optimizer step, the values that step uses (thinned by the
