@@ -84,6 +84,7 @@ class ModelCheckpoint(CheckpointRecord):
             record attributes may be assigned (as in Lightning); an assigned value stands until the next ranked save.
         resumed_from: The checkpoint folder this fit resumed from (``""`` for a fresh fit): never deleted by top-k.
         CHECKPOINT_NAME_LAST, FILE_EXTENSION: ``last``'s name template and every name's end (``".ckpt"``).
+        STARTING_VERSION: The first version suffix of a name already taken (1: ``-v1``), as in Lightning.
 
     Example:
         >>> from stoker import Trainer
@@ -96,6 +97,7 @@ class ModelCheckpoint(CheckpointRecord):
 
     CHECKPOINT_NAME_LAST = LAST_NAME
     FILE_EXTENSION = EXTENSION
+    STARTING_VERSION = 1
 
     def __init__(
         self,
@@ -236,7 +238,8 @@ class ModelCheckpoint(CheckpointRecord):
         # A fresh run keeps an earlier run's `last` in dirpath (its own is `last-v1`, as Lightning); a resumed one
         # goes on with its own, or with the folder's `last` when its state did not say which.
         return unique_path(self.dirpath, name, [self.last_model_path], self.FILE_EXTENSION, (WEIGHTS_DIR,),
-                           self.enable_version_counter and (self._fresh or bool(self.last_model_path)))
+                           self.enable_version_counter and (self._fresh or bool(self.last_model_path)),
+                           self.STARTING_VERSION)
 
     def on_exception(self, trainer: TrainerView, module: Any, exception: BaseException) -> None:
         """``save_on_exception``: the state at the moment ``fit`` raised, under the ``filename`` template."""
@@ -321,7 +324,8 @@ class ModelCheckpoint(CheckpointRecord):
         name = format_checkpoint_name(self.filename, metrics, self.auto_insert_metric_name)
         reserved = (os.path.basename(self.last_model_path), self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION,
                     WEIGHTS_DIR)
-        return unique_path(self.dirpath, name, replaceable, self.FILE_EXTENSION, reserved, self.enable_version_counter)
+        return unique_path(self.dirpath, name, replaceable, self.FILE_EXTENSION, reserved, self.enable_version_counter,
+                           self.STARTING_VERSION)
 
     def _write(self, trainer: TrainerView, topk_path: str | None, evicted: list[str], wait: bool = False,
                last: bool = False) -> None:

@@ -75,11 +75,12 @@ def format_checkpoint_name(template: str, metrics: dict[str, Any], auto_insert_m
 
 
 def unique_path(dirpath: str, name: str, replaceable: list[str], extension: str = EXTENSION,
-                reserved: tuple[str, ...] = (LAST_NAME + EXTENSION, WEIGHTS_DIR), versioned: bool = True) -> str:
-    """``dirpath/{name}{extension}``, as ``{name}-v1{extension}``, ``-v2``... when a folder we may not replace already
-    has that name (or the name is one this layout reserves: ``last.ckpt``, ``weights``). ``versioned=False``: the
-    existing folder is replaced instead (Lightning's ``enable_version_counter=False``)."""
-    path, version = os.path.join(dirpath, name + extension), 0
+                reserved: tuple[str, ...] = (LAST_NAME + EXTENSION, WEIGHTS_DIR), versioned: bool = True,
+                start: int = 1) -> str:
+    """``dirpath/{name}{extension}``, as ``{name}-v1{extension}``, ``-v2``... (from ``-v{start}``) when a folder we may
+    not replace already has that name (or the name is one this layout reserves: ``last.ckpt``, ``weights``).
+    ``versioned=False``: the existing folder is replaced instead (Lightning's ``enable_version_counter=False``)."""
+    path, version = os.path.join(dirpath, name + extension), start - 1
     while (versioned and os.path.exists(path) and path not in replaceable) or os.path.basename(path) in reserved:
         version += 1
         path = os.path.join(dirpath, f"{name}-v{version}{extension}")

@@ -221,9 +221,10 @@ class BaseFinetuning(Callback):
         if len(kept) < len(params):
             warnings.warn(
                 f"{len(params) - len(kept)} of the parameters to thaw are already optimized by this "
-                f"{type(getattr(optimizer, 'optimizer', optimizer)).__name__} and are left out of the new param group. The module's "
-                "configure_optimizers probably passed all its parameters, frozen ones included: pass only the "
-                "trainable ones, e.g. SGD(filter(lambda p: p.requires_grad, self.parameters()), lr=...).",
+                f"{type(getattr(optimizer, 'optimizer', optimizer)).__name__} and are left out of the new param "
+                "group. Did you init your optimizer in configure_optimizers with all the module's parameters, frozen "
+                "ones included? Pass only the trainable ones, e.g. "
+                "SGD(filter(lambda p: p.requires_grad, self.parameters()), lr=...).",
                 UserWarning, stacklevel=user_stacklevel())
         return kept
 

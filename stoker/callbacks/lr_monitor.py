@@ -35,7 +35,8 @@ class LearningRateMonitor(Callback):
     ``lr-{OptimizerClass}-1``; a scheduler configured with ``"name"`` replaces the ``lr-{OptimizerClass}`` prefix.
     Momentum and weight decay go under the learning rate's name plus ``-momentum`` / ``-weight_decay``
     (``lr-SGD-momentum``); the latest values are in ``last_momentum_values`` / ``last_weight_decay_values``, the
-    learning rates' history in ``lrs``.
+    learning rates' history in ``lrs`` (every name is in it, empty, from the start of training; when an optimizer
+    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``).
 
     Args:
         logging_interval: ``"step"``: before every optimizer step, the values that step uses (thinned by the
@@ -85,6 +86,10 @@ class LearningRateMonitor(Callback):
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."
             )
         self._targets = self._plan(trainer)
+        # Every name gets its (empty) history now, as in Lightning, so ``lrs`` lists what will be logged.
+        for optimizer, prefix, _ in self._targets:
+            for name in _keys(optimizer, prefix):
+                self.lrs.setdefault(name, [])
         # With several optimizers each counts its own steps for the log_every_n_steps cadence (started from an even
         # share after a resume): they share global_step, so one stepping right before another would never be due.
         share = trainer.global_step // max(len(self._targets), 1)
@@ -139,20 +144,25 @@ class LearningRateMonitor(Callback):
             elif name.endswith("-weight_decay"):
                 self.last_weight_decay_values[name] = value
             else:
-                self.lrs[name].append(value)
+                self._history(name).append(value)
             # As Lightning's: also a callback metric (ModelCheckpoint/EarlyStopping can watch it); a host tensor
             trainer.callback_metrics[name] = torch.tensor(value)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step + 1)
 
+    def _history(self, name: str) -> list[float]:
+        """The values logged under ``name``. An optimizer that got a second param group (``BaseFinetuning`` thawing a
+        layer) renames its first group from ``lr-SGD`` to ``lr-SGD/pg1``: that group's history moves with it."""
+        if name.endswith("/pg1") and name not in self.lrs:
+            earlier = name[: -len("/pg1")]
+            if earlier in self.lrs:
+                self.lrs[name] = self.lrs.pop(earlier)
+        return self.lrs[name]
+
     def _values(self, optimizer: Any, prefix: str) -> dict[str, float]:
-        groups = optimizer.param_groups
-        names = _group_names(optimizer)
         out: dict[str, float] = {}
-        for index, group in enumerate(groups):
-            name = names[index] or (f"pg{index + 1}" if len(groups) > 1 else "")
-            key = f"{prefix}/{name}" if name else prefix
+        for group, key in zip(optimizer.param_groups, _keys(optimizer, prefix)):
             out[key] = float(group["lr"])
             if self.log_momentum:
                 out[f"{key}-momentum"] = self._momentum(group)
@@ -168,6 +178,14 @@ class LearningRateMonitor(Callback):
                           "'momentum' nor 'betas' in their param groups); 0 is logged for them.", RuntimeWarning,
                           stacklevel=2)
         return float(momentum or 0.0)
+
+
+def _keys(optimizer: Any, prefix: str) -> list[str]:
+    """The learning rate's metric name of each param group of ``optimizer``."""
+    groups = optimizer.param_groups
+    given = _group_names(optimizer)
+    names = [name or (f"pg{index + 1}" if len(groups) > 1 else "") for index, name in enumerate(given)]
+    return [f"{prefix}/{name}" if name else prefix for name in names]
 
 
 def _group_names(optimizer: Any) -> list[str | None]:

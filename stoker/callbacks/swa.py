@@ -25,6 +25,7 @@ from torch import nn
 
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.callbacks.scheduler_config import LRSchedulerConfig
+from stoker.utilities.rank_zero import rank_zero_info
 
 __all__ = ["StochasticWeightAveraging"]
 
@@ -172,6 +173,7 @@ class StochasticWeightAveraging(Callback):
         if configs:
             # Changed in place: the Trainer's step-interval list holds this same object and now skips it.
             config = configs[0]
+            _announce_swap(trainer, config, scheduler)
             config.scheduler, config.interval, config.frequency = scheduler, "epoch", 1
             config.monitor, config.reduce_on_plateau = None, False
         else:
@@ -305,3 +307,19 @@ def _check_arguments(swa_lrs: Any, start: Any, annealing_epochs: Any, strategy: 
     if device is not None and not isinstance(device, (str, torch.device)):
         raise TypeError(f"StochasticWeightAveraging(device={device!r}) must be a torch.device, a string such as "
                         "'cpu', or None.")
+
+
+def _announce_swap(trainer: TrainerView, config: LRSchedulerConfig, swa_scheduler: Any) -> None:
+    """Says that the user's scheduler is replaced, and warns when it stepped more often than once an epoch: from
+    the averaging epochs on, a per-step schedule silently becomes a per-epoch one."""
+    if not trainer.is_global_zero:
+        return
+    old = getattr(config.scheduler, "scheduler", config.scheduler)  # the user's scheduler inside the prepared one
+    name, new = type(old).__name__, type(swa_scheduler).__name__
+    if config.interval != "epoch" or config.frequency != 1:
+        warnings.warn(f"StochasticWeightAveraging replaces {name} (interval={config.interval!r}, "
+                      f"frequency={config.frequency}) by {new}, which steps once per epoch: SWA is currently only "
+                      "supported every epoch, so the per-step schedule ends where averaging starts.",
+                      UserWarning, stacklevel=2)
+    rank_zero_info(f"Swapping scheduler `{name}` for `{new}` (StochasticWeightAveraging).")
+

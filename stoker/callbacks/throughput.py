@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from stoker.callbacks.base import Callback, TrainerView, evaluation_hooks
+from stoker.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["ThroughputMonitor"]
 
@@ -90,7 +91,7 @@ class ThroughputMonitor(Callback):
     module's ``flops_per_batch`` attribute when that is None (Lightning's convention, e.g. measured with
     ``torch.utils.flop_counter.FlopCounterMode``); evaluation batches count a third of it (forward only) unless the
     module defines ``eval_flops_per_batch``. MFU is FLOPs per second over ``peak_flops`` (the device's peak for the
-    precision used, e.g. 989e12 for an H100's dense bf16).
+    precision used, e.g. 989e12 for an H100's dense bf16). Without either FLOP count it warns once, as Lightning does.
 
     Args:
         batch_size_fn: Samples in a batch; default: the length of the first tensor found in the batch.
@@ -131,6 +132,7 @@ class ThroughputMonitor(Callback):
         self.metrics: dict[str, float] = {}
         self._meters = {stage: _Meter(window_size if stage == "train" else None) for stage in _STAGES}
         self._last_step = -1
+        self._warned_no_flops = False
 
     # -- counting -------------------------------------------------------------------------------------------------
     def _count(self, stage: str, module: Any, batch: Any) -> None:
@@ -150,8 +152,18 @@ class ThroughputMonitor(Callback):
             return float(module.eval_flops_per_batch)
         value = getattr(module, "flops_per_batch", None)
         if value is None:
+            self._warn_no_flops(module)
             return None
         return float(value) if stage == "train" else float(value) / 3
+
+    def _warn_no_flops(self, module: Any) -> None:
+        """Once per callback, as Lightning does: without a FLOP count there is no ``flops_per_sec`` and no MFU."""
+        if self._warned_no_flops or hasattr(module, "flops_per_batch"):
+            return
+        self._warned_no_flops = True
+        rank_zero_warn(f"When using the `ThroughputMonitor`, you need to define a `flops_per_batch` attribute on "
+                       f"{type(module).__name__} (or pass ThroughputMonitor(flops_per_batch=...)) to get "
+                       "flops_per_sec and MFU; only batches, samples (and items) per second are measured.")
 
     @staticmethod
     def _now(trainer: TrainerView, sync: bool) -> float:
