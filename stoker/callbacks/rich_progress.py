@@ -38,6 +38,15 @@ def require_rich(owner: str) -> None:
                                   "tqdm bar and table.", name="rich")
 
 
+def __getattr__(name: str) -> Any:
+    # rich's `Progress` by this module's name (Lightning's module has it), imported only when asked for.
+    if name == "Progress":
+        from rich.progress import Progress
+
+        return Progress
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @dataclass
 class RichProgressBarTheme:
     """The styles of a :class:`RichProgressBar` (any rich style: ``"bold red"``, ``"#6206E0"``, a ``Style``).
@@ -106,6 +115,7 @@ class RichProgressBar(ProgressBar):
         super().__init__(refresh_rate=seconds, leave=leave)
         self._refresh_rate = refresh_rate
         self._enabled = refresh_rate > 0
+        self._active = True  # enabled before a run too, as Lightning's; `setup` turns it off away from global zero
         self.seconds = float(seconds)
         self.theme = theme or RichProgressBarTheme()
         self.console_kwargs = dict(console_kwargs or {})
