@@ -26,7 +26,7 @@ _LAZY = {
     "ModelSummary": "stoker.callbacks.summary",
     # drawn with rich, imported when a bar or table is made (rich is an optional dependency)
     "RichProgressBar": "stoker.callbacks.rich_progress",
-    "RichProgressBarTheme": "stoker.callbacks.rich_progress",
+    "RichProgressBarTheme": "stoker.callbacks.rich_theme",
     "RichModelSummary": "stoker.callbacks.rich_summary",
     "BasePredictionWriter": "stoker.callbacks.prediction_writer",
     "GradientAccumulationScheduler": "stoker.callbacks.accumulation_scheduler",
@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
     from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
     from stoker.callbacks.rich_progress import RichProgressBar as RichProgressBar
-    from stoker.callbacks.rich_progress import RichProgressBarTheme as RichProgressBarTheme
+    from stoker.callbacks.rich_theme import RichProgressBarTheme as RichProgressBarTheme
     from stoker.callbacks.rich_summary import RichModelSummary as RichModelSummary
     from stoker.callbacks.spike import SpikeDetection as SpikeDetection
     from stoker.callbacks.spike import TrainingSpikeException as TrainingSpikeException

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, Tex
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from stoker.callbacks.rich_progress import RichProgressBarTheme
+    from stoker.callbacks.rich_theme import RichProgressBarTheme
 
 __all__ = ["BatchesColumn", "MetricsColumn", "RichTask", "SpeedColumn", "TimeColumn", "default_columns",
            "start_progress"]

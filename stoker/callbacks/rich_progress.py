@@ -1,4 +1,4 @@
-"""`RichProgressBar`: Lightning's progress bar drawn with rich, and its `RichProgressBarTheme`.
+"""`RichProgressBar`: Lightning's progress bar drawn with rich (its `RichProgressBarTheme` is in ``rich_theme.py``).
 
 It is stoker's ``ProgressBar`` (``progress.py``) with another look: that class decides when the bars are made,
 counted, redrawn and closed, and what they show; here each bar is a task of one rich live display
@@ -12,30 +12,20 @@ ImportError that says how to install it.
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stoker.callbacks.base import TrainerView
 from stoker.callbacks.progress import ProgressBar
+from stoker.callbacks.rich_theme import RichProgressBarTheme, require_rich
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, ProgressColumn, TaskID
-    from rich.style import Style
 
     from stoker.callbacks.rich_display import RichTask
 
-__all__ = ["RichProgressBar", "RichProgressBarTheme", "require_rich"]
-
-
-def require_rich(owner: str) -> None:
-    """Raises a ModuleNotFoundError saying how to install rich when it is missing (found without importing it)."""
-    if importlib.util.find_spec("rich") is None:
-        raise ModuleNotFoundError(f"{owner} draws with the `rich` package, which is not installed: run "
-                                  "`pip install rich` (or `pip install 'stoker[rich]'`), or use the default "
-                                  "tqdm bar and table.", name="rich")
+__all__ = ["RichProgressBar", "RichProgressBarTheme"]  # the theme also here: Lightning has it in this module
 
 
 def __getattr__(name: str) -> Any:
@@ -45,34 +35,6 @@ def __getattr__(name: str) -> Any:
 
         return Progress
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass
-class RichProgressBarTheme:
-    """The styles of a :class:`RichProgressBar` (any rich style: ``"bold red"``, ``"#6206E0"``, a ``Style``).
-
-    Attributes:
-        description: The bar's title ("Epoch 3/9", "Validation").
-        progress_bar, progress_bar_finished, progress_bar_pulse: The bar while running, when full, and while
-            pulsing (a loader without a length).
-        batch_progress: The ``done/total`` count.
-        time: The elapsed and remaining time.
-        processing_speed: The batches per second.
-        metrics: The values beside the count.
-        metrics_text_delimiter: Between two values.
-        metrics_format: A format spec for numbers (``".3f"``, ``".2e"``); integers and text are shown as they are.
-    """
-
-    description: str | Style = ""
-    progress_bar: str | Style = "#6206E0"
-    progress_bar_finished: str | Style = "#6206E0"
-    progress_bar_pulse: str | Style = "#6206E0"
-    batch_progress: str | Style = ""
-    time: str | Style = "dim"
-    processing_speed: str | Style = "dim underline"
-    metrics: str | Style = "italic"
-    metrics_text_delimiter: str = " "
-    metrics_format: str = ".3f"
 
 
 class RichProgressBar(ProgressBar):

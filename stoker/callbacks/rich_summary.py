@@ -7,7 +7,7 @@ A ``RichProgressBar`` among the Trainer's callbacks makes this the default summa
 
 from __future__ import annotations
 
-from stoker.callbacks.rich_progress import require_rich
+from stoker.callbacks.rich_theme import require_rich
 from stoker.callbacks.summary import ModelSummary, SummaryTable
 
 __all__ = ["RichModelSummary"]
