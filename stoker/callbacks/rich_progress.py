@@ -139,7 +139,7 @@ class RichProgressBar(ProgressBar):
         epoch bar should stay on screen above the next; None while the bars are disabled."""
         if self.is_disabled:
             return None
-        if self._live and (new or self.progress is None):
+        if self._live and new:
             self._stop_display()
         if not self._live:
             from stoker.callbacks.rich_display import start_progress

@@ -190,3 +190,18 @@ def test_evaluation_runs_keep_their_bar(tmp_path, screen):
     assert _tasks(bar) == [("Validation", 2, 2, True)]
     t.test(Regressor(), dataloaders=loaders()[1])
     assert _tasks(bar) == [("Testing", 2, 2, True)] and bar.test_progress_bar_id == 0
+
+
+def test_an_error_mid_fit_stops_the_display_and_gives_stdout_back(tmp_path, screen):
+    class Failing(Regressor):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise RuntimeError("broken batch")
+            return super().training_step(batch, batch_idx)
+
+    stdout = sys.stdout
+    bar = RichProgressBar()
+    with pytest.raises(RuntimeError, match="broken batch"):
+        trainer(tmp_path, max_epochs=1, callbacks=[bar]).fit(Failing(), loaders()[0])
+    assert not bar.progress.live.is_started and sys.stdout is stdout
+    assert bar.train_progress_bar.completed == 2
