@@ -64,7 +64,7 @@ class RichProgressBar(ProgressBar):
 
     stdout_through_bar = False  # rich's live display sends prints above itself
 
-    def __init__(self, refresh_rate: int | float = 100, leave: bool = False,
+    def __init__(self, refresh_rate: float = 100, leave: bool = False,
                  theme: RichProgressBarTheme | None = None, console_kwargs: dict[str, Any] | None = None,
                  seconds: float = 0.5) -> None:
         require_rich("RichProgressBar")

@@ -39,7 +39,7 @@ def test_importing_the_bar_and_its_lightning_path_leaves_rich_unloaded():
 
 @pytest.mark.parametrize("kind", ["RichProgressBar", "RichModelSummary"])
 def test_without_rich_the_error_says_how_to_install_it(monkeypatch, kind):
-    import stoker.callbacks as callbacks
+    from stoker import callbacks
 
     monkeypatch.setitem(sys.modules, "rich", None)  # as if not installed
     with pytest.raises(ImportError, match="pip install rich"):
@@ -135,7 +135,7 @@ def test_prints_during_the_fit_land_above_the_bar(tmp_path, screen):
     bar.print("after the fit")
     text = screen.getvalue()
     assert "halfway through the epoch" in text
-    assert sys.stdout is not None and not type(sys.stdout).__name__ == "FileProxy"  # rich gave stdout back
+    assert type(sys.stdout).__name__ != "FileProxy"  # rich gave stdout back
 
 
 def test_the_theme_styles_the_columns_and_formats_the_values(tmp_path, screen):
