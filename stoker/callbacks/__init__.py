@@ -6,8 +6,9 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
 `OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `WeightAveraging` /
 `EMAWeightAveraging` (weight_averaging.py), `SpikeDetection` and its `TrainingSpikeException` (spike.py),
-`LambdaCallback` (lambda_function.py) and `BaseFinetuning` / `BackboneFinetuning` (finetuning.py). Those after
-`Timer` are imported on first use. None of them imports tqdm, tensorboard or torchmetrics at import time.
+`LambdaCallback` (lambda_function.py), `BaseFinetuning` / `BackboneFinetuning` (finetuning.py), and the rich
+look of the bar and the table, `RichProgressBar` (rich_progress.py) and `RichModelSummary` (rich_summary.py). Those
+after `Timer` are imported on first use. None of them imports tqdm, rich, tensorboard or torchmetrics at import time.
 """
 
 import os
@@ -23,6 +24,10 @@ from stoker.callbacks.timer import Timer
 
 _LAZY = {
     "ModelSummary": "stoker.callbacks.summary",
+    # drawn with rich, imported when a bar or table is made (rich is an optional dependency)
+    "RichProgressBar": "stoker.callbacks.rich_progress",
+    "RichProgressBarTheme": "stoker.callbacks.rich_theme",
+    "RichModelSummary": "stoker.callbacks.rich_summary",
     "BasePredictionWriter": "stoker.callbacks.prediction_writer",
     "GradientAccumulationScheduler": "stoker.callbacks.accumulation_scheduler",
     "ThroughputMonitor": "stoker.callbacks.throughput",
@@ -69,6 +74,9 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.callbacks.lambda_function import LambdaCallback as LambdaCallback
     from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
     from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
+    from stoker.callbacks.rich_progress import RichProgressBar as RichProgressBar
+    from stoker.callbacks.rich_theme import RichProgressBarTheme as RichProgressBarTheme
+    from stoker.callbacks.rich_summary import RichModelSummary as RichModelSummary
     from stoker.callbacks.spike import SpikeDetection as SpikeDetection
     from stoker.callbacks.spike import TrainingSpikeException as TrainingSpikeException
     from stoker.callbacks.summary import ModelSummary as ModelSummary

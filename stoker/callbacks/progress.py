@@ -71,6 +71,7 @@ class ProgressBar(Callback):
     validation_description = "Validation"
     test_description = "Testing"
     predict_description = "Predicting"
+    stdout_through_bar = True  # False: the display sends prints above itself (RichProgressBar's rich display)
 
     def __init__(self, refresh_rate: float = 0.5, leave: bool = True, file: IO[str] | None = None,
                  line_interval: float = 30.0) -> None:
@@ -233,7 +234,7 @@ class ProgressBar(Callback):
             return None
         self._next_values = time.monotonic() + self._interval
         drawn = DrawnBar(bar, label, bar_total(total), self._tty(), self._file, self.line_interval, initial)
-        if drawn.tty and self._stdout is None:
+        if drawn.tty and self._stdout is None and self.stdout_through_bar:
             self._stdout = StdoutThroughBar.install(self._shown)
         return drawn
 

@@ -120,7 +120,8 @@ class SummaryTable:
             for m, mode in modes:
                 m.training = mode
 
-    def __str__(self) -> str:
+    def columns(self) -> list[tuple[str, list[str]]]:
+        """The table's columns as ``(title, cells)``, one cell per row (the root's own parameters last, if any)."""
         columns = [(" ", [str(i) for i in range(len(self.layers))]), ("Name", [r.name for r in self.layers]),
                    ("Type", [r.type for r in self.layers]),
                    ("Params", [readable_count(r.params) for r in self.layers]),
@@ -133,20 +134,27 @@ class SummaryTable:
         if self.other_parameters:  # parameters held by the root module itself, outside any listed layer
             values = [" ", "other params", "n/a", readable_count(self.other_parameters), "", "", "n/a", "n/a", "n/a"]
             columns = [(title, cells + [values[i]]) for i, (title, cells) in enumerate(columns)]
+        return columns
+
+    def totals(self) -> list[tuple[str, str]]:
+        """The lines under the table as ``(value, label)``: parameters, size in MB, modules per mode."""
+        non_trainable = self.total_parameters - self.trainable_parameters
+        return [(readable_count(self.trainable_parameters), "Trainable params"),
+                (readable_count(non_trainable), "Non-trainable params"),
+                (readable_count(self.total_parameters), "Total params"),
+                (f"{self.model_size:,.3f}", "Total estimated model params size (MB)"),
+                (str(self.modules_in_train_mode), "Modules in train mode"),
+                (str(self.modules_in_eval_mode), "Modules in eval mode")]
+
+    def __str__(self) -> str:
+        columns = self.columns()
         widths = [max([len(title), *(len(c) for c in cells)]) for title, cells in columns]
         rule = "-" * (sum(widths) + 3 * len(widths))
         lines = [" | ".join(t.ljust(w) for (t, _), w in zip(columns, widths)).rstrip(), rule]
         for i in range(len(columns[0][1])):
             lines.append(" | ".join(cells[i].ljust(w) for (_, cells), w in zip(columns, widths)).rstrip())
         lines.append(rule)
-        non_trainable = self.total_parameters - self.trainable_parameters
-        for value, label in ((readable_count(self.trainable_parameters), "Trainable params"),
-                             (readable_count(non_trainable), "Non-trainable params"),
-                             (readable_count(self.total_parameters), "Total params"),
-                             (f"{self.model_size:,.3f}", "Total estimated model params size (MB)"),
-                             (str(self.modules_in_train_mode), "Modules in train mode"),
-                             (str(self.modules_in_eval_mode), "Modules in eval mode")):
-            lines.append(f"{value:<10}{label}")
+        lines += [f"{value:<10}{label}" for value, label in self.totals()]
         return "\n".join(lines)
 
 
@@ -196,8 +204,13 @@ class ModelSummary(Callback):
         steps = accelerator.gradient_accumulation_steps
         accumulation = f"{steps} micro-batch{'es' if steps > 1 else ''} per optimizer step"
         precision = str(getattr(trainer, "precision", accelerator.mixed_precision))
-        print(f"{self.table}\nDevice: {accelerator.device} | processes: {accelerator.num_processes} | precision: "
-              f"{'fp32' if precision == 'no' else precision} | accumulation: {accumulation}", flush=True)
+        self.show(self.table, f"Device: {accelerator.device} | processes: {accelerator.num_processes} | precision: "
+                              f"{'fp32' if precision == 'no' else precision} | accumulation: {accumulation}")
+
+    def show(self, table: SummaryTable, run: str) -> None:
+        """Prints ``table`` and the line about the ``run`` (device, processes, precision, accumulation); override it
+        to show the summary another way (``RichModelSummary`` draws it with rich)."""
+        print(f"{table}\n{run}", flush=True)
 
 
 def _check_depth(owner: str, max_depth: Any) -> None:

@@ -32,7 +32,11 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         raise ValueError("Trainer(enable_checkpointing=False) but found a ModelCheckpoint (a Checkpoint callback) in "
                          "callbacks: remove it, or drop enable_checkpointing=False.")
     if model_summary and not any(isinstance(c, ModelSummary) for c in result):
-        result.append(ModelSummary())
+        from ..callbacks import RichModelSummary, RichProgressBar  # rich itself is imported when drawing only
+
+        # A rich bar chosen by the user gets the table in the same look.
+        rich = any(isinstance(c, RichProgressBar) for c in result)
+        result.append(RichModelSummary() if rich else ModelSummary())
     if checkpointing and not any(isinstance(c, Checkpoint) for c in result):
         result.append(ModelCheckpoint())
     if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
