@@ -36,6 +36,8 @@ _LAZY = {
     "LearningRateMonitor": "stoker.callbacks",
     "ProgressBar": "stoker.callbacks",
     "TQDMProgressBar": "stoker.callbacks",
+    "RichProgressBar": "stoker.callbacks",
+    "RichModelSummary": "stoker.callbacks",
     "Timer": "stoker.callbacks",
     "ModelSummary": "stoker.callbacks",
     "BasePredictionWriter": "stoker.callbacks",
@@ -94,7 +96,7 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
         ModelCheckpoint as ModelCheckpoint, ModelSummary as ModelSummary,
         OnExceptionCheckpoint as OnExceptionCheckpoint, ProgressBar as ProgressBar,
         StochasticWeightAveraging as StochasticWeightAveraging, ThroughputMonitor as ThroughputMonitor, Timer as Timer,
-        TQDMProgressBar as TQDMProgressBar,
+        TQDMProgressBar as TQDMProgressBar, RichProgressBar as RichProgressBar, RichModelSummary as RichModelSummary,
     )
     from stoker.loggers import (
         CSVLogger as CSVLogger, Logger as Logger, MLFlowLogger as MLFlowLogger, TensorBoardLogger as TensorBoardLogger,
