@@ -151,8 +151,11 @@ class RunFacts:
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """Batches per val loader a sanity check runs: ``num_sanity_val_steps`` of each, at most all of it."""
+        """Batches per val loader a fit's sanity check runs: ``num_sanity_val_steps`` of each, at most all of it;
+        empty before the first fit and when no sanity check is asked for (it is a fact of ``fit`` only)."""
         steps = self.options.num_sanity_val_steps
+        if steps == 0 or self.fit_run is None:
+            return []
         return [n if steps is None else min(steps, n) for n in self.num_val_batches]
 
     @property
