@@ -28,7 +28,7 @@ from .logging import Results
 from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
-from .options import RunLimits, RunOptions, limit_view
+from .options import LimitView, RunLimits, RunOptions
 from .preemption import Preemption
 from .profilers import Profiler
 from .run_report import RunReport
@@ -374,12 +374,12 @@ class Trainer:
         module = self.module if module is None else module
         return module is not None and defines_hook(module, name, TrainingModule)
 
-    max_epochs = limit_view("max_epochs")
-    max_steps = limit_view("max_steps")
+    max_epochs, max_steps = LimitView(), LimitView()
 
-    max_epochs_effective = property(lambda self: self.limits.epochs_to_run(self.options.min_epochs),
-                                    doc="The epochs ``fit`` runs to: ``max_epochs``; with neither limit, one "
-                                        "(or ``min_epochs``).")
+    @property
+    def max_epochs_effective(self) -> int | None:
+        """The epochs ``fit`` runs to: ``max_epochs``; with neither limit, one (or ``min_epochs``)."""
+        return self.limits.epochs_to_run(self.options.min_epochs)
 
     @property
     def accumulate(self) -> int:

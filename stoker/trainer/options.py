@@ -9,7 +9,7 @@ from Lightning's names (``min_epochs``, ``num_sanity_val_steps``, ...: ``stoker/
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from . import args as check
 
@@ -48,16 +48,24 @@ class HasLimits(Protocol):
     limits: RunLimits
 
 
-def limit_view(name: str) -> property:
+class LimitView:
     """The Trainer's ``max_epochs`` / ``max_steps``: its ``limits``' value, read and set (setting checks it)."""
 
-    def get(trainer: HasLimits) -> int | None:
-        return getattr(trainer.limits, name)
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The fit's ``{name}`` (None: no such limit), kept in ``trainer.limits``."
 
-    def put(trainer: HasLimits, value: Any) -> None:
-        setattr(trainer.limits, name, value)
+    @overload
+    def __get__(self, trainer: None, owner: type) -> LimitView: ...
 
-    return property(get, put, doc=f"The fit's ``{name}`` (None: no such limit), kept in ``trainer.limits``.")
+    @overload
+    def __get__(self, trainer: HasLimits, owner: type) -> int | None: ...
+
+    def __get__(self, trainer: HasLimits | None, owner: type) -> int | None | LimitView:
+        return self if trainer is None else getattr(trainer.limits, self.name)
+
+    def __set__(self, trainer: HasLimits, value: int | None) -> None:
+        setattr(trainer.limits, self.name, value)
 
 
 @dataclass(frozen=True)

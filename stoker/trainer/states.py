@@ -76,6 +76,10 @@ class TrainerState(RunState):
         (True, 'validate', <TrainerStatus.INITIALIZING: 'initializing'>)
     """
 
+    fn: TrainerFn | None = None  # (re-declared with the members' types: what a reader gets)
+    stage: RunningStage | None = None
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+
     def __setattr__(self, name: str, value: Any) -> None:
         kind = _MEMBERS.get(name)
         super().__setattr__(name, value if kind is None or value is None else kind(value))

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ...trainer.loops import FitLoop
     from ...trainer.options import RunLimits, RunOptions
     from ...trainer.preemption import Preemption
-    from ...trainer.run import FitRun, RunState
+    from ...trainer.run import FitRun
+    from ...trainer.states import TrainerState
     from ...trainer.setup import RunSetup
 
 
@@ -32,7 +33,7 @@ class RunFacts:
 
     accelerator: Accelerator
     run_setup: RunSetup
-    state: RunState
+    state: TrainerState
     module: TrainingModule | None
     num_nodes: int
     fit_loop: FitLoop
