@@ -67,6 +67,13 @@ def test_lightning_spelled_limits_still_stop_the_fit_where_they_should() -> None
     assert by_epochs.max_epochs is None and by_epochs.estimated_stepping_batches == 4  # neither: one epoch
 
 
+def test_a_fit_limited_by_steps_alone_reads_no_epoch_limit_from_then_on() -> None:
+    trainer = quiet_trainer(max_steps=3)
+    assert trainer.max_epochs is None  # not given, and no fit yet
+    trainer.fit(Regressor(), loaders()[0])
+    assert trainer.global_step == 3 and trainer.max_epochs == -1 and trainer.limits.max_epochs is None
+
+
 def test_a_fit_without_limits_reads_as_not_set_and_trains_one_epoch() -> None:
     trainer = quiet_trainer()
     trainer.fit(Regressor(), loaders()[0])

@@ -78,10 +78,12 @@ class RunFacts:
 
     @property
     def max_epochs(self) -> int | None:
-        """The epoch limit as given: None when not set, -1 for "no limit" (Lightning's spellings; a fit with neither
-        limit trains one epoch, where Lightning would train 1000, and this still reads None)."""
-        epochs = self.limits.max_epochs
-        return -1 if epochs is None and self.epochs_unlimited else epochs
+        """The epoch limit as given: None when not set, -1 for "no limit" (Lightning's spellings). From the first
+        ``fit`` on, one not given reads -1 when ``max_steps`` alone limits the run, as Lightning resolves it; with
+        neither limit it stays None (stoker trains one epoch, or ``min_epochs``, where Lightning trains 1000)."""
+        epochs, limits = self.limits.max_epochs, self.limits
+        resolved = self.fit_run is not None and limits.max_steps is not None
+        return -1 if epochs is None and (self.epochs_unlimited or resolved) else epochs
 
     @max_epochs.setter
     def max_epochs(self, value: int | None) -> None:
