@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from stoker import Callback, StochasticWeightAveraging, Trainer
+from stoker import Callback, StochasticWeightAveraging
 from stoker.trainer import Trainer as CoreTrainer
 from stoker.trainer.options import RunLimits
 from stoker.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from ...trainer.options import RunLimits, RunOptions
     from ...trainer.preemption import Preemption
     from ...trainer.run import FitRun
-    from ...trainer.states import TrainerState
     from ...trainer.setup import RunSetup
+    from ...trainer.states import TrainerState
 
 
 class RunFacts:
