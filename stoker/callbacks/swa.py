@@ -113,8 +113,8 @@ class StochasticWeightAveraging(Callback):
         self._swa_scheduler = None  # configure_optimizers ran again: the new scheduler config needs the switch
 
     def _first_epoch(self, trainer: TrainerView) -> int:
-        max_epochs = trainer.max_epochs
-        if max_epochs is None and trainer.max_steps is None:  # neither limit: the Trainer runs one epoch
+        max_epochs = None if trainer.max_epochs == -1 else trainer.max_epochs  # -1: Lightning's "no limit"
+        if max_epochs is None and trainer.max_steps in (None, -1):  # neither limit: the Trainer runs one epoch
             max_epochs = 1
         if isinstance(self.swa_epoch_start, float):
             if max_epochs is None:

@@ -28,15 +28,15 @@ from .logging import Results
 from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
-from .options import RunOptions
+from .options import LimitView, RunLimits, RunOptions
 from .preemption import Preemption
 from .profilers import Profiler
-from .run import RunState
 from .run_report import RunReport
 from .run_scope import run_scope
 from .setup import RunSetup
 from .spawn import runs_in_workers
 from .stages import PREDICT, STAGES, TRAIN
+from .states import TrainerState
 
 if TYPE_CHECKING:
     from ..callbacks import Callback, ModelCheckpoint
@@ -137,8 +137,8 @@ class Trainer:
     # -- construction helpers -------------------------------------------------------------------------------------
     def _check_limits(self, max_epochs: Any, max_steps: Any, clip_grad_norm: Any, clip_grad_value: Any,
                       val_check_interval: Any, check_val_every_n_epoch: Any) -> None:
-        self.max_epochs = check.optional_int("max_epochs", max_epochs, 0, none_aliases=(-1,))
-        self.max_steps = check.optional_int("max_steps", max_steps, 0, none_aliases=(-1,))
+        self.limits = RunLimits()  # what the loops read; max_epochs / max_steps are views (Lightning's: compat/)
+        self.max_epochs, self.max_steps = max_epochs, max_steps
         self.clip_grad_norm = check.clip_value("clip_grad_norm", clip_grad_norm)
         self.clip_grad_value = check.clip_value("clip_grad_value", clip_grad_value)
         if self.clip_grad_norm is not None and self.clip_grad_value is not None:
@@ -153,7 +153,7 @@ class Trainer:
                              f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
 
     def _init_run_state(self) -> None:
-        self.state = RunState()
+        self.state = TrainerState()
         self.fit_loop = FitLoop(self)
         self.should_stop = False
         self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
@@ -374,12 +374,12 @@ class Trainer:
         module = self.module if module is None else module
         return module is not None and defines_hook(module, name, TrainingModule)
 
+    max_epochs, max_steps = LimitView(), LimitView()
+
     @property
     def max_epochs_effective(self) -> int | None:
         """The epochs ``fit`` runs to: ``max_epochs``; with neither limit, one (or ``min_epochs``)."""
-        if self.max_epochs is None and self.max_steps is None:
-            return max(1, self.options.min_epochs or 0)
-        return self.max_epochs
+        return self.limits.epochs_to_run(self.options.min_epochs)
 
     @property
     def accumulate(self) -> int:

@@ -198,7 +198,7 @@ class LoaderRequests:
                           f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
                           "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
                           UserWarning, stacklevel=user_stacklevel())
-        if math.isinf(n) and t.max_epochs is None and t.max_steps is None:
+        if math.isinf(n) and t.limits.max_epochs is None and t.limits.max_steps is None:
             raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
                              "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "
                              "or Trainer(max_epochs=N).")

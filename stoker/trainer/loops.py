@@ -110,7 +110,7 @@ class FitLoop:
         t = self.trainer
         if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
             self.stop_reason = "should_stop"
-        elif t.max_steps is not None and t.global_step >= t.max_steps:
+        elif t.limits.steps_reached(t.global_step):
             self.stop_reason = "max_steps"
         elif t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective:
             self.stop_reason = "max_epochs"
@@ -329,13 +329,13 @@ class FitLoop:
         if run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled):
             self.validate(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
-        return synced and (t.should_stop or t.preemption.due or t.max_steps is not None and applied >= t.max_steps) \
+        return synced and (t.should_stop or t.preemption.due or t.limits.steps_reached(applied)) \
             and self._stop_now(applied)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
         t = self.trainer
-        stop = self.stop_requested() or (t.max_steps is not None and applied >= t.max_steps)
+        stop = self.stop_requested() or t.limits.steps_reached(applied)
         # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
         # without waiting; on the run's last step at once, so that no signal is left unread).
         t.preemption.check(t, blocking=stop)

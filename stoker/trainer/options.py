@@ -1,4 +1,5 @@
-"""`RunOptions`: how a fit may stop early or late, check itself first, and renew its loaders.
+"""`RunOptions`: how a fit may stop early or late, check itself first, and renew its loaders; `RunLimits`: when it
+stops.
 
 Owns the values only (checked here, once); the fit loop (``loops.py``), the sanity check (``evaluation.py``) and
 set-up (``setup.py``) read them. ``Trainer(options=RunOptions(...))`` sets them; ``stoker.Trainer`` builds them
@@ -8,8 +9,63 @@ from Lightning's names (``min_epochs``, ``num_sanity_val_steps``, ...: ``stoker/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol, overload
 
 from . import args as check
+
+
+@dataclass
+class RunLimits:
+    """When a fit stops: after ``max_epochs`` epochs or ``max_steps`` applied optimizer steps, whichever comes first
+    (None: no such limit; with neither, one epoch, or ``min_epochs``). Each value is checked whenever it is set
+    (``-1`` is read as None). The loops read these; ``trainer.max_epochs`` / ``max_steps`` are views of them, which
+    ``stoker.Trainer`` spells as Lightning does (``max_steps`` -1 for no limit).
+
+    Example:
+        >>> limits = RunLimits(max_epochs=-1, max_steps=10)
+        >>> limits.max_epochs, limits.max_steps
+        (None, 10)
+    """
+
+    max_epochs: int | None = None
+    max_steps: int | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, check.optional_int(name, value, 0, none_aliases=(-1,)))
+
+    def steps_reached(self, applied: int) -> bool:
+        """Whether ``applied`` optimizer steps reach ``max_steps`` (never, without one)."""
+        return self.max_steps is not None and applied >= self.max_steps
+
+    def epochs_to_run(self, min_epochs: int | None) -> int | None:
+        """The epochs a fit runs to: ``max_epochs``; with neither limit, one (or ``min_epochs``); None: no limit."""
+        if self.max_epochs is None and self.max_steps is None:
+            return max(1, min_epochs or 0)
+        return self.max_epochs
+
+
+class HasLimits(Protocol):
+    limits: RunLimits
+
+
+class LimitView:
+    """The Trainer's ``max_epochs`` / ``max_steps``: its ``limits``' value, read and set (setting checks it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The fit's ``{name}`` (None: no such limit), kept in ``trainer.limits``."
+
+    @overload
+    def __get__(self, trainer: None, owner: type) -> LimitView: ...
+
+    @overload
+    def __get__(self, trainer: HasLimits, owner: type) -> int | None: ...
+
+    def __get__(self, trainer: HasLimits | None, owner: type) -> int | None | LimitView:
+        return self if trainer is None else getattr(trainer.limits, self.name)
+
+    def __set__(self, trainer: HasLimits, value: int | None) -> None:
+        setattr(trainer.limits, self.name, value)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .logging import Results
     from .nonfinite import NonFiniteLoss
     from .optim import LRSchedulerConfig
-    from .options import RunOptions
+    from .options import RunLimits, RunOptions
     from .profilers import Profiler
     from .run import FitRun, RunState
 
@@ -137,6 +137,7 @@ class TrainerParts(Protocol):
     progress_bar_values: dict[str, Any]
     eval_log_steps: dict[str, int]
     default_root_dir: str
+    limits: RunLimits
     max_epochs: int | None
     max_steps: int | None
     val_check_interval: int | float | timedelta

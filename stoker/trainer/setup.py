@@ -210,8 +210,8 @@ class RunSetup:
         per_epoch = math.inf if math.isinf(n) else math.ceil(n / t.accumulate)
         epochs = t.max_epochs_effective
         total = per_epoch * epochs if epochs is not None else math.inf
-        if t.max_steps is not None:
-            total = min(total, t.max_steps)
+        if t.limits.max_steps is not None:
+            total = min(total, t.limits.max_steps)
         return int(total) if not math.isinf(total) else total
 
     # -- evaluation -------------------------------------------------------------------------------------------------

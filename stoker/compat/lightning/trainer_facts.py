@@ -1,6 +1,7 @@
-"""Lightning's read-only facts of a Trainer that are only names over the core's own (``trainer.model``,
-``world_size``, ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings,
-``is_last_batch``, ``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``) and
+"""Lightning's facts of a Trainer that are only names over the core's own (``trainer.model``, ``world_size``,
+``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings, ``is_last_batch``,
+``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``, ``val_check_batch``, and ``max_epochs`` /
+``max_steps`` in Lightning's spelling over the core's ``limits``) and
 ``init_module()``: a mixin of the Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file
 stays one idea (the ranks are the core Trainer's own)."""
 
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
     from ...accelerator import Accelerator
     from ...trainer import TrainingModule
     from ...trainer.loops import FitLoop
-    from ...trainer.options import RunOptions
+    from ...trainer.options import RunLimits, RunOptions
     from ...trainer.preemption import Preemption
-    from ...trainer.run import RunState
+    from ...trainer.run import FitRun
     from ...trainer.setup import RunSetup
+    from ...trainer.states import TrainerState
 
 
 class RunFacts:
@@ -31,11 +33,15 @@ class RunFacts:
 
     accelerator: Accelerator
     run_setup: RunSetup
-    state: RunState
+    state: TrainerState
     module: TrainingModule | None
     num_nodes: int
     fit_loop: FitLoop
     options: RunOptions
+    limits: RunLimits
+    epochs_unlimited: bool = False
+    val_check_seconds: float | None
+    fit_run: FitRun | None
     preemption: Preemption
     num_val_batches: list[int | float]
 
@@ -59,6 +65,40 @@ class RunFacts:
                 yield
             finally:
                 torch.set_default_dtype(previous)
+
+    @property
+    def max_steps(self) -> int:
+        """Lightning's spelling of the step limit: -1 when there is none (the loops read ``trainer.limits``)."""
+        steps = self.limits.max_steps
+        return -1 if steps is None else steps
+
+    @max_steps.setter
+    def max_steps(self, value: int | None) -> None:
+        self.limits.max_steps = value  # checked there; -1 or None: no limit
+
+    @property
+    def max_epochs(self) -> int | None:
+        """The epoch limit as given: None when not set, -1 for "no limit" (Lightning's spellings). From the first
+        ``fit`` on, one not given reads -1 when ``max_steps`` alone limits the run, as Lightning resolves it; with
+        neither limit it stays None (stoker trains one epoch, or ``min_epochs``, where Lightning trains 1000)."""
+        epochs, limits = self.limits.max_epochs, self.limits
+        resolved = self.fit_run is not None and limits.max_steps is not None
+        return -1 if epochs is None and (self.epochs_unlimited or resolved) else epochs
+
+    @max_epochs.setter
+    def max_epochs(self, value: int | None) -> None:
+        self.limits.max_epochs = value  # checked there
+        self.epochs_unlimited = value == -1  # kept apart from None (not set) only to read back as given
+
+    @property
+    def val_check_batch(self) -> int | float | None:
+        """Lightning's name: validation runs after every this many training batches of the current (or last) fit;
+        ``inf`` for a train loader of unknown length validated at its epochs' ends, None before the fit's train
+        loader is known or when ``val_check_interval`` is a time."""
+        run = self.fit_run
+        if run is None or run.train_loader is None or self.val_check_seconds is not None:
+            return None
+        return float("inf") if run.val_check_batch is None else run.val_check_batch
 
     @property
     def interrupted(self) -> bool:
@@ -114,8 +154,11 @@ class RunFacts:
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """Batches per val loader a sanity check runs: ``num_sanity_val_steps`` of each, at most all of it."""
+        """Batches per val loader a fit's sanity check runs: ``num_sanity_val_steps`` of each, at most all of it;
+        empty before the first fit and when no sanity check is asked for (it is a fact of ``fit`` only)."""
         steps = self.options.num_sanity_val_steps
+        if steps == 0 or self.fit_run is None:
+            return []
         return [n if steps is None else min(steps, n) for n in self.num_val_batches]
 
     @property
