@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     from .run import FitRun
 
 
+class MissingLoaderError(TypeError, ValueError):
+    """A stage with no loader passed and no loader hook to ask: a missing argument, so a ``TypeError`` (Lightning's
+    kind), and the ``ValueError`` stoker raised for it before."""
+
+
 def _length(loader: Any) -> int | None:
     try:
         return len(loader)
@@ -82,7 +87,7 @@ class LoaderRequests:
             value = getattr(module, hook)()
         if value is None and required:
             where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
-            raise ValueError(f"No dataloaders: pass dataloaders=... or define {where}"
+            raise MissingLoaderError(f"No dataloaders: pass dataloaders=... or define {where}"
                              f"{type(module).__name__}.{hook}().")
         return value
 
@@ -103,7 +108,7 @@ class LoaderRequests:
         (``CombinedLoader(..., "max_size_cycle")``, as Lightning does)."""
         value = self.requested(value, module, TRAIN.loader_hook)
         if value is None:
-            raise ValueError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
+            raise MissingLoaderError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
                              f"{type(module).__name__}.{TRAIN.loader_hook}()), or a list or dict of them; got none.")
         return check_train_value(value)
 

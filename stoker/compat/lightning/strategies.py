@@ -119,3 +119,16 @@ class Strategy:
 
 
 __all__ = ["DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "Strategy"]
+
+
+def registered_strategy(strategy: Any) -> Any:
+    """Lightning's registered DDP names with their ``find_unused_parameters`` setting in the name
+    (``"ddp_find_unused_parameters_true"`` / ``"_false"``) as the ``DDPStrategy`` they stand for; anything else as it
+    is. (The spawned forms, ``"ddp_spawn_find_unused_parameters_true"`` and the like, are not taken: pass
+    ``"ddp_spawn"``, which builds DDP with torch's default, or a ``DDPStrategy`` under ``torchrun``.)"""
+    if isinstance(strategy, str) and strategy.lower() in _FIND_UNUSED:
+        return DDPStrategy(find_unused_parameters=_FIND_UNUSED[strategy.lower()])
+    return strategy
+
+
+_FIND_UNUSED = {"ddp_find_unused_parameters_true": True, "ddp_find_unused_parameters_false": False}

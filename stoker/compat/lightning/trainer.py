@@ -26,6 +26,7 @@ from ...trainer.iterables import CombinedLoader
 from ...trainer.stages import PREDICT, TEST, TRAIN, VALIDATE
 from ...trainer.core_trainer import Trainer as CoreTrainer
 from . import args as check
+from .strategies import registered_strategy
 from .trainer_facts import RunFacts
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class Trainer(RunFacts, CoreTrainer):
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
         core = check.core_arguments(core, _CORE, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
+        if "strategy" in core:  # Lightning's registered names that carry a DDP setting
+            core["strategy"] = registered_strategy(core["strategy"])
         core["accumulate"], core["clip_grad_norm"], core["clip_grad_value"] = check.resolve_aliases(
             core.get("accumulate", 1), core.get("clip_grad_norm"), core.get("clip_grad_value"),
             accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm)

@@ -1,0 +1,22 @@
+"""Lightning's registered strategy names that carry a DDP setting: Trainer(strategy="ddp_find_unused_parameters_true")."""
+
+from __future__ import annotations
+
+import pytest
+
+from stoker import Trainer
+from stoker.strategies import DDPStrategy
+
+
+@pytest.mark.parametrize("name, expected", [("ddp_find_unused_parameters_true", True),
+                                            ("DDP_find_unused_parameters_false", False)])
+def test_the_name_builds_ddp_with_that_setting(name, expected) -> None:
+    trainer = Trainer(strategy=name, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    strategy = trainer.accelerator.strategy
+    assert isinstance(strategy, DDPStrategy)
+    assert strategy.ddp_kwargs["find_unused_parameters"] is expected
+
+
+def test_other_names_are_left_to_the_usual_checks() -> None:
+    with pytest.raises(ValueError, match="is not a strategy"):
+        Trainer(strategy="ddp_find_unused_parameters_maybe", accelerator="cpu", logger=False)
