@@ -91,8 +91,8 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
         raise TypeError(f"read_checkpoint(map_location={map_location!r}): expected a device ('cpu', 'cuda:0', a "
                         "torch.device) or None.")
     folder = _folder(path)
-    names = sorted(verify_checkpoint(folder)["files"])  # every file checked against the manifest first
-    payload = trainer_checkpoint(folder, check_all=False)
+    payload = trainer_checkpoint(folder)  # checks every file against the manifest once, then reads the Trainer's part
+    names = sorted(verify_checkpoint(folder, files=[])["files"])  # the manifest's names (no second checksum)
     checkpoint = trainer_own(payload)[0] if payload is not None else {}
     weights = os.path.join(folder, SAFE_WEIGHTS_NAME)
     checkpoint["state_dict"] = read_state_dict(weights) if os.path.isfile(weights) else {}
