@@ -28,6 +28,11 @@ class TrainingSpikeException(RuntimeError):
                          "SpikeDetection's exclude_batches_path.")
         self.batch_idx = batch_idx
 
+    def __reduce__(self) -> tuple[type, tuple[int]]:
+        # pickled with its batch index, not its message, so that it reads the same when it crosses processes
+        # (``ddp_spawn`` sends a worker's exception to the parent)
+        return type(self), (self.batch_idx,)
+
 
 class SpikeDetection(Callback):
     """Stops ``fit`` with :class:`TrainingSpikeException` when a training batch's loss is a spike (Lightning's

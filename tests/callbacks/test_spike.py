@@ -119,3 +119,12 @@ def test_a_spike_in_one_process_stops_every_process(tmp_path):
           torch.utils.data.DataLoader(list(range(16)), batch_size=1))
     assert (tmp_path / "stopped-0").read_text() == (tmp_path / "stopped-1").read_text() == "4"
     assert json.loads((tmp_path / "skip_batches.json").read_text()) == [3, 4]  # written once, by global zero
+
+
+def test_the_exception_reads_the_same_after_crossing_processes():
+    # ddp_spawn pickles a worker's exception to raise it in the parent: its message must not be built twice
+    import pickle
+
+    again = pickle.loads(pickle.dumps(TrainingSpikeException(4)))
+    assert type(again) is TrainingSpikeException and again.batch_idx == 4
+    assert str(again) == str(TrainingSpikeException(4)) and str(again).count("spike at batch") == 1
