@@ -41,7 +41,9 @@ class Logger:
     them.
 
     Args:
-        save_dir: Root folder for all runs.
+        save_dir: Root folder for all runs. None (the default of this base class, which Lightning-style custom
+            loggers get from ``super().__init__()``): the logger keeps no files, and its run's checkpoints go to
+            ``{default_root_dir}/{name}/version_{n}/checkpoints``, numbered there (``stoker.loggers.layout``).
         name: Experiment name, a sub-folder of ``save_dir``. ``""`` or ``None`` puts the version folders directly in
             ``save_dir``.
         version: ``None`` (next free ``version_{n}``), an ``int`` n (folder ``version_{n}``) or a ``str`` (the
@@ -57,7 +59,8 @@ class Logger:
 
     # Class-level defaults keep the properties working for subclasses whose
     # own __init__ forgets to call super().__init__().
-    _save_dir: str = "."
+    _save_dir: str | None = None
+    writes_files = False  # a logger that writes files of its own needs a save_dir (None is a TypeError there)
     _name: str = "stoker_logs"
     _version: int | str | None = None
     _version_given: bool = False
@@ -69,12 +72,15 @@ class Logger:
 
     def __init__(
         self,
-        save_dir: str | os.PathLike = ".",
+        save_dir: str | os.PathLike | None = None,
         name: str | None = "stoker_logs",
         version: int | str | None = None,
     ) -> None:
         # "~" and "$VAR" expanded, as a shell would (Lightning's file loggers do the same)
-        self._save_dir = os.path.expandvars(os.path.expanduser(_path_text(save_dir, type(self).__name__)))
+        # None: a logger that keeps no files of its own (a Lightning-style custom logger calling super().__init__());
+        # its run's checkpoints go under the Trainer's default_root_dir, as Lightning places them.
+        self._save_dir = None if save_dir is None and not self.writes_files else os.path.expandvars(
+            os.path.expanduser(_path_text(save_dir, type(self).__name__)))
         self._name = name or ""
         self._version = None if version is None else _checked_version(version)
         self._version_given = version is not None
@@ -85,8 +91,8 @@ class Logger:
         return self._name
 
     @property
-    def save_dir(self) -> str:
-        """The root folder given at construction."""
+    def save_dir(self) -> str | None:
+        """The root folder given at construction (None: none given, see ``root_dir``)."""
         return self._save_dir
 
     @property
@@ -141,7 +147,8 @@ class Logger:
 
         Loggers that keep runs elsewhere (MLflow's store) override it; a `VersionGroup` takes the largest answer.
         """
-        return free_version_under(self.root_dir)
+        root = self.root_dir
+        return 0 if root is None else free_version_under(root)  # no folder of its own: the layout numbers it
 
     def join_version_group(self, group: VersionGroup) -> None:
         """Take the version that ``group`` chooses (on first need) instead of scanning this logger's own folder."""

@@ -62,6 +62,8 @@ class CSVLogger(Logger):
     METRICS_FILE = ExperimentWriter.NAME_METRICS_FILE
     HPARAMS_FILE = HPARAMS_YAML
 
+    writes_files = True
+
     def __init__(
         self,
         save_dir: str | os.PathLike,

@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from stoker.loggers.base import free_version_under
 from stoker.loggers.foreign import owns_folder
 
 if TYPE_CHECKING:
@@ -48,7 +49,10 @@ def _run_folder(logger: Logger, default_root_dir: str | os.PathLike) -> str:
     under ``default_root_dir``: ``{default_root_dir}/{name}/{version folder}``, as Lightning places them."""
     folder = logger.version_dir
     if folder is None:
-        folder = os.path.join(_experiment_folder(logger, default_root_dir), logger.version_folder)
+        experiment = _experiment_folder(logger, default_root_dir)
+        if not logger.version_chosen:  # numbered where its run's folder will be, so runs do not share one
+            logger.version = free_version_under(experiment)
+        folder = os.path.join(experiment, logger.version_folder)
     return folder
 
 

@@ -74,6 +74,8 @@ class MLFlowLogger(Logger):
         0.25
     """
 
+    writes_files = True
+
     def __init__(
         self,
         experiment_name: str = "stoker_logs",

@@ -99,6 +99,8 @@ class TensorBoardLogger(Logger):
 
     NAME_HPARAMS_FILE = HPARAMS_YAML  # the run's hyperparameters beside its event files (Lightning's attribute)
 
+    writes_files = True
+
     def __init__(
         self,
         save_dir: str | os.PathLike,

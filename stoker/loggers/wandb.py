@@ -66,6 +66,8 @@ class WandbLogger(Logger):
         >>> logger.finalize("success")  # doctest: +SKIP
     """
 
+    writes_files = True
+
     def __init__(
         self,
         name: str | None = None,

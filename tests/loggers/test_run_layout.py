@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker import CSVLogger, ModelCheckpoint, TensorBoardLogger
+from stoker.loggers import Logger
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 from tests.helpers.trackers_readback import tensorboard_scalars
 from tests.helpers.trainers import quiet_trainer
@@ -202,3 +203,50 @@ def test_a_checkpoint_from_another_experiment_starts_a_new_version(tmp_path: Pat
     resumed.fit(Regressor(), loader(), ckpt_path=other.checkpoint_callback.best_model_path)
     assert resumed.log_dir == str(tmp_path / "here" / "stoker_logs" / "version_1")
     assert [s for s, _ in tensorboard_scalars(here.log_dir)["train/loss"]] == list(range(1, 9))  # untouched
+
+
+class KeepsNoFiles(Logger):
+    """A logger written as for Lightning: ``super().__init__()`` with no folder, its name and version its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict] = []
+
+    @property
+    def name(self) -> str:
+        return "Buffer"
+
+    @property
+    def version(self) -> int:
+        return 1
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        self.rows.append(dict(metrics))
+
+
+def test_a_logger_without_a_folder_keeps_the_runs_checkpoints_under_default_root_dir(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # nothing may land in the working directory
+    logger = KeepsNoFiles()
+    assert logger.save_dir is None and logger.log_dir is None
+    trainer = quiet_trainer(default_root_dir=tmp_path / "root", logger=logger, max_epochs=1,
+                            enable_checkpointing=True, log_every_n_steps=1)
+    trainer.fit(Regressor(), loader())
+    trainer.accelerator.wait_for_checkpoints()
+    assert list(elsewhere.iterdir()) == []
+    kept = tmp_path / "root" / "Buffer" / "version_1" / "checkpoints"
+    assert [p.name for p in kept.iterdir()] == ["epoch=0-step=4.ckpt"] and logger.rows
+
+
+def test_such_a_logger_without_its_own_version_is_numbered_where_its_run_goes(tmp_path):
+    class Unversioned(Logger):
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            pass
+
+    for expected in ("version_0", "version_1"):
+        trainer = quiet_trainer(default_root_dir=tmp_path, logger=Unversioned(), max_epochs=1,
+                                enable_checkpointing=True, log_every_n_steps=1)
+        trainer.fit(Regressor(), loader())
+        trainer.accelerator.wait_for_checkpoints()
+        assert (tmp_path / "stoker_logs" / expected / "checkpoints" / "epoch=0-step=4.ckpt").is_dir()
