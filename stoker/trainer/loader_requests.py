@@ -219,7 +219,8 @@ class LoaderRequests:
         combined = getattr(loader, "source", None)
         if isinstance(combined, CombinedLoader):
             combined.limits = [check.resolve_limit(name, limit, _length(leaf)) for leaf in combined.flattened]
-            loader.limit_batches(_length(combined))
+            # no combined limit, which would cut each iterable's own count; 0 marks a stage with nothing to run
+            loader.limit_batches(0 if _length(combined) == 0 else None)
         else:
             loader.limit_batches(check.resolve_limit(name, limit, _length(loader)))
         return batch_count(loader)
