@@ -233,8 +233,7 @@ class Trainer:
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
                 return_predictions: bool | None = None) -> list[Any] | None:
-        """``predict_step`` outputs for every batch (a list per loader when there are several); None with
-        ``return_predictions=False`` (e.g. when a ``BasePredictionWriter`` writes them)."""
+        """``predict_step``'s outputs, a list per loader when there are several (None: ``return_predictions=False``)."""
         outputs = self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
         return self.stage_record.returned(outputs, return_predictions)
 
