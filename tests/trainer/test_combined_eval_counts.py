@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stoker import Callback
+from stoker import BasePredictionWriter, Callback
 from stoker.trainer.iterables import CombinedLoader
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 from tests.helpers.trainers import quiet_trainer
@@ -62,3 +62,20 @@ def test_the_sanity_check_runs_its_steps_of_the_combined_batches():
                 CombinedLoader({"a": [0, 1, 2], "b": [5, 6]}, "max_size"))
     assert [sanity for sanity, _ in module.seen] == [True, True, False, False, False]
     assert trainer.num_val_batches == [3, 2] and trainer.num_sanity_val_batches == [2, 2]
+
+
+def test_a_writer_at_the_epoch_end_gets_a_combined_predict_loader_as_one_loader():
+    written: list[Any] = []
+
+    class Writer(BasePredictionWriter):
+        def write_on_epoch_end(self, trainer: Any, module: Any, predictions: Any, batch_indices: Any) -> None:
+            written.append(predictions)
+
+    class Echo(Regressor):
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return batch
+
+    trainer = quiet_trainer(callbacks=[Writer("epoch")])
+    returned = trainer.predict(Echo(), CombinedLoader({"a": [1, 2], "b": [3]}, "max_size"))
+    assert trainer.num_predict_batches == [2, 1] and written == [returned]
+    assert returned == [{"a": 1, "b": 3}, {"a": 2, "b": None}]
