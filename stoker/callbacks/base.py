@@ -58,6 +58,12 @@ class RunOptionsView(Protocol):
     def num_sanity_val_steps(self) -> int | None: ...  # batches of each val loader a sanity check runs
 
 
+class StageRecordView(Protocol):
+    """What callbacks read of ``trainer.stage_record`` (the trainer package's ``StageRecord``)."""
+
+    loader_batches: dict[str, list[int | float]]  # stage -> batches each of its loaders reads (a combined one: once)
+
+
 class TrainerView(Protocol):
     """What a callback reads and calls on the Trainer that its hooks receive: public attributes and the facts of the
     fit in progress. ``stoker.Trainer`` has every member. Written here as a structural type because callbacks sit
@@ -87,6 +93,8 @@ class TrainerView(Protocol):
     def num_test_batches(self) -> list[int | float]: ...
     @property
     def num_predict_batches(self) -> list[int | float]: ...
+    @property
+    def stage_record(self) -> StageRecordView: ...
     def module_defines(self, name: str, module: Any = None) -> bool: ...  # it defines hook `name` itself
     @property
     def dry_run(self) -> bool: ...  # a debugging run (fast_dev_run): checkpoints and early stopping stay inert

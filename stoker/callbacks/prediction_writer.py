@@ -105,7 +105,7 @@ class BasePredictionWriter(Callback):
     def on_predict_epoch_end(self, trainer: TrainerView, module: Any) -> None:
         if not self._on_epoch:
             return
-        loaders = max(len(getattr(trainer, "num_predict_batches", None) or [1]), len(self._predictions), 1)
+        loaders = max(len(trainer.stage_record.loader_batches.get("predict") or [1]), len(self._predictions), 1)
         missing = [[] for _ in range(loaders - len(self._predictions))]
         per_loader, indices = self._predictions + missing, self._indices + [list(m) for m in missing]
         self._predictions, self._indices = [], []

@@ -33,11 +33,11 @@ __all__ = ["ProgressBar", "TQDMProgressBar"]
 # stoker/faces/callbacks/progress/, found through this __path__ entry; this module imports nothing from it.
 __path__ = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "faces", "callbacks", "progress")]
 
-# Per evaluation stage: the batch counts' attribute, the bar's name, its factory and its title's attribute.
-_EVAL_BARS = {"validate": ("num_val_batches", "val", "init_validation_tqdm", "validation_description"),
-              "test": ("num_test_batches", "test", "init_test_tqdm", "test_description"),
-              "predict": ("num_predict_batches", "predict", "init_predict_tqdm", "predict_description"),
-              "sanity": ("num_val_batches", "val", "init_sanity_tqdm", "sanity_check_description")}
+# Per evaluation stage: its stage_record.loader_batches key, the bar's name, its factory and its title's attribute.
+_EVAL_BARS = {"validate": ("validate", "val", "init_validation_tqdm", "validation_description"),
+              "test": ("test", "test", "init_test_tqdm", "test_description"),
+              "predict": ("predict", "predict", "init_predict_tqdm", "predict_description"),
+              "sanity": ("validate", "val", "init_sanity_tqdm", "sanity_check_description")}
 
 
 class ProgressBar(Callback):
@@ -129,15 +129,15 @@ class ProgressBar(Callback):
         every_n = trainer.check_val_every_n_epoch
         if trainer.fitting and every_n is not None and (trainer.current_epoch + 1) % every_n:
             return 0
-        return sum(trainer.num_val_batches)
+        return sum(trainer.stage_record.loader_batches.get("validate", []))
 
     @property
-    def total_test_batches(self) -> int | float:
-        return sum(self.trainer.num_test_batches)
+    def total_test_batches(self) -> int | float:  # the batches that run: a CombinedLoader's combined ones
+        return sum(self.trainer.stage_record.loader_batches.get("test", []))
 
     @property
     def total_predict_batches(self) -> int | float:
-        return sum(self.trainer.num_predict_batches)
+        return sum(self.trainer.stage_record.loader_batches.get("predict", []))
 
     def get_metrics(self, trainer: TrainerView, module: Any) -> dict[str, int | float | str]:
         """The values the bar shows after the loss: ``v_num`` (the logger's version, when there is a logger) and
@@ -316,7 +316,7 @@ class ProgressBar(Callback):
         self._close_eval(trainer, refresh_train=False)
         sanity = stage == "validate" and trainer.sanity_checking
         counts_name, name, make, label = _EVAL_BARS["sanity" if sanity else stage]
-        counts = getattr(trainer, counts_name, None)
+        counts = trainer.stage_record.loader_batches.get(counts_name)
         steps = trainer.options.num_sanity_val_steps if sanity else None
         if steps is not None and isinstance(counts, (list, tuple)):
             counts = [min(steps, n) for n in counts]  # a sanity check runs at most that many of each loader

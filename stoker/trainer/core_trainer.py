@@ -35,7 +35,7 @@ from .run_report import RunReport
 from .run_scope import run_scope
 from .setup import RunSetup
 from .spawn import runs_in_workers
-from .stages import PREDICT, STAGES, TRAIN
+from .stages import PREDICT, STAGES, TRAIN, StageRecord
 from .states import TrainerState
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ class Trainer:
         self.num_val_batches: list[int | float] = []
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
+        self.stage_record = StageRecord()  # what the latest validate/test/predict read and returned
         # The run's collaborators, public so that the loops, evaluation and checkpointing need no private name.
         self.hooks: HookDispatcher = HookDispatcher(self, None, ())  # rebuilt per run with the module
         self.train_results = Results(self, TRAIN.name)
@@ -232,10 +233,9 @@ class Trainer:
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
                 return_predictions: bool | None = None) -> list[Any] | None:
-        """``predict_step`` outputs for every batch (a list per loader when there are several); None with
-        ``return_predictions=False`` (e.g. when a ``BasePredictionWriter`` writes them)."""
+        """``predict_step``'s outputs, a list per loader when there are several (None: ``return_predictions=False``)."""
         outputs = self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
-        return None if return_predictions is False else outputs
+        return self.stage_record.returned(outputs, return_predictions)
 
     def _evaluate(self, fn: str, module: TrainingModule | None, dataloaders: Any, ckpt_path: Any,
                   datamodule: DataModule | None) -> list[Any]:

@@ -24,6 +24,7 @@ from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
 from .batch_iter import check_predict, run_eval_steps
+from .iterables import batch_count
 from .step_args import stage_step, takes_iterator
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
     if iterator:
         check_predict(trainer)
     previous, trainer.results = trainer.results, Results(trainer, PREDICT.name)
+    trainer.stage_record.batch_indices = [[] for _ in loaders]
     try:
         # train_back=False: after predicting, as in Lightning, each sub-module gets its own mode back and
         # on_predict_model_train is not called
@@ -154,7 +156,7 @@ def run_predict(trainer: TrainerParts, loaders: list[Any]) -> list[Any]:
             call(PREDICT.hook("epoch_end"))
             call(PREDICT.hook("end"))
     finally:
-        trainer.results = previous
+        trainer.results, trainer.stage_record.batch_indices = previous, []
     _warn_empty_predictions(trainer.module, outputs)
     return outputs if multiple else outputs[0]
 
@@ -165,12 +167,15 @@ def _predict_loader(trainer: TrainerParts, loader: Any, i: int, step_fn: Callabl
     from ..callbacks.prediction_writer import BasePredictionWriter  # loaded lazily, as stoker.callbacks does
 
     call, extra, mine = trainer.hooks.call, ((i,) if multiple else ()), []
+    indices = trainer.stage_record.batch_indices[i]
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     # Only a prediction writer reads the batches' sample indices: without one the sampler keeps its fast path.
     record = any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks)
     move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
-    with _recording_indices(loader if record else None):
+    with _recording_indices(loader if record else None) as recorded:
         for batch_idx, batch in enumerate(loader):
+            if recorded is not None:  # by position: the sampler may be ahead of the batches (prefetching)
+                indices.append(recorded[batch_idx] if batch_idx < len(recorded) else None)
             if move is not None:
                 batch = move(batch, i)
             call(batch_start, batch, batch_idx, *extra)
@@ -193,14 +198,15 @@ def _warn_empty_predictions(module: Any, outputs: list[list[Any]]) -> None:
 def _recording_indices(loader: Any):  # noqa: ANN202 - a context manager
     """While ``loader`` is read for predict, its batch sampler keeps the dataset indices of every batch it hands out
     (``recorded``, in order: entry ``batch_idx`` belongs to that batch), which ``BasePredictionWriter`` passes on
-    as ``batch_indices``. A loader without one (an iterable dataset), or None, records nothing."""
+    as ``batch_indices``; the list is what the ``with`` gives. A loader without one (an iterable dataset), or None,
+    records nothing (and gives None)."""
     sampler = getattr(loader, "sharded_sampler", None)
     if sampler is None:
-        yield
+        yield None
         return
     sampler.recorded = []
     try:
-        yield
+        yield sampler.recorded
     finally:
         sampler.recorded = None
 
@@ -222,8 +228,8 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
         t.hooks.call("on_sanity_check_start")
         loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
         limits = [loader.max_batches for loader in loaders]
-        for loader, n in zip(loaders, t.num_val_batches):
-            loader.limit_batches(None if steps is None else int(min(steps, n)))
+        for loader in loaders:  # each loader's own count: a CombinedLoader's is its combined batches
+            loader.limit_batches(None if steps is None else int(min(steps, batch_count(loader))))
         if loaders:
             run_evaluation(t, VALIDATE.name, loaders)
         t.hooks.call("on_sanity_check_end")

@@ -10,6 +10,7 @@ a ``CombinedLoader`` are prepared as usual, so only the combining is plain.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,8 @@ from torch.utils.data import DataLoader
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
 
-__all__ = ["CombinedLoader", "IterableLoader", "MODES", "check_iterable", "prepare_loader", "replace_loader"]
+__all__ = ["CombinedLoader", "IterableLoader", "MODES", "batch_count", "check_iterable", "prepare_loader",
+           "replace_loader"]
 
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 
@@ -79,6 +81,9 @@ class CombinedLoader:
             raise ValueError(f"CombinedLoader(mode={mode!r}) is not a mode. Expected one of: {', '.join(MODES)}.")
         self.iterables = iterables
         self.mode = mode
+        # one batch limit per iterable (None: all of its batches): the Trainer's limit_*_batches applies to each
+        # iterable on its own, and the combination then ends by its mode (Lightning's rule)
+        self.limits: list[int | None] | None = None
 
     @property
     def flattened(self) -> list[Any]:
@@ -89,35 +94,47 @@ class CombinedLoader:
         """The same combination over ``fn`` of each iterable (the Trainer prepares the DataLoaders so)."""
         return CombinedLoader(_rebuild(self.iterables, iter([fn(leaf) for leaf in self.flattened])), self.mode)
 
+    def iterable_batches(self) -> list[int | float]:
+        """Each iterable's batches per pass after its limit (:attr:`limits`); inf: no length and no limit."""
+        limits = self.limits or [None] * len(self.flattened)
+        counts: list[int | float] = []
+        for leaf, limit in zip(self.flattened, limits):
+            n = _length(leaf)
+            counts.append(math.inf if n is None and limit is None else min(m for m in (n, limit) if m is not None))
+        return counts
+
     def __len__(self) -> int:
-        lengths = [_length(leaf) for leaf in self.flattened]
-        if any(n is None for n in lengths):
+        sizes = self.iterable_batches()
+        if any(math.isinf(n) for n in sizes):
             raise TypeError("CombinedLoader has no length: one of its iterables has none.")
-        sizes = [n for n in lengths if n is not None]
         if self.mode == "sequential":
             return sum(sizes)
-        return min(sizes) if self.mode == "min_size" else max(sizes)
+        return int(min(sizes) if self.mode == "min_size" else max(sizes))
 
     def batches(self) -> Iterator[Any]:
         """The batches alone (what a step gets), in this mode; ``"sequential"``: each iterable's in turn."""
-        leaves = self.flattened
+        leaves, limits = self.flattened, self.limits or [None] * len(self.flattened)
+
+        def start(i: int) -> Iterator[Any]:  # a fresh pass over iterable i, cut at its limit
+            return iter(leaves[i]) if limits[i] is None else itertools.islice(leaves[i], limits[i])
+
         if self.mode == "sequential":
-            yield from itertools.chain.from_iterable(leaves)
+            yield from itertools.chain.from_iterable(start(i) for i in range(len(leaves)))
             return
         if self.mode == "min_size":
-            for batches in zip(*leaves):
+            for batches in zip(*(start(i) for i in range(len(leaves)))):
                 yield _rebuild(self.iterables, iter(batches))
             return
-        iterators = [iter(leaf) for leaf in leaves]
+        iterators = [start(i) for i in range(len(leaves))]
         done = [False] * len(leaves)
         while True:
             batches = []
-            for i, leaf in enumerate(leaves):
+            for i in range(len(leaves)):
                 batch = next(iterators[i], _END)
                 if batch is _END:
                     done[i] = True
                     if self.mode == "max_size_cycle" and not all(done):
-                        iterators[i] = iter(leaf)  # the shorter ones start again until the longest ends
+                        iterators[i] = start(i)  # the shorter ones start again until the longest ends
                         batch = next(iterators[i], None)
                     else:
                         batch = None
@@ -173,10 +190,11 @@ class IterableLoader:
 
     def limit_batches(self, max_batches: int | None) -> None:
         self.max_batches = max_batches
-        if isinstance(self.source, CombinedLoader):  # the prepared loaders inside end their epochs there too, so
-            for leaf in self.source.flattened:  # that the next epoch starts them at their beginning
+        if isinstance(self.source, CombinedLoader):  # the prepared loaders inside end their epochs where they are
+            limits = self.source.limits or [None] * len(self.source.flattened)  # left, so that the next pass
+            for leaf, own in zip(self.source.flattened, limits):  # starts them at their beginning
                 if callable(getattr(leaf, "limit_batches", None)):
-                    leaf.limit_batches(max_batches)
+                    leaf.limit_batches(min((n for n in (max_batches, own) if n is not None), default=None))
 
     def set_epoch(self, epoch: int) -> None:
         """Passed on to the iterable (or its sampler) when it takes one."""
@@ -214,6 +232,14 @@ class IterableLoader:
         finally:
             if self in stack:
                 stack.remove(self)
+
+
+def batch_count(loader: Any) -> int | float:
+    """Batches per epoch of a prepared loader: its length, else its batch limit, else inf (unknown)."""
+    n = _length(loader)
+    if n is None:
+        n = getattr(loader, "max_batches", None)
+    return math.inf if n is None else n
 
 
 def check_iterable(item: Any, what: str) -> None:

@@ -37,7 +37,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sequenti
 from . import args as check
 from .datamodule import defines
 from .hooks import defines_hook
-from .iterables import CombinedLoader, check_iterable, prepare_loader, replace_loader
+from .iterables import CombinedLoader, batch_count, check_iterable, prepare_loader, replace_loader
 from .module import TrainingModule
 from .stages import TRAIN, VALIDATE, Stage
 from .workers import warn_about_loaders
@@ -135,6 +135,7 @@ class LoaderRequests:
         validates = defines_hook(module, VALIDATE.step, TrainingModule) and t.limit_val_batches != 0 and \
             (t.options.in_order_fit_loaders or self.has_source(self.given[1], module, VALIDATE.loader_hook))
         t.num_val_batches = [math.inf] if validates else []
+        t.stage_record.loader_batches[VALIDATE.name] = list(t.num_val_batches)
         return validates
 
     def train(self, run: FitRun) -> Any:
@@ -173,19 +174,22 @@ class LoaderRequests:
         else:
             vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
-        run.val_enabled = bool(run.val_loaders) and any(t.num_val_batches)
+        run.val_enabled = bool(run.val_loaders) and any(t.stage_record.loader_batches[VALIDATE.name])
         return run.val_loaders if run.val_enabled else []
 
     def prepare(self, stage: Stage, loaders: list[Any]) -> list[Any]:
         """``stage``'s ``loaders`` prepared (not registered for checkpointing: read from their start each time),
-        limited and counted."""
+        limited and counted: the batches each loader reads (``trainer.stage_record.loader_batches``) and, as
+        Lightning counts them, each iterable's (``num_val_batches`` & co.: a non-sequential ``CombinedLoader``'s
+        iterables one by one)."""
         t = self.trainer
         self.stage_loaders[stage.name] = list(loaders)
         for loader in loaders:
             warn_about_loaders(t, loader, stage)
         prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]
         limit = getattr(t, stage.limit)
-        setattr(t, stage.count, [self.limit(loader, limit, stage.limit) for loader in prepared])
+        t.stage_record.loader_batches[stage.name] = [self.limit(loader, limit, stage.limit) for loader in prepared]
+        setattr(t, stage.count, [n for loader in prepared for n in _iterable_counts(loader)])
         return prepared
 
     # -- limits -------------------------------------------------------------------------------------------------------
@@ -210,13 +214,16 @@ class LoaderRequests:
 
     @staticmethod
     def limit(loader: Any, limit: Any, name: str) -> int | float:
-        """Applies a ``limit_*_batches`` to a prepared loader; returns its batches per epoch (inf: unknown)."""
-        n = check.resolve_limit(name, limit, _length(loader))
-        loader.limit_batches(n)
-        length = _length(loader)
-        if length is not None:
-            return length
-        return float("inf") if n is None else n
+        """Applies a ``limit_*_batches`` to a prepared loader; returns its batches per epoch (inf: unknown). In a
+        ``CombinedLoader`` the limit applies to each iterable on its own, and the combination ends by its mode."""
+        combined = getattr(loader, "source", None)
+        if isinstance(combined, CombinedLoader):
+            combined.limits = [check.resolve_limit(name, limit, _length(leaf)) for leaf in combined.flattened]
+            # no combined limit, which would cut each iterable's own count; 0 marks a stage with nothing to run
+            loader.limit_batches(0 if _length(combined) == 0 else None)
+        else:
+            loader.limit_batches(check.resolve_limit(name, limit, _length(loader)))
+        return batch_count(loader)
 
     def val_check_batch(self, validates: bool = True) -> int | None:
         """Validate every this many training batches (None: by time, or at the epoch's end). ``validates``: the fit
@@ -237,6 +244,12 @@ class LoaderRequests:
                                  "loader has no length. Use an int number of batches, or 1.0.")
             return None
         return max(1, int(n * interval))
+
+
+def _iterable_counts(loader: Any) -> list[int | float]:
+    """A prepared loader's batches per epoch as Lightning lists them: a ``CombinedLoader``'s iterables one by one."""
+    combined = getattr(loader, "source", None)
+    return combined.iterable_batches() if isinstance(combined, CombinedLoader) else [batch_count(loader)]
 
 
 def validates_in(trainer: TrainerParts, epoch: int) -> bool:

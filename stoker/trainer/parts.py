@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .options import RunLimits, RunOptions
     from .profilers import Profiler
     from .run import FitRun, RunState
+    from .stages import StageRecord
 
 
 class HookCalls(Protocol):
@@ -154,6 +155,7 @@ class TrainerParts(Protocol):
     num_training_batches: int | float
     num_val_batches: list[int | float]
     num_test_batches: list[int | float]
+    stage_record: StageRecord
     profiler: Profiler | None
     run_report: RunEnd
 

@@ -123,8 +123,7 @@ class RunReport:
                 return "interrupted", f"interrupted ({type(exception).__name__})"
             return "error", f"failed with {type(exception).__name__}: {exception}"
         if fn != "fit":
-            counts = t.num_val_batches if fn == "validate" else t.num_test_batches
-            batches = sum(counts) if counts else 0
+            batches = sum(t.stage_record.loader_batches.get(fn, []))  # the batches that ran (a combined loader's)
             return "completed", "finished" + (f" ({batches:g} batches)" if batches != float("inf") else "")
         reason = t.fit_loop.stop_reason or "completed"
         if reason == "should_stop":

@@ -231,6 +231,7 @@ class RunSetup:
         stage limited to zero batches asks the module for none (Lightning's rule) and runs nothing."""
         if value is None and getattr(self.trainer, stage.limit) == 0:
             setattr(self.trainer, stage.count, [])
+            self.trainer.stage_record.loader_batches[stage.name] = []
             run.loaders = []
             return run.loaders
         run.loaders = self.requests.prepare(stage, self.requests.loaders(value, module, stage.loader_hook, True))

@@ -1,12 +1,14 @@
 """The stages of a Trainer run, in one table: each stage's step method, loader hook, batch limit, batch count and
-hook prefix. Everything that needs one of these names (set-up, the entry points, the loops) reads it here.
+hook prefix. Everything that needs one of these names (set-up, the entry points, the loops) reads it here. And
+:class:`StageRecord`, what the latest run of each stage read and gave (``trainer.stage_record``).
 
-Owns the names only; which stage runs when is the loops' and entry points' business.
+Owns the names and the record; which stage runs when is the loops' and entry points' business.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,28 @@ PREDICT = Stage("predict", "predict_step", "predict_dataloader", "limit_predict_
                 "predict", step_required=False)
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (TRAIN, VALIDATE, TEST, PREDICT)}
+
+
+@dataclass
+class StageRecord:
+    """What the latest ``validate`` / ``test`` / ``predict`` run (a fit's validation too) read and gave: facts for
+    callbacks (the progress bars' totals) and for Lightning's loop names (``compat/lightning/loops.py``).
+
+    Attributes:
+        loader_batches: Stage name -> the batches each loader of its latest run reads per epoch (inf: unknown). A
+            ``CombinedLoader`` of a non-sequential mode is one loader here, counted by its combined batches (the
+            ``num_val_batches`` / ``num_test_batches`` / ``num_predict_batches`` lists count each of its iterables).
+        predictions: What the latest ``predict`` returned (a list per loader when there were several); ``[]`` when
+            it returned None (``return_predictions=False``), so that nothing is kept alive.
+        batch_indices: While ``predict`` runs, one list per loader with each predicted batch's sample indices, kept
+            when a prediction writer is among the callbacks (else empty lists); ``[]`` outside ``predict``.
+    """
+
+    loader_batches: dict[str, list[int | float]] = field(default_factory=dict)
+    predictions: list[Any] = field(default_factory=list)
+    batch_indices: list[list[Any]] = field(default_factory=list)
+
+    def returned(self, outputs: list[Any], return_predictions: bool | None) -> list[Any] | None:
+        """What ``predict`` returns (None with ``return_predictions=False``), recorded as :attr:`predictions`."""
+        self.predictions = [] if return_predictions is False else outputs
+        return None if return_predictions is False else outputs

@@ -23,6 +23,7 @@ import torch
 from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.accelerator import Accelerator
 from stoker.accelerator.checkpointing.contents import StateHooks
+from stoker.trainer.stages import StageRecord
 from stoker.callbacks.hparams_file import write_hparams
 from stoker.trainer.overrides import defines_hook
 
@@ -117,6 +118,11 @@ class FakeTrainer:
         self.num_predict_batches: list[int | float] = []
         for key, value in published.items():
             setattr(self, key, value)
+
+    @property
+    def stage_record(self) -> StageRecord:  # each loader here is one DataLoader: its batches are num_*_batches'
+        return StageRecord({"validate": self.num_val_batches, "test": self.num_test_batches,
+                            "predict": self.num_predict_batches})
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in RECORDS and name not in published_names():

@@ -133,4 +133,6 @@ def test_evaluation_reads_a_combined_loader_of_another_mode_as_one_loader_of_com
                                "b": make_loader(make_regression_data(n=8), 8)}, mode)
     trainer = quiet_trainer()
     trainer.test(module, combined)
-    assert module.sizes == expected and trainer.num_test_batches == [len(expected)]
+    # the batches that ran: the combined count; Lightning's num_test_batches lists each iterable's own
+    assert module.sizes == expected and trainer.stage_record.loader_batches["test"] == [len(expected)]
+    assert trainer.num_test_batches == [2, 1]

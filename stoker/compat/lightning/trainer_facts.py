@@ -1,6 +1,7 @@
 """Lightning's facts of a Trainer that are only names over the core's own (``trainer.model``, ``world_size``,
 ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings, ``is_last_batch``,
-``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``, ``val_check_batch``, and ``max_epochs`` /
+``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``, ``val_check_batch``, the ``validate_loop`` /
+``test_loop`` / ``predict_loop`` views (``loops.py``), and ``max_epochs`` /
 ``max_steps`` in Lightning's spelling over the core's ``limits``) and
 ``init_module()``: a mixin of the Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file
 stays one idea (the ranks are the core Trainer's own)."""
@@ -14,17 +15,20 @@ from typing import TYPE_CHECKING
 import torch
 
 from ...trainer.auto_step import clip_settings
+from .loops import EvaluationLoopView, PredictionLoopView
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from ...accelerator import Accelerator
+    from ...callbacks import Callback
     from ...trainer import TrainingModule
     from ...trainer.loops import FitLoop
     from ...trainer.options import RunLimits, RunOptions
     from ...trainer.preemption import Preemption
     from ...trainer.run import FitRun
     from ...trainer.setup import RunSetup
+    from ...trainer.stages import StageRecord
     from ...trainer.states import TrainerState
 
 
@@ -44,6 +48,8 @@ class RunFacts:
     fit_run: FitRun | None
     preemption: Preemption
     num_val_batches: list[int | float]
+    stage_record: StageRecord
+    callbacks: list[Callback]
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -160,6 +166,21 @@ class RunFacts:
         if steps == 0 or self.fit_run is None:
             return []
         return [n if steps is None else min(steps, n) for n in self.num_val_batches]
+
+    @property
+    def validate_loop(self) -> EvaluationLoopView:
+        """Lightning's ``trainer.validate_loop`` (its ``max_batches``): a view, see ``loops.py``."""
+        return EvaluationLoopView(self, "validate")
+
+    @property
+    def test_loop(self) -> EvaluationLoopView:
+        """Lightning's ``trainer.test_loop`` (its ``max_batches``): a view, see ``loops.py``."""
+        return EvaluationLoopView(self, "test")
+
+    @property
+    def predict_loop(self) -> PredictionLoopView:
+        """Lightning's ``trainer.predict_loop`` (``predictions``, ``epoch_batch_indices``, ``max_batches``)."""
+        return PredictionLoopView(self)
 
     @property
     def received_sigterm(self) -> bool:
