@@ -206,8 +206,9 @@ class DrawnBar:
         if postfix is not None:
             self.values = postfix
             bar.set_postfix(postfix, refresh=self.tty and not count)
-        if count and not bar.disable and self.n != bar.n:
-            bar.update(self.n - bar.n)
+        if count and not bar.disable:
+            if self.n != bar.n:
+                bar.update(self.n - bar.n)
             if self.tty and bar.last_print_n != bar.n:
                 bar.refresh()  # update() draws only after tqdm's own mininterval; the callback has decided already
         if not self.tty and now - self.last_line >= self.line_interval:
