@@ -164,13 +164,13 @@ def batches_per_refresh(refresh_rate: int) -> int:
 
 
 def prepare(bar: tqdm, label: str, total: int | None, initial: int = 0) -> None:
-    """Readies ``bar`` for a new count (one tqdm object may serve several epochs): reset, total, title."""
+    """Readies ``bar`` for a new count (one tqdm object may serve several epochs): title, reset, total."""
+    bar.set_description(label, refresh=False)  # first: the reset redraws the bar, with the new epoch's title then
     bar.reset()
     bar.total = total
     bar.initial = initial
     if initial:
         bar.update(initial)
-    bar.set_description(label, refresh=False)
 
 
 class DrawnBar:

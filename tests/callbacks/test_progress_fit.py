@@ -146,3 +146,12 @@ def test_a_trainer_takes_one_progress_bar(tmp_path):
     # enable_progress_bar=False turns off the default bar only: a bar passed in is drawn
     only = TQDMProgressBar()
     assert trainer(tmp_path, callbacks=[only], enable_progress_bar=False).progress_bar_callback is only
+
+
+def test_a_bar_reused_for_the_next_epoch_is_redrawn_under_that_epochs_title(tmp_path):
+    out = _Terminal()
+    t = trainer(tmp_path, max_epochs=2, callbacks=[ProgressBar(file=out, refresh_rate=0.01, leave=False)])
+    t.fit(Regressor(), loaders()[0])
+    frames = out.getvalue().split("\r")
+    assert any(frame.startswith("Epoch 1:   0%") for frame in frames)  # the emptied bar, drawn by its reset
+    assert not any(frame.startswith("Epoch 0:   0%") for frame in frames)
