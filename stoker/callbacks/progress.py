@@ -250,9 +250,9 @@ class ProgressBar(Callback):
             redirect, self._stdout = self._stdout, None
             redirect.restore()
 
-    def _postfix(self, trainer: TrainerView, with_loss: bool) -> dict[str, Any]:
-        """The shown values, read from the device now: the latest loss (unless logged to the bar) and the metrics."""
-        return shown_values(self._outputs if with_loss else None, self.get_metrics(trainer, trainer.module))
+    def _postfix(self, trainer: TrainerView, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The epoch bar's values, read now: the latest loss (unless on the bar already), then ``metrics``."""
+        return shown_values(self._outputs, self.get_metrics(trainer, trainer.module) if metrics is None else metrics)
 
     # -- when to redraw --------------------------------------------------------------------------------------------
     def _redraw_due(self, n: int, total: int | None, now: float) -> bool:
@@ -267,7 +267,7 @@ class ProgressBar(Callback):
         values = None
         if now >= self._next_values:
             self._next_values = now + self._interval
-            values = self._postfix(trainer, with_loss=True) if with_values else None
+            values = self._postfix(trainer) if with_values else None
         bar.show(values, now)
 
     # -- training -----------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ class ProgressBar(Callback):
         """Finishes the epoch's bar; ``close`` ends its tqdm object too (kept open to serve the next epoch)."""
         if self._train is not None:
             bar, self._train = self._train, None
-            bar.finish(self._postfix(trainer, with_loss=True), close=close)
+            bar.finish(self._postfix(trainer), close=close)
         elif close and self._train_open:
             self.train_progress_bar.close()
         self._train_open = self._train_open and not close
@@ -335,13 +335,14 @@ class ProgressBar(Callback):
         self._close_eval(trainer)
 
     def _close_eval(self, trainer: TrainerView, refresh_train: bool = True) -> None:
+        metrics = None  # read once (a device read) for the evaluation's plain line and the epoch bar
         if self._eval is not None:
             bar, self._eval = self._eval, None
-            bar.finish(None if bar.tty else self._postfix(trainer, with_loss=False), close=True)
+            metrics = None if bar.tty else self.get_metrics(trainer, trainer.module)
+            bar.finish(None if metrics is None else shown_values(None, metrics), close=True)
             self._restore_stdout()
         if refresh_train and self._train is not None:
-            # Show fresh validation metrics on the epoch bar right away.
-            self._train.show(self._postfix(trainer, with_loss=True), time.monotonic(), count=False)
+            self._train.show(self._postfix(trainer, metrics), time.monotonic(), count=False)  # the fresh metrics now
 
     on_validation_start, on_validation_batch_end, on_validation_end = evaluation_hooks("validate")
     on_test_start, on_test_batch_end, on_test_end = evaluation_hooks("test")

@@ -164,13 +164,13 @@ def batches_per_refresh(refresh_rate: int) -> int:
 
 
 def prepare(bar: tqdm, label: str, total: int | None, initial: int = 0) -> None:
-    """Readies ``bar`` for a new count (one tqdm object may serve several epochs): reset, total, title."""
+    """Readies ``bar`` for a new count (one tqdm object may serve several epochs): title, reset, total."""
+    bar.set_description(label, refresh=False)  # first: the reset redraws the bar, with the new epoch's title then
     bar.reset()
     bar.total = total
     bar.initial = initial
     if initial:
         bar.update(initial)
-    bar.set_description(label, refresh=False)
 
 
 class DrawnBar:
@@ -206,8 +206,9 @@ class DrawnBar:
         if postfix is not None:
             self.values = postfix
             bar.set_postfix(postfix, refresh=self.tty and not count)
-        if count and not bar.disable and self.n != bar.n:
-            bar.update(self.n - bar.n)
+        if count and not bar.disable:
+            if self.n != bar.n:
+                bar.update(self.n - bar.n)
             if self.tty and bar.last_print_n != bar.n:
                 bar.refresh()  # update() draws only after tqdm's own mininterval; the callback has decided already
         if not self.tty and now - self.last_line >= self.line_interval:

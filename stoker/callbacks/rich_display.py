@@ -116,7 +116,8 @@ class RichTask:
         self.disable = progress is None
         self.task_id: TaskID | None = None
         if progress is not None:
-            self.task_id = progress.add_task(self._styled(description), total=None, metrics="")
+            # Hidden until it is given its total (rich draws a new task at once: it would show "0/--").
+            self.task_id = progress.add_task(self._styled(description), total=None, visible=False, metrics="")
 
     @property
     def task(self) -> Task | None:
@@ -139,14 +140,23 @@ class RichTask:
     @total.setter
     def total(self, value: int | None) -> None:
         self._total = value
-        self._update(total=value)
+        self._set(total=value, visible=True)
 
     def _styled(self, text: str) -> str:
         return f"[{self.theme.description}]{text}" if self.theme.description else text
 
     def _update(self, **changes: Any) -> None:
+        """A change of the count or of the visibility, through rich's ``Progress.update`` (as Lightning's bar)."""
         if self.progress is not None and self.task_id is not None:
             self.progress.update(self.task_id, **changes)
+
+    def _set(self, **values: Any) -> None:
+        """Sets the task's title or total (and ``set_postfix`` its shown values) in place: they are read only when
+        the display draws, so ``Progress.update`` is kept for what Lightning's bar updates with it (counts, hiding)."""
+        task = self.task
+        if task is not None:
+            for name, value in values.items():
+                setattr(task, name, value)
 
     def reset(self) -> None:
         """Back to 0 for a new count (a fresh task is left as it is: it starts at 0 already)."""
@@ -161,11 +171,13 @@ class RichTask:
         self._update(completed=self.n)
 
     def set_description(self, text: str, refresh: bool = True) -> None:
-        self._update(description=self._styled(text))
+        self._set(description=self._styled(text))
 
     def set_postfix(self, values: Mapping[str, Any], refresh: bool = True) -> None:
-        self._update(metrics=self.theme.metrics_text_delimiter.join(
-            f"{name}: {self._formatted(value)}" for name, value in values.items()))
+        task = self.task
+        if task is not None:
+            task.fields["metrics"] = self.theme.metrics_text_delimiter.join(
+                f"{name}: {self._formatted(value)}" for name, value in values.items())
         if refresh:
             self.refresh()
 

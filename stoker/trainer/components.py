@@ -39,7 +39,10 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         result.append(RichModelSummary() if rich else ModelSummary())
     if checkpointing and not any(isinstance(c, Checkpoint) for c in result):
         result.append(ModelCheckpoint())
-    if progress_bar and not any(isinstance(c, ProgressBar) for c in result):
+    bars = [type(c).__name__ for c in result if isinstance(c, ProgressBar)]
+    if len(bars) > 1:
+        raise ValueError(f"Trainer(callbacks=...) has {len(bars)} progress bars {bars}; a run draws one: keep one.")
+    if progress_bar and not bars:
         result.append(ProgressBar())
     # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
     keys = [c.state_key for c in result if defines_hook(c, "state_dict", Callback)]

@@ -2,6 +2,7 @@
 
 import io
 
+import pytest
 import torch
 
 from stoker import ProgressBar
@@ -119,3 +120,38 @@ def test_resume_mid_epoch_names_the_next_batch(tmp_path, capsys):
     assert len(lines) == 1 and lines[0].endswith("continuing from global_step 3 (epoch 0, batch_idx 3)."), lines
     (bar,) = [line for line in err if line.startswith("Epoch 0")]
     assert bar.startswith("Epoch 0: 4/4 [")  # the resumed epoch's bar counts the batches done before the stop
+
+
+def test_a_validation_end_reads_the_metrics_once_for_its_line_and_the_epoch_bar(tmp_path, capsys):
+    class Counting(ProgressBar):
+        reads = 0
+
+        def get_metrics(self, trainer, module):
+            Counting.reads += 1
+            return super().get_metrics(trainer, module)
+
+    bar = Counting(refresh_rate=3600.0)  # no read on time: only the validation's end and the epoch's end read
+    trainer(tmp_path, max_epochs=2, callbacks=[bar]).fit(Regressor(prog_bar=True), *loaders())
+    assert Counting.reads == 2 * 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Validation")]
+    assert len(lines) == 2 and all("val/loss=" in line for line in lines)
+
+
+def test_a_trainer_takes_one_progress_bar(tmp_path):
+    from stoker import Trainer
+    from stoker.callbacks import TQDMProgressBar
+
+    with pytest.raises(ValueError, match=r"2 progress bars \['ProgressBar', 'TQDMProgressBar'\]"):
+        Trainer(default_root_dir=str(tmp_path), callbacks=[ProgressBar(), TQDMProgressBar()])
+    # enable_progress_bar=False turns off the default bar only: a bar passed in is drawn
+    only = TQDMProgressBar()
+    assert trainer(tmp_path, callbacks=[only], enable_progress_bar=False).progress_bar_callback is only
+
+
+def test_a_bar_reused_for_the_next_epoch_is_redrawn_under_that_epochs_title(tmp_path):
+    out = _Terminal()
+    t = trainer(tmp_path, max_epochs=2, callbacks=[ProgressBar(file=out, refresh_rate=0.01, leave=False)])
+    t.fit(Regressor(), loaders()[0])
+    frames = out.getvalue().split("\r")
+    assert any(frame.startswith("Epoch 1:   0%") for frame in frames)  # the emptied bar, drawn by its reset
+    assert not any(frame.startswith("Epoch 0:   0%") for frame in frames)

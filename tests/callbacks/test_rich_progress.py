@@ -205,3 +205,57 @@ def test_an_error_mid_fit_stops_the_display_and_gives_stdout_back(tmp_path, scre
         trainer(tmp_path, max_epochs=1, callbacks=[bar]).fit(Failing(), loaders()[0])
     assert not bar.progress.live.is_started and sys.stdout is stdout
     assert bar.train_progress_bar.completed == 2
+
+
+def _count_updates(bar, monkeypatch):
+    """Counts the calls of ``Progress.update`` on any rich display the bar makes."""
+    from rich.progress import Progress
+
+    calls = []
+    original = Progress.update
+    monkeypatch.setattr(Progress, "update", lambda self, *a, **kw: (calls.append(kw), original(self, *a, **kw))[1])
+    return calls
+
+
+@pytest.mark.parametrize("on_terminal", [True, False])
+def test_each_batch_and_each_hidden_validation_bar_is_one_rich_update(tmp_path, monkeypatch, capsys, on_terminal):
+    if on_terminal:
+        screen = Console(file=io.StringIO(), force_terminal=True, width=160, color_system=None)
+        monkeypatch.setattr(rich, "get_console", lambda: screen)
+    bar = RichProgressBar()
+    calls = _count_updates(bar, monkeypatch)
+    bar.on_train_start(None, None)  # a display started before the fit is the one the fit uses
+    display = bar.progress
+    trainer(tmp_path, max_epochs=2, callbacks=[bar]).fit(Regressor(prog_bar=True), *loaders())
+    # 4 training and 2 validation batches per epoch, and the finished validation bar hidden: titles, totals and
+    # shown values are set without an update
+    assert len(calls) == 2 * (4 + 2 + 1)
+    assert [kw for kw in calls if "completed" not in kw] == [{"visible": False}] * 2
+    assert bar.progress is display
+    assert _tasks(bar) == [("Epoch 1/1", 4, 4, True), ("Validation", 2, 2, False), ("Validation", 2, 2, False)]
+
+
+def test_the_task_counts_every_batch_while_drawing_keeps_its_pace(tmp_path, screen):
+    from stoker.callbacks import Callback
+
+    seen = []
+
+    class Watch(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(bar.progress.tasks[0].completed)
+
+    bar = RichProgressBar(refresh_rate=0.001)  # a redraw at most every 1000 s, and at each bar's last batch
+    trainer(tmp_path, max_epochs=1, callbacks=[bar, Watch()]).fit(Regressor(), loaders(n=64)[0])
+    assert seen == list(range(1, 9))
+    drawn = set(re.findall(r" (\d)/8 ", screen.getvalue()))
+    assert "8" in drawn and drawn <= {"0", "1", "8"}  # drawn at the start, the first batch and the end only
+
+
+def test_sanity_check_epoch_and_validations_are_tasks_in_that_order(tmp_path, screen):
+    bar = RichProgressBar()
+    t = trainer(tmp_path, max_epochs=1, num_sanity_val_steps=1, val_check_interval=2, callbacks=[bar])
+    t.fit(Regressor(), *loaders())
+    assert _tasks(bar) == [("Sanity Checking", 1, 1, False), ("Epoch 0/0", 4, 4, True),
+                           ("Validation", 2, 2, False), ("Validation", 2, 2, False)]
+    t.validate(Regressor(), dataloaders=loaders()[1])  # a run of its own: a new display, its bar the first task
+    assert _tasks(bar) == [("Validation", 2, 2, True)] and bar.val_progress_bar_id == 0
