@@ -85,7 +85,6 @@ class AutomaticStep:
         # The next batch opens a window (the last one closed, or none yet); a run resumed inside a window keeps the
         # gradients its checkpoint restored. Each optimizer step opens the next window.
         self.zero_due = trainer.accelerator.sync_gradients
-        self.plateau_due = False  # a step's ReduceLROnPlateau schedulers wait for the batch's validation (loops.py)
         self.loss: torch.Tensor | None = None  # the window's last loss (what optimizer_step's closure returns)
         self.batch: Any = None
         self.batch_idx = self.evaluations = 0
@@ -172,9 +171,7 @@ class AutomaticStep:
             else:
                 optimizer.step()
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook,
-                            plateau=False)
-            self.plateau_due = True
+            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
 
     def _clipped(self) -> list[torch.nn.Parameter]:
         """What the Trainer's clipping sees: every parameter the optimizers hold, also groups added during the fit

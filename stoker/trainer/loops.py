@@ -148,7 +148,6 @@ class FitLoop:
             self.phase, self.schedulers_done = "end", False
             if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
-            self._step_plateau(run)
             self._epoch_end_hooks()
         self.end_epoch(run)
         t.preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
@@ -329,20 +328,9 @@ class FitLoop:
             self._log_step(applied, bool(t.loggers) or t.dry_run)
         if run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled):
             self.validate(run)
-        if not last and self._auto is not None and self._auto.plateau_due:
-            self._step_plateau(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
         return synced and (t.should_stop or t.preemption.due or t.limits.steps_reached(applied)) \
             and self._stop_now(applied)
-
-    def _step_plateau(self, run: FitRun) -> None:
-        """The ReduceLROnPlateau schedulers of interval "step" step after the batch's validation, not with the
-        optimizer (Lightning's order), so that they watch what that validation logged."""
-        t, auto = self.trainer, self._auto
-        if auto is not None and auto.plateau_due:  # the optimizer stepped (AutoStep.optimizer_step)
-            auto.plateau_due = False
-            step_schedulers(t.callback_metrics, run.step_schedulers, "step", t.accelerator.step, auto.scheduler_hook,
-                            plateau=True)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
