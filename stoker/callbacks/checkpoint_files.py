@@ -101,7 +101,7 @@ remove_folder = remove_checkpoint
 
 def check_dirpath(dirpath: str, what: str) -> None:
     """Fail now, not after the first epoch, when a file stands where the checkpoint folder must be created."""
-    from stoker.loggers.base import blocking_file
+    from stoker.loggers.folders import blocking_file
 
     path = blocking_file(dirpath)
     if path is not None:

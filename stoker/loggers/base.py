@@ -14,17 +14,15 @@ import argparse
 import dataclasses
 import numbers
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from stoker.loggers.folders import blocking_file, free_version_under
 from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
 
 __all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
-
-_VERSION_DIR = re.compile(r"^version_(\d+)$")
 
 Scalar = float | int
 
@@ -280,17 +278,6 @@ def _path_text(save_dir: Any, owner: str) -> str:
         ) from None
 
 
-def blocking_file(folder: str | os.PathLike) -> str | None:
-    """The existing file that stops ``folder`` from being created (itself or a folder above it), else None."""
-    path = os.path.abspath(folder)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
-    return None if os.path.isdir(path) else path
-
-
 def check_log_folder(logger: Logger) -> None:
     """Fail at construction when the logger's folder cannot be created because a file is in the way.
 
@@ -307,21 +294,6 @@ def check_log_folder(logger: Logger) -> None:
             "file, so the log folder {save_dir}/{name}/version_{n} cannot be created under it. Pass a folder path "
             "for save_dir (it is created if missing)."
         )
-
-
-def free_version_under(root_dir: str | os.PathLike) -> int:
-    """One more than the largest ``version_{n}`` folder in ``root_dir`` (0 if none)."""
-    try:
-        entries = os.scandir(root_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    with entries:
-        numbers_seen = [
-            int(match.group(1))
-            for entry in entries
-            if entry.is_dir() and (match := _VERSION_DIR.match(entry.name))
-        ]
-    return max(numbers_seen, default=-1) + 1
 
 
 def to_scalars(metrics: Mapping[str, Any]) -> dict[str, Scalar]:

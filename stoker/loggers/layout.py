@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stoker.loggers.base import free_version_under
+from stoker.loggers.folders import free_version_under
 from stoker.loggers.foreign import owns_folder
 
 if TYPE_CHECKING:
