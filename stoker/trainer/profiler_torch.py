@@ -84,20 +84,20 @@ class PyTorchProfiler(Profiler):
         self._start_torch()
         super().run_start(fn)
 
-    def begin(self, action: str, *_: Any) -> None:
+    def _open_action(self, action: str) -> None:
         from torch.profiler import record_function
 
         if self._torch is None:
             self._start_torch()
             self._own = True
-        super().begin(action)
+        super()._open_action(action)
         self._ranges[action] = record_function(action).__enter__()
 
-    def end(self, action: str, *_: Any) -> None:
+    def _close_action(self, action: str) -> None:
         opened = self._ranges.pop(action, None)
         if opened is not None:
             opened.__exit__(None, None, None)
-        super().end(action)
+        super()._close_action(action)
         if action == "[Stage]train batch" and self._torch is not None and self.profiler_kwargs.get("schedule"):
             self._torch.step()  # a schedule counts training batches
 
@@ -118,24 +118,19 @@ class PyTorchProfiler(Profiler):
             self._torch.__exit__(None, None, None)
         super().describe()
 
-    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
-        self._unwatch()
-        self.end(f"[Run]{fn}")
+    def _stop_recording(self) -> None:
         if self._torch is not None:
             self._torch.__exit__(None, None, None)
-        self.written = []
-        if folder is None or self._torch is None:
+
+    def _publish(self, fn: str, path: str, rank: int | None, note: str = "") -> None:
+        if self._torch is None:  # nothing was recorded
             return
-        path = self._report_path(fn, folder, rank)
         trace = os.path.join(os.path.dirname(path), f"{fn}-trace" + ("" if rank is None else f"-{rank}") + ".json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if self.export_to_chrome and self.profiler_kwargs.get("on_trace_ready") is None:
             self._torch.export_chrome_trace(trace)
             self.written.append(trace)
-        text = self.report()
-        if not rank:
-            print(f"PyTorchProfiler report for {fn} (trace: {trace}):\n{text}", flush=True)
-        self.written.append(self._write(path, text))
+        super()._publish(fn, path, rank, f" (trace: {trace})")
 
     def report(self) -> str:
         text = super().report()

@@ -68,24 +68,23 @@ class AdvancedProfiler(Profiler):
         self._cprofile = cProfile.Profile()
         self._cprofile.enable()
 
-    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
+    def _stop_recording(self) -> None:
         if self._cprofile is not None:
             self._cprofile.disable()
-        super().run_stop(fn, folder, rank)
 
-    def begin(self, action: str, *_: Any) -> None:
+    def _open_action(self, action: str) -> None:
         import cProfile
 
-        super().begin(action)
+        super()._open_action(action)
         if self._cprofile is None and self._profiling is None:  # a run's cProfile already sees everything
             self._profiling = action
             self.profiled_actions.setdefault(action, cProfile.Profile()).enable()
 
-    def end(self, action: str, *_: Any) -> None:
+    def _close_action(self, action: str) -> None:
         if action == self._profiling:
             self.profiled_actions[action].disable()
             self._profiling = None
-        super().end(action)
+        super()._close_action(action)
 
     def report(self) -> str:
         import pstats
@@ -114,12 +113,6 @@ class PassThroughProfiler(Profiler):
 
     name = "passthrough"
     records = False
-
-    def begin(self, action: str, *_: Any) -> None:
-        pass
-
-    def end(self, action: str, *_: Any) -> None:
-        pass
 
     def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
