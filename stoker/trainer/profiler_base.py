@@ -184,8 +184,11 @@ class Profiler:
         """Ends a whole-run recorder (cProfile, torch.profiler) before the report is made; the base has none."""
 
     def _publish(self, fn: str, path: str, rank: int | None, note: str = "") -> None:
-        """Writes the run's report to ``path``; the first process also shows it."""
+        """Writes the run's report to ``path``; the first process also shows it. An empty summary (a profiler of
+        your own with nothing to say) is neither shown nor written."""
         text = self.summary()
+        if not text:
+            return
         if not rank:
             self._show(text, fn, note)
         self.written.append(self._write(path, text))
