@@ -1,6 +1,8 @@
 """The profilers' base: :class:`Profiler` times named actions; the stages a run marks (``STAGES``).
 
-Owns: timing (``begin`` / ``end``, Lightning's ``start`` / ``stop`` / ``profile``), a data module's hooks timed for
+Owns: timing (``begin`` / ``end``, Lightning's ``start`` / ``stop`` / ``profile``; a subclass that overrides
+``start`` / ``stop``, as Lightning documents for a profiler of your own, gets every action through them, and its
+``summary`` and ``teardown`` are called when a run ends), a data module's hooks timed for
 the length of a run (``watch``), the time table, and where a run's report goes (``dirpath`` / ``filename``, the
 run's folder, one file per process when there are several). The profilers themselves are in ``profilers.py``
 (simple, advanced, pass-through) and ``profiler_torch.py``.
@@ -47,7 +49,7 @@ class Profiler:
         dirpath: Folder of the report files; None: the run's folder (the first logger's ``log_dir``, else
             ``default_root_dir``, as Lightning's ``trainer.log_dir``), kept here when a run stops.
         filename: The reports are then ``{dirpath}/{fn}-{filename}.txt`` (``fit-profile.txt``) and :meth:`describe`
-            writes ``{dirpath}/{filename}.txt``; None: ``{fn}-profile-{name}.txt``, and :meth:`describe` only prints.
+            writes ``{dirpath}/{filename}.txt``; None: ``{fn}-profile-{name}.txt``, and :meth:`describe` only shows it.
     """
 
     name = "base"

@@ -36,6 +36,8 @@ class PyTorchProfiler(Profiler):
         sort_by_key, row_limit, table_kwargs: How torch's operator table is sorted, its rows, and other arguments
             of ``key_averages().table`` (``max_name_column_width``, ...).
         export_to_chrome: Write the Chrome trace (not when ``on_trace_ready`` handles the traces).
+        group_by_input_shapes: One row of the operator table per operator and input shapes (Lightning's argument;
+            the shapes are then recorded, ``record_shapes``, which Lightning asks for separately).
         **profiler_kwargs: Passed to ``torch.profiler.profile``: ``schedule`` (stepped after each training batch),
             ``on_trace_ready``, ``with_stack``, ...
     """
@@ -45,8 +47,10 @@ class PyTorchProfiler(Profiler):
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
                  record_shapes: bool = False, profile_memory: bool = False, row_limit: int = 20,
                  sort_by_key: str = "cpu_time_total", export_to_chrome: bool = True,
-                 table_kwargs: dict[str, Any] | None = None, **profiler_kwargs: Any) -> None:
+                 table_kwargs: dict[str, Any] | None = None, group_by_input_shapes: bool = False,
+                 **profiler_kwargs: Any) -> None:
         import torch.autograd.profiler_util as util
+        import torch.profiler
 
         super().__init__(dirpath, filename)
         allowed = set(inspect.signature(util.EventList.table).parameters) - {"self", "sort_by", "row_limit"}
@@ -55,7 +59,15 @@ class PyTorchProfiler(Profiler):
             raise TableKwargsError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
                                    "key_averages().table here (sort_by_key and row_limit have their own); expected "
                                    f"some of {sorted(allowed)}.")
-        self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
+        takes = set(inspect.signature(torch.profiler.profile.__init__).parameters) - {"self"}
+        unknown = sorted(set(profiler_kwargs) - takes)
+        if unknown:  # refused here, not when a run starts
+            raise TypeError(f"PyTorchProfiler(**{{{unknown[0]!r}: ...}}): {unknown} are not arguments of "
+                            f"torch.profiler.profile here; expected some of {sorted(takes)}. (Lightning's "
+                            "emit_nvtx and record_module_names have no counterpart in stoker.)")
+        self.record_shapes = record_shapes or group_by_input_shapes
+        self.group_by_input_shapes, self.profile_memory = group_by_input_shapes, profile_memory
+        self.row_limit = row_limit
         self.sort_by_key, self.export_to_chrome, self.table_kwargs = sort_by_key, export_to_chrome, table_kwargs or {}
         self.profiler_kwargs = profiler_kwargs
         self._torch: torch.profiler.profile | None = None
@@ -75,9 +87,11 @@ class PyTorchProfiler(Profiler):
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        kwargs = dict(self.profiler_kwargs)  # activities given there replace the default (CPU, and CUDA if any)
+        activities = kwargs.pop("activities", None) or \
+            [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self._torch = profile(activities=activities, record_shapes=self.record_shapes,
-                              profile_memory=self.profile_memory, **self.profiler_kwargs)
+                              profile_memory=self.profile_memory, **kwargs)
         self._torch.__enter__()
 
     def run_start(self, fn: str) -> None:
@@ -136,7 +150,7 @@ class PyTorchProfiler(Profiler):
         text = super().report()
         if self._torch is None:
             return text
-        table = self._torch.key_averages().table(sort_by=self.sort_by_key, row_limit=self.row_limit,
-                                                 **self.table_kwargs)
+        averages = self._torch.key_averages(group_by_input_shape=self.group_by_input_shapes)
+        table = averages.table(sort_by=self.sort_by_key, row_limit=self.row_limit, **self.table_kwargs)
         by = "CPU time" if self.sort_by_key == "cpu_time_total" else self.sort_by_key
         return f"{text}\ntorch.profiler, by {by}:\n{table}\n"

@@ -6,8 +6,9 @@ implementation through :meth:`Profiler.wrap` and marks the stages (a training ba
 validation / test / predict run) with the hooks that open and close them, so the loops carry no profiling code and
 a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.run_start`,
 :meth:`Profiler.watch` (the data module's own hooks, which the run calls from several places) and
-:meth:`Profiler.run_stop`; the report goes to stdout and into ``dirpath``, else the run's folder (the first logger's
-``log_dir``, else ``default_root_dir``). cProfile and torch.profiler are imported only when their profiler starts.
+:meth:`Profiler.run_stop`; the report is shown (logged through the ``stoker.profiler`` logger when it takes INFO
+records, else printed) and written into ``dirpath``, else the run's folder (the first logger's ``log_dir``, else
+``default_root_dir``). cProfile is imported when its profiler starts, torch.profiler when a PyTorchProfiler is made.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = ["STAGES", "AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyT
 
 
 class SimpleProfiler(Profiler):
-    """Lightning's ``"simple"``: the time table of every hook and stage, printed at the end of the run and written
+    """Lightning's ``"simple"``: the time table of every hook and stage, shown at the end of the run and written
     to ``{fn}-profile-simple.txt`` in the run's folder (or ``{dirpath}/{fn}-{filename}.txt``); ``extended=False``
     leaves the calls and shares out of the table."""
 

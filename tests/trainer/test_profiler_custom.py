@@ -107,3 +107,31 @@ def test_profile_hands_out_the_action_name_and_start_time_is_what_shares_are_of(
     profiler.start_time -= 1000.0  # the profiler "made" long ago: load is a small share of the time since
     share = float(profiler.summary().splitlines()[2].split("|")[-1].strip(" %"))
     assert 0 < share < 1
+
+
+def test_pytorch_profiler_groups_its_operator_table_by_input_shapes(tmp_path, capsys):
+    import torch
+
+    from stoker.profilers import PyTorchProfiler
+
+    profiler = PyTorchProfiler(dirpath=tmp_path, filename="shapes", group_by_input_shapes=True, row_limit=-1)
+    assert profiler.record_shapes  # the shapes a grouping needs are recorded
+    with profiler.profile("two sizes"):
+        torch.ones(3).sum()
+        torch.ones(2, 5).sum()
+    profiler.describe()
+    text = (tmp_path / "shapes.txt").read_text()
+    sums = [line for line in text.splitlines() if line.lstrip().startswith("aten::sum ")]
+    assert len(sums) == 2 and "[[3], []]" in text and "[[2, 5], []]" in text  # one row per input shape
+
+
+def test_pytorch_profiler_takes_torch_activities_and_refuses_unknown_arguments_at_once(tmp_path, capsys):
+    from torch.profiler import ProfilerActivity
+
+    from stoker.profilers import PyTorchProfiler
+
+    profiler = PyTorchProfiler(dirpath=tmp_path, filename="cpu", activities=[ProfilerActivity.CPU])
+    trainer(tmp_path, max_epochs=1, profiler=profiler, enable_checkpointing=False).fit(Regressor(), *loaders())
+    assert "torch.profiler, by CPU time:" in (tmp_path / "fit-cpu.txt").read_text()
+    with pytest.raises(TypeError, match=r"\['emit_nvtx'\] are not arguments of torch.profiler.profile"):
+        PyTorchProfiler(emit_nvtx=True)
