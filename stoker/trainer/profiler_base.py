@@ -229,11 +229,12 @@ class Profiler:
     def describe(self) -> None:
         """Shows the report of what was timed so far (as a run's: logged or printed); with ``dirpath`` and
         ``filename`` also writes it to ``{dirpath}/{filename}.txt`` (a run does this itself when it stops; this is for
-        timings of your own)."""
+        timings of your own). Then :meth:`teardown`, as after a run."""
         text = self.summary()
         self._show(text)
         if self.dirpath is not None and self.filename:
             self._write(os.path.join(self.dirpath, f"{self.filename}.txt"), text)
+        self.teardown(None)
 
     def report(self) -> str:
         """The time table: each action's calls, mean, total and share of the time (the run's, else the time since

@@ -73,6 +73,15 @@ def test_a_hook_that_raises_still_ends_its_action_and_the_run_tears_the_profiler
     assert stage == "fit" and stopped["[Module]Fails.on_train_start"] == 1 and stopped["[Run]fit"] == 1
 
 
+def test_describe_shows_your_summary_then_tears_down(capsys):
+    profiler = CountingProfiler()
+    with profiler.profile("load"):
+        pass
+    profiler.describe()
+    assert "CountingProfiler report:\nload: 1\n" in capsys.readouterr().out
+    assert profiler.torn_down == [(None, {"load": 1})] and not profiler.stops
+
+
 def test_an_empty_summary_writes_and_shows_nothing(tmp_path, capsys):
     class Quiet(CountingProfiler):
         def summary(self) -> str:
