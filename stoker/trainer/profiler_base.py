@@ -55,14 +55,17 @@ class Profiler:
     name = "base"
     extended = True  # the table's calls and shares of the run (SimpleProfiler(extended=False) leaves them out)
     records = True  # whether a run wraps its hooks with this profiler (PassThroughProfiler: no)
+    _own_timing = False  # set for subclasses with their own start/stop (Lightning's way to write a profiler)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._own_timing = cls.start is not Profiler.start or cls.stop is not Profiler.stop
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
         self.dirpath, self.filename = dirpath, filename
         self.durations: dict[str, list[float]] = collections.defaultdict(list)
         self._open: dict[str, float] = {}
         self.start_time = time.perf_counter()  # what "% of run" is a share of outside a run (Lightning's name)
-        # A subclass with its own start/stop (Lightning's way to write a profiler) gets every action through them.
-        self._own_timing = type(self).start is not Profiler.start or type(self).stop is not Profiler.stop
         self.written: list[str] = []  # files written by the last stop()
         self._watched: list[tuple[object, str, object]] = []  # (object, hook, its own instance attribute or _ABSENT)
 
