@@ -85,6 +85,7 @@ class Timer(Callback):
         duration: A ``datetime.timedelta``, a ``"DD:HH:MM:SS"`` string, a dict of ``timedelta``
             keywords such as ``{"hours": 12}``, or ``None``.
         interval: ``"step"`` checks after every optimizer step; ``"epoch"`` only at epoch ends.
+        verbose: Print a line when the duration stops the run (Lightning's argument; False: stop silently).
 
     Example:
         >>> from stoker import Trainer
@@ -95,11 +96,12 @@ class Timer(Callback):
         43199.7
     """
 
-    def __init__(self, duration: timedelta | str | dict | None = None, interval: str = "step") -> None:
+    def __init__(self, duration: timedelta | str | dict | None = None, interval: str = "step",
+                 verbose: bool = True) -> None:
         self.duration = parse_duration(duration)
         if interval not in ("step", "epoch"):
             raise ValueError(f"Timer(interval={interval!r}) is not an interval. Expected 'step' or 'epoch'.")
-        self.interval = interval
+        self.interval, self.verbose = interval, verbose
         self._offset = {stage: 0.0 for stage in _STAGES}  # seconds from before a resume
         self._start: dict[str, float | None] = dict.fromkeys(_STAGES)
         self._end: dict[str, float | None] = dict.fromkeys(_STAGES)
@@ -193,7 +195,7 @@ class Timer(Callback):
         self.stopping_reason = f"duration {self.duration} reached after {self.time_elapsed('train'):.1f}s of training"
         trainer.should_stop = True
         _save_last(trainer)
-        if trainer.is_global_zero:
+        if self.verbose and trainer.is_global_zero:
             print(f"Timer: duration {self.duration} reached after {self.time_elapsed('train'):.1f}s of "
                   f"training (step {trainer.global_step}); stopped with a checkpoint.")
 

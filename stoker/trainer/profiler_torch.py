@@ -36,6 +36,8 @@ class PyTorchProfiler(Profiler):
         sort_by_key, row_limit, table_kwargs: How torch's operator table is sorted, its rows, and other arguments
             of ``key_averages().table`` (``max_name_column_width``, ...).
         export_to_chrome: Write the Chrome trace (not when ``on_trace_ready`` handles the traces).
+        group_by_input_shapes: One row of the operator table per operator and input shapes (Lightning's argument;
+            the shapes are then recorded, ``record_shapes``, which Lightning asks for separately).
         **profiler_kwargs: Passed to ``torch.profiler.profile``: ``schedule`` (stepped after each training batch),
             ``on_trace_ready``, ``with_stack``, ...
     """
@@ -45,8 +47,10 @@ class PyTorchProfiler(Profiler):
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
                  record_shapes: bool = False, profile_memory: bool = False, row_limit: int = 20,
                  sort_by_key: str = "cpu_time_total", export_to_chrome: bool = True,
-                 table_kwargs: dict[str, Any] | None = None, **profiler_kwargs: Any) -> None:
+                 table_kwargs: dict[str, Any] | None = None, group_by_input_shapes: bool = False,
+                 **profiler_kwargs: Any) -> None:
         import torch.autograd.profiler_util as util
+        import torch.profiler
 
         super().__init__(dirpath, filename)
         allowed = set(inspect.signature(util.EventList.table).parameters) - {"self", "sort_by", "row_limit"}
@@ -55,7 +59,15 @@ class PyTorchProfiler(Profiler):
             raise TableKwargsError(f"PyTorchProfiler(table_kwargs=...): {unknown} are not arguments of torch's "
                                    "key_averages().table here (sort_by_key and row_limit have their own); expected "
                                    f"some of {sorted(allowed)}.")
-        self.record_shapes, self.profile_memory, self.row_limit = record_shapes, profile_memory, row_limit
+        takes = set(inspect.signature(torch.profiler.profile.__init__).parameters) - {"self"}
+        unknown = sorted(set(profiler_kwargs) - takes)
+        if unknown:  # refused here, not when a run starts
+            raise TypeError(f"PyTorchProfiler(**{{{unknown[0]!r}: ...}}): {unknown} are not arguments of "
+                            f"torch.profiler.profile here; expected some of {sorted(takes)}. (Lightning's "
+                            "emit_nvtx and record_module_names have no counterpart in stoker.)")
+        self.record_shapes = record_shapes or group_by_input_shapes
+        self.group_by_input_shapes, self.profile_memory = group_by_input_shapes, profile_memory
+        self.row_limit = row_limit
         self.sort_by_key, self.export_to_chrome, self.table_kwargs = sort_by_key, export_to_chrome, table_kwargs or {}
         self.profiler_kwargs = profiler_kwargs
         self._torch: torch.profiler.profile | None = None
@@ -75,29 +87,31 @@ class PyTorchProfiler(Profiler):
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        kwargs = dict(self.profiler_kwargs)  # activities given there replace the default (CPU, and CUDA if any)
+        activities = kwargs.pop("activities", None) or \
+            [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self._torch = profile(activities=activities, record_shapes=self.record_shapes,
-                              profile_memory=self.profile_memory, **self.profiler_kwargs)
+                              profile_memory=self.profile_memory, **kwargs)
         self._torch.__enter__()
 
     def run_start(self, fn: str) -> None:
         self._start_torch()
         super().run_start(fn)
 
-    def begin(self, action: str, *_: Any) -> None:
+    def _open_action(self, action: str) -> None:
         from torch.profiler import record_function
 
         if self._torch is None:
             self._start_torch()
             self._own = True
-        super().begin(action)
+        super()._open_action(action)
         self._ranges[action] = record_function(action).__enter__()
 
-    def end(self, action: str, *_: Any) -> None:
+    def _close_action(self, action: str) -> None:
         opened = self._ranges.pop(action, None)
         if opened is not None:
             opened.__exit__(None, None, None)
-        super().end(action)
+        super()._close_action(action)
         if action == "[Stage]train batch" and self._torch is not None and self.profiler_kwargs.get("schedule"):
             self._torch.step()  # a schedule counts training batches
 
@@ -118,30 +132,25 @@ class PyTorchProfiler(Profiler):
             self._torch.__exit__(None, None, None)
         super().describe()
 
-    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
-        self._unwatch()
-        self.end(f"[Run]{fn}")
+    def _stop_recording(self) -> None:
         if self._torch is not None:
             self._torch.__exit__(None, None, None)
-        self.written = []
-        if folder is None or self._torch is None:
+
+    def _publish(self, fn: str, path: str, rank: int | None, note: str = "") -> None:
+        if self._torch is None:  # nothing was recorded
             return
-        path = self._report_path(fn, folder, rank)
         trace = os.path.join(os.path.dirname(path), f"{fn}-trace" + ("" if rank is None else f"-{rank}") + ".json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if self.export_to_chrome and self.profiler_kwargs.get("on_trace_ready") is None:
             self._torch.export_chrome_trace(trace)
             self.written.append(trace)
-        text = self.report()
-        if not rank:
-            print(f"PyTorchProfiler report for {fn} (trace: {trace}):\n{text}", flush=True)
-        self.written.append(self._write(path, text))
+        super()._publish(fn, path, rank, f" (trace: {trace})")
 
     def report(self) -> str:
         text = super().report()
         if self._torch is None:
             return text
-        table = self._torch.key_averages().table(sort_by=self.sort_by_key, row_limit=self.row_limit,
-                                                 **self.table_kwargs)
+        averages = self._torch.key_averages(group_by_input_shape=self.group_by_input_shapes)
+        table = averages.table(sort_by=self.sort_by_key, row_limit=self.row_limit, **self.table_kwargs)
         by = "CPU time" if self.sort_by_key == "cpu_time_total" else self.sort_by_key
         return f"{text}\ntorch.profiler, by {by}:\n{table}\n"

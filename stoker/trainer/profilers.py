@@ -6,8 +6,9 @@ implementation through :meth:`Profiler.wrap` and marks the stages (a training ba
 validation / test / predict run) with the hooks that open and close them, so the loops carry no profiling code and
 a run without a profiler pays nothing. The run's scope (``run_scope.py``) calls :meth:`Profiler.run_start`,
 :meth:`Profiler.watch` (the data module's own hooks, which the run calls from several places) and
-:meth:`Profiler.run_stop`; the report goes to stdout and into ``dirpath``, else the run's folder (the first logger's
-``log_dir``, else ``default_root_dir``). cProfile and torch.profiler are imported only when their profiler starts.
+:meth:`Profiler.run_stop`; the report is shown (logged through the ``stoker.profiler`` logger when it takes INFO
+records, else printed) and written into ``dirpath``, else the run's folder (the first logger's ``log_dir``, else
+``default_root_dir``). cProfile is imported when its profiler starts, torch.profiler when a PyTorchProfiler is made.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = ["STAGES", "AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyT
 
 
 class SimpleProfiler(Profiler):
-    """Lightning's ``"simple"``: the time table of every hook and stage, printed at the end of the run and written
+    """Lightning's ``"simple"``: the time table of every hook and stage, shown at the end of the run and written
     to ``{fn}-profile-simple.txt`` in the run's folder (or ``{dirpath}/{fn}-{filename}.txt``); ``extended=False``
     leaves the calls and shares out of the table."""
 
@@ -68,24 +69,23 @@ class AdvancedProfiler(Profiler):
         self._cprofile = cProfile.Profile()
         self._cprofile.enable()
 
-    def run_stop(self, fn: str, folder: str | None, rank: int | None = None) -> None:
+    def _stop_recording(self) -> None:
         if self._cprofile is not None:
             self._cprofile.disable()
-        super().run_stop(fn, folder, rank)
 
-    def begin(self, action: str, *_: Any) -> None:
+    def _open_action(self, action: str) -> None:
         import cProfile
 
-        super().begin(action)
+        super()._open_action(action)
         if self._cprofile is None and self._profiling is None:  # a run's cProfile already sees everything
             self._profiling = action
             self.profiled_actions.setdefault(action, cProfile.Profile()).enable()
 
-    def end(self, action: str, *_: Any) -> None:
+    def _close_action(self, action: str) -> None:
         if action == self._profiling:
             self.profiled_actions[action].disable()
             self._profiling = None
-        super().end(action)
+        super()._close_action(action)
 
     def report(self) -> str:
         import pstats
@@ -114,12 +114,6 @@ class PassThroughProfiler(Profiler):
 
     name = "passthrough"
     records = False
-
-    def begin(self, action: str, *_: Any) -> None:
-        pass
-
-    def end(self, action: str, *_: Any) -> None:
-        pass
 
     def wrap(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn
