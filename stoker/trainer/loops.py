@@ -10,8 +10,8 @@ validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``eval
 
 Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
 remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
-checkpoint resumes after the point that saved it: mid-epoch -> the next batch; during the epoch's end -> the
-epoch schedulers (if not yet stepped), then the next epoch.
+checkpoint resumes after the point that saved it: mid-epoch -> the validation due after its batch (``val_pending``),
+then the next batch; during the epoch's end -> the epoch schedulers (if not yet stepped), then the next epoch.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class FitLoop:
         self.total_batches = 0  # across epochs (check_val_every_n_epoch=None counts these)
         self.phase = "batches"
         self.schedulers_done = False
+        self.val_pending = False  # a validation is due after the batch whose end hooks run (saved: resumes with it)
         self.last_logged_step = -1
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
         self.iter_steps = False  # training_step(self, dataloader_iter) in the current run() (batch_iter.py)
@@ -71,7 +72,8 @@ class FitLoop:
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "batches_done": self.batches_done, "total_batches": self.total_batches,
                 "epoch_batches_finished": self.epoch_batches_finished, "phase": self.phase,
-                "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step}
+                "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step,
+                "val_pending": self.val_pending}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.epoch = int(state["epoch"])
@@ -81,6 +83,7 @@ class FitLoop:
         self.phase = str(state["phase"])
         self.schedulers_done = bool(state["schedulers_done"])
         self.last_logged_step = int(state["last_logged_step"])
+        self.val_pending = bool(state.get("val_pending", False))  # absent from checkpoints written before it
 
     @property
     def trained_epoch(self) -> int:
@@ -137,8 +140,8 @@ class FitLoop:
             results.in_batch = False
             self.epoch_finished = False
             t.hooks.call("on_train_epoch_start")
-            stopped = False
-            if not self.epoch_batches_finished:
+            stopped = self._pending_validation(run)
+            if not stopped and not self.epoch_batches_finished:
                 stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
@@ -312,6 +315,8 @@ class FitLoop:
         """After a batch's step (``pulled``: the batches it took): its end hooks, logging, validation when due; True
         when the run stops here."""
         t = self.trainer
+        self.total_batches += pulled  # before the end hooks: a checkpoint they save counts this batch as done
+        self.val_pending = due = run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled)
         end_hooks = t.hooks.get("on_train_batch_end")
         if end_hooks:
             # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
@@ -321,16 +326,27 @@ class FitLoop:
             for hook in end_hooks:
                 hook(outputs, batch, batch_idx)
         t.train_results.in_batch = False
-        self.total_batches += pulled
         applied = t.accelerator.step
         # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
         if synced and not applied % self.log_every and applied != self.last_logged_step:
             self._log_step(applied, bool(t.loggers) or t.dry_run)
-        if run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled):
+        if due:
+            self.val_pending = False
             self.validate(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
         return synced and (t.should_stop or t.preemption.due or t.limits.steps_reached(applied)) \
             and self._stop_now(applied)
+
+    def _pending_validation(self, run: FitRun) -> bool:
+        """After a resume from a batch's end hooks: the validation due there, and its stop; True when the run stops."""
+        if not self.val_pending:
+            return False
+        self.val_pending = False
+        if not run.val_enabled:
+            return False
+        self.validate(run)
+        t = self.trainer
+        return t.accelerator.sync_gradients and t.should_stop and self._stop_now(t.accelerator.step)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
