@@ -37,6 +37,7 @@ from ..loggers.foreign import owns_folder
 from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
 from .hparams import container_keys, not_checkpointable
+from .iterables import IterableLoader
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -283,6 +284,13 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
             not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
         loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
+    mid_epoch = loop.phase == "batches" and not loop.epoch_batches_finished and loop.batches_done > 0
+    if mid_epoch and isinstance(train_loader, IterableLoader):
+        warnings.warn(f"Resuming in the middle of epoch {loop.epoch} with a train loader that keeps no position (a "
+                      f"{type(train_loader.source).__name__}, not a DataLoader): it is read again from its start "
+                      f"after batch_idx {loop.batches_done}, so this fit does not continue the interrupted one "
+                      "exactly. Resume from a checkpoint of an epoch's end, or train from one DataLoader.",
+                      stacklevel=user_stacklevel())
     if trainer.is_global_zero:
         where = f"the end of epoch {loop.epoch}" if loop.phase == "end" or loop.epoch_batches_finished else \
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
