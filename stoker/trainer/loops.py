@@ -55,6 +55,9 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
+        # The last batch is due a validation that has not run yet: a checkpoint written by its on_train_batch_end
+        # (every_n_train_steps) saves it, so that a fit resumed from there runs that validation first.
+        self.val_pending = False
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
         self.iter_steps = False  # training_step(self, dataloader_iter) in the current run() (batch_iter.py)
         # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
@@ -71,7 +74,8 @@ class FitLoop:
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "batches_done": self.batches_done, "total_batches": self.total_batches,
                 "epoch_batches_finished": self.epoch_batches_finished, "phase": self.phase,
-                "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step}
+                "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step,
+                "val_pending": self.val_pending}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.epoch = int(state["epoch"])
@@ -81,6 +85,7 @@ class FitLoop:
         self.phase = str(state["phase"])
         self.schedulers_done = bool(state["schedulers_done"])
         self.last_logged_step = int(state["last_logged_step"])
+        self.val_pending = bool(state.get("val_pending", False))  # absent from checkpoints of earlier versions
 
     @property
     def trained_epoch(self) -> int:
@@ -119,13 +124,14 @@ class FitLoop:
         return self.stop_reason is not None
 
     def run(self, run: FitRun) -> None:
-        """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
+        """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`), after the validation a resumed
+        position is still due (also when the run stops right after it, as the uninterrupted one did)."""
         self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
         self.none_warned = False
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         self.iter_steps = takes_iterator(self.trainer.module.training_step)
-        while not self.done():
+        while self.val_pending or not self.done():
             self._run_epoch(run)
 
     def _run_epoch(self, run: FitRun) -> None:
@@ -137,8 +143,8 @@ class FitLoop:
             results.in_batch = False
             self.epoch_finished = False
             t.hooks.call("on_train_epoch_start")
-            stopped = False
-            if not self.epoch_batches_finished:
+            stopped = self.val_pending and self._pending_validation(run)
+            if not stopped and not self.epoch_batches_finished:
                 stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
@@ -312,6 +318,9 @@ class FitLoop:
         """After a batch's step (``pulled``: the batches it took): its end hooks, logging, validation when due; True
         when the run stops here."""
         t = self.trainer
+        # Counted and decided before the end hooks, so that a checkpoint they write holds both (see val_pending).
+        self.total_batches += pulled
+        self.val_pending = run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled)
         end_hooks = t.hooks.get("on_train_batch_end")
         if end_hooks:
             # Lightning's form: a returned loss tensor reaches the hooks as {"loss": loss}, so a callback's
@@ -321,15 +330,24 @@ class FitLoop:
             for hook in end_hooks:
                 hook(outputs, batch, batch_idx)
         t.train_results.in_batch = False
-        self.total_batches += pulled
         applied = t.accelerator.step
         # _log_step's cadence test, inlined: the call is taken once per log_every_n_steps steps
         if synced and not applied % self.log_every and applied != self.last_logged_step:
             self._log_step(applied, bool(t.loggers) or t.dry_run)
-        if run.val_enabled and not last and self._val_due(run, batch_idx, pulled=pulled):
+        if self.val_pending:
+            self.val_pending = False
             self.validate(run)
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
         return synced and (t.should_stop or t.preemption.due or t.limits.steps_reached(applied)) \
+            and self._stop_now(applied)
+
+    def _pending_validation(self, run: FitRun) -> bool:
+        """The validation a resumed position is due (see ``val_pending``); True when the run stops after it."""
+        t = self.trainer
+        self.val_pending = False
+        self.validate(run)
+        applied = t.accelerator.step
+        return t.accelerator.sync_gradients and (t.should_stop or t.limits.steps_reached(applied)) \
             and self._stop_now(applied)
 
     def _stop_now(self, applied: int) -> bool:
