@@ -121,10 +121,21 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+        self._restored_stop = False  # the state a resumed fit restored had stopped the run
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+        self._restored_stop = False  # a resumed fit restores its state after setup
+
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+        # A checkpoint written after this callback stopped the run (at that validation's end, or by an epoch cut
+        # short): the resumed fit stops where the uninterrupted one did, before another step.
+        if self._restored_stop:
+            self._restored_stop = False
+            trainer.should_stop = True
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
@@ -211,4 +222,5 @@ class EarlyStopping(Callback):
         reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.name)
         self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason[reason]
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+        self._restored_stop = self.stopping_reason is not EarlyStoppingReason.NOT_STOPPED
 
