@@ -170,9 +170,10 @@ class ModelCheckpoint(CheckpointRecord):
         self._watch_resume(trainer, stage)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        self._last_time_save, self._deferred = time.monotonic(), False  # an earlier fit's deferral is not this one's
-        (self._deferred, ranked), self._resumed = self._resumed, (False, False)  # ...a resumed fit's is
-        if ranked:  # the restored value of `monitor` was ranked before the checkpoint: not a new one to rank
+        self._last_time_save = time.monotonic()
+        # An earlier fit's deferral is not this one's; a resumed fit's comes with its state (setup resets it).
+        (self._deferred, ranked), self._resumed = self._resumed, (False, False)
+        if ranked and self.monitor is not None:  # its restored value was ranked before the checkpoint: not new
             self._last_ranked, self._ranked_in = trainer.callback_metrics.get(self.monitor), trainer.callback_metrics
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
@@ -266,8 +267,8 @@ class ModelCheckpoint(CheckpointRecord):
     def state_dict(self) -> dict[str, Any]:
         # Also what the next trigger decides by: a ranking deferred to the next validation, and whether the value of
         # `monitor` that the checkpoint's callback_metrics hold was ranked already (it comes back as a new object).
-        metrics, value = self._ranked_in, self._last_ranked
-        ranked = metrics is not None and value is not None and metrics.get(self.monitor) is value
+        metrics, value, monitor = self._ranked_in, self._last_ranked, self.monitor
+        ranked = metrics is not None and value is not None and monitor is not None and metrics.get(monitor) is value
         return {**super().state_dict(), "deferred": self._deferred, "ranked_current": ranked}
 
     def _apply_state(self, state: dict[str, Any]) -> None:

@@ -49,7 +49,8 @@ class EarlyStopping(Callback):
     ``stopping_reason_message`` (None until a stop) says it in words; the stop is logged (INFO) through this
     module's ``log``, prefixed ``[rank: N]`` when several processes run. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
-    across a resume.
+    across a resume; a fit resumed from a checkpoint written after this callback stopped the run stops before
+    another step, as the uninterrupted fit did.
 
     Args:
         monitor: Name of a metric in ``trainer.callback_metrics``, e.g. ``"val/loss"``.

@@ -36,7 +36,9 @@ class LearningRateMonitor(Callback):
     Momentum and weight decay go under the learning rate's name plus ``-momentum`` / ``-weight_decay``
     (``lr-SGD-momentum``); the latest values are in ``last_momentum_values`` / ``last_weight_decay_values``, the
     learning rates' history in ``lrs`` (every name is in it, empty, from the start of training; when an optimizer
-    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``).
+    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``). A fit
+    resumed from a checkpoint logs what the uninterrupted one logged after it (an epoch start logged before a
+    checkpoint inside that epoch is not logged again); ``lrs`` holds the values of this process's fit only.
 
     Args:
         logging_interval: ``"step"``: before every optimizer step, the values that step uses (thinned by the
@@ -101,8 +103,10 @@ class LearningRateMonitor(Callback):
         # counts (a checkpoint without them: an even share of global_step).
         share = trainer.global_step // max(len(self._targets), 1)
         restored, self._restored_steps = self._restored_steps, None
-        fits = restored is not None and len(restored) == len(self._targets)
-        self._steps = list(restored) if fits else [share] * len(self._targets)
+        if restored is not None and len(restored) == len(self._targets):
+            self._steps = restored
+        else:
+            self._steps = [share] * len(self._targets)
 
     def _plan(self, trainer: TrainerView) -> list[tuple[Any, str, str]]:
         configs = trainer.lr_scheduler_configs

@@ -10,8 +10,9 @@ validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``eval
 
 Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
 remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
-checkpoint resumes after the point that saved it: mid-epoch -> the next batch; during the epoch's end -> the
-epoch schedulers (if not yet stepped), then the next epoch.
+checkpoint resumes after the point that saved it: mid-epoch -> the next batch (after the validation the last one
+was due, when the checkpoint was written before it: ``val_pending``); during the epoch's end -> the epoch schedulers
+(if not yet stepped), then the next epoch.
 """
 
 from __future__ import annotations
