@@ -10,9 +10,8 @@ validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``eval
 
 Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
 remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
-checkpoint resumes after the point that saved it: mid-epoch -> the next batch (after the validation the last one
-was due, when the checkpoint was written before it: ``val_pending``); during the epoch's end -> the epoch schedulers
-(if not yet stepped), then the next epoch.
+checkpoint resumes after the point that saved it: mid-epoch -> the validation its batch was still due, then the next
+batch; during the epoch's end -> the epoch schedulers (if not yet stepped), then the next epoch.
 """
 
 from __future__ import annotations
@@ -56,9 +55,7 @@ class FitLoop:
         self.phase = "batches"
         self.schedulers_done = False
         self.last_logged_step = -1
-        # The last batch is due a validation that has not run yet: a checkpoint written by its on_train_batch_end
-        # (every_n_train_steps) saves it, so that a fit resumed from there runs that validation first.
-        self.val_pending = False
+        self.val_pending = False  # the last batch's validation is still due (a checkpoint then: resumes with it)
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
         self.iter_steps = False  # training_step(self, dataloader_iter) in the current run() (batch_iter.py)
         # Why the last run() ended: "should_stop" | "max_steps" | "max_epochs" (read by run_report.py), or None.
@@ -125,8 +122,7 @@ class FitLoop:
         return self.stop_reason is not None
 
     def run(self, run: FitRun) -> None:
-        """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`), after the validation a resumed
-        position is still due (also when the run stops right after it, as the uninterrupted one did)."""
+        """Runs ``run``'s epochs (after a validation a resumed position is still due) until :meth:`done`."""
         self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
         self.none_warned = False
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
