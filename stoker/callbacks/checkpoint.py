@@ -141,7 +141,9 @@ class ModelCheckpoint(CheckpointRecord):
         self._last_time_save, self._warned_missing, self._fresh = 0.0, False, True
         self._changed_since_save = False  # validation ran since the last save (same step, newer state)
         self._last_ranked: Any = None  # the monitored value object last ranked (a reference, no copy)
+        self._ranked_in: dict[str, Any] | None = None  # the trainer's callback_metrics it was ranked from
         self._deferred = False  # a step/time save waits for the next validation's value of `monitor`
+        self._resumed = (False, False)  # (deferred, ranked_current) of a restored state, applied at fit start
 
     @property
     def state_key(self) -> str:
@@ -160,13 +162,19 @@ class ModelCheckpoint(CheckpointRecord):
         if self.dirpath is None:  # the run's folder: the first logger's version folder (stoker.loggers.layout)
             self.dirpath = default_checkpoint_dir(trainer.default_root_dir, trainer.loggers)
             check_dirpath(self.dirpath, "ModelCheckpoint's default dirpath (the run's checkpoints folder)")
+        if stage == "fit":
+            self._resumed = (False, False)  # a fresh fit; a resumed one restores its state after setup
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._apply_state(state)
         self._watch_resume(trainer, stage)
 
     def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
-        self._last_time_save, self._deferred = time.monotonic(), False  # an earlier fit's deferral is not this one's
+        self._last_time_save = time.monotonic()
+        # An earlier fit's deferral is not this one's; a resumed fit's comes with its state (setup resets it).
+        (self._deferred, ranked), self._resumed = self._resumed, (False, False)
+        if ranked and self.monitor is not None:  # its restored value was ranked before the checkpoint: not new
+            self._last_ranked, self._ranked_in = trainer.callback_metrics.get(self.monitor), trainer.callback_metrics
         if not trainer.dry_run:  # a debugging run writes nothing, not even the folder's lock
             trainer.accelerator.hold_checkpoint_folder(self.dirpath)  # FolderInUseError while another run writes it
             finish_evictions(trainer, self.dirpath, self.state_key, [*self._kept, self.last_model_path])
@@ -255,6 +263,18 @@ class ModelCheckpoint(CheckpointRecord):
             warnings.warn(f"ModelCheckpoint(save_on_exception=True) could not save to {path} after "
                           f"{type(exception).__name__}: {type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
 
+    # -- state --------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        # Also what the next trigger decides by: a ranking deferred to the next validation, and whether the value of
+        # `monitor` that the checkpoint's callback_metrics hold was ranked already (it comes back as a new object).
+        metrics, value, monitor = self._ranked_in, self._last_ranked, self.monitor
+        ranked = metrics is not None and value is not None and monitor is not None and metrics.get(monitor) is value
+        return {**super().state_dict(), "deferred": self._deferred, "ranked_current": ranked}
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        super()._apply_state(state)
+        self._resumed = (bool(state.get("deferred", False)), bool(state.get("ranked_current", False)))
+
     # -- saving -------------------------------------------------------------------------------------------------
     def _save(self, trainer: TrainerView, rank: bool = True, defer: bool = False) -> None:
         """Ranks and writes a checkpoint (and/or ``last``). ``defer``: a step or time trigger whose monitored value
@@ -305,7 +325,7 @@ class ModelCheckpoint(CheckpointRecord):
             # The very object ranked before: nothing logged a new value since (check_val_every_n_epoch=2), and a
             # stale score must not keep a checkpoint. (validation_count would miss a monitored training metric.)
             return None
-        self._last_ranked = value
+        self._last_ranked, self._ranked_in = value, trainer.callback_metrics
         # Every process must make the same keep/delete decision, even for a metric logged without sync_dist.
         score = agreed_mean(trainer, monitored_value(value, f"ModelCheckpoint(monitor={self.monitor!r})"))
         self.current_score = ordering(score, self._minimize)  # NaN: the worst score (Lightning's +-inf)

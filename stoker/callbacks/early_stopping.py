@@ -49,7 +49,8 @@ class EarlyStopping(Callback):
     ``stopping_reason_message`` (None until a stop) says it in words; the stop is logged (INFO) through this
     module's ``log``, prefixed ``[rank: N]`` when several processes run. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
-    across a resume.
+    across a resume; a fit resumed from a checkpoint written after this callback stopped the run stops before
+    another step, as the uninterrupted fit did.
 
     Args:
         monitor: Name of a metric in ``trainer.callback_metrics``, e.g. ``"val/loss"``.
@@ -121,10 +122,21 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+        self._restored_stop = False  # the state a resumed fit restored had stopped the run
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+        self._restored_stop = False  # a resumed fit restores its state after setup
+
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+        # A checkpoint written after this callback stopped the run (at that validation's end, or by an epoch cut
+        # short): the resumed fit stops where the uninterrupted one did, before another step.
+        if self._restored_stop:
+            self._restored_stop = False
+            trainer.should_stop = True
 
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
@@ -211,4 +223,5 @@ class EarlyStopping(Callback):
         reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.name)
         self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason[reason]
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+        self._restored_stop = self.stopping_reason is not EarlyStoppingReason.NOT_STOPPED
 

@@ -36,7 +36,9 @@ class LearningRateMonitor(Callback):
     Momentum and weight decay go under the learning rate's name plus ``-momentum`` / ``-weight_decay``
     (``lr-SGD-momentum``); the latest values are in ``last_momentum_values`` / ``last_weight_decay_values``, the
     learning rates' history in ``lrs`` (every name is in it, empty, from the start of training; when an optimizer
-    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``).
+    gains a param group, e.g. from ``BaseFinetuning``, ``lr-SGD``'s history moves on under ``lr-SGD/pg1``). A fit
+    resumed from a checkpoint logs what the uninterrupted one logged after it (an epoch start logged before a
+    checkpoint inside that epoch is not logged again); ``lrs`` holds the values of this process's fit only.
 
     Args:
         logging_interval: ``"step"``: before every optimizer step, the values that step uses (thinned by the
@@ -74,10 +76,16 @@ class LearningRateMonitor(Callback):
         # (optimizer, metric prefix, interval) for each optimizer, decided once at the start of training.
         self._targets: list[tuple[Any, str, str]] = []
         self._steps: list[int] = []  # optimizer steps taken by each target's optimizer (see on_train_start)
+        self._restored_steps: list[int] | None = None  # those of a checkpoint, until training starts
+        self._epoch_logged: int | None = None  # the epoch whose start was logged (a resume inside it: not again)
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(logging_interval=self.logging_interval)
+
+    def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
+        if stage == "fit":  # a new fit; a resumed one gets its values back from the checkpoint after setup
+            self._restored_steps, self._epoch_logged = None, None
 
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         if not trainer.loggers and trainer.is_global_zero:
@@ -90,10 +98,15 @@ class LearningRateMonitor(Callback):
         for optimizer, prefix, _ in self._targets:
             for name in _keys(optimizer, prefix):
                 self.lrs.setdefault(name, [])
-        # With several optimizers each counts its own steps for the log_every_n_steps cadence (started from an even
-        # share after a resume): they share global_step, so one stepping right before another would never be due.
+        # With several optimizers each counts its own steps for the log_every_n_steps cadence: they share
+        # global_step, so one stepping right before another would never be due. A resume continues the saved
+        # counts (a checkpoint without them: an even share of global_step).
         share = trainer.global_step // max(len(self._targets), 1)
-        self._steps = [share] * len(self._targets)
+        restored, self._restored_steps = self._restored_steps, None
+        if restored is not None and len(restored) == len(self._targets):
+            self._steps = restored
+        else:
+            self._steps = [share] * len(self._targets)
 
     def _plan(self, trainer: TrainerView) -> list[tuple[Any, str, str]]:
         configs = trainer.lr_scheduler_configs
@@ -115,7 +128,10 @@ class LearningRateMonitor(Callback):
         return targets
 
     def on_train_epoch_start(self, trainer: TrainerView, module: Any) -> None:
+        if trainer.current_epoch == self._epoch_logged:  # a resume inside this epoch: its start was logged before
+            return
         self._log(trainer, "epoch")
+        self._epoch_logged = trainer.current_epoch
 
     def on_before_optimizer_step(self, trainer: TrainerView, module: Any, optimizer: Any) -> None:
         # The values this update uses, at the step it will complete (the Trainer logs its loss at the same x).
@@ -127,6 +143,14 @@ class LearningRateMonitor(Callback):
                 if count % trainer.log_every_n_steps == 0:
                     self._log(trainer, "step", only=optimizer)
                 return
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": list(self._steps), "epoch_logged": self._epoch_logged}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored_steps = [int(n) for n in state_dict.get("steps", [])]
+        epoch = state_dict.get("epoch_logged")
+        self._epoch_logged = None if epoch is None else int(epoch)
 
     def _log(self, trainer: TrainerView, interval: str, only: Any = None) -> None:
         values: dict[str, float] = {}

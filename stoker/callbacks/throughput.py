@@ -260,16 +260,28 @@ class ThroughputMonitor(Callback):
 
     # -- state ----------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The training totals, so that ``train/time``, ``train/samples``... continue across a resume."""
-        meter = self._meters["train"]
-        return {"time": meter.time, "batches": meter.batches, "samples": meter.samples, "items": meter.items,
-                "flops": float(meter.flops)}
+        """The training totals, so that ``train/time``, ``train/samples``... continue across a resume, and the
+        validation totals (under ``"validate"``), which also run on through the validations of a fit."""
+        return {**_totals(self._meters["train"]), "validate": _totals(self._meters["validate"])}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        meter = self._meters["train"] = _Meter(self.window_size)
-        meter.time = float(state_dict.get("time", 0.0))
-        meter.batches, meter.samples = int(state_dict.get("batches", 0)), int(state_dict.get("samples", 0))
-        meter.items, meter.flops = int(state_dict.get("items", 0)), float(state_dict.get("flops", 0.0))
+        self._meters["train"] = _restored(state_dict, self.window_size)
+        if "validate" in state_dict:  # absent from checkpoints of earlier versions
+            self._meters["validate"] = _restored(state_dict["validate"], None)
+
+
+def _totals(meter: _Meter) -> dict[str, Any]:
+    return {"time": meter.time, "batches": meter.batches, "samples": meter.samples, "items": meter.items,
+            "flops": float(meter.flops)}
+
+
+def _restored(state: dict[str, Any], window: int | None) -> _Meter:
+    """A meter that goes on from the totals of :func:`_totals`."""
+    meter = _Meter(window)
+    meter.time = float(state.get("time", 0.0))
+    meter.batches, meter.samples = int(state.get("batches", 0)), int(state.get("samples", 0))
+    meter.items, meter.flops = int(state.get("items", 0)), float(state.get("flops", 0.0))
+    return meter
 
 
 def _check_arguments(batch_size_fn: Any, length_fn: Any, flops_per_batch: Any, peak_flops: Any,
