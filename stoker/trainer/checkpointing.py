@@ -296,7 +296,8 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
         print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
-    if loop.phase == "end" and trainer.fit_run is not None:  # the saved epoch has ended: fit starts at the next
+    # the saved epoch has ended: fit starts at the next (saved by its validation: the loop runs its end hooks first)
+    if loop.phase == "end" and loop.end_hooks_started and trainer.fit_run is not None:
         loop.end_epoch(trainer.fit_run)
 
 
