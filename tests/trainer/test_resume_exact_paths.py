@@ -2,7 +2,8 @@
 scheduler states, epoch means and batches. Each case here resumed inexactly once: an epoch-end checkpoint carried
 the ended epoch's sums into the next epoch's means; one saved by the epoch-end validation skipped that epoch's
 ``on_train_epoch_end``; a stream (an ``IterableDataset``) resumed at an epoch's start, on its last batch or under
-``limit_train_batches`` from the position its inner loader still held."""
+``limit_train_batches`` from the position its inner loader still held; a ``CombinedLoader`` resumed mid-epoch read
+its loaders again from their start, or from one batch ahead of the checkpoint."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stoker import ModelCheckpoint, TrainingModule
+from stoker.trainer import CombinedLoader
 from tests.helpers.trainers import quiet_trainer
 
 
@@ -53,6 +55,15 @@ class Net(TrainingModule):
 
     def configure_optimizers(self) -> Any:
         return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+
+class Combined(Net):
+    """Trains on every part of a combined batch (a part is None once its loader is done, in ``max_size``)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        parts = [part for part in batch.values() if part is not None]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return super().training_step((x, y), batch_idx)
 
 
 class EpochScheduled(Net):
@@ -131,3 +142,19 @@ def test_a_stream_resumed_at_an_epoch_start_draws_the_global_rng_as_the_uninterr
     resumed = fit(str(tmp_path / "resumed"), Net, loader, {"every_n_epochs": 1},
                   ckpt_path=str(tmp_path / "whole" / "ck" / "step=6.ckpt"))
     assert_same_end(whole, resumed, saved_at=6)
+
+
+@pytest.mark.parametrize("mode, limit, step", [
+    ("max_size_cycle", None, 8),  # 10 batches an epoch; the shorter loader (6) has started again
+    ("min_size", None, 10),  # 6 batches an epoch; the longer loader continues its own epoch in the second
+    ("max_size", 0.5, 4),  # 5 batches an epoch, each loader cut at half
+])
+def test_a_fit_on_a_combined_loader_resumes_mid_epoch_exactly(tmp_path, mode, limit, step):
+    def loaders() -> CombinedLoader:
+        return CombinedLoader({"a": DataLoader(_data(40), batch_size=4, shuffle=True),
+                               "b": DataLoader(_data(24), batch_size=4, shuffle=True)}, mode)
+
+    whole = fit(str(tmp_path / "whole"), Combined, loaders(), {"every_n_train_steps": 2}, limit_train_batches=limit)
+    resumed = fit(str(tmp_path / "resumed"), Combined, loaders(), {"every_n_train_steps": 2},
+                  ckpt_path=str(tmp_path / "whole" / "ck" / f"step={step}.ckpt"), limit_train_batches=limit)
+    assert_same_end(whole, resumed, saved_at=step)
