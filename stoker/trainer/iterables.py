@@ -162,12 +162,14 @@ _END = object()
 
 
 @contextlib.contextmanager
-def _python_rng_kept() -> Iterator[None]:
-    """Python's and NumPy's global random states as they were before the block (NumPy's if it is loaded)."""
+def rng_kept() -> Iterator[None]:
+    """The global random states (torch's CPU generator, Python's, NumPy's if it is loaded) as they were before the
+    block: what a resume does again of the interrupted run's past must not draw twice."""
     numpy = sys.modules.get("numpy")
     python, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
     try:
-        yield
+        with torch.random.fork_rng(devices=[]):
+            yield
     finally:
         random.setstate(python)
         if numpy is not None:
@@ -265,7 +267,7 @@ class IterableLoader:
             return source, next(source, _END)
         # The saved run had read these batches (and the one ahead) before its checkpoint, and the random states
         # it saved come after what reading them drew (a new epoch's seeds, random augmentations): kept as saved.
-        with torch.random.fork_rng(devices=[]), _python_rng_kept():
+        with rng_kept():
             for _ in range(skip):
                 next(source, None)
             return source, next(source, _END)

@@ -3,7 +3,8 @@ scheduler states, epoch means and batches. Each case here resumed inexactly once
 the ended epoch's sums into the next epoch's means; one saved by the epoch-end validation skipped that epoch's
 ``on_train_epoch_end``; a stream (an ``IterableDataset``) resumed at an epoch's start, on its last batch or under
 ``limit_train_batches`` from the position its inner loader still held; a ``CombinedLoader`` resumed mid-epoch read
-its loaders again from their start, or from one batch ahead of the checkpoint."""
+its loaders again from their start, or from one batch ahead of the checkpoint; a fit that reloads its train loader
+(``reload_dataloaders_every_n_epochs``) resumed with the loader its hook gave at epoch 0."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ class EpochScheduled(Net):
 def fit(root: str, module_cls: type, loader: Any, ckpt: dict, ckpt_path: str | None = None, **kwargs: Any) -> Any:
     torch.manual_seed(0)
     module = module_cls()
-    trainer = quiet_trainer(default_root_dir=root, max_epochs=3, enable_checkpointing=True, **kwargs,
+    kwargs.setdefault("max_epochs", 3)
+    trainer = quiet_trainer(default_root_dir=root, enable_checkpointing=True, **kwargs,
                             callbacks=[ModelCheckpoint(dirpath=os.path.join(root, "ck"), filename="{step}",
                                                        save_top_k=-1, **ckpt)])
     trainer.fit(module, loader, DataLoader(_data(8), batch_size=4), ckpt_path=ckpt_path)
@@ -157,4 +159,23 @@ def test_a_fit_on_a_combined_loader_resumes_mid_epoch_exactly(tmp_path, mode, li
     whole = fit(str(tmp_path / "whole"), Combined, loaders(), {"every_n_train_steps": 2}, limit_train_batches=limit)
     resumed = fit(str(tmp_path / "resumed"), Combined, loaders(), {"every_n_train_steps": 2},
                   ckpt_path=str(tmp_path / "whole" / "ck" / f"step={step}.ckpt"), limit_train_batches=limit)
+    assert_same_end(whole, resumed, saved_at=step)
+
+
+class Growing(Net):
+    """Its train loader grows by a batch each epoch it is asked for (a hook reading ``current_epoch``)."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_data(24 + 4 * self.trainer.current_epoch), batch_size=4, shuffle=True)
+
+
+@pytest.mark.parametrize("every_n, step", [
+    (1, 9),  # in epoch 1 (7 batches), whose loader the hook gave at epoch 1
+    (2, 19),  # batch 7 of epoch 2 (8 batches): past the end of epoch 0's loader, which lost the position
+])
+def test_a_fit_that_reloads_its_train_loader_resumes_with_the_loader_it_was_reading(tmp_path, every_n, step):
+    kwargs = {"reload_dataloaders_every_n_epochs": every_n, "max_epochs": 3}
+    whole = fit(str(tmp_path / "whole"), Growing, None, {"every_n_train_steps": 1}, **kwargs)
+    resumed = fit(str(tmp_path / "resumed"), Growing, None, {"every_n_train_steps": 1},
+                  ckpt_path=str(tmp_path / "whole" / "ck" / f"step={step}.ckpt"), **kwargs)
     assert_same_end(whole, resumed, saved_at=step)
