@@ -107,6 +107,9 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
         # Schedulers that are not torch's (stepped by the module) are not the Accelerator's to save: their states here.
         "other_schedulers": [_state_of(c.scheduler) for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler],
+        # A train loader that is not one DataLoader: where its epoch began, so that a resume can read it again.
+        "train_loader": loader.epoch_start() if isinstance(loader := getattr(trainer.fit_run, "train_loader", None),
+                                                           IterableLoader) else None,
     }
     # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
     runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)}
@@ -258,6 +261,8 @@ def best_checkpoint(trainer: TrainerParts) -> str:
 def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
     where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
+    from .loading import trainer_own
+
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
@@ -281,23 +286,32 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
     apply_payload(trainer, payload)
     loop = trainer.fit_loop
-    if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
-            not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
-        loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
-    mid_epoch = loop.phase == "batches" and not loop.epoch_batches_finished and loop.batches_done > 0
-    if mid_epoch and isinstance(train_loader, IterableLoader):
-        warnings.warn(f"Resuming in the middle of epoch {loop.epoch} with a train loader that keeps no position (a "
-                      f"{type(train_loader.source).__name__}, not a DataLoader): it is read again from its start "
-                      f"after batch_idx {loop.batches_done}, so this fit does not continue the interrupted one "
-                      "exactly. Resume from a checkpoint of an epoch's end, or train from one DataLoader.",
-                      stacklevel=user_stacklevel())
+    _continue_train_loader(trainer, train_loader, trainer_own(payload)[1].get("train_loader"))
     if trainer.is_global_zero:
         where = f"the end of epoch {loop.epoch}" if loop.phase == "end" or loop.epoch_batches_finished else \
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
         print(f"stoker: resumed from checkpoint {os.path.abspath(path)}; continuing from global_step "
               f"{trainer.global_step} ({where}).", file=sys.stderr, flush=True)
-    if loop.phase == "end" and trainer.fit_run is not None:  # the saved epoch has ended: fit starts at the next
+    # the saved epoch has ended: fit starts at the next (saved by its validation: the loop runs its end hooks first)
+    if loop.phase == "end" and loop.end_hooks_started and trainer.fit_run is not None:
         loop.end_epoch(trainer.fit_run)
+
+
+def _continue_train_loader(trainer: TrainerParts, train_loader: Any, epoch_start: Any) -> None:
+    """After the checkpoint's position is loaded: the train loader and the loop agree on the batch to continue from
+    (``epoch_start``: what the checkpoint kept of a train loader that is not one DataLoader)."""
+    loop = trainer.fit_loop
+    if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
+            not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
+        loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
+    mid_epoch = loop.phase == "batches" and not loop.epoch_batches_finished and loop.batches_done > 0
+    if mid_epoch and isinstance(train_loader, IterableLoader) and not train_loader.resume(loop.batches_done,
+                                                                                          epoch_start):
+        warnings.warn(f"Resuming in the middle of epoch {loop.epoch} with a train loader that keeps no position (a "
+                      f"{type(train_loader.source).__name__} not made of DataLoaders alone): it is read again from "
+                      f"its start and its first {loop.batches_done} batches are dropped, so this fit continues the "
+                      "interrupted one exactly only if it gives the same batches again. Resume from a checkpoint of "
+                      "an epoch's end, or train from DataLoaders.", stacklevel=user_stacklevel())
 
 
 def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:

@@ -3,14 +3,19 @@
 Owns how the Trainer reads them. A ``DataLoader`` is rebuilt by the Accelerator (sharded, seeded, resumable); an
 iterable of another kind cannot be rebuilt, so :class:`IterableLoader` reads it as it is: batches are moved to the
 device, ``limit_*_batches`` applies, the last batch is known one batch ahead (it closes an epoch), but each process
-reads the whole iterable and a run resumed mid-epoch starts that epoch's iterable again. The ``DataLoader``\\ s inside
-a ``CombinedLoader`` are prepared as usual, so only the combining is plain.
+reads the whole iterable. The ``DataLoader``\\ s inside a ``CombinedLoader`` are prepared as usual, so only the
+combining is plain. A run resumed mid-epoch reads the epoch again from its start and drops the batches done
+(:meth:`IterableLoader.resume`): exact for a ``CombinedLoader`` of ``DataLoader``\\ s, whose positions at the epoch's
+start the checkpoint keeps; another iterable must give the same batches again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import random
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +161,21 @@ class CombinedLoader:
 _END = object()
 
 
+@contextlib.contextmanager
+def rng_kept() -> Iterator[None]:
+    """The global random states (torch's CPU generator, Python's, NumPy's if it is loaded) as they were before the
+    block: what a resume does again of the interrupted run's past must not draw twice."""
+    numpy = sys.modules.get("numpy")
+    python, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
+
+
 class IterableLoader:
     """An iterable of batches read as the Trainer reads a prepared loader (see the module docstring).
 
@@ -175,6 +195,8 @@ class IterableLoader:
         self.end_of_dataloader = False
         self.batches_yielded = 0
         self._current = accelerator.loader_context.stack  # the loaders being iterated, innermost last
+        self._skip = 0  # batches of the epoch to read again and drop at the next iteration (a resume: resume())
+        self._start: list[dict[str, Any]] | None = None  # the prepared loaders' positions when the epoch started
 
     @property
     def remaining_batches(self) -> int | None:
@@ -204,21 +226,60 @@ class IterableLoader:
                 return
 
     def state_dict(self) -> dict[str, Any]:
-        return {"loader": None}  # no position: a resumed epoch starts the iterable again
+        return {"loader": None}  # no position of its own: a resumed epoch reads the iterable again (resume())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Nothing to restore (see :meth:`state_dict`)."""
 
-    def __iter__(self) -> Iterator[Any]:
-        from ..accelerator import send_to_device
+    def _prepared(self) -> list[Any]:
+        """The prepared loaders a ``CombinedLoader`` reads (empty for any other iterable)."""
+        leaves = self.source.flattened if isinstance(self.source, CombinedLoader) else []
+        return [leaf for leaf in leaves if callable(getattr(leaf, "checkpoint_state_dict", None))]
 
+    def epoch_start(self) -> list[dict[str, Any]] | None:
+        """What a checkpoint keeps to resume this epoch exactly: each prepared loader's position at its start."""
+        return self._start
+
+    def resume(self, batches: int, start: list[dict[str, Any]] | None) -> bool:
+        """The next iteration continues this epoch after ``batches``: it reads the epoch again from its start
+        (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and drops them. True when that is
+        exact: every iterable inside is a prepared loader whose start was saved (another iterable must give the
+        same batches again)."""
+        prepared = self._prepared()
+        leaves = self.source.flattened if isinstance(self.source, CombinedLoader) else [self.source]
+        exact = start is not None and len(start) == len(prepared) == len(leaves)
+        if exact:
+            for leaf, state in zip(prepared, start):  # type: ignore[arg-type]
+                leaf.load_state_dict(state)
+            self._start = start
+        self._skip = batches
+        return exact
+
+    def _open(self) -> tuple[Iterator[Any], Any]:
+        """The epoch's batches and its first one to hand out (after the batches a resume drops)."""
+        skip, self._skip = self._skip, 0
+        if not skip:
+            self._start = [leaf.checkpoint_state_dict() for leaf in self._prepared()]
         source = self.source.batches() if isinstance(self.source, CombinedLoader) else iter(self.source)
         if self.max_batches is not None:
             source = itertools.islice(source, self.max_batches)
-        self.end_of_dataloader, self.batches_yielded = False, 0
+        if not skip:
+            return source, next(source, _END)
+        # The saved run had read these batches (and the one ahead) before its checkpoint, and the random states
+        # it saved come after what reading them drew (a new epoch's seeds, random augmentations): kept as saved.
+        with rng_kept():
+            for _ in range(skip):
+                next(source, None)
+            return source, next(source, _END)
+
+    def __iter__(self) -> Iterator[Any]:
+        from ..accelerator import send_to_device
+
+        skip = self._skip
+        source, batch = self._open()
+        self.end_of_dataloader, self.batches_yielded = False, skip
         stack = self._current
         try:
-            batch = next(source, _END)
             while batch is not _END:
                 upcoming = next(source, _END)  # one batch ahead, so that the last one is known while it runs
                 self.end_of_dataloader = upcoming is _END

@@ -1,5 +1,4 @@
-"""The fit loop: epochs and batches of ``fit`` (with its resumable position), its training step and when it
-validates.
+"""The fit loop: ``fit``'s epochs and batches (with their resumable position), its training step, its validations.
 
 Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence; one batch's step under automatic
 optimization is ``auto_step.py``), when epoch schedulers step (at the epoch's last batch, ReduceLROnPlateau after
@@ -9,9 +8,9 @@ validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``eval
 (``checkpointing.py``), logged values (``logging.py``).
 
 Position, as saved in checkpoints: ``epoch``, ``batches_done`` in it, and ``phase``: ``"batches"`` while batches
-remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A
-checkpoint resumes after the point that saved it: mid-epoch -> the validation due after its batch (``val_pending``),
-then the next batch; during the epoch's end -> the epoch schedulers (if not yet stepped), then the next epoch.
+remain, ``"end"`` once they are done (end-of-epoch validation, ``on_train_epoch_end``, epoch schedulers). A resume
+continues after the point that saved it: mid-epoch -> the validation due after its batch (``val_pending``), the next
+batch; in the epoch's end -> its end hooks unless begun, the epoch schedulers unless stepped, the next epoch.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ class FitLoop:
         self.total_batches = 0  # across epochs (check_val_every_n_epoch=None counts these)
         self.phase = "batches"
         self.schedulers_done = False
+        self.end_hooks_started = False  # the epoch's end hooks have begun (phase "end": after its validation)
         self.val_pending = False  # a validation is due after the batch whose end hooks run (saved: resumes with it)
         self.last_logged_step = -1
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
@@ -73,7 +73,7 @@ class FitLoop:
         return {"epoch": self.epoch, "batches_done": self.batches_done, "total_batches": self.total_batches,
                 "epoch_batches_finished": self.epoch_batches_finished, "phase": self.phase,
                 "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step,
-                "val_pending": self.val_pending}
+                "val_pending": self.val_pending, "end_hooks_started": self.end_hooks_started}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.epoch = int(state["epoch"])
@@ -84,6 +84,7 @@ class FitLoop:
         self.schedulers_done = bool(state["schedulers_done"])
         self.last_logged_step = int(state["last_logged_step"])
         self.val_pending = bool(state.get("val_pending", False))  # absent from checkpoints written before it
+        self.end_hooks_started = bool(state.get("end_hooks_started", True))  # before it: resumed past the hooks
 
     @property
     def trained_epoch(self) -> int:
@@ -148,9 +149,11 @@ class FitLoop:
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
                 self._epoch_end_hooks()
                 return
-            self.phase, self.schedulers_done = "end", False
+            self.phase, self.schedulers_done, self.end_hooks_started = "end", False, False
             if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
+        if not self.end_hooks_started:  # also a resume from a checkpoint that this epoch's validation saved
+            self.end_hooks_started = True
             self._epoch_end_hooks()
         self.end_epoch(run)
         t.preemption.check(t, blocking=True)  # blocking: also takes the agreement still in flight
@@ -165,6 +168,7 @@ class FitLoop:
                 step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1, hook,
                                 plateau=True)
             self.schedulers_done = True
+        self.trainer.train_results.reset_epoch()  # a resume from the end hooks holds the ended epoch's sums
         self.epoch += 1
         self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
 
@@ -339,10 +343,8 @@ class FitLoop:
 
     def _pending_validation(self, run: FitRun) -> bool:
         """After a resume from a batch's end hooks: the validation due there, and its stop; True when the run stops."""
-        if not self.val_pending:
-            return False
-        self.val_pending = False
-        if not run.val_enabled:
+        pending, self.val_pending = self.val_pending, False
+        if not (pending and run.val_enabled):
             return False
         self.validate(run)
         t = self.trainer
@@ -363,9 +365,7 @@ class FitLoop:
         t = self.trainer
         self.last_logged_step = step
         t.nonfinite.check(t.accelerator)  # values are read now anyway: the losses held since the last check too
-        if not has_loggers:
-            return
-        values = t.train_results.pop_step_values()
+        values = t.train_results.pop_step_values() if has_loggers else None
         if values:
             t.send_to_loggers(values)
 

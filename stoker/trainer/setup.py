@@ -168,10 +168,8 @@ class RunSetup:
     def training_loaders(self, run: FitRun) -> None:
         """Before ``on_train_start``: the train loader, and the val loaders too when the first epoch validates and
         the sanity check did not ask for them (so that their batch counts are known from the start)."""
-        self.train_loader(run)
+        self.train_loader(run)  # resumed: asked for again here when a reload is due at the resumed epoch's start
         requests = self.requests
-        if self.resumed:  # asked for before the checkpoint moved the fit to its epoch: reloads count from there
-            requests.train_epoch = self.trainer.current_epoch
         if run.val_enabled and not requests.val_asked and validates_in(self.trainer, self.trainer.current_epoch):
             requests.val(run)
 
@@ -184,9 +182,33 @@ class RunSetup:
         position comes back with the checkpoint."""
         from .checkpointing import resolve_ckpt
 
-        self.resumed = resolve_ckpt(self.trainer, ckpt_path) is not None
-        if self.resumed:
+        path = resolve_ckpt(self.trainer, ckpt_path)
+        self.resumed = path is not None
+        if not self.resumed:
+            return
+        loop = self.trainer.fit_loop
+        epoch, loop.epoch = loop.epoch, self._asked_at(run, path, loop.epoch)
+        try:  # the hook reads the epoch it was asked at (current_epoch) in the interrupted fit
             self.requests.train(run)
+        finally:
+            loop.epoch = epoch
+
+    def _asked_at(self, run: FitRun, path: str, epoch: int) -> int:
+        """The epoch at which the interrupted fit asked for the train loader it was reading at the checkpoint
+        ``path`` (``reload_dataloaders_every_n_epochs=n`` asks again at epochs 0, n, 2n...); ``epoch`` without
+        reloads."""
+        from .loading import trainer_checkpoint, trainer_own
+
+        n = self.trainer.options.reload_dataloaders_every_n_epochs
+        payload = trainer_checkpoint(path, check_all=False) if n and run.train_from_hooks else None
+        if payload is None:
+            return epoch
+        saved = trainer_own(payload)[0]["loops"]["fit_loop"]
+        ended = saved["phase"] == "end" and saved.get("end_hooks_started", True)  # resumes at the next epoch
+        at_start = ended or (saved["phase"] == "batches" and not saved["batches_done"] and
+                             not saved.get("val_pending", False))
+        resumed_epoch = int(saved["epoch"]) + int(ended)
+        return max((resumed_epoch - 1 if at_start else resumed_epoch) // n * n, 0)
 
     def continue_position(self, loader: Any) -> None:
         """A second ``fit`` on the same Trainer continues where the first stopped (same epoch and batch):

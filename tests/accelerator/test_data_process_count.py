@@ -172,8 +172,8 @@ def test_a_stream_resumed_again_after_a_conversion_keeps_its_item_count() -> Non
 
 
 def test_a_stream_resumed_on_the_same_count_through_torchdata_keeps_counting_items() -> None:
-    """torchdata restores a same-count position itself (its batch count starts again at 0); the item count the
-    next checkpoint records still includes what came before."""
+    """torchdata restores a same-count position itself; the item count the next checkpoint records still includes
+    what came before."""
     first = run_of(1, lambda: DataLoader(Stream(48), batch_size=4))
     seen, _ = take(first, 2)
     second = run_of(1, lambda: DataLoader(Stream(48), batch_size=4))

@@ -259,9 +259,10 @@ class PreparedDataLoader:
     def state_dict(self) -> dict[str, Any]:
         """Position of this process's loader: resuming continues with the next batch of the same epoch."""
         state: dict[str, Any] = {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
-        if self._tracks_inner:  # as it was before our one-batch look-ahead
-            inner = self._inner_state if self._inner_state is not None else self.base_loader.state_dict()
-            state["loader"] = inner
+        # torchdata's position as it was before our one-batch look-ahead; none at an epoch's start, where the inner
+        # loader still holds the ended epoch's (its fast-forward would draw seeds, or skip a limited epoch's rest)
+        if self._tracks_inner and self._inner_state is not None:
+            state["loader"] = self._inner_state
         return state
 
     def checkpoint_state_dict(self) -> dict[str, Any]:
@@ -291,6 +292,11 @@ class PreparedDataLoader:
     @property
     def num_processes(self) -> int:
         return self._context.strategy.num_processes
+
+    @property
+    def last_batch_out(self) -> bool:
+        """This epoch's last batch was handed out (the epoch ends with the iteration; a length may be unknown)."""
+        return self._last_handed_out
 
     @property
     def sharded_sampler(self) -> ShardedBatchSampler | None:

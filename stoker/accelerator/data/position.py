@@ -32,6 +32,7 @@ class PreparedDataLoader(Protocol):
 
     base_loader: DataLoader
     batches_yielded: int
+    last_batch_out: bool
     epoch_start: tuple[int, int]
     rebased: bool
 
@@ -111,8 +112,8 @@ def portable_position(loader: PreparedDataLoader) -> dict[str, Any]:
     """The ``"position"`` entry a checkpoint stores beside the loader's ``state_dict`` (see the module docstring)."""
     done, n = loader.batches_yielded, loader.num_processes
     length = loader_length(loader)
-    position: dict[str, Any] = {"num_processes": n, "finished": length is not None and done >= length,
-                                "rebased": loader.rebased}
+    finished = loader.last_batch_out or (length is not None and done >= length)
+    position: dict[str, Any] = {"num_processes": n, "finished": finished, "rebased": loader.rebased}
     base, first = loader.epoch_start  # counting in this epoch started there (a restored position)
     sampler = loader.sharded_sampler
     if sampler is not None:
@@ -147,10 +148,11 @@ def plan_resume(loader: PreparedDataLoader, state: Any) -> Resume:
     # The same process count: as saved, unless the epoch was itself continued from a global count (then the
     # per-process count, and torchdata's state, do not tell where it is: by the global count, as on another one).
     if saved == loader.num_processes and not position.get("rebased"):
-        if length is not None and done >= length:  # saved on the last batch: next is a fresh epoch
-            return Resume(epoch + 1, seed, 0)
-        if "loader" in state:  # torchdata restores its own position (batches count from there)
-            return Resume(epoch, seed, 0, start=(position.get("items") or 0, 0), inner_state=state["loader"])
+        if position.get("finished") or (length is not None and done >= length):  # saved on the last batch
+            return Resume(epoch + 1, seed, 0)  # next is a fresh epoch
+        if "loader" in state:  # torchdata restores its own position; the batches done still count (limits, len)
+            start = (position.get("items") or 0, done)
+            return Resume(epoch, seed, done, start=start, inner_state=state["loader"])
         return Resume(epoch, seed, done)
     if position.get("finished"):
         return Resume(epoch + 1, seed, 0)
