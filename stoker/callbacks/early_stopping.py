@@ -49,8 +49,10 @@ class EarlyStopping(Callback):
     ``stopping_reason_message`` (None until a stop) says it in words; the stop is logged (INFO) through this
     module's ``log``, prefixed ``[rank: N]`` when several processes run. The counters
     (``wait_count``, ``best_score``, ``stopped_epoch``) are saved in checkpoints, so patience carries
-    across a resume; a fit resumed from a checkpoint written after this callback stopped the run stops before
-    another step, as the uninterrupted fit did.
+    across a resume. A fit resumed from a checkpoint written after this callback stopped the run stops before
+    another step, as the uninterrupted fit did, when this callback's settings still decide that stop (the saved
+    ``wait_count`` reaches ``patience``; the last checked value still passes the threshold that stopped it): a
+    resume with a larger ``patience`` or another threshold trains on.
 
     Args:
         monitor: Name of a metric in ``trainer.callback_metrics``, e.g. ``"val/loss"``.
@@ -122,7 +124,8 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
-        self._restored_stop = False  # the state a resumed fit restored had stopped the run
+        self.last_score = math.nan  # the last value checked (NaN: none, or restored from before it was saved)
+        self._restored_stop = False  # the state a resumed fit restored stops the run (_still_stops)
 
     @property
     def state_key(self) -> str:
@@ -163,7 +166,7 @@ class EarlyStopping(Callback):
             return
         # The mean over processes: each decides the same, even for a metric logged without sync_dist.
         value = monitored_value(metrics[self.monitor], f"EarlyStopping(monitor={self.monitor!r})")
-        current = agreed_mean(trainer, value)
+        current = self.last_score = agreed_mean(trainer, value)
         previous_best = self.best_score
         should_stop, message = self._evaluate_stopping_criteria(current)
         if self.verbose and self.best_score != previous_best and trainer.is_global_zero:
@@ -213,6 +216,7 @@ class EarlyStopping(Callback):
         # Scores go in a tensor: checkpoint JSON need not represent the initial +/-inf.
         return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch,
                 "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience,
+                "last_score": torch.tensor(self.last_score, dtype=torch.float64),
                 "stopping_reason": self.stopping_reason.name, "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -223,5 +227,22 @@ class EarlyStopping(Callback):
         reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.name)
         self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason[reason]
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
-        self._restored_stop = self.stopping_reason is not EarlyStoppingReason.NOT_STOPPED
+        self.last_score = monitored_value(state_dict.get("last_score", math.nan), "EarlyStopping")
+        self._restored_stop = self._still_stops()  # the reason stays as saved (as Lightning's) until a new stop
+
+    def _still_stops(self) -> bool:
+        """Whether the restored stop stands under this callback's own settings (not the saved ones: a resume with a
+        larger ``patience`` or another threshold is asked for on purpose). Lightning instead takes the saved
+        ``patience`` and stops at the next check."""
+        reason, last = self.stopping_reason, self.last_score
+        if reason is EarlyStoppingReason.PATIENCE_EXHAUSTED:
+            return self.wait_count >= self.patience
+        if reason is EarlyStoppingReason.NON_FINITE_METRIC:
+            return self.check_finite
+        if reason is EarlyStoppingReason.NOT_STOPPED or math.isnan(last):  # NaN: saved before it was kept
+            return reason is not EarlyStoppingReason.NOT_STOPPED
+        better = float.__lt__ if self.mode == "min" else float.__gt__
+        if reason is EarlyStoppingReason.STOPPING_THRESHOLD:
+            return self.stopping_threshold is not None and better(last, self.stopping_threshold)
+        return self.divergence_threshold is not None and better(self.divergence_threshold, last)
 

@@ -155,3 +155,36 @@ def test_top_k_by_steps_keeps_the_same_checkpoints_after_an_interrupted_validati
         run(root, [CrashInValidation(step)])
         resumed = run(root, [], str(root / "best" / "last.ckpt"))
         assert kept(resumed) == kept(whole), step
+
+
+@pytest.mark.parametrize("settings, stops", [
+    ({"patience": 3, "min_delta": 0.3}, True),  # the same settings: the stop stands
+    ({"patience": 5, "min_delta": 0.3}, False),  # a larger patience, asked for on purpose: trains on
+    ({"patience": 2, "min_delta": 0.3}, True),  # a smaller one: stopped all the more
+])
+def test_a_restored_early_stop_stands_only_under_settings_that_still_decide_it(tmp_path, settings, stops):
+    def run(root: Any, stop: EarlyStopping, ckpt_path: str | None = None) -> Any:
+        return fit(root, Regressor(lr=0.02), [stop], ckpt_path, max_epochs=8, val_check_interval=4)
+
+    whole_stop = EarlyStopping("val/loss", patience=3, min_delta=0.3)
+    assert run(tmp_path / "whole", whole_stop).global_step == 24  # stopped by patience, a checkpoint written there
+    stop = EarlyStopping("val/loss", **settings)
+    resumed = run(tmp_path / "resumed", stop, str(tmp_path / "whole" / "ends" / "step=24.ckpt"))
+    assert (resumed.global_step == 24) is stops
+    if stops:
+        assert stop.stopping_reason is whole_stop.stopping_reason
+    else:  # it trained on, through the checks its own patience allows
+        assert resumed.global_step > 24 and stop.wait_count >= 3
+
+
+@pytest.mark.parametrize("threshold, stops", [(1e6, True), (1e-9, False), (None, False)])
+def test_a_restored_threshold_stop_is_judged_with_the_threshold_of_the_resumed_fit(tmp_path, threshold, stops):
+    whole_stop = EarlyStopping("val/loss", stopping_threshold=1e6, patience=100)
+    whole = fit(tmp_path / "whole", Regressor(), [whole_stop], max_epochs=3, val_check_interval=4)
+    at = whole.global_step
+    assert at < 30 and whole_stop.stopping_reason.name == "STOPPING_THRESHOLD"
+    stop = EarlyStopping("val/loss", stopping_threshold=threshold, patience=100)
+    resumed = fit(tmp_path / "resumed", Regressor(), [stop], str(tmp_path / "whole" / "ends" / f"step={at}.ckpt"),
+                  max_epochs=3, val_check_interval=4)
+    assert (resumed.global_step == at) is stops
+    assert resumed.global_step == at if stops else resumed.global_step == 30  # trained on to max_epochs
