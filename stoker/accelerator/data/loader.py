@@ -128,6 +128,15 @@ class PreparedDataLoader:
             self._owner = None  # that iterator is stale from here on: its clean-up changes nothing
             self._next_epoch()
 
+    def start_next_epoch(self) -> None:
+        """Ends the epoch in progress (left by a ``break``, or a restored position), so that the next iteration
+        starts the next epoch instead of continuing it: for a reader that wants a whole pass each time, such as a
+        combined loader stopped by its shortest member. An epoch not begun stays as it is."""
+        if self.batches_yielded or self.rebased or self._restored_items or self._pending_inner_state is not None:
+            self._owner = None  # an iteration still open is stale from here on: its clean-up changes nothing
+            self._pending_inner_state = self._restored_items = None
+            self._next_epoch()
+
     def _next_epoch(self) -> None:
         self.epoch += 1
         self.batches_yielded = 0
