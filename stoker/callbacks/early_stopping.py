@@ -124,7 +124,7 @@ class EarlyStopping(Callback):
         self.best_score = math.inf if mode == "min" else -math.inf
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
-        self.last_score = math.nan  # the last value checked (NaN: none, or restored from before it was saved)
+        self.last_score: float | None = None  # the last value checked (None: none yet, or not in the checkpoint)
         self._restored_stop = False  # the state a resumed fit restored stops the run (_still_stops)
 
     @property
@@ -216,7 +216,8 @@ class EarlyStopping(Callback):
         # Scores go in a tensor: checkpoint JSON need not represent the initial +/-inf.
         return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch,
                 "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience,
-                "last_score": torch.tensor(self.last_score, dtype=torch.float64),
+                "last_score": torch.tensor(math.nan if self.last_score is None else self.last_score,
+                                           dtype=torch.float64),  # a tensor as best_score; NaN stands for None
                 "stopping_reason": self.stopping_reason.name, "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -227,7 +228,8 @@ class EarlyStopping(Callback):
         reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.name)
         self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason[reason]
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
-        self.last_score = monitored_value(state_dict.get("last_score", math.nan), "EarlyStopping")
+        last = monitored_value(state_dict.get("last_score", math.nan), "EarlyStopping")
+        self.last_score = None if math.isnan(last) else last
         self._restored_stop = self._still_stops()  # the reason stays as saved (as Lightning's) until a new stop
 
     def _still_stops(self) -> bool:
@@ -239,7 +241,7 @@ class EarlyStopping(Callback):
             return self.wait_count >= self.patience
         if reason is EarlyStoppingReason.NON_FINITE_METRIC:
             return self.check_finite
-        if reason is EarlyStoppingReason.NOT_STOPPED or math.isnan(last):  # NaN: saved before it was kept
+        if reason is EarlyStoppingReason.NOT_STOPPED or last is None:  # None: saved before it was kept
             return reason is not EarlyStoppingReason.NOT_STOPPED
         better = float.__lt__ if self.mode == "min" else float.__gt__
         if reason is EarlyStoppingReason.STOPPING_THRESHOLD:

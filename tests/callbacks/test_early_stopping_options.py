@@ -78,3 +78,11 @@ def test_verbose_prints_improvements(tmp_path, capsys):
 def test_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EarlyStopping("val/loss", **kwargs)
+
+
+def test_a_copy_through_pickle_has_the_same_attributes():
+    # Attribute values that do not equal themselves (a NaN placeholder) would make two equal callbacks differ.
+    import pickle
+
+    stop = EarlyStopping("val/loss", patience=2)
+    assert vars(pickle.loads(pickle.dumps(stop))) == vars(stop)
