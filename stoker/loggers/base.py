@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from stoker.loggers.folders import blocking_file, free_version_under
+from stoker.loggers.folders import blocking_file, attribute_type_error, free_version_under
 from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
 
 __all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
@@ -164,6 +164,8 @@ class Logger:
     def version_folder(self) -> str:
         """The version's folder name: ``version_{n}``, or a str version as it is."""
         version = self.version
+        if isinstance(version, bool) or not isinstance(version, (int, str)):
+            raise attribute_type_error(self, "version", version, "an int or a str")
         return version if isinstance(version, str) else f"version_{version}"
 
     @property

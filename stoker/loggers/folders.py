@@ -34,3 +34,10 @@ def free_version_under(root_dir: str | os.PathLike) -> int:
             if entry.is_dir() and (match := _VERSION_DIR.match(entry.name))
         ]
     return max(numbers_seen, default=-1) + 1
+
+
+def attribute_type_error(owner: object, attribute: str, value: object, kind: str) -> TypeError:
+    """The error for a logger attribute of the wrong type, most often a method where a property was meant."""
+    what = "a method" if callable(value) else repr(value)
+    fix = f" Make it a property: @property def {attribute}(self)." if callable(value) else ""
+    return TypeError(f"{type(owner).__name__}.{attribute} is {what}, not {kind}.{fix}")

@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stoker.loggers.folders import free_version_under
+from stoker.loggers.folders import attribute_type_error, free_version_under
 from stoker.loggers.foreign import owns_folder
 
 if TYPE_CHECKING:
@@ -59,6 +59,8 @@ def _run_folder(logger: Logger, default_root_dir: str | os.PathLike) -> str:
 def _experiment_folder(logger: Logger, default_root_dir: str | os.PathLike) -> str:
     """The logger's ``root_dir``, or ``{default_root_dir}/{name}`` when it has none."""
     root, name = logger.root_dir, logger.name
+    if name is not None and not isinstance(name, str):
+        raise attribute_type_error(logger, "name", name, "a str")
     if root is None:
         root = os.path.join(os.fspath(default_root_dir), name) if name else os.fspath(default_root_dir)
     return root

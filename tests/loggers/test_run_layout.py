@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stoker import CSVLogger, ModelCheckpoint, TensorBoardLogger
 from stoker.loggers import Logger
 from tests.helpers.models import Regressor, make_loader, make_regression_data
@@ -250,3 +252,32 @@ def test_such_a_logger_without_its_own_version_is_numbered_where_its_run_goes(tm
         trainer.fit(Regressor(), loader())
         trainer.accelerator.wait_for_checkpoints()
         assert (tmp_path / "stoker_logs" / expected / "checkpoints" / "epoch=0-step=4.ckpt").is_dir()
+
+
+def fit_with(root: Path, logger: Logger) -> None:
+    trainer = quiet_trainer(default_root_dir=str(root), logger=logger, enable_checkpointing=True, max_epochs=1)
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=8), batch_size=4))
+
+
+def test_a_logger_whose_name_or_version_is_a_method_gets_a_clear_error(tmp_path):
+    class MethodNamed(Logger):
+        def name(self):  # a property was meant
+            return "runs"
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    with pytest.raises(TypeError, match=r"MethodNamed\.name is a method, not a str\. Make it a property"):
+        fit_with(tmp_path, MethodNamed())
+
+    class MethodVersioned(MethodNamed):
+        name = "runs"
+
+        def version(self):
+            return 1
+
+    with pytest.raises(TypeError, match=r"MethodVersioned\.version is a method, not an int or a str"):
+        fit_with(tmp_path, MethodVersioned())
