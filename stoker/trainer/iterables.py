@@ -176,6 +176,27 @@ def rng_kept() -> Iterator[None]:
             numpy.random.set_state(numpy_state)
 
 
+def _replayed(batches: int, saved: list[int | None] | None, prepared: list[Any],
+              start: list[dict[str, Any]]) -> tuple[int, str | None]:
+    """The batches of this run that cover the saving run's ``batches`` (``saved``: its loaders' global batch sizes;
+    None from a checkpoint that did not record them), and None when that is exact, else why not."""
+    now = [getattr(leaf, "total_batch_size", None) for leaf in prepared]
+    if saved is None:  # only the start positions tell the saving run's process count
+        then = {(state.get("position") or {}).get("num_processes") for state in start} - {None}
+        same = then <= {getattr(leaf, "num_processes", None) for leaf in prepared}
+        return batches, None if same else "the checkpoint was saved by another process count and does not record " \
+            "its loaders' batch sizes"
+    if list(saved) == now:
+        return batches, None
+    if None in saved or None in now:
+        return batches, f"the loaders' batch sizes (samples of all processes per step) were {saved} and are {now}"
+    done = batches * saved[0] // now[0]  # about as many samples of the first loader as the saving run had taken
+    return done, (f"the loaders' batch sizes (samples of all processes per step) were {saved} when it was saved and "
+                  f"are {now} now, so no count of this run's steps covers the same samples of every loader, nor "
+                  f"restarts the shorter ones at the same points; it continues after {done} steps (about the "
+                  f"samples of the first loader that {batches} steps took then)")
+
+
 class IterableLoader:
     """An iterable of batches read as the Trainer reads a prepared loader (see the module docstring).
 
@@ -240,20 +261,34 @@ class IterableLoader:
         """What a checkpoint keeps to resume this epoch exactly: each prepared loader's position at its start."""
         return self._start
 
-    def resume(self, batches: int, start: list[dict[str, Any]] | None) -> bool:
-        """The next iteration continues this epoch after ``batches``: it reads the epoch again from its start
-        (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and drops them. True when that is
-        exact: every iterable inside is a prepared loader whose start was saved (another iterable must give the
-        same batches again)."""
+    def global_batches(self) -> list[int | None]:
+        """Each prepared loader's samples (or stream items) per batch of all processes together (None: unknown):
+        what a checkpoint keeps beside :meth:`epoch_start`, so that a resume can tell whether its batches are the
+        saving run's."""
+        return [getattr(leaf, "total_batch_size", None) for leaf in self._prepared()]
+
+    def resume(self, batches: int, start: list[dict[str, Any]] | None,
+               saved_batches: list[int | None] | None = None) -> tuple[int, str | None]:
+        """The next iteration continues this epoch after ``batches`` (the saving run's per-process count): it reads
+        the epoch again from its start (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and
+        drops the batches done. ``saved_batches``: :meth:`global_batches` when the checkpoint was saved.
+
+        Returns the batches done here and None when that is exact: every iterable inside is a prepared loader whose
+        start was saved, and each takes the same global batch as when saved (on any process count, the same
+        batches of all processes then form each step). Else it is not exact, and the second item says why."""
         prepared = self._prepared()
         leaves = self.source.flattened if isinstance(self.source, CombinedLoader) else [self.source]
-        exact = start is not None and len(start) == len(prepared) == len(leaves)
-        if exact:
-            for leaf, state in zip(prepared, start):  # type: ignore[arg-type]
-                leaf.load_state_dict(state)
-            self._start = start
-        self._skip = batches
-        return exact
+        if start is None or not len(start) == len(prepared) == len(leaves):
+            self._skip = batches
+            return batches, (f"it keeps no position (a {type(self.source).__name__} not made of DataLoaders "
+                             "alone) and is read again from its start")
+        for leaf, state in zip(prepared, start):
+            leaf.load_state_dict(state)
+        self._start = start
+        done, problem = _replayed(batches, saved_batches, prepared, start)
+        n = _length(self)
+        self._skip = done if n is None else min(done, n)
+        return self._skip, problem
 
     def _open(self) -> tuple[Iterator[Any], Any]:
         """The epoch's batches and its first one to hand out (after the batches a resume drops)."""
