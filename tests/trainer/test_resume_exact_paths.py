@@ -179,3 +179,21 @@ def test_a_fit_that_reloads_its_train_loader_resumes_with_the_loader_it_was_read
     resumed = fit(str(tmp_path / "resumed"), Growing, None, {"every_n_train_steps": 1},
                   ckpt_path=str(tmp_path / "whole" / "ck" / f"step={step}.ckpt"), **kwargs)
     assert_same_end(whole, resumed, saved_at=step)
+
+
+def test_a_combined_loader_resumed_mid_epoch_with_other_batch_sizes_warns_what_it_cannot_continue(tmp_path):
+    """Its steps then take other samples of each loader than the saving run's (so do those of another process count
+    with the same per-process batch size: ``tests/distributed/test_resume_combined.py``): said, not continued
+    silently from the saved step count."""
+    def loaders(batch_size: int) -> CombinedLoader:
+        return CombinedLoader({"a": DataLoader(_data(40), batch_size=batch_size, shuffle=True),
+                               "b": DataLoader(_data(24), batch_size=batch_size, shuffle=True)}, "max_size_cycle")
+
+    fit(str(tmp_path / "whole"), Combined, loaders(4), {"every_n_train_steps": 2}, max_epochs=1)
+    with pytest.warns(UserWarning, match=r"Resuming in the middle of epoch 0 .*cannot be continued exactly: the "
+                      r"loaders' batch sizes .* were \[4, 4\] when it was saved and are \[8, 8\] now.* continues "
+                      r"after 2 steps .*Resume from a checkpoint of an epoch's end, or on the process count and "
+                      "batch sizes of the saving run"):
+        trainer, module = fit(str(tmp_path / "resumed"), Combined, loaders(8), {"every_n_train_steps": 2},
+                              ckpt_path=str(tmp_path / "whole" / "ck" / "step=4.ckpt"), max_epochs=1)
+    assert trainer.global_step == 4 + 3  # 5 batches of 8 an epoch: the 16 samples of each loader done are 2 of them
