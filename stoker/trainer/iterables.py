@@ -6,7 +6,8 @@ device, ``limit_*_batches`` applies, the last batch is known one batch ahead (it
 reads the whole iterable. The ``DataLoader``\\ s inside a ``CombinedLoader`` are prepared as usual, so only the
 combining is plain. A run resumed mid-epoch reads the epoch again from its start and drops the batches done
 (:meth:`IterableLoader.resume`): exact for a ``CombinedLoader`` of ``DataLoader``\\ s, whose positions at the epoch's
-start the checkpoint keeps; another iterable must give the same batches again.
+start the checkpoint keeps with their global batch sizes (on another process count, exact while each loader keeps
+its global batch; else the resume warns); another iterable must give the same batches again.
 """
 
 from __future__ import annotations
