@@ -177,25 +177,40 @@ def rng_kept() -> Iterator[None]:
             numpy.random.set_state(numpy_state)
 
 
-def _replayed(batches: int, saved: list[int | None] | None, prepared: list[Any],
+def _shape(leaf: Any) -> list[int | None]:
+    """``[samples of all processes per batch, batches per pass of this process]`` of a prepared loader (None:
+    unknown, e.g. a user's batch sampler, or a stream without ``__len__``)."""
+    return [getattr(leaf, "total_batch_size", None), _length(leaf)]
+
+
+def _replayed(batches: int, saved: list[list[int | None]] | None, prepared: list[Any],
               start: list[dict[str, Any]]) -> tuple[int, str | None]:
-    """The batches of this run that cover the saving run's ``batches`` (``saved``: its loaders' global batch sizes;
+    """The steps of this run that cover the saving run's ``batches`` (``saved``: its loaders' :func:`_shape`\\ s;
     None from a checkpoint that did not record them), and None when that is exact, else why not."""
-    now = [getattr(leaf, "total_batch_size", None) for leaf in prepared]
+    now = [_shape(leaf) for leaf in prepared]
     if saved is None:  # only the start positions tell the saving run's process count
         then = {(state.get("position") or {}).get("num_processes") for state in start} - {None}
         same = then <= {getattr(leaf, "num_processes", None) for leaf in prepared}
         return batches, None if same else "the checkpoint was saved by another process count and does not record " \
             "its loaders' batch sizes"
-    if list(saved) == now:
+    saved = [list(shape) for shape in saved]
+    if [shape[0] for shape in saved] == [shape[0] for shape in now]:  # the same steps hold the same samples
         return batches, None
-    if None in saved or None in now:
-        return batches, f"the loaders' batch sizes (samples of all processes per step) were {saved} and are {now}"
-    done = batches * saved[0] // now[0]  # about as many samples of the first loader as the saving run had taken
-    return done, (f"the loaders' batch sizes (samples of all processes per step) were {saved} when it was saved and "
-                  f"are {now} now, so no count of this run's steps covers the same samples of every loader, nor "
-                  f"restarts the shorter ones at the same points; it continues after {done} steps (about the "
-                  f"samples of the first loader that {batches} steps took then)")
+    if any(shape[0] is None for shape in saved + now):
+        return batches, (f"each loader's [samples of all processes per step, steps per pass] were {saved} when it "
+                         f"was saved and are {now} now")
+    # Exact when every loader's samples per step change by one ratio that maps the steps done to whole steps, and
+    # each loader's pass holds as many samples as before (so the shorter ones start again at the same samples).
+    done = {(then[0] * batches // here[0], then[0] * batches % here[0]) for then, here in zip(saved, now)}
+    aligned = all(None not in (then[1], here[1]) and then[0] * then[1] == here[0] * here[1]
+                  for then, here in zip(saved, now))
+    if aligned and len(done) == 1 and next(iter(done))[1] == 0:
+        return next(iter(done))[0], None
+    first = batches * saved[0][0] // now[0][0]  # about as many samples of the first loader as were taken
+    return first, (f"each loader's [samples of all processes per step, steps per pass] were {saved} when it was "
+                   f"saved and are {now} now, so no count of this run's steps covers the same samples of every "
+                   f"loader and starts the shorter ones again at the same points; it continues after {first} steps "
+                   f"(about the samples of the first loader that {batches} steps took then)")
 
 
 class IterableLoader:
@@ -262,14 +277,14 @@ class IterableLoader:
         """What a checkpoint keeps to resume this epoch exactly: each prepared loader's position at its start."""
         return self._start
 
-    def global_batches(self) -> list[int | None]:
-        """Each prepared loader's samples (or stream items) per batch of all processes together (None: unknown):
-        what a checkpoint keeps beside :meth:`epoch_start`, so that a resume can tell whether its batches are the
-        saving run's."""
-        return [getattr(leaf, "total_batch_size", None) for leaf in self._prepared()]
+    def global_batches(self) -> list[list[int | None]]:
+        """Each prepared loader's samples (or stream items) per batch of all processes together and batches per
+        pass of this process (None: unknown): what a checkpoint keeps beside :meth:`epoch_start`, so that a resume
+        on other batch sizes (another process count) can tell which of its steps cover the saving run's."""
+        return [_shape(leaf) for leaf in self._prepared()]
 
     def resume(self, batches: int, start: list[dict[str, Any]] | None,
-               saved_batches: list[int | None] | None = None) -> tuple[int, str | None]:
+               saved_batches: list[list[int | None]] | None = None) -> tuple[int, str | None]:
         """The next iteration continues this epoch after ``batches`` (the saving run's per-process count): it reads
         the epoch again from its start (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and
         drops the batches done. ``saved_batches``: :meth:`global_batches` when the checkpoint was saved.
