@@ -2,9 +2,10 @@
 
 On the saving process count the resumed fit ends as the uninterrupted one, bit for bit. On another count with the
 same global batch (4 on each of 2 processes, 8 on one) every step trains on the samples of the uninterrupted fit's
-step, and the weights match up to float rounding (1e-6, as in ``test_resume_process_count.py``). With another
-global batch no count of steps covers what the saving run took of every loader: the resume warns (it used to
-continue silently from the per-process count, training again on 16 samples of each loader or skipping them).
+step, and the weights match up to float rounding (1e-6, as in ``test_resume_process_count.py``). With the same
+batch per process (another global batch) it continues after the samples the saving run took, where whole steps
+hold them; where they do not, the resume warns. (It used to continue from the saved per-process step count,
+training again on 16 samples of each loader, or skipping them, without a word.)
 
 The worker is ``tests/helpers/resume_combined_worker.py``: three launches (2 processes, 1, 2), one background run.
 """
@@ -26,7 +27,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
 @session_run("resume_combined", "test_a_combined_loader_resumes_bit_for_bit_on_the_saving_process_count",
              "test_a_combined_loader_resumes_on_another_process_count_with_the_same_global_batch",
-             "test_a_combined_loader_resumed_with_another_global_batch_warns")
+             "test_a_combined_loader_resumed_with_the_same_batch_per_process_continues_after_the_samples_taken",
+             "test_a_combined_loader_resumed_where_no_whole_step_holds_the_samples_taken_warns")
 def _launches(out: Path) -> Path:
     for phase, processes in (("two", 2), ("one", 1), ("two-again", 2)):
         run_workers("resume_combined_worker.py", [out, phase], nprocs=processes, timeout=120)
@@ -46,7 +48,7 @@ def global_steps(parts: list[dict]) -> dict[int, list[int]]:
     """Step -> the sample ids all processes trained on in it."""
     steps: dict[int, list[int]] = defaultdict(list)
     for rank in parts:
-        for step, ids in rank["steps"]:
+        for step, _, ids in rank["steps"]:
             steps[step] += ids
     return {step: sorted(ids) for step, ids in steps.items()}
 
@@ -74,14 +76,20 @@ def test_a_combined_loader_resumes_on_another_process_count_with_the_same_global
         torch.testing.assert_close(torch.tensor(rank["weights"]), torch.tensor(reference), rtol=0, atol=1e-6)
 
 
-def test_a_combined_loader_resumed_with_another_global_batch_warns(out: Path) -> None:
+def test_a_combined_loader_resumed_with_the_same_batch_per_process_continues_after_the_samples_taken(out):
+    """Batches of 4 on one process where two took 4 each: the rest of the epoch is the saving run's, in its order
+    (each step of two processes is two steps here)."""
+    by_rank = [rank["steps"] for rank in ranks(out, "whole2", 2)]
+    saved = [ids for steps in zip(*by_rank) for step, epoch, ids in steps if step >= 4 and epoch == 0]
     [resumed] = ranks(out, "whole2-4-on1-batch4", 1)
-    [message] = resumed["warnings"]
-    for part in ("epoch 0", "cannot be continued exactly", "were [8, 8] when it was saved and are [4, 4] now",
-                 "continues after 8 steps", "Resume from a checkpoint of an epoch's end, or on the process count "
-                 "and batch sizes of the saving run"):
-        assert part in message, message
-    # what it can do: the longest loader's samples of the interrupted epoch (ids < 40) are each trained on once
-    before = [i for rank in ranks(out, "whole2", 2) for step, ids in rank["steps"] if step < 4 for i in ids]
-    after = [i for step, ids in resumed["steps"] if step < 4 + 2 for i in ids]  # the epoch's last 2 steps here
-    assert Counter(i for i in before + after if i < 40) == Counter(range(40))
+    assert [ids for step, epoch, ids in resumed["steps"] if epoch == 0] == saved
+    assert resumed["steps"][0][0] == 4 and resumed["warnings"] == []
+
+
+def test_a_combined_loader_resumed_where_no_whole_step_holds_the_samples_taken_warns(out: Path) -> None:
+    for rank in ranks(out, "whole1b-3-on2", 2):
+        [message] = rank["warnings"]
+        for part in ("epoch 0", "cannot be continued exactly", "were [[4, 10], [4, 6]] when it was saved and are "
+                     "[[8, 5], [8, 3]] now", "continues after 1 steps", "Resume from a checkpoint of an epoch's end, "
+                     "or on the process count and batch sizes of the saving run"):
+            assert part in message, message

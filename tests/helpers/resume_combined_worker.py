@@ -5,8 +5,8 @@ Usage: ``resume_combined_worker.py OUT PHASE``. Each run fits on a ``CombinedLoa
 in each) with a checkpoint every 2 steps, and writes, per rank, each step's sample ids, the final weights and the
 warnings of the resume to ``{OUT}/{run}-rank{r}.json``. Phases: ``"two"`` (2 processes: the uninterrupted fit, then
 fits resumed from two of its mid-epoch checkpoints), ``"one"`` (1 process: resumed from those checkpoints with the
-same global batch and with another one, and an uninterrupted fit to resume on 2), ``"two-again"`` (2 processes:
-resumed from the 1-process checkpoint).
+same global batch and with the same batch per process, and uninterrupted fits to resume on 2), ``"two-again"``
+(2 processes: resumed from the 1-process checkpoints).
 """
 
 from __future__ import annotations
@@ -45,20 +45,20 @@ class Net(TrainingModule):
 
     def training_step(self, batch, batch_idx):
         x, y, ids = (torch.cat([part[i] for part in batch.values()]) for i in range(3))
-        self.steps.append([self.trainer.global_step, ids.tolist()])
+        self.steps.append([self.trainer.global_step, self.trainer.current_epoch, ids.tolist()])
         return F.mse_loss(self.net(x), y)
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=0.01)
 
 
-def fit(run: str, batch_size: int, ckpt_path: str | None = None) -> None:
+def fit(run: str, batch_size: int, ckpt_path: str | None = None, every: int = 2) -> None:
     loaders = CombinedLoader({"a": DataLoader(data(40, 0), batch_size=batch_size, shuffle=True),
                               "b": DataLoader(data(24, 1000), batch_size=batch_size, shuffle=True)}, "max_size_cycle")
     trainer = Trainer(devices=PROCESSES, accelerator="cpu", max_epochs=2, seed=0, logger=False,
                       enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(OUT / run),
                       callbacks=[ModelCheckpoint(dirpath=str(OUT / run / "ck"), filename="{step}", save_top_k=-1,
-                                                 every_n_train_steps=2)])
+                                                 every_n_train_steps=every)])
     module = Net()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -80,11 +80,13 @@ def main() -> None:
             fit(f"whole2-{step}-on2", 4, checkpoint("whole2", step))
     elif PHASE == "one":
         for step in (4, 8):
-            fit(f"whole2-{step}-on1", 8, checkpoint("whole2", step))  # the same global batch: exact
-        fit("whole2-4-on1-batch4", 4, checkpoint("whole2", 4))  # another global batch: not exact, warned
+            fit(f"whole2-{step}-on1", 8, checkpoint("whole2", step))  # the same global batch: the same steps
+        fit("whole2-4-on1-batch4", 4, checkpoint("whole2", 4))  # the same batch per process: 8 steps of 4 done
         fit("whole1", 8)
+        fit("whole1b", 4, every=3)
     else:
         fit("whole1-6-on2", 4, checkpoint("whole1", 6))
+        fit("whole1b-3-on2", 4, checkpoint("whole1b", 3))  # 12 samples of each loader: 1.5 steps of 8: warned
 
 
 if __name__ == "__main__":
