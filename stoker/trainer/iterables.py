@@ -6,8 +6,9 @@ device, ``limit_*_batches`` applies, the last batch is known one batch ahead (it
 reads the whole iterable. The ``DataLoader``\\ s inside a ``CombinedLoader`` are prepared as usual, so only the
 combining is plain. A run resumed mid-epoch reads the epoch again from its start and drops the batches done
 (:meth:`IterableLoader.resume`): exact for a ``CombinedLoader`` of ``DataLoader``\\ s, whose positions at the epoch's
-start the checkpoint keeps with their global batch sizes (on another process count, exact while each loader keeps
-its global batch; else the resume warns); another iterable must give the same batches again.
+start the checkpoint keeps with their global batch sizes and pass lengths (on another process count it continues
+after the samples taken where whole steps hold them, and warns where they do not); another iterable must give the
+same batches again.
 """
 
 from __future__ import annotations
@@ -291,7 +292,8 @@ class IterableLoader:
 
         Returns the batches done here and None when that is exact: every iterable inside is a prepared loader whose
         start was saved, and each takes the same global batch as when saved (on any process count, the same
-        batches of all processes then form each step). Else it is not exact, and the second item says why."""
+        batches of all processes then form each step), or the batches done here hold what the saving run took
+        (:func:`_replayed`). Else it is not exact, and the second item says why."""
         prepared = self._prepared()
         leaves = self.source.flattened if isinstance(self.source, CombinedLoader) else [self.source]
         if start is None or not len(start) == len(prepared) == len(leaves):
