@@ -7,7 +7,7 @@ batch per process (another global batch) it continues after the samples the savi
 hold them; where they do not, the resume warns. (It used to continue from the saved per-process step count,
 training again on 16 samples of each loader, or skipping them, without a word.)
 
-The worker is ``tests/helpers/resume_combined_worker.py``: three launches (2 processes, 1, 2), one background run.
+The worker is ``resume_combined_worker.py`` beside this file: three launches (2 processes, 1, 2), one background run.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
              "test_a_combined_loader_resumed_where_no_whole_step_holds_the_samples_taken_warns")
 def _launches(out: Path) -> Path:
     for phase, processes in (("two", 2), ("one", 1), ("two-again", 2)):
-        run_workers("resume_combined_worker.py", [out, phase], nprocs=processes, timeout=120)
+        run_workers(Path(__file__).parent / "resume_combined_worker.py", [out, phase], nprocs=processes, timeout=120)
     return out
 
 

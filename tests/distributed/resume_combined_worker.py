@@ -16,13 +16,15 @@ import sys
 import warnings
 from pathlib import Path
 
-import dist_common as common  # also puts the repo on sys.path
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.trainer import CombinedLoader
+from tests.helpers import (
+    dist_common as common,  # the repo is on PYTHONPATH (dist_spawn.base_env)
+)
 
 OUT, PHASE = Path(sys.argv[1]), sys.argv[2]
 PROCESSES = int(os.environ["WORLD_SIZE"])
