@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from stoker import ModelCheckpoint, Trainer, TrainingModule
 from stoker.trainer import CombinedLoader
-from tests.helpers import (
-    dist_common as common,  # the repo is on PYTHONPATH (dist_spawn.base_env)
-)
+from tests.helpers import dist_common as common
+
+# (run as a script: the repo is importable through the PYTHONPATH that dist_spawn.base_env sets)
 
 OUT, PHASE = Path(sys.argv[1]), sys.argv[2]
 PROCESSES = int(os.environ["WORLD_SIZE"])
