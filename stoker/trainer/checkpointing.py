@@ -107,14 +107,20 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
                              for k, v in trainer.callback_metrics.items() if isinstance(v, (torch.Tensor, int, float))},
         # Schedulers that are not torch's (stepped by the module) are not the Accelerator's to save: their states here.
         "other_schedulers": [_state_of(c.scheduler) for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler],
-        # A train loader that is not one DataLoader: where its epoch began, so that a resume can read it again.
-        "train_loader": loader.epoch_start() if isinstance(loader := getattr(trainer.fit_run, "train_loader", None),
-                                                           IterableLoader) else None,
+        # A train loader that is not one DataLoader: where its epoch began, so that a resume can read it again, and
+        # its loaders' global batch sizes, so that it can tell whether its steps are the saving run's.
+        **_train_loader_entries(getattr(trainer.fit_run, "train_loader", None)),
     }
     # Each logger's version and folder (None: no version chosen yet): a resumed run continues them (components.py).
     runs = [{"version": lg.version, "root_dir": os.path.abspath(lg.root_dir)}
             if owns_folder(lg) and lg.version_chosen and lg.root_dir is not None else None for lg in trainer.loggers]
     return {"format": _FORMAT, "version": 1, "checkpoint": checkpoint, "trainer": own, "logger_runs": runs}
+
+
+def _train_loader_entries(loader: Any) -> dict[str, Any]:
+    if not isinstance(loader, IterableLoader):
+        return {"train_loader": None}
+    return {"train_loader": loader.epoch_start(), "train_loader_batches": loader.global_batches()}
 
 
 def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None], int] | None:
@@ -286,7 +292,7 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
                          "Trainer. Load it with trainer.accelerator.load_state instead.")
     apply_payload(trainer, payload)
     loop = trainer.fit_loop
-    _continue_train_loader(trainer, train_loader, trainer_own(payload)[1].get("train_loader"))
+    _continue_train_loader(trainer, train_loader, trainer_own(payload)[1])
     if trainer.is_global_zero:
         where = f"the end of epoch {loop.epoch}" if loop.phase == "end" or loop.epoch_batches_finished else \
             f"epoch {loop.epoch}, batch_idx {loop.batches_done}"
@@ -297,21 +303,25 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
         loop.end_epoch(trainer.fit_run)
 
 
-def _continue_train_loader(trainer: TrainerParts, train_loader: Any, epoch_start: Any) -> None:
+def _continue_train_loader(trainer: TrainerParts, train_loader: Any, own: Mapping[str, Any]) -> None:
     """After the checkpoint's position is loaded: the train loader and the loop agree on the batch to continue from
-    (``epoch_start``: what the checkpoint kept of a train loader that is not one DataLoader)."""
+    (``own``: the Trainer's part of the checkpoint, with what it kept of a train loader that is not one DataLoader)."""
     loop = trainer.fit_loop
     if getattr(train_loader, "rebased", False) and loop.phase == "batches" and \
             not loop.epoch_batches_finished and train_loader.epoch == loop.epoch:
         loop.batches_done = train_loader.batches_yielded  # saved by another process count: this process's count
     mid_epoch = loop.phase == "batches" and not loop.epoch_batches_finished and loop.batches_done > 0
-    if mid_epoch and isinstance(train_loader, IterableLoader) and not train_loader.resume(loop.batches_done,
-                                                                                          epoch_start):
-        warnings.warn(f"Resuming in the middle of epoch {loop.epoch} with a train loader that keeps no position (a "
-                      f"{type(train_loader.source).__name__} not made of DataLoaders alone): it is read again from "
-                      f"its start and its first {loop.batches_done} batches are dropped, so this fit continues the "
-                      "interrupted one exactly only if it gives the same batches again. Resume from a checkpoint of "
-                      "an epoch's end, or train from DataLoaders.", stacklevel=user_stacklevel())
+    if not (mid_epoch and isinstance(train_loader, IterableLoader)):
+        return
+    saved = loop.batches_done
+    loop.batches_done, problem = train_loader.resume(saved, own.get("train_loader"), own.get("train_loader_batches"))
+    if problem is not None:
+        warnings.warn(f"Resuming in the middle of epoch {loop.epoch} with a train {type(train_loader.source).__name__}"
+                      f" that cannot be continued exactly: {problem}. This fit reads the epoch again and drops its "
+                      f"first {loop.batches_done} batches, so it continues the interrupted fit exactly only if they "
+                      "are the batches that fit trained on. Resume from a checkpoint of an epoch's end, or on the "
+                      "process count and batch sizes of the saving run; train from DataLoaders.",
+                      stacklevel=user_stacklevel())
 
 
 def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:

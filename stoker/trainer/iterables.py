@@ -6,7 +6,9 @@ device, ``limit_*_batches`` applies, the last batch is known one batch ahead (it
 reads the whole iterable. The ``DataLoader``\\ s inside a ``CombinedLoader`` are prepared as usual, so only the
 combining is plain. A run resumed mid-epoch reads the epoch again from its start and drops the batches done
 (:meth:`IterableLoader.resume`): exact for a ``CombinedLoader`` of ``DataLoader``\\ s, whose positions at the epoch's
-start the checkpoint keeps; another iterable must give the same batches again.
+start the checkpoint keeps with their global batch sizes and pass lengths (on another process count it continues
+after the samples taken where whole steps hold them, and warns where they do not); another iterable must give the
+same batches again.
 """
 
 from __future__ import annotations
@@ -176,6 +178,42 @@ def rng_kept() -> Iterator[None]:
             numpy.random.set_state(numpy_state)
 
 
+def _shape(leaf: Any) -> list[int | None]:
+    """``[samples of all processes per batch, batches per pass of this process]`` of a prepared loader (None:
+    unknown, e.g. a user's batch sampler, or a stream without ``__len__``)."""
+    return [getattr(leaf, "total_batch_size", None), _length(leaf)]
+
+
+def _replayed(batches: int, saved: list[list[int | None]] | None, prepared: list[Any],
+              start: list[dict[str, Any]]) -> tuple[int, str | None]:
+    """The steps of this run that cover the saving run's ``batches`` (``saved``: its loaders' :func:`_shape`\\ s;
+    None from a checkpoint that did not record them), and None when that is exact, else why not."""
+    now = [_shape(leaf) for leaf in prepared]
+    if saved is None:  # only the start positions tell the saving run's process count
+        then = {(state.get("position") or {}).get("num_processes") for state in start} - {None}
+        same = then <= {getattr(leaf, "num_processes", None) for leaf in prepared}
+        return batches, None if same else "the checkpoint was saved by another process count and does not record " \
+            "its loaders' batch sizes"
+    saved = [list(shape) for shape in saved]
+    if [shape[0] for shape in saved] == [shape[0] for shape in now]:  # the same steps hold the same samples
+        return batches, None
+    if any(shape[0] is None for shape in saved + now):
+        return batches, (f"each loader's [samples of all processes per step, steps per pass] were {saved} when it "
+                         f"was saved and are {now} now")
+    # Exact when every loader's samples per step change by one ratio that maps the steps done to whole steps, and
+    # each loader's pass holds as many samples as before (so the shorter ones start again at the same samples).
+    done = {(then[0] * batches // here[0], then[0] * batches % here[0]) for then, here in zip(saved, now)}
+    aligned = all(None not in (then[1], here[1]) and then[0] * then[1] == here[0] * here[1]
+                  for then, here in zip(saved, now))
+    if aligned and len(done) == 1 and next(iter(done))[1] == 0:
+        return next(iter(done))[0], None
+    first = batches * saved[0][0] // now[0][0]  # about as many samples of the first loader as were taken
+    return first, (f"each loader's [samples of all processes per step, steps per pass] were {saved} when it was "
+                   f"saved and are {now} now, so no count of this run's steps covers the same samples of every "
+                   f"loader and starts the shorter ones again at the same points; it continues after {first} steps "
+                   f"(about the samples of the first loader that {batches} steps took then)")
+
+
 class IterableLoader:
     """An iterable of batches read as the Trainer reads a prepared loader (see the module docstring).
 
@@ -240,20 +278,35 @@ class IterableLoader:
         """What a checkpoint keeps to resume this epoch exactly: each prepared loader's position at its start."""
         return self._start
 
-    def resume(self, batches: int, start: list[dict[str, Any]] | None) -> bool:
-        """The next iteration continues this epoch after ``batches``: it reads the epoch again from its start
-        (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and drops them. True when that is
-        exact: every iterable inside is a prepared loader whose start was saved (another iterable must give the
-        same batches again)."""
+    def global_batches(self) -> list[list[int | None]]:
+        """Each prepared loader's samples (or stream items) per batch of all processes together and batches per
+        pass of this process (None: unknown): what a checkpoint keeps beside :meth:`epoch_start`, so that a resume
+        on other batch sizes (another process count) can tell which of its steps cover the saving run's."""
+        return [_shape(leaf) for leaf in self._prepared()]
+
+    def resume(self, batches: int, start: list[dict[str, Any]] | None,
+               saved_batches: list[list[int | None]] | None = None) -> tuple[int, str | None]:
+        """The next iteration continues this epoch after ``batches`` (the saving run's per-process count): it reads
+        the epoch again from its start (``start``, from :meth:`epoch_start`, puts the prepared loaders there) and
+        drops the batches done. ``saved_batches``: :meth:`global_batches` when the checkpoint was saved.
+
+        Returns the batches done here and None when that is exact: every iterable inside is a prepared loader whose
+        start was saved, and each takes the same global batch as when saved (on any process count, the same
+        batches of all processes then form each step), or the batches done here hold what the saving run took
+        (:func:`_replayed`). Else it is not exact, and the second item says why."""
         prepared = self._prepared()
         leaves = self.source.flattened if isinstance(self.source, CombinedLoader) else [self.source]
-        exact = start is not None and len(start) == len(prepared) == len(leaves)
-        if exact:
-            for leaf, state in zip(prepared, start):  # type: ignore[arg-type]
-                leaf.load_state_dict(state)
-            self._start = start
-        self._skip = batches
-        return exact
+        if start is None or not len(start) == len(prepared) == len(leaves):
+            self._skip = batches
+            return batches, (f"it keeps no position (a {type(self.source).__name__} not made of DataLoaders "
+                             "alone) and is read again from its start")
+        for leaf, state in zip(prepared, start):
+            leaf.load_state_dict(state)
+        self._start = start
+        done, problem = _replayed(batches, saved_batches, prepared, start)
+        n = _length(self)
+        self._skip = done if n is None else min(done, n)
+        return self._skip, problem
 
     def _open(self) -> tuple[Iterator[Any], Any]:
         """The epoch's batches and its first one to hand out (after the batches a resume drops)."""

@@ -9,6 +9,7 @@ its loaders again from their start, or from one batch ahead of the checkpoint; a
 from __future__ import annotations
 
 import os
+import warnings
 import zlib
 from typing import Any
 
@@ -179,3 +180,45 @@ def test_a_fit_that_reloads_its_train_loader_resumes_with_the_loader_it_was_read
     resumed = fit(str(tmp_path / "resumed"), Growing, None, {"every_n_train_steps": 1},
                   ckpt_path=str(tmp_path / "whole" / "ck" / f"step={step}.ckpt"), **kwargs)
     assert_same_end(whole, resumed, saved_at=step)
+
+
+
+class Rows(Combined):
+    """Also each sample it trained on, per loader, in order (as CRCs)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.rows = getattr(self, "rows", {"a": [], "b": []})
+        for key, part in batch.items():
+            self.rows[key] += [zlib.crc32(row.numpy().tobytes()) for row in part[0]]
+        return super().training_step(batch, batch_idx)
+
+
+def combined(batch_size: int) -> CombinedLoader:
+    return CombinedLoader({"a": DataLoader(_data(40), batch_size=batch_size, shuffle=True),
+                           "b": DataLoader(_data(24), batch_size=batch_size, shuffle=True)}, "max_size_cycle")
+
+
+def test_a_combined_loader_resumed_mid_epoch_with_other_batch_sizes_continues_after_the_samples_taken(tmp_path):
+    """Batches of 8 instead of 4 (as on half the processes with the same per-process batch): every pass holds as many
+    samples as before, so 2 steps of 8 cover the 4 steps of 4 done; the resumed fit used to drop 4."""
+    _, whole = fit(str(tmp_path / "whole"), Rows, combined(4), {"every_n_train_steps": 2}, max_epochs=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Resuming in the middle")
+        trainer, resumed = fit(str(tmp_path / "resumed"), Rows, combined(8), {"every_n_train_steps": 2},
+                               ckpt_path=str(tmp_path / "whole" / "ck" / "step=4.ckpt"), max_epochs=1)
+    assert trainer.global_step == 4 + 3  # an epoch is 5 batches of 8: 2 of them were done
+    # the samples the 4 steps of 4 had not taken, in the same order (the shorter loader started again at its end)
+    assert resumed.rows == {key: rows[16:] for key, rows in whole.rows.items()}
+
+
+def test_a_combined_loader_resumed_mid_epoch_with_batch_sizes_it_cannot_continue_warns(tmp_path):
+    """Batches of 12 (the loader of 40 samples makes 48 a pass) cannot hold what 4 steps of 4 took: said, not continued
+    silently from the saved step count (so with another process count: ``tests/distributed/test_resume_combined.py``)."""
+    fit(str(tmp_path / "whole"), Combined, combined(4), {"every_n_train_steps": 2}, max_epochs=1)
+    with pytest.warns(UserWarning, match=r"Resuming in the middle of epoch 0 .*cannot be continued exactly: each "
+                      r"loader's \[samples of all processes per step, steps per pass\] were \[\[4, 10\], \[4, 6\]\] "
+                      r"when it was saved and are \[\[12, 4\], \[12, 2\]\] now.* continues after 1 steps .*Resume "
+                      "from a checkpoint of an epoch's end, or on the process count and batch sizes of the saving run"):
+        trainer, _ = fit(str(tmp_path / "resumed"), Combined, combined(12), {"every_n_train_steps": 2},
+                         ckpt_path=str(tmp_path / "whole" / "ck" / "step=4.ckpt"), max_epochs=1)
+    assert trainer.global_step == 4 + 3
