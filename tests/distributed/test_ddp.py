@@ -83,6 +83,19 @@ def test_shuffle_is_identical_on_all_ranks_and_shards_are_disjoint(ranks: list[d
     assert ranks[0]["shuffle_epochs"] == ranks[1]["shuffle_epochs"]
 
 
+def test_a_loader_in_sequential_order_prepared_first_leaves_the_shuffle_as_on_one_process(ranks: list[dict]) -> None:
+    # The same global RNG before prepare(): the shuffled loader's order is the one a single process gets.
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from stoker import Accelerator
+
+    torch.manual_seed(7)
+    _, shuffled = Accelerator(cpu=True).prepare(DataLoader(TensorDataset(torch.arange(16)), batch_size=2),
+                                                DataLoader(TensorDataset(torch.arange(16)), batch_size=2, shuffle=True))
+    one_process = [v for b in shuffled for v in b[0].tolist()]
+    assert ranks[0]["shuffle_after_sequential"] == ranks[1]["shuffle_after_sequential"] == one_process
+
+
 def test_scheduler_steps_num_processes_times_unless_split_batches(ranks: list[dict]) -> None:
     for r in ranks:
         assert r["scheduler_last_epoch_split_False"] == 6

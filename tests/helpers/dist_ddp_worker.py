@@ -157,6 +157,11 @@ def check_shuffle_and_scheduler(result: dict) -> None:
         mine = torch.cat([b[0] for b in loader])
         epochs.append(accelerator.gather(mine).tolist())
     result["shuffle_epochs"] = epochs
+    torch.manual_seed(7)  # the same global RNG on every rank and in the test's one-process run
+    acc = Accelerator(cpu=True)
+    _, shuffled = acc.prepare(DataLoader(TensorDataset(torch.arange(16)), batch_size=2),
+                              DataLoader(TensorDataset(torch.arange(16)), batch_size=2, shuffle=True))
+    result["shuffle_after_sequential"] = [v for b in shuffled for v in acc.gather(b[0]).tolist()]
     for split in (False, True):
         acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=split))
         model = make_mlp(seed=3)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
 from .loader import GlobalDraws, LoaderContext, PreparedDataLoader, SkipView
 from .samplers import SeedableRandomSampler, ShardedBatchSampler, _AlwaysSkip, seedable, split_batch_size
@@ -48,10 +48,12 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torc
     # generator), its RandomSampler's seed (unless that has one); the prepared loader draws the same (GlobalDraws).
     draws = GlobalDraws(base=loader.generator is None, sampler=shuffled is not None and shuffled.generator is None,
                         persistent=loader.persistent_workers and loader.num_workers > 0)
-    if seed is None and draw_seed and (shuffled is not None or loader.num_workers > 0 or n > 1):
+    if seed is None and draw_seed and (shuffled is not None or loader.num_workers > 0 or
+                                       (n > 1 and not _fixed_order(loader))):
         # The shuffle (and worker) seed comes from the global RNG once, here, so set_seed() before prepare fixes
         # every order; it counts as the first epoch's first draw. A loader that nothing random reads the seed of
-        # (no shuffle, no workers, one process) draws nothing here: its epochs draw what the user's loader did.
+        # (no shuffle, no workers, one process or torch's sequential order) draws nothing here: its epochs draw what
+        # the user's loader did, and a loader prepared after it draws its seed as on one process (the same order).
         seed = int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62
         draws.prepaid = 1
         if n > 1:  # every process must shuffle alike even when their global RNGs differ (no set_seed, seed + rank)
@@ -78,6 +80,18 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torc
     batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
     return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking, draws)
+
+
+def _fixed_order(loader: DataLoader) -> bool:
+    """Whether ``loader`` reads its map-style dataset in torch's sequential order (its ``SequentialSampler``, in
+    torch's ``BatchSampler`` or none): an order no seed changes. A sampler of the user's own may draw from the
+    global RNG, which several processes seed from the loader's seed (``ShardedBatchSampler``)."""
+    if isinstance(loader.dataset, IterableDataset):
+        return False
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        return False
+    return type(loader.sampler if batch_sampler is None else batch_sampler.sampler) is SequentialSampler
 
 
 def _random_sampler(loader: DataLoader) -> RandomSampler | None:
