@@ -141,7 +141,7 @@ class FitLoop:
             results.in_batch = False
             self.epoch_finished = False
             t.hooks.call("on_train_epoch_start")
-            stopped = self._pending_validation(run)
+            stopped = self._pending_validation(run) or self.stop_requested()  # also a stop asked by the hooks above
             if not stopped and not self.epoch_batches_finished:
                 stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
