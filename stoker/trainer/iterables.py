@@ -120,10 +120,11 @@ class CombinedLoader:
     def batches(self) -> Iterator[Any]:
         """The batches alone (what a step gets), in this mode; ``"sequential"``: each iterable's in turn."""
         leaves, limits = self.flattened, self.limits or [None] * len(self.flattened)
-        if self.mode == "sequential":
-            yield from itertools.chain.from_iterable(_pass(leaf, n) for leaf, n in zip(leaves, limits))
+        passes = (iter(leaf) if n is None else itertools.islice(leaf, n) for leaf, n in zip(leaves, limits))
+        if self.mode == "sequential":  # each pass begins when the one before it ends
+            yield from itertools.chain.from_iterable(passes)
         elif self.mode == "min_size":
-            for batches in zip(*(_pass(leaf, n) for leaf, n in zip(leaves, limits))):
+            for batches in zip(*passes):
                 yield _rebuild(self.iterables, iter(batches))
         else:  # max_size modes: the limits set the length only (Lightning's rule), so a shorter iterable ends
             n = max(self.iterable_batches(), default=math.inf)  # (or restarts) where its data ends, not at its limit
@@ -160,11 +161,6 @@ class CombinedLoader:
 
 
 _END = object()
-
-
-def _pass(leaf: Any, limit: int | None) -> Iterator[Any]:
-    """A fresh pass over ``leaf``, cut at ``limit`` batches (None: all)."""
-    return iter(leaf) if limit is None else itertools.islice(leaf, limit)
 
 
 @contextlib.contextmanager
