@@ -124,8 +124,7 @@ class FitLoop:
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
-        self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
-        self.none_warned = False
+        self.last_val_time, self.none_warned = monotonic(), False  # a time-based val_check_interval counts from here
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         self.iter_steps = takes_iterator(self.trainer.module.training_step)
@@ -384,11 +383,12 @@ class FitLoop:
 
     def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False, pulled: int = 1) -> bool:
         """Whether a validation is due after the batch ``batch_idx`` (the last of ``pulled`` a step took: due when
-        one of them reached the interval)."""
-        t = self.trainer
-        every_n = t.check_val_every_n_epoch
+        one of them reached the interval). A ``dataloader_iter`` step's epoch always ends with one (Lightning's)."""
+        t, every_n = self.trainer, self.trainer.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
+        if at_end and self.iter_steps:
+            return True
         if t.val_check_seconds is not None:  # due once that long has passed since the last validation (or start)
             return monotonic() - self.last_val_time >= t.val_check_seconds
         interval = run.val_check_batch
