@@ -27,9 +27,10 @@ import torch
 from .auto_step import AutomaticStep
 from .batch_iter import check_training, restart_unfinished, train_iterator
 from .evaluation import run_evaluation
-from .hooks import batch_mover
+from .hooks import batch_mover, defines_hook
 from .losses import detached
 from .manual import manual_training_step
+from .module import TrainingModule
 from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
@@ -65,6 +66,7 @@ class FitLoop:
         # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
+        self.rest_skipped = False  # on_train_batch_start returned -1 in this epoch: it ended there, unvalidated
         self.validation_count = 0  # validations completed in this fit (the sanity check excluded)
         self.last_val_time = 0.0  # monotonic() when the last validation ended (or run() began)
 
@@ -137,8 +139,7 @@ class FitLoop:
             if self.batches_done == 0 and t.options.reload_dataloaders_every_n_epochs:
                 t.run_setup.reload_loaders(run, self.epoch)
             results = t.train_results
-            results.in_batch = False
-            self.epoch_finished = False
+            results.in_batch = self.epoch_finished = self.rest_skipped = False
             t.hooks.call("on_train_epoch_start")
             stopped = self._pending_validation(run) or self.stop_requested()  # also a stop asked by the hooks above
             if not stopped and not self.epoch_batches_finished:
@@ -149,7 +150,8 @@ class FitLoop:
                 self._epoch_end_hooks()
                 return
             self.phase, self.schedulers_done, self.end_hooks_started = "end", False, False
-            if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
+            if run.val_enabled and self.batches_done and not self.rest_skipped and \
+                    self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
         if not self.end_hooks_started:  # also a resume from a checkpoint that this epoch's validation saved
             self.end_hooks_started = True
@@ -168,14 +170,12 @@ class FitLoop:
                                 plateau=True)
             self.schedulers_done = True
         self.trainer.train_results.reset_epoch()  # a resume from the end hooks holds the ended epoch's sums
-        self.epoch += 1
-        self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
+        self.epoch, self.phase, self.batches_done, self.epoch_batches_finished = self.epoch + 1, "batches", 0, False
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
         t.nonfinite.check(t.accelerator)
-        results = t.train_results
-        results.in_batch = False
+        results, t.train_results.in_batch = t.train_results, False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
         first, monitoring = t.hooks.split_monitored()  # the other callbacks and the module, then the monitors
         for hook in first:
@@ -205,11 +205,10 @@ class FitLoop:
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
         auto = self._auto
         move = batch_mover(t.module, loader, acc.device, t.datamodule)  # None unless the module has its own transfer hooks
-        fresh = self.batches_done == 0
+        own_start = defines_hook(t.module, "on_train_batch_start", TrainingModule)  # the last of start_hooks
+        fresh, batch_idx, stopped, asked = self.batches_done == 0, self.batches_done, False, None
         if fresh:
             loader.set_epoch(self.epoch)
-        batch_idx = self.batches_done
-        stopped = False
         iterator = iter(loader)
         try:
             for batch in iterator:
@@ -226,7 +225,10 @@ class FitLoop:
                 results.batch, results.in_batch = batch, True
                 self.window_closed = False
                 for hook in start_hooks:
-                    hook(batch, batch_idx)
+                    asked = hook(batch, batch_idx)
+                if own_start and asked is not None and asked == -1:  # Lightning's rule: the epoch ends here
+                    self.epoch_batches_finished = self.rest_skipped = True
+                    break
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
                     synced = acc.sync_gradients  # decided when the micro-step opened
@@ -241,9 +243,11 @@ class FitLoop:
                     break
                 batch_idx += 1
         finally:
-            if self.epoch_batches_finished and not stopped:
+            if self.epoch_batches_finished and not stopped and not self.rest_skipped:
                 next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
+            if self.rest_skipped:
+                restart_unfinished(loader)  # the rest of the epoch is dropped: the next one starts afresh
         if fresh and batch_idx == 0 and self.batches_done == 0:
             self._empty_epoch()
         return stopped
@@ -251,8 +255,7 @@ class FitLoop:
     def _run_iter_steps(self, run: FitRun) -> bool:
         """:meth:`_run_batches` for a ``training_step(self, dataloader_iter)``: the step pulls the batches
         (``batch_iter.py``), ``batches_done`` counts them; a ``StopIteration`` out of the step ends the epoch."""
-        t = self.trainer
-        acc, loader, model = t.accelerator, run.train_loader, run.model
+        t, acc, loader, model = self.trainer, self.trainer.accelerator, run.train_loader, run.model
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
         auto, start = self._auto, self.batches_done
         check_training(t, auto)
@@ -342,17 +345,15 @@ class FitLoop:
 
     def _pending_validation(self, run: FitRun) -> bool:
         """After a resume from a batch's end hooks: the validation due there, and its stop; True when the run stops."""
-        pending, self.val_pending = self.val_pending, False
+        t, pending, self.val_pending = self.trainer, self.val_pending, False
         if not (pending and run.val_enabled):
             return False
         self.validate(run)
-        t = self.trainer
         return t.accelerator.sync_gradients and t.should_stop and self._stop_now(t.accelerator.step)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
-        t = self.trainer
-        stop = self.stop_requested() or t.limits.steps_reached(applied)
+        t, stop = self.trainer, self.stop_requested() or self.trainer.limits.steps_reached(applied)
         # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
         # without waiting; on the run's last step at once, so that no signal is left unread).
         t.preemption.check(t, blocking=stop)
@@ -361,8 +362,7 @@ class FitLoop:
     def _log_step(self, step: int, has_loggers: bool) -> None:
         """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them (the
         batch loop tests the cadence before calling): the non-finite check and the step values to the loggers."""
-        t = self.trainer
-        self.last_logged_step = step
+        t, self.last_logged_step = self.trainer, step
         t.nonfinite.check(t.accelerator)  # values are read now anyway: the losses held since the last check too
         values = t.train_results.pop_step_values() if has_loggers else None
         if values:

@@ -118,3 +118,22 @@ def test_a_dataloader_iter_step_validates_at_the_epochs_end_besides_the_interval
     before_each_validation = [len([e for e in module.seen[:i] if e[0] == "train"])
                               for i, entry in enumerate(module.seen) if entry[0] == "val"]
     assert train_steps == [0, 1, 2, 3, 4] and before_each_validation == [2, 4, 5]
+
+
+def test_on_train_batch_start_returning_minus_one_ends_the_epoch_there_without_its_validation():
+    class EndsFirstEpochEarly(Indexed):
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+            return -1 if (self.current_epoch, batch_idx) == (0, 2) else None
+
+    ends: list[tuple[int, bool]] = []
+
+    class LastBatch(Callback):
+        def on_train_epoch_end(self, trainer, module):
+            ends.append((trainer.global_step, trainer.is_last_batch))
+
+    module = EndsFirstEpochEarly()
+    trainer = quiet_trainer(max_epochs=2, limit_val_batches=1, callbacks=[LastBatch()])
+    trainer.fit(module, indices(10), indices(2, 100))
+    trained = [(epoch, batch[0]) for epoch, _, _, batch in module.steps("train")]
+    assert trained == [(0, 0), (0, 2)] + [(1, i) for i in range(0, 10, 2)]  # epoch 1 reads its loader from the start
+    assert [epoch for epoch, *_ in module.steps("val")] == [1] and ends == [(2, True), (7, True)]
