@@ -27,10 +27,9 @@ import torch
 from .auto_step import AutomaticStep
 from .batch_iter import check_training, restart_unfinished, train_iterator
 from .evaluation import run_evaluation
-from .hooks import batch_mover, defines_hook
+from .hooks import batch_mover
 from .losses import detached
 from .manual import manual_training_step
-from .module import TrainingModule
 from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
@@ -144,6 +143,8 @@ class FitLoop:
             stopped = self._pending_validation(run) or self.stop_requested()  # also a stop asked by the hooks above
             if not stopped and not self.epoch_batches_finished:
                 stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
+            if self.rest_skipped:  # the module ended the epoch early (-1): the next one reads the loader afresh
+                restart_unfinished(run.train_loader)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
@@ -203,9 +204,8 @@ class FitLoop:
         t = self.trainer
         acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
-        auto = self._auto
+        auto = self._auto  # set by _epoch_step
         move = batch_mover(t.module, loader, acc.device, t.datamodule)  # None unless the module has its own transfer hooks
-        own_start = defines_hook(t.module, "on_train_batch_start", TrainingModule)  # the last of start_hooks
         fresh, batch_idx, stopped, asked = self.batches_done == 0, self.batches_done, False, None
         if fresh:
             loader.set_epoch(self.epoch)
@@ -222,11 +222,10 @@ class FitLoop:
                     continue
                 if move is not None:
                     batch = move(batch, 0)
-                results.batch, results.in_batch = batch, True
-                self.window_closed = False
-                for hook in start_hooks:
+                results.batch, results.in_batch, self.window_closed = batch, True, False
+                for hook in start_hooks:  # the callbacks', then the module's: its answer is the last
                     asked = hook(batch, batch_idx)
-                if own_start and asked is not None and asked == -1:  # Lightning's rule: the epoch ends here
+                if asked is not None and asked == -1:  # Lightning's rule: the epoch ends at this batch
                     self.epoch_batches_finished = self.rest_skipped = True
                     break
                 with acc.accumulate(model):
@@ -246,8 +245,6 @@ class FitLoop:
             if self.epoch_batches_finished and not stopped and not self.rest_skipped:
                 next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
-            if self.rest_skipped:
-                restart_unfinished(loader)  # the rest of the epoch is dropped: the next one starts afresh
         if fresh and batch_idx == 0 and self.batches_done == 0:
             self._empty_epoch()
         return stopped
