@@ -380,12 +380,10 @@ class FitLoop:
 
     def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False, pulled: int = 1) -> bool:
         """Whether a validation is due after the batch ``batch_idx`` (the last of ``pulled`` a step took: due when
-        one of them reached the interval). A ``dataloader_iter`` step's epoch always ends with one (Lightning's)."""
+        one of them reached the interval)."""
         t, every_n = self.trainer, self.trainer.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
-        if at_end and self.iter_steps:
-            return True
         if t.val_check_seconds is not None:  # due once that long has passed since the last validation (or start)
             return monotonic() - self.last_val_time >= t.val_check_seconds
         interval = run.val_check_batch

@@ -105,21 +105,6 @@ def test_should_stop_set_in_on_train_epoch_start_ends_the_fit_before_that_epochs
     assert calls == [("start", 0, 0), ("end", 0, 3), ("start", 1, 3), ("end", 1, 3)]
 
 
-def test_a_dataloader_iter_step_validates_at_the_epochs_end_besides_the_interval():
-    class Pulling(Indexed):
-        def training_step(self, dataloader_iter: Any) -> torch.Tensor:
-            batch, batch_idx, _ = next(dataloader_iter)
-            return super().training_step(batch, batch_idx)
-
-    module = Pulling()
-    trainer = quiet_trainer(max_epochs=1, val_check_interval=2, limit_val_batches=1)
-    trainer.fit(module, indices(10), indices(2, 100))  # 5 batches: after the 2nd, the 4th, and the epoch's end
-    train_steps = [entry[2] for entry in module.seen if entry[0] == "train"]
-    before_each_validation = [len([e for e in module.seen[:i] if e[0] == "train"])
-                              for i, entry in enumerate(module.seen) if entry[0] == "val"]
-    assert train_steps == [0, 1, 2, 3, 4] and before_each_validation == [2, 4, 5]
-
-
 def test_on_train_batch_start_returning_minus_one_ends_the_epoch_there_without_its_validation():
     class EndsFirstEpochEarly(Indexed):
         def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
