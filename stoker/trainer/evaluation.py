@@ -228,8 +228,9 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
         t.hooks.call("on_sanity_check_start")
         loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
         limits = [loader.max_batches for loader in loaders]
-        for loader in loaders:  # each loader's own count: a CombinedLoader's is its combined batches
-            loader.limit_batches(None if steps is None else int(min(steps, batch_count(loader))))
+        for loader in loaders:  # each loader's own count (a CombinedLoader's: its combined batches), within its
+            if steps is not None:  # limit_val_batches; -1 (None): all of them, still within that limit
+                loader.limit_batches(int(min(steps, batch_count(loader))))
         if loaders:
             run_evaluation(t, VALIDATE.name, loaders)
         t.hooks.call("on_sanity_check_end")

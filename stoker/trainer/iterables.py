@@ -88,8 +88,7 @@ class CombinedLoader:
             raise ValueError(f"CombinedLoader(mode={mode!r}) is not a mode. Expected one of: {', '.join(MODES)}.")
         self.iterables = iterables
         self.mode = mode
-        # one batch limit per iterable (None: all of its batches): the Trainer's limit_*_batches applies to each
-        # iterable on its own, and the combination then ends by its mode (Lightning's rule)
+        # one batch limit per iterable (None: all of its batches), the Trainer's limit_*_batches (see batches())
         self.limits: list[int | None] | None = None
 
     @property
@@ -121,18 +120,19 @@ class CombinedLoader:
     def batches(self) -> Iterator[Any]:
         """The batches alone (what a step gets), in this mode; ``"sequential"``: each iterable's in turn."""
         leaves, limits = self.flattened, self.limits or [None] * len(self.flattened)
-
-        def start(i: int) -> Iterator[Any]:  # a fresh pass over iterable i, cut at its limit
-            return iter(leaves[i]) if limits[i] is None else itertools.islice(leaves[i], limits[i])
-
-        if self.mode == "sequential":
-            yield from itertools.chain.from_iterable(start(i) for i in range(len(leaves)))
-            return
-        if self.mode == "min_size":
-            for batches in zip(*(start(i) for i in range(len(leaves)))):
+        passes = (iter(leaf) if n is None else itertools.islice(leaf, n) for leaf, n in zip(leaves, limits))
+        if self.mode == "sequential":  # each pass begins when the one before it ends
+            yield from itertools.chain.from_iterable(passes)
+        elif self.mode == "min_size":
+            for batches in zip(*passes):
                 yield _rebuild(self.iterables, iter(batches))
-            return
-        iterators = [start(i) for i in range(len(leaves))]
+        else:  # max_size modes: the limits set the length only (Lightning's rule), so a shorter iterable ends
+            n = max(self.iterable_batches(), default=math.inf)  # (or restarts) where its data ends, not at its limit
+            yield from self._max_size(leaves) if math.isinf(n) else itertools.islice(self._max_size(leaves), int(n))
+
+    def _max_size(self, leaves: list[Any]) -> Iterator[Any]:
+        """The ``max_size`` / ``max_size_cycle`` batches of ``leaves`` until the longest ends."""
+        iterators = [iter(leaf) for leaf in leaves]
         done = [False] * len(leaves)
         while True:
             batches = []
@@ -141,7 +141,7 @@ class CombinedLoader:
                 if batch is _END:
                     done[i] = True
                     if self.mode == "max_size_cycle" and not all(done):
-                        iterators[i] = start(i)  # the shorter ones start again until the longest ends
+                        iterators[i] = iter(leaves[i])  # the shorter ones start again until the longest ends
                         batch = next(iterators[i], None)
                     else:
                         batch = None
@@ -252,7 +252,9 @@ class IterableLoader:
         self.max_batches = max_batches
         if isinstance(self.source, CombinedLoader):  # the prepared loaders inside end their epochs where they are
             limits = self.source.limits or [None] * len(self.source.flattened)  # left, so that the next pass
-            for leaf, own in zip(self.source.flattened, limits):  # starts them at their beginning
+            if self.source.mode.startswith("max_size"):  # starts them at their beginning; there the limits
+                limits = [None] * len(limits)  # cut the combination only (CombinedLoader.batches)
+            for leaf, own in zip(self.source.flattened, limits):
                 if callable(getattr(leaf, "limit_batches", None)):
                     leaf.limit_batches(min((n for n in (max_batches, own) if n is not None), default=None))
 

@@ -65,6 +65,7 @@ class FitLoop:
         # Published through the Trainer (its window_closed, epoch_finished, validation_count); not saved.
         self.window_closed = False  # the current/last training batch closed an accumulation window
         self.epoch_finished = False  # the epoch being ended reached its last batch (see Trainer.epoch_finished)
+        self.rest_skipped = False  # on_train_batch_start returned -1 in this epoch: it ended there, unvalidated
         self.validation_count = 0  # validations completed in this fit (the sanity check excluded)
         self.last_val_time = 0.0  # monotonic() when the last validation ended (or run() began)
 
@@ -124,8 +125,7 @@ class FitLoop:
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
-        self.last_val_time = monotonic()  # a time-based val_check_interval counts from here
-        self.none_warned = False
+        self.last_val_time, self.none_warned = monotonic(), False  # a time-based val_check_interval counts from here
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         self.iter_steps = takes_iterator(self.trainer.module.training_step)
@@ -138,19 +138,21 @@ class FitLoop:
             if self.batches_done == 0 and t.options.reload_dataloaders_every_n_epochs:
                 t.run_setup.reload_loaders(run, self.epoch)
             results = t.train_results
-            results.in_batch = False
-            self.epoch_finished = False
+            results.in_batch = self.epoch_finished = self.rest_skipped = False
             t.hooks.call("on_train_epoch_start")
-            stopped = self._pending_validation(run)
+            stopped = self._pending_validation(run) or self.stop_requested()  # also a stop asked by the hooks above
             if not stopped and not self.epoch_batches_finished:
                 stopped = self._run_iter_steps(run) if self.iter_steps else self._run_batches(run)
+            if self.rest_skipped:  # the module ended the epoch early (-1): the next one reads the loader afresh
+                restart_unfinished(run.train_loader)
             # A loader of unknown length cannot tell a stopped epoch from a finished one: counted as finished.
             self.epoch_finished = not stopped or math.isinf(t.num_training_batches)
             if stopped:  # max_steps / should_stop: the run ends here, the position stays mid-epoch
                 self._epoch_end_hooks()
                 return
             self.phase, self.schedulers_done, self.end_hooks_started = "end", False, False
-            if run.val_enabled and self.batches_done and self._val_due(run, self.batches_done - 1, at_end=True):
+            if run.val_enabled and self.batches_done and not self.rest_skipped and \
+                    self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
         if not self.end_hooks_started:  # also a resume from a checkpoint that this epoch's validation saved
             self.end_hooks_started = True
@@ -169,14 +171,12 @@ class FitLoop:
                                 plateau=True)
             self.schedulers_done = True
         self.trainer.train_results.reset_epoch()  # a resume from the end hooks holds the ended epoch's sums
-        self.epoch += 1
-        self.phase, self.batches_done, self.epoch_batches_finished = "batches", 0, False
+        self.epoch, self.phase, self.batches_done, self.epoch_batches_finished = self.epoch + 1, "batches", 0, False
 
     def _epoch_end_hooks(self) -> None:
         t = self.trainer
         t.nonfinite.check(t.accelerator)
-        results = t.train_results
-        results.in_batch = False
+        results, t.train_results.in_batch = t.train_results, False
         results.publish_epoch()  # epoch values of training_step visible to the hooks below
         first, monitoring = t.hooks.split_monitored()  # the other callbacks and the module, then the monitors
         for hook in first:
@@ -204,13 +204,11 @@ class FitLoop:
         t = self.trainer
         acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
-        auto = self._auto
+        auto = self._auto  # set by _epoch_step
         move = batch_mover(t.module, loader, acc.device, t.datamodule)  # None unless the module has its own transfer hooks
-        fresh = self.batches_done == 0
+        fresh, batch_idx, stopped, asked = self.batches_done == 0, self.batches_done, False, None
         if fresh:
             loader.set_epoch(self.epoch)
-        batch_idx = self.batches_done
-        stopped = False
         iterator = iter(loader)
         try:
             for batch in iterator:
@@ -224,10 +222,12 @@ class FitLoop:
                     continue
                 if move is not None:
                     batch = move(batch, 0)
-                results.batch, results.in_batch = batch, True
-                self.window_closed = False
-                for hook in start_hooks:
-                    hook(batch, batch_idx)
+                results.batch, results.in_batch, self.window_closed = batch, True, False
+                for hook in start_hooks:  # the callbacks', then the module's: its answer is the last
+                    asked = hook(batch, batch_idx)
+                if asked is not None and asked == -1:  # Lightning's rule: the epoch ends at this batch
+                    self.epoch_batches_finished = self.rest_skipped = True
+                    break
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
                     synced = acc.sync_gradients  # decided when the micro-step opened
@@ -242,7 +242,7 @@ class FitLoop:
                     break
                 batch_idx += 1
         finally:
-            if self.epoch_batches_finished and not stopped:
+            if self.epoch_batches_finished and not stopped and not self.rest_skipped:
                 next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
         if fresh and batch_idx == 0 and self.batches_done == 0:
@@ -252,8 +252,7 @@ class FitLoop:
     def _run_iter_steps(self, run: FitRun) -> bool:
         """:meth:`_run_batches` for a ``training_step(self, dataloader_iter)``: the step pulls the batches
         (``batch_iter.py``), ``batches_done`` counts them; a ``StopIteration`` out of the step ends the epoch."""
-        t = self.trainer
-        acc, loader, model = t.accelerator, run.train_loader, run.model
+        t, acc, loader, model = self.trainer, self.trainer.accelerator, run.train_loader, run.model
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
         auto, start = self._auto, self.batches_done
         check_training(t, auto)
@@ -343,17 +342,15 @@ class FitLoop:
 
     def _pending_validation(self, run: FitRun) -> bool:
         """After a resume from a batch's end hooks: the validation due there, and its stop; True when the run stops."""
-        pending, self.val_pending = self.val_pending, False
+        t, pending, self.val_pending = self.trainer, self.val_pending, False
         if not (pending and run.val_enabled):
             return False
         self.validate(run)
-        t = self.trainer
         return t.accelerator.sync_gradients and t.should_stop and self._stop_now(t.accelerator.step)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
-        t = self.trainer
-        stop = self.stop_requested() or t.limits.steps_reached(applied)
+        t, stop = self.trainer, self.stop_requested() or self.trainer.limits.steps_reached(applied)
         # Saves a checkpoint and exits when a SIGTERM/SIGUSR1 arrived (several processes: agreed one step late,
         # without waiting; on the run's last step at once, so that no signal is left unread).
         t.preemption.check(t, blocking=stop)
@@ -362,8 +359,7 @@ class FitLoop:
     def _log_step(self, step: int, has_loggers: bool) -> None:
         """After an optimizer step (``step``: the steps applied so far), every ``log_every_n_steps`` of them (the
         batch loop tests the cadence before calling): the non-finite check and the step values to the loggers."""
-        t = self.trainer
-        self.last_logged_step = step
+        t, self.last_logged_step = self.trainer, step
         t.nonfinite.check(t.accelerator)  # values are read now anyway: the losses held since the last check too
         values = t.train_results.pop_step_values() if has_loggers else None
         if values:
@@ -385,8 +381,7 @@ class FitLoop:
     def _val_due(self, run: FitRun, batch_idx: int, at_end: bool = False, pulled: int = 1) -> bool:
         """Whether a validation is due after the batch ``batch_idx`` (the last of ``pulled`` a step took: due when
         one of them reached the interval)."""
-        t = self.trainer
-        every_n = t.check_val_every_n_epoch
+        t, every_n = self.trainer, self.trainer.check_val_every_n_epoch
         if every_n is not None and (self.epoch + 1) % every_n:
             return False
         if t.val_check_seconds is not None:  # due once that long has passed since the last validation (or start)

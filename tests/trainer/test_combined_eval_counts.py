@@ -1,7 +1,7 @@
 """A ``CombinedLoader`` of a non-sequential mode given to an evaluation: the batch counts list each of its iterables
 (``num_val_batches`` / ``num_test_batches``, as Lightning counts them), while the stage runs, and the progress bar
 and the sanity check count, the combined batches (``trainer.stage_record.loader_batches``); a batch limit applies to
-each iterable on its own."""
+each iterable on its own (in the max_size modes it sets the combined length only)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_a_fractional_limit_cuts_each_iterable_by_its_own_length():
     module, trainer = Recorder(), quiet_trainer(limit_test_batches=0.5)
     trainer.test(module, CombinedLoader({"a": list(range(6)), "b": [100, 101]}, "max_size_cycle"))
     assert trainer.num_test_batches == [3, 1]  # half of 6, half of 2
-    # the short iterable is cut to its one batch before it cycles (a combined cut would reach 101)
-    assert [batch for _, batch in module.seen] == [{"a": 0, "b": 100}, {"a": 1, "b": 100}, {"a": 2, "b": 100}]
+    # the limits set the combined length (3); the short iterable restarts where its data ends, not at its limit
+    assert [batch for _, batch in module.seen] == [{"a": 0, "b": 100}, {"a": 1, "b": 101}, {"a": 2, "b": 100}]
 
 
 def test_the_progress_bar_total_is_the_batches_that_run():
