@@ -140,7 +140,10 @@ class Results:
         self.suffix = ""  # "/dataloader_idx_{i}" while several eval loaders run
         # names logged with add_dataloader_idx=False while several loaders ran -> the suffixes of those loaders
         self.loader_names: dict[str, set[str]] = {}
-        self.in_batch = stage == "train"
+        # Whether a batch is running, which decides the defaults of on_step/on_epoch and whether on_step=True is
+        # allowed (a hook outside any batch, such as on_train_start or on_train_epoch_end, has no step to log
+        # at). The training loop keeps it; None: the loop does not say, so nothing is refused.
+        self.in_batch: bool | None = False if stage == "train" else None
         self._batch_size_cache: tuple[Any, int] | None = None
 
     # -- recording --------------------------------------------------------------------------------------------------
@@ -151,9 +154,13 @@ class Results:
             warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
                           "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=3)
             return
-        training_batch = self.in_batch  # only ever True in the training stage
+        training_batch = bool(self.in_batch) and self.stage == "train"
         if on_step is None:
             on_step = training_batch
+        elif on_step and self.in_batch is False:
+            raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
+                             "on_train_epoch_start or on_train_epoch_end): there is no step to log it at. Drop "
+                             "on_step=True; the value is then reduced over the epoch.")
         if on_epoch is None:
             on_epoch = not training_batch
         suffix = self.suffix if add_dataloader_idx else ""
@@ -180,11 +187,13 @@ class Results:
         if on_step and step_value is not None:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value
-            callback_metrics = self.trainer.callback_metrics
-            if self.stage == "train" or not on_epoch:  # an evaluation's `name_step` goes to the loggers only (Lightning)
+            # An evaluation's step values go to the loggers and the progress bar only: callback_metrics gets its
+            # values when its epoch ends (Lightning's rule), so callbacks never see one batch's value as the result.
+            if self.stage == "train":
+                callback_metrics = self.trainer.callback_metrics
                 callback_metrics[step_name] = step_value
-            if on_epoch:
-                callback_metrics[key] = step_value
+                if on_epoch:
+                    callback_metrics[key] = step_value
             if prog_bar:
                 self.trainer.progress_bar_values[step_name] = step_value
         if on_epoch and not metric:

@@ -1,0 +1,104 @@
+"""``self.log`` where a Lightning script and stoker used to disagree (found by running the same script on both):
+the hooks outside a training batch log epoch values only, and an evaluation's step values stay out of
+``callback_metrics`` until its epoch ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from stoker import Callback, Trainer
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trackers_readback import ListLogger
+
+
+def _trainer(**kwargs: Any) -> Trainer:
+    kwargs.setdefault("logger", ListLogger())
+    kwargs.setdefault("max_epochs", 2)
+    return Trainer(log_every_n_steps=1, enable_progress_bar=False, enable_model_summary=False,
+                   enable_checkpointing=False, **kwargs)
+
+
+def _data(n: int = 12) -> Any:
+    return make_loader(make_regression_data(n=n), batch_size=4)
+
+
+class LogsOutsideBatches(Regressor):
+    """Logs ``start`` in on_train_start and ``epoch_start`` in on_train_epoch_start with the default options."""
+
+    def on_train_start(self) -> None:
+        self.log("start", 3.0)
+
+    def on_train_epoch_start(self) -> None:
+        self.log("epoch_start", float(self.current_epoch))
+
+
+def test_values_logged_before_the_first_batch_are_epoch_values() -> None:
+    logger = ListLogger()
+    trainer = _trainer(logger=logger)
+    trainer.fit(LogsOutsideBatches(), _data())
+    # one point per epoch, at the epoch's end (3 steps an epoch), never a step value at the first step
+    points = {name: [step for step, row in logger.rows if name in row] for name in ("start", "epoch_start")}
+    assert points == {"start": [3], "epoch_start": [3, 6]}
+    assert [row["epoch_start"] for _, row in logger.rows if "epoch_start" in row] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("hook", ["on_train_start", "on_train_epoch_start", "on_train_epoch_end"])
+def test_on_step_true_outside_a_training_batch_is_refused(hook: str) -> None:
+    class StepOutsideBatch(Regressor):
+        pass
+
+    setattr(StepOutsideBatch, hook, lambda self: self.log("x", 1.0, on_step=True))
+    with pytest.raises(ValueError, match=r"self.log\('x', on_step=True\) outside a batch"):
+        _trainer().fit(StepOutsideBatch(), _data())
+
+
+def test_on_step_true_in_the_batch_hooks_stays_allowed() -> None:
+    class InBatchHooks(Regressor):
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+            self.log("before", float(batch_idx), on_step=True)
+
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.log("after", float(batch_idx), on_step=True, on_epoch=True)
+
+    logger = ListLogger()
+    _trainer(logger=logger, max_epochs=1).fit(InBatchHooks(), _data())
+    assert [row["before"] for _, row in logger.rows if "before" in row] == [0.0, 1.0, 2.0]
+    assert [row["after_epoch"] for _, row in logger.rows if "after_epoch" in row] == [1.0]
+
+
+class StepOnlyValidation(Regressor):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("v_step_only", float(batch_idx + 1), on_step=True, on_epoch=False)
+        self.log("v_both", float(batch_idx + 1), on_step=True, on_epoch=True)
+
+
+def test_evaluation_step_values_reach_the_loggers_but_never_callback_metrics() -> None:
+    seen: list[dict[str, float]] = []
+
+    class Reads(Callback):
+        def on_validation_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+            seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("v_")})
+
+    logger = ListLogger()
+    trainer = _trainer(logger=logger, max_epochs=2, callbacks=[Reads()])
+    trainer.fit(StepOnlyValidation(), _data(), make_loader(make_regression_data(n=8), batch_size=4))
+    # during the first validation nothing of it is a callback metric yet; during the second, the first's epoch mean
+    assert seen == [{}, {}, {"v_both": 1.5, "v_both_epoch": 1.5}, {"v_both": 1.5, "v_both_epoch": 1.5}]
+    assert "v_step_only" not in trainer.callback_metrics
+    assert [row["v_step_only"] for _, row in logger.rows if "v_step_only" in row] == [1.0, 2.0, 1.0, 2.0]
+    assert float(trainer.callback_metrics["v_both"]) == 1.5
+
+
+def test_test_step_values_logged_per_step_only_are_not_in_the_returned_results() -> None:
+    class StepOnlyTest(Regressor):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("t_step_only", torch.tensor(float(batch_idx)), on_step=True, on_epoch=False)
+            self.log("t", float(batch_idx))
+
+    trainer = _trainer()
+    results = trainer.test(StepOnlyTest(), _data(8))
+    assert results == [{"t": 0.5}]
+    assert set(trainer.callback_metrics) == {"t"}
