@@ -102,3 +102,23 @@ def test_test_step_values_logged_per_step_only_are_not_in_the_returned_results()
     results = trainer.test(StepOnlyTest(), _data(8))
     assert results == [{"t": 0.5}]
     assert set(trainer.callback_metrics) == {"t"}
+
+
+def test_an_evaluation_alone_logs_the_hyperparameters_and_its_step_values_carry_no_epoch_label(tmp_path) -> None:
+    class StepValues(Regressor):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("t", float(batch_idx), on_step=True, on_epoch=True)
+
+    calls: list[Any] = []
+
+    class Records(ListLogger):
+        def log_hyperparams(self, params: Any, *args: Any) -> None:
+            calls.append(sorted(params))
+
+    logger = Records()
+    trainer = _trainer(logger=logger)
+    trainer.test(StepValues(lr=0.5), _data(8))
+    assert calls and "lr" in calls[0]  # a test-only run's loggers get the hyperparameters, as a fit's do
+    assert logger.rows == [(0, {"t_step": 0.0}), (1, {"t_step": 1.0}), (0, {"t_epoch": 0.5, "epoch": 0})]
+    trainer.test(StepValues(), _data(8))
+    assert len(calls) == 2  # each run logs them (a logger may be new to this run)
