@@ -264,8 +264,7 @@ class Trainer:
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
         values = dict(values)
         logged_step = values.pop("step", None) if step is None else None  # a logged "step" is the x-axis (Lightning)
-        # The "epoch" label outside fit: the epoch that made the weights (current_epoch moved on); own-axis values: none
-        if step is None and logged_step is None:
+        if step is None and logged_step is None:  # outside fit: the epoch that made the weights (current_epoch on)
             values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         if self.is_global_zero:
             step = (self.global_step if logged_step is None else int(logged_step)) if step is None else step

@@ -3,7 +3,9 @@
 Owns: validating a ``log`` call, the per-stage defaults (training hooks log per step, epoch-level hooks and
 validation/test per epoch), the epoch reductions (batch-size-weighted mean, sum, max, min, optionally across
 processes), torchmetrics ``Metric`` values (computed and reset at epoch end), and the Trainer's
-``callback_metrics`` / ``progress_bar_metrics`` / ``logged_metrics`` dicts. Does not own *when* values go to the
+``callback_metrics`` / ``progress_bar_metrics`` / ``logged_metrics`` dicts. As in Lightning, an evaluation's step
+values go to the loggers and the progress bar only: ``callback_metrics`` gets the evaluation's values when its epoch
+ends, so a callback never takes one batch's value for the result. Does not own *when* values go to the
 loggers (``loops.py`` decides) or the loggers themselves (``stoker/loggers``).
 
 Cost: a step-level ``log`` stores a detached reference (no copy, no device->host sync); an epoch-level mean adds
@@ -81,6 +83,12 @@ def infer_batch_size(batch: Any) -> int:
     return 1
 
 
+def _refuse_step_outside_batch(name: str) -> None:
+    raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
+                     "on_train_epoch_start or on_train_epoch_end): there is no step to log it at. Drop "
+                     "on_step=True; the value is then reduced over the epoch.")
+
+
 class _Entry:
     """One logged name of one stage: its options and its epoch accumulator."""
 
@@ -134,6 +142,7 @@ class Results:
     def __init__(self, trainer: MetricsOwner, stage: str) -> None:
         self.trainer = trainer
         self.stage = stage
+        self.training = stage == "train"
         self.entries: dict[str, _Entry] = {}
         self.step_values: dict[str, Any] = {}  # step values logged since the loggers last saw them
         self.batch: Any = None  # the current batch, for batch sizes
@@ -154,13 +163,11 @@ class Results:
             warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
                           "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=3)
             return
-        training_batch = bool(self.in_batch) and self.stage == "train"
+        training_batch = self.in_batch is True and self.training
         if on_step is None:
             on_step = training_batch
         elif on_step and self.in_batch is False:
-            raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
-                             "on_train_epoch_start or on_train_epoch_end): there is no step to log it at. Drop "
-                             "on_step=True; the value is then reduced over the epoch.")
+            _refuse_step_outside_batch(name)
         if on_epoch is None:
             on_epoch = not training_batch
         suffix = self.suffix if add_dataloader_idx else ""
@@ -187,13 +194,10 @@ class Results:
         if on_step and step_value is not None:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value
-            # An evaluation's step values go to the loggers and the progress bar only: callback_metrics gets its
-            # values when its epoch ends (Lightning's rule), so callbacks never see one batch's value as the result.
-            if self.stage == "train":
-                callback_metrics = self.trainer.callback_metrics
-                callback_metrics[step_name] = step_value
+            if self.training:  # an evaluation's step values: loggers and progress bar only (see the module's doc)
+                self.trainer.callback_metrics[step_name] = step_value
                 if on_epoch:
-                    callback_metrics[key] = step_value
+                    self.trainer.callback_metrics[key] = step_value
             if prog_bar:
                 self.trainer.progress_bar_values[step_name] = step_value
         if on_epoch and not metric:
