@@ -89,6 +89,12 @@ def _refuse_step_outside_batch(name: str) -> None:
                      "on_step=True; the value is then reduced over the epoch.")
 
 
+# The entries of values logged outside a batch (on_train_epoch_start/_end...) are kept apart from the batches' ones
+# under the same name, as Lightning keeps each hook's: the epoch end's value then replaces the batches' reduction
+# instead of being averaged into it (a batch logged "acc" per step, the epoch end logs its own "acc").
+_OUTSIDE_BATCH = "\x00outside-batch"
+
+
 class _Entry:
     """One logged name of one stage: its options and its epoch accumulator."""
 
@@ -172,9 +178,10 @@ class Results:
             on_epoch = not training_batch
         suffix = self.suffix if add_dataloader_idx else ""
         key = name + suffix if suffix else name
-        entry = self.entries.get(key)
+        slot = key + _OUTSIDE_BATCH if self.in_batch is False else key
+        entry = self.entries.get(slot)
         if entry is None or entry.on_step != on_step or entry.on_epoch != on_epoch or entry.sync_dist != sync_dist:
-            entry = self._new_entry(key, name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+            entry = self._new_entry(slot, key, name, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
         if self.suffix and not suffix:  # logged from one of several loaders without its suffix: that loader's value
             for shown in (key, *entry.names()):
                 self.loader_names.setdefault(shown, set()).add(self.suffix)
@@ -201,13 +208,11 @@ class Results:
             if prog_bar:
                 self.trainer.progress_bar_values[step_name] = step_value
         if on_epoch and not metric:
-            weight = 1.0
-            if entry.reduce == "mean":
-                weight = float(batch_size) if batch_size is not None else self._batch_size()
-            entry.add(value, weight)
+            mean = entry.reduce == "mean"
+            entry.add(value, (float(batch_size) if batch_size is not None else self._batch_size()) if mean else 1.0)
         entry.updated = True
 
-    def _new_entry(self, key: str, name: str, value: Any, on_step: bool, on_epoch: bool, prog_bar: bool,
+    def _new_entry(self, slot: str, key: str, name: str, on_step: bool, on_epoch: bool, prog_bar: bool,
                    logger: bool, reduce_fx: Any, sync_dist: bool) -> _Entry:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log(name={name!r}): the name must be a non-empty string.")
@@ -218,10 +223,10 @@ class Results:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
         entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
                        bool(sync_dist))
-        old = self.entries.get(key)
+        old = self.entries.get(slot)
         if old is not None and old.updated and old.on_epoch and on_epoch:
             entry.total, entry.weight, entry.metric = old.total, old.weight, old.metric
-        self.entries[key] = entry
+        self.entries[slot] = entry
         return entry
 
     @staticmethod
@@ -313,10 +318,11 @@ class Results:
 
     # -- checkpoints --------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Epoch accumulators (not torchmetrics states), so a mid-epoch resume keeps the epoch means exact."""
+        """Epoch accumulators (not torchmetrics states), so a mid-epoch resume keeps the epoch means exact. What hooks
+        outside the batches logged is left out: a resumed epoch runs its start hooks again."""
         state = {}
         for key, e in self.entries.items():
-            if e.on_epoch and e.updated and e.metric is None and e.total is not None:
+            if key == e.key and e.on_epoch and e.updated and e.metric is None and e.total is not None:
                 total = e.total.detach().cpu() if isinstance(e.total, torch.Tensor) else e.total
                 state[key] = {"options": [e.on_step, e.on_epoch, e.prog_bar, e.logger, e.reduce, e.sync_dist],
                               "total": total, "weight": e.weight}

@@ -122,3 +122,42 @@ def test_an_evaluation_alone_logs_the_hyperparameters_and_its_step_values_carry_
     assert logger.rows == [(0, {"t_step": 0.0}), (1, {"t_step": 1.0}), (0, {"t_epoch": 0.5, "epoch": 0})]
     trainer.test(StepValues(), _data(8))
     assert len(calls) == 2  # each run logs them (a logger may be new to this run)
+
+
+class SameNameInStepsAndEpochEnd(Regressor):
+    """``acc`` per batch (its epoch mean: 2.0, 12.0) and again in on_train_epoch_end (100.0, 101.0)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("acc", float(batch_idx + 1 + 10 * self.current_epoch), on_step=self.both, on_epoch=True)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_epoch_end(self) -> None:
+        self.log("acc", 100.0 + self.current_epoch)
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_a_name_logged_again_at_the_epoch_end_replaces_the_batches_reduction(both: bool) -> None:
+    logger = ListLogger()
+    module = SameNameInStepsAndEpochEnd()
+    module.both = both
+    trainer = _trainer(logger=logger)
+    trainer.fit(module, _data())
+    # the epoch end's own value, not a mean of it and the batches' values
+    assert [row["acc"] for _, row in logger.rows if "acc" in row] == [100.0, 101.0]
+    assert float(trainer.callback_metrics["acc"]) == 101.0
+    if both:  # the batches' epoch mean keeps its own name
+        assert [row["acc_epoch"] for _, row in logger.rows if "acc_epoch" in row] == [2.0, 12.0]
+
+
+def test_a_name_logged_at_the_epoch_start_and_in_the_batches_publishes_the_batches_mean() -> None:
+    class StartAndSteps(Regressor):
+        def on_train_epoch_start(self) -> None:
+            self.log("n", 50.0)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("n", float(batch_idx), on_step=False, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    logger = ListLogger()
+    _trainer(logger=logger, max_epochs=1).fit(StartAndSteps(), _data())
+    assert [row["n"] for _, row in logger.rows if "n" in row] == [1.0]
