@@ -85,7 +85,7 @@ def infer_batch_size(batch: Any) -> int:
 
 def _refuse_step_outside_batch(name: str) -> None:
     raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
-                     "on_train_epoch_start or on_train_epoch_end): there is no step to log it at. Drop "
+                     "on_train_epoch_end or on_validation_epoch_end): there is no step to log it at. Drop "
                      "on_step=True; the value is then reduced over the epoch.")
 
 
@@ -155,9 +155,10 @@ class Results:
         self.suffix = ""  # "/dataloader_idx_{i}" while several eval loaders run
         # names logged with add_dataloader_idx=False while several loaders ran -> the suffixes of those loaders
         self.loader_names: dict[str, set[str]] = {}
-        # Whether a batch is running, which decides the defaults of on_step/on_epoch and whether on_step=True is
+        # Whether a batch is running, which decides the defaults of on_step/on_epoch, whether on_step=True is
         # allowed (a hook outside any batch, such as on_train_start or on_train_epoch_end, has no step to log
-        # at). The training loop keeps it; None: the loop does not say, so nothing is refused.
+        # at) and which entries a name's values go to. The stage's loop keeps it; None: the loop does not say
+        # (nothing is refused, one entry per name).
         self.in_batch: bool | None = False if stage == "train" else None
         self._batch_size_cache: tuple[Any, int] | None = None
 
