@@ -83,6 +83,18 @@ def infer_batch_size(batch: Any) -> int:
     return 1
 
 
+def check_log_scope(name: str, sync_dist: bool, sync_dist_group: Any, rank_zero_only: bool) -> None:
+    """Refuses ``self.log`` options stoker cannot honour: a process group (values are reduced over every process)
+    and ``sync_dist`` with ``rank_zero_only`` (the other processes would never join the reduction)."""
+    if sync_dist_group is not None:
+        raise ValueError(f"self.log({name!r}, sync_dist_group={sync_dist_group!r}): stoker reduces logged values "
+                         "over all processes; pass sync_dist_group=None (the default).")
+    if rank_zero_only and sync_dist:
+        raise ValueError(f"self.log({name!r}, sync_dist=True, rank_zero_only=True): a value logged on the main "
+                         "process only cannot be reduced across processes (the others would wait forever). Drop "
+                         "one of them.")
+
+
 def _refuse_step_outside_batch(name: str) -> None:
     raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
                      "on_train_epoch_end or on_validation_epoch_end): there is no step to log it at. Drop "

@@ -161,3 +161,35 @@ def test_a_name_logged_at_the_epoch_start_and_in_the_batches_publishes_the_batch
     logger = ListLogger()
     _trainer(logger=logger, max_epochs=1).fit(StartAndSteps(), _data())
     assert [row["n"] for _, row in logger.rows if "n" in row] == [1.0]
+
+
+def test_log_takes_lightnings_arguments_in_its_order_and_its_extra_options() -> None:
+    class LightningStyle(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.log("shown", 1.0, True)  # prog_bar, positionally
+            self.log("hidden", 2.0, False, False)  # prog_bar, logger
+            self.log("main_only", 3.0, rank_zero_only=True, enable_graph=True)
+            self.log("default_logger", 4.0, logger=None, sync_dist_group=None)
+            self.log_dict({"d": 5.0}, True, None, True, True)  # prog_bar, logger, on_step, on_epoch
+            return loss
+
+    logger = ListLogger()
+    trainer = _trainer(logger=logger, max_epochs=1)
+    trainer.fit(LightningStyle(), _data())
+    last_step = logger.rows[-2][1]  # the last step's values (the epoch's come last)
+    assert {"shown", "main_only", "default_logger", "d_step"} <= set(last_step) and "hidden" not in last_step
+    assert set(trainer.progress_bar_metrics) == {"shown", "d_step", "d_epoch"}
+    assert float(trainer.callback_metrics["hidden"]) == 2.0
+
+
+@pytest.mark.parametrize("options, words", [({"sync_dist_group": object()}, "sync_dist_group=None"),
+                                            ({"sync_dist": True, "rank_zero_only": True}, "Drop one of them")])
+def test_log_refuses_the_options_it_cannot_honour(options: dict[str, Any], words: str) -> None:
+    class Refused(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("x", 1.0, **options)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(ValueError, match=words):
+        _trainer(max_epochs=1).fit(Refused(), _data())
