@@ -249,6 +249,7 @@ class Trainer:
             module.configure_model()
             run = setup.prepare_eval(module, stage)
             load_weights(self, ckpt_path, run.model)
+            log_hyperparams(self.module, self.datamodule, self.loggers, main=self.is_global_zero)
             clear_gradients(module, self.accelerator)
             self.state.stage = fn
             setup.eval_loaders(run, dataloaders, module, stage)
@@ -263,9 +264,8 @@ class Trainer:
         self.logged_metrics.update(values)  # what was logged; the "epoch" label below is for the loggers only
         values = dict(values)
         logged_step = values.pop("step", None) if step is None else None  # a logged "step" is the x-axis (Lightning)
-        # Outside fit (validate/test after it) the label is the epoch that produced the weights, as in the fit's
-        # own end-of-epoch validation; current_epoch has already moved on to the next epoch by then.
-        values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
+        if step is None and logged_step is None:  # outside fit: the epoch that made the weights (current_epoch on)
+            values.setdefault("epoch", self.current_epoch if self.state.fn == "fit" else self.fit_loop.trained_epoch)
         if self.is_global_zero:
             step = (self.global_step if logged_step is None else int(logged_step)) if step is None else step
             for logger in self.loggers:

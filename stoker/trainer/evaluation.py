@@ -45,6 +45,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
     step_fn = stage_step(trainer.module, table, len(loaders) > 1)
     iterator = takes_iterator(getattr(trainer.module, table.step))
     results = Results(trainer, stage)
+    results.in_batch = False
     call = trainer.hooks.call
     previous, trainer.results = trainer.results, results
     if counter is not None:  # a validation inside fit (not the sanity check): the module's gradients cleared
@@ -55,7 +56,7 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
             call(table.hook("start"))
             call(table.hook("epoch_start"))
             _run_steps(trainer, stage, loaders, step_fn, results, iterator)
-            results.suffix = ""
+            results.suffix, results.in_batch = "", False
             call(table.hook("epoch_end"))
             values = results.publish_epoch()
             trainer.send_to_loggers(values)
@@ -76,7 +77,7 @@ def _run_steps(trainer: TrainerParts, stage: str, loaders: list[Any], step_fn: C
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
 
     def pulled(i: int, batch: Any) -> None:  # what self.log in the step weighs by and which loader it names
-        results.batch, results.suffix = batch, f"/dataloader_idx_{i}" if multiple else ""
+        results.batch, results.suffix, results.in_batch = batch, f"/dataloader_idx_{i}" if multiple else "", True
 
     def end(outputs: Any, *args: Any) -> None:
         call(batch_end, outputs, *args)

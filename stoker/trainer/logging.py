@@ -3,7 +3,9 @@
 Owns: validating a ``log`` call, the per-stage defaults (training hooks log per step, epoch-level hooks and
 validation/test per epoch), the epoch reductions (batch-size-weighted mean, sum, max, min, optionally across
 processes), torchmetrics ``Metric`` values (computed and reset at epoch end), and the Trainer's
-``callback_metrics`` / ``progress_bar_metrics`` / ``logged_metrics`` dicts. Does not own *when* values go to the
+``callback_metrics`` / ``progress_bar_metrics`` / ``logged_metrics`` dicts. As in Lightning, an evaluation's step
+values go to the loggers and the progress bar only: ``callback_metrics`` gets the evaluation's values when its epoch
+ends, so a callback never takes one batch's value for the result. Does not own *when* values go to the
 loggers (``loops.py`` decides) or the loggers themselves (``stoker/loggers``).
 
 Cost: a step-level ``log`` stores a detached reference (no copy, no device->host sync); an epoch-level mean adds
@@ -81,6 +83,30 @@ def infer_batch_size(batch: Any) -> int:
     return 1
 
 
+def check_log_scope(name: str, sync_dist: bool, sync_dist_group: Any, rank_zero_only: bool) -> None:
+    """Refuses ``self.log`` options stoker cannot honour: a process group (values are reduced over every process)
+    and ``sync_dist`` with ``rank_zero_only`` (the other processes would never join the reduction)."""
+    if sync_dist_group is not None:
+        raise ValueError(f"self.log({name!r}, sync_dist_group={sync_dist_group!r}): stoker reduces logged values "
+                         "over all processes; pass sync_dist_group=None (the default).")
+    if rank_zero_only and sync_dist:
+        raise ValueError(f"self.log({name!r}, sync_dist=True, rank_zero_only=True): a value logged on the main "
+                         "process only cannot be reduced across processes (the others would wait forever). Drop "
+                         "one of them.")
+
+
+def _refuse_step_outside_batch(name: str) -> None:
+    raise ValueError(f"self.log({name!r}, on_step=True) outside a batch (in a hook such as on_train_start, "
+                     "on_train_epoch_end or on_validation_epoch_end): there is no step to log it at. Drop "
+                     "on_step=True; the value is then reduced over the epoch.")
+
+
+# The entries of values logged outside a batch (on_train_epoch_start/_end...) are kept apart from the batches' ones
+# under the same name, as Lightning keeps each hook's: the epoch end's value then replaces the batches' reduction
+# instead of being averaged into it (a batch logged "acc" per step, the epoch end logs its own "acc").
+_OUTSIDE_BATCH = "\x00outside-batch"
+
+
 class _Entry:
     """One logged name of one stage: its options and its epoch accumulator."""
 
@@ -134,13 +160,18 @@ class Results:
     def __init__(self, trainer: MetricsOwner, stage: str) -> None:
         self.trainer = trainer
         self.stage = stage
+        self.training = stage == "train"
         self.entries: dict[str, _Entry] = {}
         self.step_values: dict[str, Any] = {}  # step values logged since the loggers last saw them
         self.batch: Any = None  # the current batch, for batch sizes
         self.suffix = ""  # "/dataloader_idx_{i}" while several eval loaders run
         # names logged with add_dataloader_idx=False while several loaders ran -> the suffixes of those loaders
         self.loader_names: dict[str, set[str]] = {}
-        self.in_batch = stage == "train"
+        # Whether a batch is running, which decides the defaults of on_step/on_epoch, whether on_step=True is
+        # allowed (a hook outside any batch, such as on_train_start or on_train_epoch_end, has no step to log
+        # at) and which entries a name's values go to. The stage's loop keeps it; None: the loop does not say
+        # (nothing is refused, one entry per name).
+        self.in_batch: bool | None = False if stage == "train" else None
         self._batch_size_cache: tuple[Any, int] | None = None
 
     # -- recording --------------------------------------------------------------------------------------------------
@@ -151,16 +182,19 @@ class Results:
             warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
                           "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=3)
             return
-        training_batch = self.in_batch  # only ever True in the training stage
+        training_batch = self.in_batch is True and self.training
         if on_step is None:
             on_step = training_batch
+        elif on_step and self.in_batch is False:
+            _refuse_step_outside_batch(name)
         if on_epoch is None:
             on_epoch = not training_batch
         suffix = self.suffix if add_dataloader_idx else ""
         key = name + suffix if suffix else name
-        entry = self.entries.get(key)
+        slot = key + _OUTSIDE_BATCH if self.in_batch is False else key
+        entry = self.entries.get(slot)
         if entry is None or entry.on_step != on_step or entry.on_epoch != on_epoch or entry.sync_dist != sync_dist:
-            entry = self._new_entry(key, name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+            entry = self._new_entry(slot, key, name, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
         if self.suffix and not suffix:  # logged from one of several loaders without its suffix: that loader's value
             for shown in (key, *entry.names()):
                 self.loader_names.setdefault(shown, set()).add(self.suffix)
@@ -180,21 +214,18 @@ class Results:
         if on_step and step_value is not None:
             step_name = entry.names()[0]
             self.step_values[step_name] = step_value
-            callback_metrics = self.trainer.callback_metrics
-            if self.stage == "train" or not on_epoch:  # an evaluation's `name_step` goes to the loggers only (Lightning)
-                callback_metrics[step_name] = step_value
-            if on_epoch:
-                callback_metrics[key] = step_value
+            if self.training:  # an evaluation's step values: loggers and progress bar only (see the module's doc)
+                self.trainer.callback_metrics[step_name] = step_value
+                if on_epoch:
+                    self.trainer.callback_metrics[key] = step_value
             if prog_bar:
                 self.trainer.progress_bar_values[step_name] = step_value
         if on_epoch and not metric:
-            weight = 1.0
-            if entry.reduce == "mean":
-                weight = float(batch_size) if batch_size is not None else self._batch_size()
-            entry.add(value, weight)
+            mean = entry.reduce == "mean"
+            entry.add(value, (float(batch_size) if batch_size is not None else self._batch_size()) if mean else 1.0)
         entry.updated = True
 
-    def _new_entry(self, key: str, name: str, value: Any, on_step: bool, on_epoch: bool, prog_bar: bool,
+    def _new_entry(self, slot: str, key: str, name: str, on_step: bool, on_epoch: bool, prog_bar: bool,
                    logger: bool, reduce_fx: Any, sync_dist: bool) -> _Entry:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log(name={name!r}): the name must be a non-empty string.")
@@ -205,10 +236,10 @@ class Results:
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
         entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
                        bool(sync_dist))
-        old = self.entries.get(key)
+        old = self.entries.get(slot)
         if old is not None and old.updated and old.on_epoch and on_epoch:
             entry.total, entry.weight, entry.metric = old.total, old.weight, old.metric
-        self.entries[key] = entry
+        self.entries[slot] = entry
         return entry
 
     @staticmethod
@@ -300,10 +331,11 @@ class Results:
 
     # -- checkpoints --------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Epoch accumulators (not torchmetrics states), so a mid-epoch resume keeps the epoch means exact."""
+        """Epoch accumulators (not torchmetrics states), so a mid-epoch resume keeps the epoch means exact. What hooks
+        outside the batches logged is left out: a resumed epoch runs its start hooks again."""
         state = {}
         for key, e in self.entries.items():
-            if e.on_epoch and e.updated and e.metric is None and e.total is not None:
+            if key == e.key and e.on_epoch and e.updated and e.metric is None and e.total is not None:
                 total = e.total.detach().cpu() if isinstance(e.total, torch.Tensor) else e.total
                 state[key] = {"options": [e.on_step, e.on_epoch, e.prog_bar, e.logger, e.reduce, e.sync_dist],
                               "total": total, "weight": e.weight}

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .hparams import HyperparametersMixin
+from .logging import check_log_scope
 from .module_runtime import RuntimeFacts
 from .step_hooks import StepHooks
 from .strict_loading import StrictLoading
@@ -97,43 +98,44 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         )
 
     # -- logging ----------------------------------------------------------------------------------------------------
-    def log(self, name: str, value: Any, *, on_step: bool | None = None, on_epoch: bool | None = None,
-            prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
-            batch_size: int | None = None, add_dataloader_idx: bool = True) -> None:
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = True,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str = "mean",
+            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+            add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
+            rank_zero_only: bool = False) -> None:
         """Records a metric for the loggers, the progress bar and callbacks (``trainer.callback_metrics``).
 
-        Args:
-            name: The metric's name, e.g. ``"train/loss"``.
-            value: A number, a scalar tensor, or a torchmetrics ``Metric`` (computed and reset at epoch end).
-            on_step: Log this step's value (default: True in training hooks, False in validation/test).
-            on_epoch: Also reduce over the epoch with ``reduce_fx`` (default: False in training, True in
-                validation/test). With both, the names get ``_step`` / ``_epoch`` suffixes.
-            prog_bar: Show it on the progress bar.
-            logger: Send it to the loggers.
-            reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``.
-            sync_dist: Reduce across processes (mean: weighted by every process's batch sizes).
-            batch_size: The weight of this value in an epoch mean; inferred from the batch when omitted.
-            add_dataloader_idx: With several evaluation loaders, add ``/dataloader_idx_{i}`` to the name (False:
-                the name as given, in the results of the loaders it was logged from).
+        Args (Lightning's, in its order):
+            name, value: The metric's name; a number, a scalar tensor or a torchmetrics ``Metric`` (reset each epoch).
+            prog_bar, logger: Show it on the progress bar; send it to the loggers (None: True).
+            on_step, on_epoch: Log this step's value; reduce it over the epoch. Default: a step value in a training
+                batch, an epoch value elsewhere. With both, the names get ``_step`` / ``_epoch`` suffixes.
+            reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``; sync_dist: also
+                across processes (a mean weighted by every process's batch sizes).
+            add_dataloader_idx: With several evaluation loaders, add ``/dataloader_idx_{i}`` (False: the name as given).
+            batch_size: The value's weight in an epoch mean (inferred from the batch when omitted).
+            enable_graph, metric_attribute: No effect. sync_dist_group: None only. rank_zero_only: no ``sync_dist``.
         """
         trainer = self._trainer
         if trainer is None:
             warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is "
                           "dropped. Call it from training_step/validation_step or a hook.", stacklevel=2)
             return
-        trainer.results.log(name, value, on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, batch_size,
-                            add_dataloader_idx)
+        if rank_zero_only or sync_dist_group is not None:
+            check_log_scope(name, sync_dist, sync_dist_group, rank_zero_only)
+        trainer.results.log(name, value, on_step, on_epoch, prog_bar, True if logger is None else logger, reduce_fx,
+                            sync_dist, batch_size, add_dataloader_idx)
 
-    def log_dict(self, dictionary: Mapping[str, Any], *, on_step: bool | None = None, on_epoch: bool | None = None,
-                 prog_bar: bool = False, logger: bool = True, reduce_fx: str = "mean", sync_dist: bool = False,
-                 batch_size: int | None = None, add_dataloader_idx: bool = True) -> None:
-        """``self.log`` for every ``name: value`` of ``dictionary``, with the same options."""
+    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = True,
+                 on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str = "mean",
+                 enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+                 add_dataloader_idx: bool = True, batch_size: int | None = None, rank_zero_only: bool = False) -> None:
+        """``self.log`` for every ``name: value`` of ``dictionary``, with the same options (in Lightning's order)."""
         if not isinstance(dictionary, Mapping):
             raise TypeError(f"log_dict expects a mapping of name -> value, got {type(dictionary).__name__}.")
         for name, value in dictionary.items():
-            self.log(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger,
-                     reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size,
-                     add_dataloader_idx=add_dataloader_idx)
+            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                     sync_dist_group, add_dataloader_idx, batch_size, None, rank_zero_only)
 
     # -- properties -----------------------------------------------------------------------------------------------
     @property
