@@ -174,6 +174,7 @@ class LoaderRequests:
         else:
             vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
+        run.val_batches = list(t.num_val_batches)
         run.val_enabled = bool(run.val_loaders) and any(t.stage_record.loader_batches[VALIDATE.name])
         return run.val_loaders if run.val_enabled else []
 
