@@ -185,6 +185,8 @@ class LoaderRequests:
         iterables one by one)."""
         t = self.trainer
         self.stage_loaders[stage.name] = list(loaders)
+        # new loaders: their per-step values start their step axes at 0 again (Lightning's rule)
+        t.eval_log_steps = {key: n for key, n in t.eval_log_steps.items() if key[0] != stage.name}
         for loader in loaders:
             warn_about_loaders(t, loader, stage)
         prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]

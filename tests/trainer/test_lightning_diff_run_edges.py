@@ -175,3 +175,14 @@ def test_num_val_batches_outside_a_validate_run_is_the_last_fits():
     assert fitted.num_val_batches == [2]
     fitted.test(module)
     assert fitted.num_val_batches == [2, 3]  # the fit's val loaders' counts again
+
+
+def test_each_run_starts_its_loaders_step_axes_again():
+    logger = ListLogger()
+    trainer = quiet_trainer(logger=logger, enable_model_summary=False, max_epochs=1)
+    module = Small(on_step=True)
+    trainer.validate(module)
+    trainer.validate(module)
+    trainer.fit(module)
+    trainer.validate(module)
+    assert steps_of(logger, "v_step") == [0, 1] * 4
