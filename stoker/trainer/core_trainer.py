@@ -119,8 +119,7 @@ class Trainer:
         self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
         self.default_root_dir = os.path.expanduser(os.fspath(default_root_dir))  # "~/runs" as the shell reads it
         self.devices = devices
-        # stoker.Trainer(profiler="simple" | "advanced" | "pytorch") sets it (profilers.py); None: not profiled.
-        self.profiler: Profiler | None = None
+        self.profiler: Profiler | None = None  # stoker.Trainer(profiler=...) sets it (profilers.py); None: not profiled
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"Trainer(options={options!r}) must be a stoker.trainer.RunOptions or None.")
         self.options = options or RunOptions()
@@ -160,7 +159,7 @@ class Trainer:
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
         self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
-        self.eval_log_steps: dict[str, int] = {}  # stage -> batches whose per-step values went to the loggers
+        self.eval_log_steps: dict[tuple[str, int], int] = {}  # (stage, loader) -> per-step values sent
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
         self.optimizers: list[Any] = []
@@ -209,12 +208,12 @@ class Trainer:
                 self.state.stage = TRAIN.name
                 self.hooks.call("on_fit_start")
                 run_sanity_check(self, run)  # after clearing the gradients the run starts with
-                setup.training_loaders(run)  # asked for after the sanity check, before on_train_start (Lightning's)
-                self.hooks.call("on_train_start")
                 self.run_report.training_starts()
-                self.fit_loop.run(run)
-                self.state.stage = TRAIN.name
-                self.hooks.call("on_train_end")
+                if setup.start_training(run):  # nothing left to train: no on_train_start/_end (Lightning's)
+                    self.hooks.call("on_train_start")
+                    self.fit_loop.run(run)
+                    self.state.stage = TRAIN.name
+                    self.hooks.call("on_train_end")
                 self.hooks.call("on_fit_end")
             finally:
                 self.preemption.uninstall()

@@ -76,14 +76,18 @@ def _run_steps(trainer: TrainerParts, stage: str, loaders: list[Any], step_fn: C
     table, call, multiple = STAGES[stage], trainer.hooks.call, len(loaders) > 1
     batch_start, batch_end = table.hook("batch_start"), table.hook("batch_end")
 
+    current = [0]  # the loader of the batch in flight
+
     def pulled(i: int, batch: Any) -> None:  # what self.log in the step weighs by and which loader it names
         results.batch, results.suffix, results.in_batch = batch, f"/dataloader_idx_{i}" if multiple else "", True
+        current[0] = i
 
     def end(outputs: Any, *args: Any) -> None:
         call(batch_end, outputs, *args)
-        if results.step_values:  # self.log(on_step=True) here: a point per batch, on the stage's axis
-            trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(stage, 0))
-            trainer.eval_log_steps[stage] = trainer.eval_log_steps.get(stage, 0) + 1
+        if results.step_values:  # self.log(on_step=True) here: a point per batch, on its loader's own axis
+            key = (stage, current[0])
+            trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(key, 0))
+            trainer.eval_log_steps[key] = trainer.eval_log_steps.get(key, 0) + 1
 
     for loader in loaders:
         _follow_epoch(loader, trainer.current_epoch)

@@ -174,6 +174,7 @@ class LoaderRequests:
         else:
             vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
+        run.val_batches = list(t.num_val_batches)
         run.val_enabled = bool(run.val_loaders) and any(t.stage_record.loader_batches[VALIDATE.name])
         return run.val_loaders if run.val_enabled else []
 
@@ -184,6 +185,8 @@ class LoaderRequests:
         iterables one by one)."""
         t = self.trainer
         self.stage_loaders[stage.name] = list(loaders)
+        # new loaders: their per-step values start their step axes at 0 again (Lightning's rule)
+        t.eval_log_steps = {key: n for key, n in t.eval_log_steps.items() if key[0] != stage.name}
         for loader in loaders:
             warn_about_loaders(t, loader, stage)
         prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]

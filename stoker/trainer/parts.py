@@ -136,7 +136,7 @@ class TrainerParts(Protocol):
     callback_metrics: dict[str, Any]
     logged_metrics: dict[str, Any]
     progress_bar_values: dict[str, Any]
-    eval_log_steps: dict[str, int]
+    eval_log_steps: dict[tuple[str, int], int]
     default_root_dir: str
     limits: RunLimits
     max_epochs: int | None

@@ -21,6 +21,8 @@ class FitRun:
         model: The prepared model (the module itself in one process; a DDP/FSDP wrapper otherwise).
         train_loader: The prepared (resumable, sharded, limited) train loader.
         val_loaders: The prepared val loaders (empty: none given).
+        val_batches: ``num_val_batches`` as the fit's val loaders set it (``[]`` before they are asked for): a
+            later test or predict run reads these again, as Lightning does outside a validate run.
         val_enabled: Validation runs in this fit: a ``validation_step`` and at least one val batch.
         val_check_batch: Validate every this many training batches (None: at the epoch's end only).
         training_step: Calls ``training_step(batch, batch_idx)`` (through the DDP wrapper's forward when there
@@ -41,6 +43,7 @@ class FitRun:
     automatic: bool = True
     step_schedulers: list[Any] = field(default_factory=list)
     manual_optimizers: list[Any] = field(default_factory=list)
+    val_batches: list[int | float] = field(default_factory=list)
     train_from_hooks: bool = False
     val_from_hooks: bool = False
 

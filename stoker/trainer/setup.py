@@ -21,7 +21,7 @@ from .manual import check_manual, wrap_optimizers
 from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
-from .stages import STAGES, Stage
+from .stages import STAGES, VALIDATE, Stage
 from .step_args import check_no_optimizer_idx, step_call
 
 if TYPE_CHECKING:
@@ -165,6 +165,17 @@ class RunSetup:
             self.continue_position(loader)
         return loader
 
+    def start_training(self, run: FitRun) -> bool:
+        """After the sanity check: the train loader is asked for, also when the fit loop has nothing left to do
+        (Lightning's order); then False, the val loaders are not asked for and ``num_val_batches`` reads what they
+        gave (``[]`` if never asked). Otherwise the loaders of :meth:`training_loaders`, and True."""
+        self.train_loader(run)
+        if self.trainer.fit_loop.done():
+            self.trainer.num_val_batches = list(run.val_batches)
+            return False
+        self.training_loaders(run)
+        return True
+
     def training_loaders(self, run: FitRun) -> None:
         """Before ``on_train_start``: the train loader, and the val loaders too when the first epoch validates and
         the sanity check did not ask for them (so that their batch counts are known from the start)."""
@@ -241,6 +252,8 @@ class RunSetup:
         """Prepares ``module`` for ``stage`` (validate, test or predict); its loaders are asked for later
         (:meth:`eval_loaders`)."""
         t = self.trainer
+        if stage is not VALIDATE:  # Lightning: num_val_batches outside a validate run is the last fit's
+            t.num_val_batches = list(t.fit_run.val_batches) if t.fit_run is not None else []
         acc = t.accelerator
         if acc.holds_prepared and (self.last_model is None or acc.unwrap_model(self.last_model) is not module):
             acc.free_memory(reset_step=False)  # a second fit continues its step count
