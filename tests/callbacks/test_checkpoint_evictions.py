@@ -81,6 +81,10 @@ class _Listing(Callback):
     def on_train_start(self, trainer, module):
         self.seen = _visible(self.folder)
 
+    def on_fit_end(self, trainer, module):  # a fit with nothing left to train has no on_train_start (Lightning's)
+        if self.seen is None:
+            self.seen = _visible(self.folder)
+
 
 def _resume(tmp_path: Path, dirpath: Path, max_epochs: int, ckpt_path: str = "last") -> _Listing:
     listing = _Listing(dirpath)
