@@ -334,6 +334,16 @@ class PreparedDataLoader:
         return self._batch_sampler.padding
 
     @property
+    def final_step_samples(self) -> int | None:
+        """Dataset samples in the epoch's last step, all processes together (0: that step is full); None where
+        batches have no fixed size (a user's batch sampler, a stream, ``drop_last``) or the epoch was cut short.
+        Metrics gathered at that step keep this many rows, whatever a row holds (a loss repeated per batch too)."""
+        sampler = self._batch_sampler
+        if self._cut_short or sampler is None or sampler.plain_batch_size is None or sampler.inner.drop_last:
+            return None
+        return len(sampler.inner.sampler) % (self.total_batch_size or 1)
+
+    @property
     def total_batch_size(self) -> int | None:
         bs = self.batch_size
         if bs is None:

@@ -160,12 +160,21 @@ class Accelerator(CoreAccelerator):
         else:
             data = self.gather(input_data)
         loaders = self.iterating_loaders
-        drop = loaders[-1].padding_samples if loaders and loaders[-1].end_of_dataloader else 0
-        if not drop:
+        if not (loaders and loaders[-1].end_of_dataloader):
             return data
-        if isinstance(data, list):
-            return data[:len(data) - drop]
-        return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
+        # Accelerate keeps the last step's real sample count, so a row per batch item (``loss.repeat(batch_size)``)
+        # is cut to the dataset too; where batches have no fixed size, drop the repeated samples instead.
+        keep = loaders[-1].final_step_samples
+        if keep is None:
+            drop = loaders[-1].padding_samples
+            if not drop:
+                return data
+            if isinstance(data, list):
+                return data[:len(data) - drop]
+            return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
+        if not keep:
+            return data
+        return data[:keep] if isinstance(data, list) else apply_to_tensors(lambda t: t[:keep], data)
 
     on_main_process = forward_to_state(AcceleratorState.on_main_process)
     on_local_main_process = forward_to_state(AcceleratorState.on_local_main_process)
