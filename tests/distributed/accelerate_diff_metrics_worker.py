@@ -22,12 +22,13 @@ def gathered(samples: int, batch_size: int, **config: bool) -> dict[str, list]:
     accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(**config))
     loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(samples).float()), batch_size=batch_size))
     ids, repeated, objects = [], [], []
+    per_process = batch_size // accelerator.num_processes if config.get("split_batches") else batch_size
     for (x,) in loader:
         ids += accelerator.gather_for_metrics(x).tolist()
-        # one value per batch, repeated to the batch size (run_clm_no_trainer.py's eval loss)
-        repeated += accelerator.gather_for_metrics(x.mean().repeat(batch_size)).tolist()
-        objects += accelerator.gather_for_metrics([0] * batch_size, use_gather_object=True)
-    return {"ids": ids, "repeated": repeated, "objects": objects}
+        # one value per batch, repeated to the per-process batch size (run_clm_no_trainer.py's eval loss)
+        repeated += accelerator.gather_for_metrics(x.mean().repeat(per_process)).tolist()
+        objects += accelerator.gather_for_metrics([0] * per_process, use_gather_object=True)
+    return {"ids": ids, "repeated": repeated, "objects": objects, "total_batch_size": loader.total_batch_size}
 
 
 CONFIGS = {"even": {}, "split": {"split_batches": True}, "uneven": {"even_batches": False}}

@@ -37,3 +37,5 @@ def test_repeated_batch_values_are_cut_to_the_dataset_in_two_processes(tmp_path:
             samples = int(key.split("_")[0])
             assert sorted(found["ids"]) == list(range(samples)), key  # padding dropped, every sample once
             assert len(found["repeated"]) == len(found["objects"]) == samples, key
+            # split_batches cuts each batch of 4 in two: the total is still 4 (8 when each process reads 4)
+            assert found["total_batch_size"] == (4 if key.endswith("split") else 8), key

@@ -345,13 +345,11 @@ class PreparedDataLoader:
 
     @property
     def total_batch_size(self) -> int | None:
-        bs = self.batch_size
-        if bs is None:
-            return None
         sampler = self._batch_sampler
-        if sampler is not None and sampler.split_batches:
-            return bs
-        return bs * self.num_processes
+        if sampler is not None and sampler.split_batches:  # each batch is cut between the processes
+            return getattr(sampler.inner, "batch_size", None)
+        bs = self.batch_size
+        return None if bs is None else bs * self.num_processes
 
     @property
     def batch_size(self) -> int | None:
