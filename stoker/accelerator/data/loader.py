@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from ..operations import send_to_device
 from ..step.torch_shortcuts import next_batch_function
@@ -336,10 +336,12 @@ class PreparedDataLoader:
     @property
     def final_step_samples(self) -> int | None:
         """Dataset samples in the epoch's last step, all processes together (0: that step is full); None where
-        batches have no fixed size (a user's batch sampler, a stream, ``drop_last``) or the epoch was cut short.
-        Metrics gathered at that step keep this many rows, whatever a row holds (a loss repeated per batch too)."""
+        batches have no fixed size (a user's batch sampler, a sampler of batches, a stream), with ``drop_last``, or
+        when the epoch was cut short. Metrics gathered at that step keep this many rows, whatever a row holds."""
         sampler = self._batch_sampler
         if self._cut_short or sampler is None or sampler.plain_batch_size is None or sampler.inner.drop_last:
+            return None
+        if isinstance(sampler.inner.sampler, BatchSampler):  # ``sampler=`` a batch sampler: its batches are items
             return None
         return len(sampler.inner.sampler) % (self.total_batch_size or 1)
 
