@@ -153,7 +153,8 @@ class Accelerator(CoreAccelerator):
         return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
+        """Gathers like :meth:`gather`; at a loader's last batch keeps as many rows as that step has real samples
+        (the repeated samples that evened out the processes' batches are dropped)."""
         if use_gather_object or not collectives.has_tensor(input_data):
             parts = self.strategy.all_gather_object(input_data)
             data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
