@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from ..operations import send_to_device
 from ..step.torch_shortcuts import next_batch_function
@@ -334,14 +334,24 @@ class PreparedDataLoader:
         return self._batch_sampler.padding
 
     @property
-    def total_batch_size(self) -> int | None:
-        bs = self.batch_size
-        if bs is None:
-            return None
+    def final_step_samples(self) -> int | None:
+        """Dataset samples in the epoch's last step, all processes together (0: that step is full); None where
+        batches have no fixed size (a user's batch sampler, a sampler of batches, a stream), with ``drop_last``, or
+        when the epoch was cut short. Metrics gathered at that step keep this many rows, whatever a row holds."""
         sampler = self._batch_sampler
-        if sampler is not None and sampler.split_batches:
-            return bs
-        return bs * self.num_processes
+        if self._cut_short or sampler is None or sampler.plain_batch_size is None or sampler.inner.drop_last:
+            return None
+        if isinstance(sampler.inner.sampler, BatchSampler):  # ``sampler=`` a batch sampler: its batches are items
+            return None
+        return len(sampler.inner.sampler) % (self.total_batch_size or 1)
+
+    @property
+    def total_batch_size(self) -> int | None:
+        sampler = self._batch_sampler
+        if sampler is not None and sampler.split_batches:  # each batch is cut between the processes
+            return getattr(sampler.inner, "batch_size", None)
+        bs = self.batch_size
+        return None if bs is None else bs * self.num_processes
 
     @property
     def batch_size(self) -> int | None:

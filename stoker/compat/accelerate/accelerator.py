@@ -153,19 +153,29 @@ class Accelerator(CoreAccelerator):
         return collectives.pad_across_processes(self.strategy, tensor, dim, pad_index, pad_first)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gathers like :meth:`gather`, dropping the samples repeated to even out the last batches."""
+        """Gathers like :meth:`gather`; at a loader's last batch keeps as many rows as that step has real samples
+        (the repeated samples that evened out the processes' batches are dropped)."""
         if use_gather_object or not collectives.has_tensor(input_data):
             parts = self.strategy.all_gather_object(input_data)
             data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
         else:
             data = self.gather(input_data)
         loaders = self.iterating_loaders
-        drop = loaders[-1].padding_samples if loaders and loaders[-1].end_of_dataloader else 0
-        if not drop:
+        if not (loaders and loaders[-1].end_of_dataloader):
             return data
-        if isinstance(data, list):
-            return data[:len(data) - drop]
-        return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
+        # Accelerate keeps the last step's real sample count, so a row per batch item (``loss.repeat(batch_size)``)
+        # is cut to the dataset too; where batches have no fixed size, drop the repeated samples instead.
+        keep = loaders[-1].final_step_samples
+        if keep is None:
+            drop = loaders[-1].padding_samples
+            if not drop:
+                return data
+            if isinstance(data, list):
+                return data[:len(data) - drop]
+            return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
+        if not keep:
+            return data
+        return data[:keep] if isinstance(data, list) else apply_to_tensors(lambda t: t[:keep], data)
 
     on_main_process = forward_to_state(AcceleratorState.on_main_process)
     on_local_main_process = forward_to_state(AcceleratorState.on_local_main_process)
