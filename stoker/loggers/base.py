@@ -164,8 +164,8 @@ class Logger:
     def version_folder(self) -> str:
         """The version's folder name: ``version_{n}``, or a str version as it is."""
         version = self.version
-        if isinstance(version, bool) or not isinstance(version, (int, str)):
-            raise attribute_type_error(self, "version", version, "an int or a str")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise attribute_type_error(self, "version", version, "an int or a str")  # None: "version_None", as Lightning
         return version if isinstance(version, str) else f"version_{version}"
 
     @property

@@ -100,6 +100,9 @@ class Trial:
         Trainer's (``trainer.train_dataloader`` shows them, as after Lightning's search)."""
         if fn == "fit":
             self.run(fn, loaders, [], max_steps=0)
+            run = self.trainer.fit_run  # a fit with nothing to train asks for no val loaders: asked for here
+            if run is not None and run.val_enabled:
+                self.trainer.run_setup.val_loaders(run)
             self.kept_loaders = True
 
     def __exit__(self, *exc_info: Any) -> None:

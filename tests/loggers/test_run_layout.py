@@ -281,3 +281,19 @@ def test_a_logger_whose_name_or_version_is_a_method_gets_a_clear_error(tmp_path)
 
     with pytest.raises(TypeError, match=r"MethodVersioned\.version is a method, not an int or a str"):
         fit_with(tmp_path, MethodVersioned())
+
+
+def test_a_logger_whose_version_reads_none_still_runs(tmp_path):
+    class NoVersion(Logger):  # Lightning places its run under "version_None"; so does stoker
+        @property
+        def version(self):
+            return None
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    fit_with(tmp_path, NoVersion())
+    assert os.path.isdir(tmp_path / "stoker_logs" / "version_None" / "checkpoints")

@@ -170,3 +170,12 @@ def test_batch_size_finder_callback_searches_as_the_fit_sets_up_and_the_fit_uses
     assert trainer.global_step == 7 and trainer.callbacks[0] is finder  # 256 samples in batches of 40
     with pytest.raises(ValueError, match="already configured with a `BatchSizeFinder`"):
         Tuner(trainer).scale_batch_size(module)
+
+
+@pytest.mark.parametrize("mode", ["power", "binsearch"])
+def test_the_trainer_keeps_train_and_val_loaders_of_the_size_found(mode: str) -> None:
+    module = Sized(fits=40)
+    trainer = quiet_trainer(max_epochs=1)
+    size = Tuner(trainer).scale_batch_size(module, mode=mode, steps_per_trial=1, max_trials=4)
+    assert trainer.train_dataloader.batch_size == size
+    assert trainer.val_dataloaders.batch_size == size  # also after a final trial that trains nothing
