@@ -183,6 +183,11 @@ class Logger:
             step: The x-axis value (usually the optimizer step).
         """
 
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """:meth:`log_metrics` under the name an Accelerate tracker gives it (``accelerator.get_tracker(...)`` returns
+        these loggers); ``kwargs`` (a tracker's own options) are not used."""
+        self.log_metrics(values, step=step)
+
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Record the run's hyperparameters. The default does nothing."""
 

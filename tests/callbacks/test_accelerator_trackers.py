@@ -36,3 +36,11 @@ def test_log_with_tensorboard_and_csv_in_a_training_loop(tmp_path):
     assert [int(r["step"]) for r in rows] == [0, 1, 2]
     assert [float(r["train/loss"]) for r in rows] == losses
     assert 'lr: 0.1' in (tmp_path / "exp" / "version_0" / "hparams.yaml").read_text()
+
+
+def test_a_tracker_from_get_tracker_logs_with_accelerates_call(tmp_path):
+    accelerator = Accelerator(cpu=True, log_with="tensorboard", project_dir=str(tmp_path))
+    accelerator.init_trackers("exp")
+    accelerator.get_tracker("tensorboard").log({"val/acc": 0.5}, step=4)  # an Accelerate script's own call
+    accelerator.end_training()
+    assert tensorboard_scalars(accelerator.get_tracker("tensorboard").log_dir)["val/acc"] == [(4, 0.5)]
