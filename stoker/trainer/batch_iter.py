@@ -110,9 +110,8 @@ def restart_unfinished(loader: Any) -> None:
     source = loader.source if isinstance(loader, IterableLoader) else None
     leaves = source.flattened if isinstance(source, CombinedLoader) else [loader]
     for leaf in leaves:  # a prepared loader (an IterableLoader has no position: it starts again anyway)
-        if not isinstance(leaf, IterableLoader) and getattr(leaf, "seed", None) is not None and \
-                getattr(leaf, "batches_yielded", 0):
-            leaf.load_state_dict({"epoch": leaf.epoch + 1, "batches_yielded": 0, "seed": leaf.seed})
+        if callable(getattr(leaf, "start_next_epoch", None)):
+            leaf.start_next_epoch()
 
 
 def check_training(trainer: TrainerParts, auto: AutomaticStep | None) -> None:

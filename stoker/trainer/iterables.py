@@ -314,9 +314,10 @@ class IterableLoader:
         """The epoch's batches and its first one to hand out (after the batches a resume drops)."""
         skip, self._skip = self._skip, 0
         if not skip:  # each pass reads every loader from an epoch's start (one a pass left early moves on)
-            for leaf in self._prepared():
+            prepared = self._prepared()
+            for leaf in prepared:
                 leaf.start_next_epoch()
-            self._start = [leaf.checkpoint_state_dict() for leaf in self._prepared()]
+            self._start = [leaf.checkpoint_state_dict() for leaf in prepared]
         source = self.source.batches() if isinstance(self.source, CombinedLoader) else iter(self.source)
         if self.max_batches is not None:
             source = itertools.islice(source, self.max_batches)
