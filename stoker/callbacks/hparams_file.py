@@ -13,22 +13,37 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["HPARAMS_NAME", "read_hparams_file", "write_hparams"]
+import torch
+
+__all__ = ["HPARAMS_NAME", "plain_form", "read_hparams_file", "write_hparams"]
 
 HPARAMS_NAME = "hparams.json"
 _FORMAT = "stoker-hparams"
 
 
-def _jsonable(value: Any) -> bool:
+def plain_form(value: Any, *, for_json: bool) -> tuple[Any, bool]:
+    """``value`` as the plain data a file keeps, and whether that form is complete (loading gets the value back).
+
+    The one rule for every file that stores hyperparameters: a Trainer checkpoint (``for_json=False``: tensors are
+    kept, mapping keys are written as text) and the ``hparams.json`` beside exported weights (``for_json=True``: no
+    tensors, text keys only). Mappings (an OmegaConf ``DictConfig`` too) become dicts, sequences that are not text
+    (a tuple, an OmegaConf ``ListConfig``) lists; anything else becomes its ``repr``, and the form is incomplete.
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_jsonable(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
-    return False
+        return value, True
+    if isinstance(value, torch.Tensor):
+        return (repr(value), False) if for_json else (value, True)
+    if isinstance(value, Mapping):
+        forms = [(key, *plain_form(item, for_json=for_json)) for key, item in value.items()]
+        complete = all(ok and (isinstance(key, str) or not for_json) for key, _, ok in forms)
+        return {str(key): form for key, form, _ in forms}, complete
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        forms = [plain_form(item, for_json=for_json) for item in value]
+        return [form for form, _ in forms], all(ok for _, ok in forms)
+    return repr(value), False
 
 
 def write_hparams(module: Any, folder: str | os.PathLike, extra: dict[str, str] | None = None) -> str | None:
@@ -44,7 +59,8 @@ def write_hparams(module: Any, folder: str | os.PathLike, extra: dict[str, str] 
     hparams = dict(getattr(module, "hparams", {}) or {})
     if not hparams:
         return None
-    kept = {k: v for k, v in hparams.items() if _jsonable(v)}
+    forms = {k: plain_form(v, for_json=True) for k, v in hparams.items()}
+    kept = {k: form for k, (form, complete) in forms.items() if complete}
     record = {"format": _FORMAT, "version": 1, "class": f"{type(module).__module__}.{type(module).__qualname__}",
               "hyper_parameters": kept, "not_stored": sorted(set(hparams) - set(kept)), **(extra or {})}
     path = os.path.join(os.fspath(folder), HPARAMS_NAME)

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import numbers
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -377,7 +377,7 @@ def jsonable_params(value: Any) -> Any:
         value = vars(value)
     if isinstance(value, Mapping):
         return {str(k): jsonable_params(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):  # an OmegaConf ListConfig too
         return [jsonable_params(v) for v in value]
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()

@@ -7,7 +7,7 @@ only when a file is written (``import stoker`` stays light).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -47,7 +47,7 @@ def _yaml_safe(value: Any) -> Any:
     """``value`` with only what ``yaml.safe_dump`` writes: mappings (str keys), lists, and plain scalars."""
     if isinstance(value, Mapping):
         return {str(k): _yaml_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):  # an OmegaConf ListConfig too
         return [_yaml_safe(v) for v in value]
     if isinstance(value, Enum):
         return value.name  # Lightning's form of an enum member (a str or int enum is no plain scalar to safe_dump)

@@ -32,6 +32,7 @@ import torch
 
 # checkpoint_step: what tests and callbacks import from here (the engine's count of a folder's optimizer steps)
 from ..accelerator import check_folder_free
+from ..callbacks.hparams_file import plain_form
 from ..accelerator import checkpoint_step  # noqa: F401 - re-exported
 from ..loggers.foreign import owns_folder
 from ..user_frame import user_stacklevel
@@ -205,14 +206,9 @@ def _state_of(scheduler: Any) -> Any:
 
 
 def storable(value: Any) -> Any:
-    """``value`` with everything a checkpoint cannot hold safely turned into its ``repr`` (for hparams)."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): storable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [storable(v) for v in value]
-    return repr(value)
+    """``value`` with everything a checkpoint cannot hold safely turned into its ``repr`` (for hparams; the rule is
+    ``hparams_file.plain_form``'s)."""
+    return plain_form(value, for_json=False)[0]
 
 
 # -- resuming -------------------------------------------------------------------------------------------------------

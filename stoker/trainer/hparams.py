@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..callbacks.hparams_file import plain_form
 from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
@@ -27,7 +28,19 @@ _TO_LOGGERS = "_log_hyperparams"
 # The __init__ argument that held the one container save_hyperparameters got (Lightning's attribute name), and
 # the container's kind: load_from_checkpoint passes the saved values back under that name, in that kind.
 _CONTAINER, _CONTAINER_KIND = "_hparams_name", "_hparams_kind"
-_KIND = {True: "Namespace", False: "dict"}
+_NAMESPACE, _DICT, _DICTCONFIG = "Namespace", "dict", "DictConfig"
+
+
+def _is_dictconfig(value: Any) -> bool:
+    """Whether ``value`` is an OmegaConf ``DictConfig`` (a Hydra config), told without importing omegaconf."""
+    return any(c.__name__ == _DICTCONFIG and c.__module__.startswith("omegaconf") for c in type(value).__mro__)
+
+
+def _kind(container: Any) -> str:
+    """The kind of container ``save_hyperparameters`` got, as the checkpoint records it (``hparams_type``)."""
+    if isinstance(container, argparse.Namespace):
+        return _NAMESPACE
+    return _DICTCONFIG if _is_dictconfig(container) else _DICT
 
 
 class AttributeDict(dict):
@@ -105,11 +118,16 @@ class HyperparametersMixin:
             del caller
         object.__setattr__(self, _CONTAINER, container[0] if container else None)
         object.__setattr__(self, _CONTAINER_KIND, container[1] if container else None)
-        if "hparams" not in vars(self):  # a subclass that did not call super().__init__() first
-            object.__setattr__(self, "hparams", AttributeDict())
-        for name in {ignore} if isinstance(ignore, str) else set(ignore or ()):
-            self.hparams.pop(name, None)  # an ignored name is no hyperparameter, also if a base class saved it
-        self.hparams.update(values)
+        if container is not None and container[1] == _DICTCONFIG and len(values) == len(names[0]):
+            # as in Lightning, a Hydra config given whole is the hparams itself (its nested attribute access and
+            # interpolations kept); the checkpoint records its kind, and load_from_checkpoint builds one again
+            object.__setattr__(self, "hparams", names[0])
+        else:
+            if "hparams" not in vars(self):  # a subclass that did not call super().__init__() first
+                object.__setattr__(self, "hparams", AttributeDict())
+            for name in {ignore} if isinstance(ignore, str) else set(ignore or ()):
+                self.hparams.pop(name, None)  # an ignored name is no hyperparameter, also if a base class saved it
+            self.hparams.update(values)
         object.__setattr__(self, "_hparams_initial", copy.deepcopy(dict(self.hparams)))
         object.__setattr__(self, _TO_LOGGERS, logger)
 
@@ -155,7 +173,7 @@ def _container_argument(caller: Any, names: tuple[Any, ...]) -> tuple[str, str] 
     if len(names) != 1 or isinstance(names[0], str) or caller is None or caller.f_code.co_name != "__init__":
         return None
     found = [name for name, value in _init_arguments(caller).items() if value is names[0]]
-    return (found[0], _KIND[isinstance(names[0], argparse.Namespace)]) if found else None
+    return (found[0], _kind(names[0])) if found else None
 
 
 def container_keys(owner: object, prefix: str = "") -> dict[str, str]:
@@ -164,7 +182,7 @@ def container_keys(owner: object, prefix: str = "") -> dict[str, str]:
     name = getattr(owner, _CONTAINER, None)
     if not isinstance(name, str):
         return {}
-    return {f"{prefix}hparams_name": name, f"{prefix}hparams_type": getattr(owner, _CONTAINER_KIND, _KIND[False])}
+    return {f"{prefix}hparams_name": name, f"{prefix}hparams_type": getattr(owner, _CONTAINER_KIND, _DICT)}
 
 
 def as_container_argument(hparams: dict[str, Any], record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -174,7 +192,16 @@ def as_container_argument(hparams: dict[str, Any], record: Mapping[str, Any], pr
     if not isinstance(name, str):
         return hparams
     kind = record.get(f"{prefix}hparams_type")
-    return {name: argparse.Namespace(**hparams) if kind == _KIND[True] else AttributeDict(hparams)}
+    if kind == _NAMESPACE:
+        return {name: argparse.Namespace(**hparams)}
+    if kind == _DICTCONFIG:  # a Hydra config comes back as one, so cfg.model.width reads as it did
+        try:
+            from omegaconf import OmegaConf
+        except ModuleNotFoundError as error:
+            raise ModuleNotFoundError(f"The checkpoint's hyperparameters came in an OmegaConf DictConfig (argument "
+                                      f"{name!r}); install omegaconf to load it (pip install omegaconf).") from error
+        return {name: OmegaConf.create(hparams)}
+    return {name: AttributeDict(hparams)}
 
 
 def _init_arguments_of(owner: object, caller: Any) -> dict[str, Any]:
@@ -304,17 +331,6 @@ def warn_unstorable(module: torch.nn.Module) -> None:
                       f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=user_stacklevel())
 
 
-def _checkpointable(value: Any) -> bool:
-    """Whether a Trainer checkpoint holds ``value`` as it is (``checkpointing.storable`` keeps it)."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_checkpointable(v) for v in value)
-    if isinstance(value, dict):
-        return all(_checkpointable(v) for v in value.values())
-    return False
-
-
 def not_checkpointable(hparams: dict[str, Any]) -> list[str]:
     """Names of the hyperparameters a Trainer checkpoint can keep only as their ``repr``."""
-    return sorted(k for k, v in hparams.items() if not _checkpointable(v))
+    return sorted(k for k, v in hparams.items() if not plain_form(v, for_json=False)[1])
