@@ -1,0 +1,110 @@
+"""Custom trackers: a ``stoker.tracking.GeneralTracker`` subclass (Accelerate's ``accelerate.tracking`` renamed) in
+``Accelerator(log_with=[...])`` is started, configured, logged to, found and finished as Accelerate does it; on
+other processes only those with ``main_process_only = False`` exist. The face's tracker classes take Accelerate's
+constructor arguments."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from stoker import Accelerator
+from stoker.compat.accelerate.trackers import NullTracker, build_trackers, find_tracker
+from stoker.tracking import GeneralTracker, TensorBoardTracker, get_available_trackers, on_main_process
+from tests.helpers.trackers_readback import tensorboard_scalars
+
+
+class RecordingTracker(GeneralTracker):
+    """Records every call the Accelerator makes, as a user's tracker written for Accelerate would receive them."""
+
+    name = "recorder"
+    requires_logging_directory = False
+
+    def __init__(self, main_process_only: bool = True) -> None:
+        super().__init__()
+        self.main_process_only = main_process_only
+        self.calls: list[tuple[Any, ...]] = []
+
+    @property
+    def tracker(self) -> list[tuple[Any, ...]]:
+        return self.calls
+
+    def start(self) -> None:
+        self.calls.append(("start",))
+
+    def store_init_configuration(self, values: dict) -> None:
+        self.calls.append(("config", dict(values)))
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        self.calls.append(("log", dict(values), step, kwargs))
+
+    def finish(self) -> None:
+        self.calls.append(("finish",))
+
+
+def test_a_custom_tracker_gets_accelerates_calls_beside_named_trackers(tmp_path):
+    custom = RecordingTracker()
+    accelerator = Accelerator(cpu=True, log_with=["tensorboard", custom], project_dir=str(tmp_path))
+    accelerator.init_trackers("exp", config={"lr": 0.1})
+    assert [t.name for t in accelerator.trackers] == ["tensorboard", "recorder"]  # log_with's order
+    accelerator.log({"loss": 0.5}, step=2, log_kwargs={"recorder": {"commit": False}})
+    assert accelerator.get_tracker("recorder") is custom
+    assert accelerator.get_tracker("recorder", unwrap=True) is custom.calls
+    accelerator.end_training()
+
+    assert custom.calls == [("start",), ("config", {"lr": 0.1}), ("log", {"loss": 0.5}, 2, {"commit": False}),
+                            ("finish",)]
+    assert tensorboard_scalars(accelerator.get_tracker("tensorboard").log_dir) == {"loss": [(2, 0.5)]}
+
+
+def test_custom_trackers_off_the_main_process(tmp_path):
+    everywhere, main_only = RecordingTracker(main_process_only=False), RecordingTracker()
+    everywhere.name = "everywhere"
+    trackers = build_trackers(["csv", main_only, everywhere], tmp_path, "exp", {"lr": 0.1}, None,
+                              is_main_process=False)
+    assert trackers == [everywhere] and main_only.calls == []  # no logger is built there either
+    assert everywhere.calls == [("start",), ("config", {"lr": 0.1})]
+    assert find_tracker(trackers, "everywhere", False, is_main_process=False, initialized=True) is everywhere
+    assert isinstance(find_tracker(trackers, "recorder", False, is_main_process=False, initialized=True), NullTracker)
+    assert not os.listdir(tmp_path)
+
+
+def test_a_tracker_class_without_the_required_attributes_says_which():
+    class Incomplete(GeneralTracker):
+        name = "incomplete"
+
+    with pytest.raises(NotImplementedError, match=r"Incomplete is missing the tracker attributes "
+                                                  r"\['requires_logging_directory', 'tracker'\]"):
+        Incomplete()
+    GeneralTracker(_blank=True)  # Accelerate's blank tracker: no checks
+
+
+def test_accelerates_tracker_classes_take_its_constructor_arguments(tmp_path):
+    tracker = TensorBoardTracker("exp", tmp_path, flush_secs=5)
+    assert (tracker.name, tracker.run_name) == ("tensorboard", "exp")
+    assert tracker.logging_dir == os.path.join(str(tmp_path), "exp", "version_0")
+    accelerator = Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("ignored")  # a tracker the script built keeps its own project
+    assert accelerator.get_tracker("tensorboard") is tracker
+    accelerator.log({"loss": 0.25}, step=1)
+    accelerator.end_training()
+    assert tensorboard_scalars(tracker.logging_dir) == {"loss": [(1, 0.25)]}
+    assert "tensorboard" in get_available_trackers()
+
+
+def test_on_main_process_runs_a_trackers_method_on_rank_zero_only(monkeypatch):
+    class Tracker(RecordingTracker):
+        @on_main_process
+        def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+            super().log(values, step, **kwargs)
+
+    monkeypatch.setenv("RANK", "1")
+    on_rank_one, everywhere = Tracker(), Tracker(main_process_only=False)
+    on_rank_one.log({"a": 1})
+    everywhere.log({"a": 1})
+    assert on_rank_one.calls == [] and len(everywhere.calls) == 1
+    monkeypatch.setenv("RANK", "0")
+    on_rank_one.log({"a": 1})
+    assert len(on_rank_one.calls) == 1
