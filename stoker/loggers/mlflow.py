@@ -222,6 +222,19 @@ class MLFlowLogger(Logger):
         for start in range(0, len(entries), _MAX_PARAMS):
             self._log_batch(run_id, params=entries[start:start + _MAX_PARAMS])
 
+    # Accelerate's MLflowTracker methods for files, through this logger's client and run (not MLflow's active run).
+    def log_artifact(self, local_path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copies the file ``local_path`` into the run's artifacts (under ``artifact_path``)."""
+        self.experiment.log_artifact(self._open_run_id(), os.fspath(local_path), artifact_path)
+
+    def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copies every file under ``local_dir`` into the run's artifacts (under ``artifact_path``)."""
+        self.experiment.log_artifacts(self._open_run_id(), os.fspath(local_dir), artifact_path)
+
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """Saves a matplotlib or plotly ``figure`` as the artifact ``artifact_file`` (``"plots/loss.png"``)."""
+        self.experiment.log_figure(self._open_run_id(), figure, artifact_file, save_kwargs=save_kwargs or None)
+
     def finalize(self, status: str) -> None:
         """End the run (FINISHED for ``"success"``, FAILED, or KILLED for ``"interrupted"``); safe to repeat."""
         if self._run_id is None or self._finished:

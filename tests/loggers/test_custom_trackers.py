@@ -59,6 +59,16 @@ def test_a_custom_tracker_gets_accelerates_calls_beside_named_trackers(tmp_path)
     assert tensorboard_scalars(accelerator.get_tracker("tensorboard").log_dir) == {"loss": [(2, 0.5)]}
 
 
+def test_no_log_with_means_no_trackers(tmp_path):
+    accelerator = Accelerator(cpu=True, project_dir=str(tmp_path))
+    accelerator.init_trackers("exp", config={"lr": 0.1})
+    accelerator.log({"loss": 0.5}, step=0)
+    assert accelerator.trackers == [] and not os.listdir(tmp_path)
+    with pytest.raises(ValueError, match=r"no such tracker. This Accelerator's trackers are \[\]"):
+        accelerator.get_tracker("tensorboard")
+    accelerator.end_training()
+
+
 def test_custom_trackers_off_the_main_process(tmp_path):
     everywhere, main_only = RecordingTracker(main_process_only=False), RecordingTracker()
     everywhere.name = "everywhere"
@@ -108,3 +118,42 @@ def test_on_main_process_runs_a_trackers_method_on_rank_zero_only(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     on_rank_one.log({"a": 1})
     assert len(on_rank_one.calls) == 1
+
+
+@pytest.mark.slow  # the MLflow import and store: a few seconds
+def test_the_mlflow_tracker_class_logs_metrics_and_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store: sqlite under logging_dir
+    from stoker.tracking import MLflowTracker
+    from tests.helpers.trackers_readback import mlflow_client, mlflow_runs
+
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.txt").write_text("a")
+    tracker = MLflowTracker(experiment_name="test_exp", logging_dir=tmp_path / "store")
+    accelerator = Accelerator(cpu=True, log_with=tracker)
+    accelerator.init_trackers(project_name="test_exp")
+    with pytest.warns(UserWarning, match="left out"):
+        tracker.log({"accuracy": 0.95, "loss": 0.1, "non_numeric": "ignored"}, step=10)
+    tracker.log_artifact(tmp_path / "files" / "a.txt", artifact_path="one")
+    tracker.log_artifacts(tmp_path / "files", artifact_path="all")
+    accelerator.end_training()
+
+    uri = tracker.tracking_uri
+    (run,) = mlflow_runs(uri, "test_exp")
+    assert run.data.metrics == {"accuracy": 0.95, "loss": 0.1} and run.info.status == "FINISHED"
+    listed = {a.path for folder in ("one", "all") for a in mlflow_client(uri).list_artifacts(run.info.run_id, folder)}
+    assert listed == {"one/a.txt", "all/a.txt"} and tracker.name == "mlflow"
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_two_processes_hold_the_trackers_their_main_process_only_says(tmp_path):
+    from tests.helpers.dist_spawn import read_results, run_workers
+
+    run_workers(os.path.join(os.path.dirname(__file__), "dist_trackers_worker.py"), [tmp_path], timeout=150)
+    main, other = read_results(tmp_path)
+    assert main == {"trackers": ["tensorboard", "main_only", "everywhere"], "get_tensorboard": "TensorBoardLogger",
+                    "get_everywhere": True, "main_only": ["start", "config", "log", "finish"],
+                    "everywhere": ["start", "config", "log", "finish"]}
+    assert other == {"trackers": ["everywhere"], "get_tensorboard": "NullTracker", "get_everywhere": True,
+                     "main_only": [], "everywhere": ["start", "config", "finish"]}  # log: on the main process only
+    assert tensorboard_scalars(tmp_path / "exp" / "version_0") == {"loss": [(0, 0.5)]}

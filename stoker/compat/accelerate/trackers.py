@@ -106,7 +106,7 @@ def _unwrapped(tracker: Any, key: str) -> Any:
 
 def _split(log_with: Any) -> tuple[list[Any], list[GeneralTracker]]:
     """``log_with`` as (names and stoker loggers, custom trackers)."""
-    items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
+    items = _items(log_with)
     return ([i for i in items if not isinstance(i, GeneralTracker)],
             [i for i in items if isinstance(i, GeneralTracker)])
 
@@ -118,8 +118,8 @@ def _in_given_order(log_with: Any, loggers: list[Any], custom: list[GeneralTrack
 
     if not custom:
         return loggers
-    items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
     placed: list[Any] = []
+    items = _items(log_with)
     for item in items:
         if isinstance(item, GeneralTracker):
             placed.append(item)
@@ -151,3 +151,9 @@ class NullTracker:
 
 def _no_op(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def _items(log_with: Any) -> list[Any]:
+    if log_with is None:
+        return []
+    return list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
