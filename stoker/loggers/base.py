@@ -95,8 +95,12 @@ class Logger:
 
     @property
     def run_name(self) -> str:
-        """The experiment name, whatever ``name`` answers: the sub-folder of ``save_dir`` (Accelerate's
-        ``tracker.run_name``, the ``project_name`` given to ``init_trackers``)."""
+        """Accelerate's ``tracker.run_name``: the experiment name (the ``project_name`` given to ``init_trackers``),
+        whatever ``name`` answers."""
+        return self._folder_name()
+
+    def _folder_name(self) -> str:
+        """The sub-folder of ``save_dir``: the experiment name, also for a logger named by its kind."""
         return self._name if self._kind is not None else self.name  # the property: a subclass may override name
 
     def name_by_kind(self, kind: str) -> None:
@@ -121,7 +125,7 @@ class Logger:
         """``{save_dir}/{name}``: the folder that holds the version folders; None for a logger that keeps no local
         files (a subclass whose ``save_dir`` is None: its run's checkpoints go under the Trainer's
         ``default_root_dir``, see ``stoker.loggers.layout``)."""
-        save_dir, name = self.save_dir, self.run_name  # the properties: a subclass may override name or save_dir
+        save_dir, name = self.save_dir, self._folder_name()  # a subclass may override name or save_dir
         if save_dir is None:
             return None
         return os.path.join(save_dir, name) if name else save_dir
@@ -324,7 +328,7 @@ def check_log_folder(logger: Logger) -> None:
     if path is not None:
         what = "save_dir" if path == os.path.abspath(logger.save_dir) else "the path"
         raise ValueError(
-            f"{type(logger).__name__}(save_dir={logger.save_dir!r}, name={logger.run_name!r}): {what} {path!r} is a "
+            f"{type(logger).__name__}(save_dir={logger.save_dir!r}, name={logger.name!r}): {what} {path!r} is a "
             "file, so the log folder {save_dir}/{name}/version_{n} cannot be created under it. Pass a folder path "
             "for save_dir (it is created if missing)."
         )

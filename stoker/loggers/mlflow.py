@@ -160,10 +160,16 @@ class MLFlowLogger(Logger):
         if self._run_id is None:
             version = self.version
             tags = {VERSION_TAG: str(version), **self._tags}
-            name = self._run_name or (version if isinstance(version, str) else f"version_{version}")
-            run = self.experiment.create_run(self.experiment_id, tags=tags, run_name=name)
+            run = self.experiment.create_run(self.experiment_id, tags=tags, run_name=self.run_name)
             self._run_id = run.info.run_id
         return self._run_id
+
+    @property
+    def run_name(self) -> str:
+        """The MLflow run's name: ``run_name`` when given, else ``version_{n}`` (Accelerate's MLflow tracker's
+        ``run_name`` too)."""
+        version = self.version
+        return self._run_name or (version if isinstance(version, str) else f"version_{version}")
 
     def _open_run_id(self) -> str:
         """The run id for a write: reopens the run when ``finalize`` ended it."""

@@ -159,7 +159,8 @@ class WandbLogger(Logger):
         self.log(metrics, step)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Accelerate's ``tracker.log``: :meth:`log_metrics`, with ``kwargs`` (``commit``, ...) passed to ``run.log``."""
+        """Accelerate's ``tracker.log``: :meth:`log_metrics`, with ``kwargs`` (``commit``, ...) given to
+        ``run.log``."""
         converted: dict[str, Any] = {}
         for key, value in values.items():
             if isinstance(value, torch.Tensor) and value.numel() == 1:

@@ -48,7 +48,8 @@ def test_accelerates_tracker_attributes_on_the_built_trackers(tmp_path):
     tb, csv_logger = accelerator.trackers
     assert (tb.requires_logging_directory, csv_logger.requires_logging_directory) == (True, True)
     assert tb.main_process_only and csv_logger.main_process_only
-    assert accelerator.get_tracker("tensorboard") is tb and accelerator.get_tracker("tensorboard", unwrap=True) is tb.writer
+    assert accelerator.get_tracker("tensorboard") is tb
+    assert accelerator.get_tracker("tensorboard", unwrap=True) is tb.writer
     tb.store_init_configuration({"lr": 0.1})
     tb.finish()
     assert "lr: 0.1" in (tmp_path / "exp" / "version_0" / "hparams.yaml").read_text()
@@ -119,7 +120,7 @@ def test_wandb_and_mlflow_trackers_answer_by_kind(tmp_path, monkeypatch):
             tracker.log_table("preds", columns=["id", "text"], data=[[0, "a"], [1, "b"]], step=2)
     with pytest.warns(UserWarning, match=r"MLFlowLogger logs numbers only; left out \['note'\]"):
         accelerator.log({"loss": 0.5, "note": "text"}, step=3, log_kwargs={"wandb": {"commit": True}, "mlflow": {}})
-    assert [(t.name, t.run_name) for t in accelerator.trackers] == [("wandb", "exp"), ("mlflow", "exp")]
+    assert [(t.name, t.run_name) for t in accelerator.trackers] == [("wandb", "exp"), ("mlflow", "version_0")]
     accelerator.end_training()
 
     (run,) = wandb_runs(tmp_path)

@@ -128,7 +128,7 @@ def test_the_mlflow_tracker_class_logs_metrics_and_files(tmp_path, monkeypatch):
 
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "a.txt").write_text("a")
-    tracker = MLflowTracker(experiment_name="test_exp", logging_dir=tmp_path / "store")
+    tracker = MLflowTracker(experiment_name="test_exp", logging_dir=tmp_path / "store", run_name="first")
     accelerator = Accelerator(cpu=True, log_with=tracker)
     accelerator.init_trackers(project_name="test_exp")
     with pytest.warns(UserWarning, match="left out"):
@@ -140,6 +140,7 @@ def test_the_mlflow_tracker_class_logs_metrics_and_files(tmp_path, monkeypatch):
     uri = tracker.tracking_uri
     (run,) = mlflow_runs(uri, "test_exp")
     assert run.data.metrics == {"accuracy": 0.95, "loss": 0.1} and run.info.status == "FINISHED"
+    assert run.info.run_name == tracker.run_name == "first"
     listed = {a.path for folder in ("one", "all") for a in mlflow_client(uri).list_artifacts(run.info.run_id, folder)}
     assert listed == {"one/a.txt", "all/a.txt"} and tracker.name == "mlflow"
 
