@@ -125,7 +125,10 @@ class CSVLogger(Logger):
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
         ``kwargs`` are not used."""
-        self.log_metrics(numbers_only(values, "CSVLogger"), step=step)
+        try:
+            self.log_metrics(values, step=step)  # converts every value before it writes anything
+        except TypeError:
+            self.log_metrics(numbers_only(values, "CSVLogger"), step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
         """Merge ``params`` into ``hparams.yaml``, written at once (``None``: the file is written as it is)."""

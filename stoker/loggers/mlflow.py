@@ -216,7 +216,10 @@ class MLFlowLogger(Logger):
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
         ``kwargs`` are not used."""
-        self.log_metrics(numbers_only(values, "MLFlowLogger"), step=step)
+        try:
+            self.log_metrics(values, step=step)  # converts every value before it writes anything
+        except TypeError:
+            self.log_metrics(numbers_only(values, "MLFlowLogger"), step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Log ``params`` as MLflow params (flattened with ``"/"``; values as strings of at most 6000 characters)."""

@@ -282,7 +282,8 @@ class Accelerator(CoreAccelerator):
         with ``kwargs`` from ``log_kwargs`` by tracker name, e.g. ``{"wandb": {"commit": False}}``."""
         if self.is_main_process:
             for tracker in self.trackers:
-                tracker.log(values, step=step, **(log_kwargs or {}).get(tracker_name(tracker), {}))
+                kwargs = log_kwargs.get(tracker_name(tracker), {}) if log_kwargs else {}
+                tracker.log(values, step=step, **kwargs)
 
     def end_training(self) -> None:
         """Finishes the trackers, then the core's ``end_training`` (background checkpoints, the process group)."""
