@@ -59,6 +59,19 @@ def test_a_custom_tracker_gets_accelerates_calls_beside_named_trackers(tmp_path)
     assert tensorboard_scalars(accelerator.get_tracker("tensorboard").log_dir) == {"loss": [(2, 0.5)]}
 
 
+def test_a_tracker_of_another_base_class_is_refused_at_construction():
+    class Foreign:  # e.g. a subclass of accelerate.tracking.GeneralTracker left un-renamed
+        name, requires_logging_directory, tracker = "foreign", False, None
+
+        def store_init_configuration(self, values: dict) -> None: ...
+
+        def log(self, values: dict, step: int | None = None) -> None: ...
+
+    with pytest.raises(TypeError, match="Foreign, a tracker whose class is not stoker's GeneralTracker: subclass "
+                                        r"stoker.tracking.GeneralTracker"):
+        Accelerator(cpu=True, log_with=["csv", Foreign()])
+
+
 def test_no_log_with_means_no_trackers(tmp_path):
     accelerator = Accelerator(cpu=True, project_dir=str(tmp_path))
     accelerator.init_trackers("exp", config={"lr": 0.1})

@@ -26,12 +26,18 @@ def check_log_with(log_with: Any) -> Any:
 
     Raises:
         ValueError: a name is not a known tracker.
+        TypeError: a tracker object does not derive from stoker's `GeneralTracker`.
         ModuleNotFoundError: a named tracker's package is not installed (the message names the extra).
     """
     if log_with is None:
         return None
     from ...loggers import resolve_logger_spec  # only when trackers are asked for: keeps a bare Accelerator light
 
+    for item in _items(log_with):
+        tracker_like = hasattr(item, "store_init_configuration") and not hasattr(item, "log_metrics")  # not a Logger
+        if tracker_like and not isinstance(item, GeneralTracker):
+            raise TypeError(f"log_with holds {type(item).__name__}, a tracker whose class is not stoker's "
+                            "GeneralTracker: subclass stoker.tracking.GeneralTracker (was: accelerate.tracking).")
     resolve_logger_spec(_split(log_with)[0], argument="log_with")
     return log_with
 
