@@ -93,7 +93,9 @@ def logger_class(name: str, *, argument: str = "log_with") -> type[Logger]:
 
 def logger_name(logger: Logger) -> str:
     """The registry name of a logger (``"wandb"`` for a `WandbLogger`); custom loggers: the class name, lowercased,
-    without a trailing ``"logger"``."""
+    without a trailing ``"logger"``; a logger named by its kind (`Logger.name_by_kind`): that kind."""
+    if getattr(logger, "kind", None):
+        return logger.kind
     for key, entry in _REGISTRY.items():
         if type(logger).__name__ == entry.cls and type(logger).__module__ == entry.module:
             return key

@@ -1,8 +1,9 @@
 """The `Logger` interface shared by every stoker logger.
 
 This module owns the parts all loggers agree on: where a run's files live (`{save_dir}/{name}/version_{n}`), how the
-next free version is found, and how metric and hyperparameter values are normalised before a backend sees them. It
-does not own any file format: the TensorBoard and CSV loggers decide that.
+next free version is found, and the names a logger answers to as one of an Accelerator's trackers (Accelerate's
+``name``, ``run_name``, ``store_init_configuration``, ``finish``). How values are normalised is `values.py`'s; file
+formats are the TensorBoard and CSV loggers'.
 
 Loggers never look at process ranks. In a multi-process run the caller (the Trainer or `Accelerator.log`) calls them
 only on the main process (``after_save_checkpoint`` excepted), so a logger writes files without coordinating.
@@ -11,20 +12,18 @@ only on the main process (``after_save_checkpoint`` excepted), so a logger write
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from stoker.loggers.folders import blocking_file, attribute_type_error, free_version_under
 from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
+from stoker.loggers.values import (  # noqa: F401 - re-exported: the logger modules import them from here
+    Scalar, flatten_params, jsonable_params, params_to_dict, prefixed, to_scalars)
 
 __all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
-
-Scalar = float | int
 
 
 class Logger:
@@ -67,6 +66,11 @@ class Logger:
     # would see a sibling's new folder and pick the next number).
     _version_group: VersionGroup | None = None
     _last_step: int = -1
+    _kind: str | None = None  # set by `name_by_kind`: what ``name`` answers instead of the experiment name
+    # Accelerate's tracker attributes: the Accelerator calls loggers on the main process only; only the loggers that
+    # keep their files under the logging directory (TensorBoard, CSV) say they need one.
+    main_process_only = True
+    requires_logging_directory = False
 
     def __init__(
         self,
@@ -85,8 +89,31 @@ class Logger:
 
     @property
     def name(self) -> str:
-        """The experiment name (sub-folder of ``save_dir``)."""
-        return self._name
+        """The experiment name (sub-folder of ``save_dir``); for a logger named by its kind (`name_by_kind`: the
+        trackers an Accelerator builds), the kind, ``"tensorboard"``, as Accelerate's trackers answer."""
+        return self._kind if self._kind is not None else self._name
+
+    @property
+    def run_name(self) -> str:
+        """Accelerate's ``tracker.run_name``: the experiment name (the ``project_name`` given to ``init_trackers``),
+        whatever ``name`` answers."""
+        return self._folder_name()
+
+    def _folder_name(self) -> str:
+        """The sub-folder of ``save_dir``: the experiment name, also for a logger named by its kind."""
+        return self._name if self._kind is not None else self.name  # the property: a subclass may override name
+
+    def name_by_kind(self, kind: str) -> None:
+        """Answer ``name`` with ``kind`` (``"tensorboard"``, ``"csv"``, ``"wandb"``, ``"mlflow"``) instead of the
+        experiment name, which stays ``run_name`` and the folder. The Accelerator calls it on the trackers it builds,
+        so that Accelerate's ``if tracker.name == "tensorboard":`` finds them; a Trainer's loggers keep Lightning's
+        meaning of ``name``."""
+        self._kind = str(kind)
+
+    @property
+    def kind(self) -> str | None:
+        """The kind given to `name_by_kind` (None: ``name`` is the experiment name)."""
+        return self._kind
 
     @property
     def save_dir(self) -> str | None:
@@ -98,7 +125,7 @@ class Logger:
         """``{save_dir}/{name}``: the folder that holds the version folders; None for a logger that keeps no local
         files (a subclass whose ``save_dir`` is None: its run's checkpoints go under the Trainer's
         ``default_root_dir``, see ``stoker.loggers.layout``)."""
-        save_dir, name = self.save_dir, self.name  # the properties: a subclass may override name or save_dir
+        save_dir, name = self.save_dir, self._folder_name()  # a subclass may override name or save_dir
         if save_dir is None:
             return None
         return os.path.join(save_dir, name) if name else save_dir
@@ -185,8 +212,17 @@ class Logger:
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """:meth:`log_metrics` under the name an Accelerate tracker gives it (``accelerator.get_tracker(...)`` returns
-        these loggers); ``kwargs`` (a tracker's own options) are not used."""
+        these loggers); ``kwargs`` (a tracker's own options, ``log_kwargs`` of ``Accelerator.log``) are not used
+        here: the TensorBoard and W&B loggers pass them on to their backend."""
         self.log_metrics(values, step=step)
+
+    def store_init_configuration(self, values: Mapping[str, Any]) -> None:
+        """:meth:`log_hyperparams` under Accelerate's tracker name for it (``init_trackers(config=...)``)."""
+        self.log_hyperparams(values)
+
+    def finish(self) -> None:
+        """``finalize("success")`` under Accelerate's tracker name for it (``end_training()``)."""
+        self.finalize("success")
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Record the run's hyperparameters. The default does nothing."""
@@ -256,11 +292,6 @@ def share_version(loggers: list[Logger]) -> None:
             logger.join_version_group(group)
 
 
-def prefixed(key: str, prefix: str) -> str:
-    """A metric's name as a logger with ``prefix`` writes it: ``"{prefix}-{key}"`` (Lightning's separator)."""
-    return f"{prefix}-{key}" if prefix else key
-
-
 def _checked_version(version: Any) -> int | str:
     if isinstance(version, bool) or not isinstance(version, (int, str)):
         raise TypeError(
@@ -301,84 +332,3 @@ def check_log_folder(logger: Logger) -> None:
             "file, so the log folder {save_dir}/{name}/version_{n} cannot be created under it. Pass a folder path "
             "for save_dir (it is created if missing)."
         )
-
-
-def to_scalars(metrics: Mapping[str, Any]) -> dict[str, Scalar]:
-    """Convert metric values to Python numbers (one ``.item()`` per tensor).
-
-    Raises:
-        ValueError: A tensor value holds more than one element.
-        TypeError: A value is not a number or a one-element tensor.
-    """
-    out: dict[str, Scalar] = {}
-    for key, value in metrics.items():
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(
-                    f"Metric {key!r} is a tensor of shape {tuple(value.shape)}; loggers take scalars. "
-                    "Reduce it first (e.g. `.mean()`) or log its elements under separate names."
-                )
-            value = value.item()
-        elif not isinstance(value, numbers.Number) and hasattr(value, "item"):
-            value = value.item()  # NumPy scalars and 0-d arrays
-        if isinstance(value, bool):
-            value = int(value)
-        if not isinstance(value, (int, float)):
-            if isinstance(value, numbers.Real):
-                value = float(value)
-            else:
-                raise TypeError(
-                    f"Metric {key!r} has value {value!r} of type {type(value).__name__}; "
-                    "expected an int, a float or a one-element tensor."
-                )
-        out[str(key)] = value
-    return out
-
-
-def params_to_dict(params: Mapping[str, Any] | argparse.Namespace | Any) -> dict[str, Any]:
-    """Hyperparameters as a plain dict, from a mapping, a Namespace or a dataclass."""
-    if isinstance(params, argparse.Namespace):
-        return dict(vars(params))
-    if dataclasses.is_dataclass(params) and not isinstance(params, type):
-        return dataclasses.asdict(params)
-    if isinstance(params, Mapping):
-        return dict(params)
-    raise TypeError(
-        f"log_hyperparams got {type(params).__name__}; "
-        "expected a Mapping, an argparse.Namespace or a dataclass instance."
-    )
-
-
-def flatten_params(params: Mapping[str, Any], sep: str = "/") -> dict[str, bool | int | float | str]:
-    """Flatten nested mappings with ``sep``; values that are not plain scalars become strings.
-
-    Example: ``{"opt": {"lr": 0.1}, "layers": [2, 3]}`` -> ``{"opt/lr": 0.1, "layers": "[2, 3]"}``.
-    """
-    flat: dict[str, bool | int | float | str] = {}
-    for key, value in params.items():
-        key = str(key)
-        if isinstance(value, argparse.Namespace):
-            value = vars(value)
-        if isinstance(value, Mapping):
-            for sub_key, sub_value in flatten_params(value, sep).items():
-                flat[f"{key}{sep}{sub_key}"] = sub_value
-        elif isinstance(value, torch.Tensor) and value.numel() == 1:
-            flat[key] = value.item()
-        elif isinstance(value, (bool, int, float, str)):
-            flat[key] = value
-        else:
-            flat[key] = str(value)
-    return flat
-
-
-def jsonable_params(value: Any) -> Any:
-    """Nested params with scalar tensors as numbers, Namespaces as dicts and str keys."""
-    if isinstance(value, argparse.Namespace):
-        value = vars(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable_params(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):  # an OmegaConf ListConfig too
-        return [jsonable_params(v) for v in value]
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    return value

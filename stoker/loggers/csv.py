@@ -16,6 +16,7 @@ import torch
 
 from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, params_to_dict, prefixed,
                                  to_scalars)
+from stoker.loggers.values import numbers_only
 from stoker.loggers.csv_writer import ExperimentWriter
 from stoker.loggers.hparams_yaml import ensure_hparams_yaml
 
@@ -63,6 +64,7 @@ class CSVLogger(Logger):
     HPARAMS_FILE = HPARAMS_YAML
 
     writes_files = True
+    requires_logging_directory = True  # Accelerate's tracker attribute: its files go under the logging directory
 
     def __init__(
         self,
@@ -119,6 +121,14 @@ class CSVLogger(Logger):
         experiment.log_metrics({prefixed(key, self._prefix): value for key, value in values.items()}, step)
         if (step + 1) % self.flush_every_n_steps == 0 or len(experiment.metrics) >= self.flush_every_n_steps:
             self.save()
+
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
+        ``kwargs`` are not used."""
+        try:
+            self.log_metrics(values, step=step)  # converts every value before it writes anything
+        except TypeError:
+            self.log_metrics(numbers_only(values, "CSVLogger"), step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
         """Merge ``params`` into ``hparams.yaml``, written at once (``None``: the file is written as it is)."""

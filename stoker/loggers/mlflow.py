@@ -24,6 +24,7 @@ import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
+from stoker.loggers.values import numbers_only
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -159,10 +160,16 @@ class MLFlowLogger(Logger):
         if self._run_id is None:
             version = self.version
             tags = {VERSION_TAG: str(version), **self._tags}
-            name = self._run_name or (version if isinstance(version, str) else f"version_{version}")
-            run = self.experiment.create_run(self.experiment_id, tags=tags, run_name=name)
+            run = self.experiment.create_run(self.experiment_id, tags=tags, run_name=self.run_name)
             self._run_id = run.info.run_id
         return self._run_id
+
+    @property
+    def run_name(self) -> str:
+        """The MLflow run's name: ``run_name`` when given, else ``version_{n}`` (Accelerate's MLflow tracker's
+        ``run_name`` too)."""
+        version = self.version
+        return self._run_name or (version if isinstance(version, str) else f"version_{version}")
 
     def _open_run_id(self) -> str:
         """The run id for a write: reopens the run when ``finalize`` ended it."""
@@ -206,6 +213,14 @@ class MLFlowLogger(Logger):
         for start in range(0, len(entries), _MAX_METRICS):
             self._log_batch(run_id, metrics=entries[start:start + _MAX_METRICS])
 
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
+        ``kwargs`` are not used."""
+        try:
+            self.log_metrics(values, step=step)  # converts every value before it writes anything
+        except TypeError:
+            self.log_metrics(numbers_only(values, "MLFlowLogger"), step=step)
+
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Log ``params`` as MLflow params (flattened with ``"/"``; values as strings of at most 6000 characters)."""
         from mlflow.entities import Param
@@ -215,6 +230,19 @@ class MLFlowLogger(Logger):
         run_id = self._open_run_id()
         for start in range(0, len(entries), _MAX_PARAMS):
             self._log_batch(run_id, params=entries[start:start + _MAX_PARAMS])
+
+    # Accelerate's MLflowTracker methods for files, through this logger's client and run (not MLflow's active run).
+    def log_artifact(self, local_path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copies the file ``local_path`` into the run's artifacts (under ``artifact_path``)."""
+        self.experiment.log_artifact(self._open_run_id(), os.fspath(local_path), artifact_path)
+
+    def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copies every file under ``local_dir`` into the run's artifacts (under ``artifact_path``)."""
+        self.experiment.log_artifacts(self._open_run_id(), os.fspath(local_dir), artifact_path)
+
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """Saves a matplotlib or plotly ``figure`` as the artifact ``artifact_file`` (``"plots/loss.png"``)."""
+        self.experiment.log_figure(self._open_run_id(), figure, artifact_file, save_kwargs=save_kwargs or None)
 
     def finalize(self, status: str) -> None:
         """End the run (FINISHED for ``"success"``, FAILED, or KILLED for ``"interrupted"``); safe to repeat."""

@@ -100,6 +100,7 @@ class TensorBoardLogger(Logger):
     NAME_HPARAMS_FILE = HPARAMS_YAML  # the run's hyperparameters beside its event files (Lightning's attribute)
 
     writes_files = True
+    requires_logging_directory = True
 
     def __init__(
         self,
@@ -170,6 +171,10 @@ class TensorBoardLogger(Logger):
         self._hand_over()  # the logger's scalars first, so that the file holds the run in the order it was logged
         return self._open_writer()
 
+    # Accelerate's TensorBoardTracker names: the writer (``tracker.writer.add_images(...)``) and the event folder.
+    writer = tracker = experiment
+    logging_dir = property(lambda self: self.log_dir, doc="The folder of the event files: ``log_dir``.")
+
     def _open_writer(self) -> SummaryWriter:
         if self._writer is None:
             # Lazy on purpose: see the module docstring.
@@ -192,6 +197,33 @@ class TensorBoardLogger(Logger):
         would write each). TensorBoard reads them as the same scalar series.
         """
         self._write_scalars(to_scalars(metrics), self._resolve_step(step))
+
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log``: numbers (and one-element tensors) as scalars, strings as text
+        (``add_text``), mappings of numbers as ``add_scalars``; ``kwargs`` (``walltime``, ...) go to those calls.
+
+        Without ``kwargs`` the scalars take :meth:`log_metrics`' path (held and handed over in batches).
+        """
+        step = self._resolve_step(step)
+        texts = {k: v for k, v in values.items() if isinstance(v, str)}
+        groups = {k: v for k, v in values.items() if isinstance(v, Mapping)}
+        scalars = to_scalars({k: v for k, v in values.items() if k not in texts and k not in groups})
+        if kwargs:
+            for key, value in self._prefixed(scalars).items():
+                self.experiment.add_scalar(key, value, global_step=step, **kwargs)
+        else:
+            self._write_scalars(scalars, step)
+        for key, text in self._prefixed(texts).items():
+            self.experiment.add_text(key, text, global_step=step, **kwargs)
+        for key, group in self._prefixed(groups).items():
+            self.experiment.add_scalars(key, to_scalars(group), global_step=step, **kwargs)
+
+    def log_images(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log_images``: ``add_images(key, images, step, **kwargs)`` for each entry (a batch
+        of images: an array or tensor, ``NCHW`` unless ``dataformats`` says otherwise)."""
+        step = self._resolve_step(step)
+        for key, images in self._prefixed(dict(values)).items():
+            self.experiment.add_images(key, images, global_step=step, **kwargs)
 
     def _prefixed(self, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` under the names they are written with (``"{prefix}-{name}"`` with a prefix)."""

@@ -129,7 +129,7 @@ class WandbLogger(Logger):
             self._run = self._start()
         return self._run
 
-    tracker = experiment  # Accelerate's name for the underlying object
+    tracker = run = experiment  # Accelerate's names for the underlying object (WandBTracker.run)
 
     @property
     def run_id(self) -> str:
@@ -156,8 +156,13 @@ class WandbLogger(Logger):
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """``run.log(metrics, step=step)``; one ``.item()`` per tensor, W&B media objects passed through."""
-        values: dict[str, Any] = {}
-        for key, value in metrics.items():
+        self.log(metrics, step)
+
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log``: :meth:`log_metrics`, with ``kwargs`` (``commit``, ...) given to
+        ``run.log``."""
+        converted: dict[str, Any] = {}
+        for key, value in values.items():
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
             elif isinstance(value, torch.Tensor):
@@ -165,9 +170,23 @@ class WandbLogger(Logger):
                                  "first) or wrap it in a W&B type such as wandb.Histogram.")
             elif isinstance(value, numbers.Number) and hasattr(value, "item"):
                 value = value.item()  # NumPy scalars
-            values[prefixed(str(key), self._prefix)] = value
-        if values:
-            self.experiment.log(values, step=self._resolve_step(step))
+            converted[prefixed(str(key), self._prefix)] = value
+        if converted:
+            self.experiment.log(converted, step=self._resolve_step(step), **kwargs)
+
+    def log_images(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log_images``: each entry (a list of arrays or PIL images) as a list of
+        ``wandb.Image``, in one ``run.log`` call."""
+        import wandb
+
+        self.log({key: [wandb.Image(image) for image in images] for key, images in values.items()}, step, **kwargs)
+
+    def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
+                  dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log_table``: a ``wandb.Table`` from ``columns`` and ``data`` or a ``dataframe``."""
+        import wandb
+
+        self.log({table_name: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step, **kwargs)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Merge ``params`` into ``run.config`` (nested mappings flattened with ``"/"``)."""

@@ -5,7 +5,8 @@
 - ``kwargs.py``, ``fsdp_plugin.py``: Accelerate's handler and plugin classes
 - ``state.py``: ``PartialState``, ``AcceleratorState``, ``GradientState``, ``DistributedType`` as views
 - ``environment.py``: the launcher's environment variables as argument defaults
-- ``trackers.py``: ``log_with`` / ``get_tracker`` by name, built from stoker's loggers
+- ``trackers.py``: ``log_with`` / ``get_tracker`` by name, built from stoker's loggers, beside custom trackers
+- ``tracking.py``: ``accelerate.tracking``'s names: ``GeneralTracker``, the tracker classes (faced by ``stoker.tracking``)
 - ``tools.py``, ``operations.py``, ``memory.py``, ``other.py``, ``logging.py``, ``available.py``, ``local_sgd.py``:
   ``accelerate.utils``, ``accelerate.logging`` and ``accelerate.local_sgd`` (faced by ``stoker.utils`` and friends)
 """

@@ -28,7 +28,7 @@ from .environment import settings_from_environment
 from .kwargs import ProfileKwargs
 from .options import AcceleratorOptions
 from .state import AcceleratorState, DistributedType, GradientState, forward_to_state
-from .trackers import build_trackers, check_log_with, find_tracker
+from .trackers import build_trackers, check_log_with, find_tracker, tracker_name
 
 
 class Accelerator(CoreAccelerator):
@@ -258,15 +258,17 @@ class Accelerator(CoreAccelerator):
     # -- trackers -----------------------------------------------------------------------------------------------
     def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
                       init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only).
+        """Creates the loggers named by ``log_with`` under ``logging_dir`` (main process only), beside the custom
+        trackers given there (started here).
 
         ``config`` is logged as their hyperparameters; ``init_kwargs`` holds constructor arguments per tracker
         name, e.g. ``{"wandb": {"entity": "me", "tags": ["baseline"]}}``. The loggers built here share one version.
+        Each is named by its kind (``tracker.name == "tensorboard"``); ``tracker.run_name`` is ``project_name``.
         """
         self._trackers_initialized = True
-        if self.is_main_process:
-            root = self.logging_dir or self.project_dir or "."
-            self.trackers = build_trackers(self.log_with, root, project_name, config, init_kwargs)
+        root = self.logging_dir or self.project_dir or "."
+        self.trackers = build_trackers(self.log_with, root, project_name, config, init_kwargs,
+                                       is_main_process=self.is_main_process)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
         """The tracker named ``name`` (``"wandb"``, ``"mlflow"``, ``"tensorboard"``, ``"csv"``); ``unwrap=True``
@@ -276,11 +278,12 @@ class Accelerator(CoreAccelerator):
                             initialized=self._trackers_initialized)
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
-        """Logs ``values`` at ``step`` to every tracker (main process only). ``log_kwargs`` is accepted for
-        Accelerate compatibility and not used."""
+        """Logs ``values`` at ``step`` to every tracker (main process only): ``tracker.log(values, step, **kwargs)``
+        with ``kwargs`` from ``log_kwargs`` by tracker name, e.g. ``{"wandb": {"commit": False}}``."""
         if self.is_main_process:
             for tracker in self.trackers:
-                tracker.log_metrics(values, step=step)
+                kwargs = log_kwargs.get(tracker_name(tracker), {}) if log_kwargs else {}
+                tracker.log(values, step=step, **kwargs)
 
     def end_training(self) -> None:
         """Finishes the trackers, then the core's ``end_training`` (background checkpoints, the process group)."""
@@ -288,7 +291,7 @@ class Accelerator(CoreAccelerator):
             self.wait_for_checkpoints()
         finally:
             for tracker in self.trackers:
-                tracker.finalize("success")
+                tracker.finish()
             super().end_training()
 
     def clear(self, *objects: Any) -> list[None]:

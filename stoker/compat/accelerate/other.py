@@ -32,7 +32,7 @@ class LoggerType(str, enum.Enum):
         return self.value
 
 
-def _rank() -> tuple[int, int]:
+def process_ranks() -> tuple[int, int]:
     """(process index, local process index) from the default group or the launcher's environment."""
     import torch.distributed as dist
 
@@ -53,7 +53,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         >>> set_seed(42, device_specific=True)  # process i is seeded with 42 + i
     """
     check_seed(seed, example="set_seed(42)")
-    _set_seed(seed + (_rank()[0] if device_specific else 0), deterministic=deterministic)
+    _set_seed(seed + (process_ranks()[0] if device_specific else 0), deterministic=deterministic)
 
 
 def is_compiled_module(module: Any) -> bool:
@@ -90,7 +90,7 @@ def extract_model_from_parallel(model: torch.nn.Module, keep_fp32_wrapper: bool 
 def save(obj: Any, f: Any, save_on_each_node: bool = False, safe_serialization: bool = False) -> None:
     """Saves ``obj`` to ``f`` on the main process (the local main process of each machine with
     ``save_on_each_node``); a path is written atomically. See ``Accelerator.save``."""
-    rank, local = _rank()
+    rank, local = process_ranks()
     tools.save(obj, f, write=(local if save_on_each_node else rank) == 0, safe_serialization=safe_serialization)
 
 
@@ -99,6 +99,6 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
     ``main_process_only=False``."""
     from tqdm.auto import tqdm as _tqdm
 
-    if main_process_only and _rank()[1] != 0:
+    if main_process_only and process_ranks()[1] != 0:
         kwargs["disable"] = True
     return _tqdm(*args, **kwargs)
