@@ -106,7 +106,8 @@ def test_one_window_spans_two_loaders() -> None:
 
 def test_default_still_closes_the_window_at_the_loaders_end() -> None:
     accelerator = Accelerator(cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=STEPS))
-    model, opt, loader = accelerator.prepare(make_mlp(seed=6), torch.optim.SGD(make_mlp().parameters(), lr=0.1),
+    net = make_mlp(seed=6)
+    model, opt, loader = accelerator.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1),
                                              DataLoader(make_regression_data(n=10), batch_size=BATCH))
     seen = []
     for x, _ in loader:
@@ -165,3 +166,20 @@ def test_save_inside_a_window_that_spans_a_loader_end_resumes_exactly(tmp_path: 
     resumed = _resumable_run(tmp_path, resume=True)
     assert_same_weights(resumed, expected, f"resumed after micro-batch {stop_after}")
     assert_same_weights(grads_of(resumed), grads_of(expected), "the open last window's gradients")
+
+
+def test_the_core_accelerator_takes_the_setting_and_free_memory_keeps_it() -> None:
+    from stoker.accelerator import Accelerator as CoreAccelerator
+
+    accelerator = CoreAccelerator(cpu=True, gradient_accumulation_steps=2)
+    accelerator.sync_with_dataloader = False
+    accelerator.free_memory()
+    net = make_mlp(seed=8)
+    model, opt, loader = accelerator.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1),
+                                             DataLoader(make_regression_data(n=6), batch_size=BATCH))
+    seen = []
+    for _ in range(2):  # 3 batches an epoch, windows of 2: the second window spans the epoch's end
+        for _batch in loader:
+            with accelerator.accumulate(model):
+                seen.append(accelerator.sync_gradients)
+    assert seen == [False, True] * 3 and accelerator.sync_with_dataloader is False
