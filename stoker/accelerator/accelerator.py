@@ -93,6 +93,13 @@ class Accelerator:
     dataloader_config = property(lambda self: self.loader_context.dataloader_config,
                                  lambda self, value: setattr(self.loader_context, "dataloader_config", value))
 
+    sync_with_dataloader = property(
+        lambda self: self._window.sync_with_dataloader,
+        lambda self, value: setattr(self._window, "sync_with_dataloader", bool(value)),
+        doc="True (the default): the last batch of a prepared loader closes the accumulation window early. False: "
+            "every window holds ``gradient_accumulation_steps`` micro-batches, across loader ends (streams, an "
+            "epoch whose length is not a multiple of the window); an incomplete last window updates nothing.")
+
     @property
     def gradient_accumulation_steps(self) -> int:
         return self._window.steps

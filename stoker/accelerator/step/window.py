@@ -6,6 +6,12 @@ last window is averaged over what it really holds), and finishes the gradients e
 step: it is the one place that knows whether a step's gradients were already unscaled (fp16) and normalised
 (summed losses). It counts the optimizer steps that really happened.
 
+Where a window ends: after ``steps`` micro-steps, or earlier at the last batch of the prepared loader being
+iterated. With ``sync_with_dataloader = False`` a loader's end closes nothing: every window holds ``steps``
+micro-steps, wherever the loaders end (one window may span two epochs, or two loaders), so ``backward`` divides by
+``steps``, as Accelerate does. A window still open when training stops keeps its gradients (no optimizer step
+uses them; ``save_state`` saves them with the open window, and the next ``accumulate`` continues it).
+
 Summed losses (``backward(loss, num_items=n)``) under a loss scale (fp16): the scaler multiplies the loss by up
 to 65536 before backward, and a *sum* over many items would overflow fp16 where the same mean loss does not. So
 each summed loss is first divided by a normaliser fixed at the window's first backward: a power of two near the
@@ -41,6 +47,9 @@ class GradientWindow:
 
     def __init__(self, gradient_accumulation_steps: int, precision: Precision, strategy: SingleDevice) -> None:
         self.steps = gradient_accumulation_steps
+        # False: the end of a loader does not close the window (Accelerate's GradientAccumulationPlugin(
+        # sync_with_dataloader=False)); a setting, like ``steps``, so ``reset`` keeps it.
+        self.sync_with_dataloader = True
         self.precision = precision
         self.strategy = strategy
         self.reset()
@@ -74,11 +83,13 @@ class GradientWindow:
             self.micro_step = 0
             self.new_gradients()
         self.micro_step += 1
-        end = loader is not None and loader.end_of_dataloader
+        if loader is not None and self.sync_with_dataloader:
+            end, remaining = loader.end_of_dataloader, loader.remaining_batches
+        else:  # no loader, or windows that run across loader ends: every window holds `steps` micro-steps
+            end, remaining = False, None
         self.sync_gradients = end or self.micro_step >= steps
         self.in_window = True
         done = self.micro_step - 1
-        remaining = loader.remaining_batches if loader is not None else None
         self.divisor = done + min(steps - done, remaining) if remaining is not None else steps
 
     def loss_for_backward(self, loss: torch.Tensor, num_items: int | torch.Tensor | None) -> torch.Tensor:

@@ -78,6 +78,7 @@ class Accelerator(CoreAccelerator):
         self._options = options
         options.setup_precision(self.precision)  # GradScalerKwargs, AutocastKwargs
         self.sync_each_batch = options.sync_each_batch
+        self.sync_with_dataloader = options.sync_with_dataloader
         if options.syncs_rng:
             self.loader_context.epoch_started = options.epoch_started
         # Accelerate's state objects, as views of this instance (state.py): no process-wide singleton.

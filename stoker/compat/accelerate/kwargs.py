@@ -227,13 +227,21 @@ class GradientAccumulationPlugin(KwargsHandler):
 
     Attributes:
         num_steps: Micro-batches per optimizer step (the same as ``gradient_accumulation_steps``).
-        adjust_scheduler: Accepted only as True: prepared schedulers step once per real optimizer step.
-        sync_with_dataloader: Accepted only as True: the end of a prepared loader always closes the window.
+        adjust_scheduler: Accepted only as True. In Accelerate 1.16 neither value changes anything a script sees
+            (``to_kwargs()`` drops the default True, and the scheduler reads the flag from there, so its
+            ``_step_count`` is never advanced on micro-steps); stoker's prepared schedulers step once per real
+            optimizer step, as Accelerate's do with either value.
+        sync_with_dataloader: True (the default): the last batch of a prepared loader closes the window early, and
+            ``backward`` divides by that shorter window's true length. False: the window closes every ``num_steps``
+            micro-batches wherever the loaders end (it may span two epochs or two loaders), ``backward`` divides by
+            ``num_steps``, and a window still open when training stops keeps its gradients without updating the
+            weights (``save_state`` keeps them too); Accelerate's rule.
         sync_each_batch: Synchronise gradients across processes on every micro-batch, not only on the last one of
             a window (less memory with FSDP, more communication).
 
     Example:
-        >>> Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=4, sync_each_batch=True))
+        >>> plugin = GradientAccumulationPlugin(num_steps=4, sync_with_dataloader=False)
+        >>> Accelerator(gradient_accumulation_plugin=plugin)
     """
 
     num_steps: int | None = None
@@ -246,13 +254,15 @@ class GradientAccumulationPlugin(KwargsHandler):
             raise InvalidArgumentValue("GradientAccumulationPlugin(num_steps=...) is required: the number of "
                                        "micro-batches per optimizer step, e.g. GradientAccumulationPlugin(num_steps=4).")
         check_accumulation_steps(self.num_steps, argument="GradientAccumulationPlugin(num_steps=...)")
-        for name in ("adjust_scheduler", "sync_with_dataloader"):
-            if getattr(self, name) is not True:
-                raise ValueError(
-                    f"GradientAccumulationPlugin({name}=False) is not supported: stoker always steps schedulers once "
-                    "per real optimizer step and always closes the accumulation window at the end of a prepared "
-                    f"loader. Leave {name}=True."
-                )
+        if not isinstance(self.sync_with_dataloader, bool):
+            raise TypeError(f"GradientAccumulationPlugin(sync_with_dataloader={self.sync_with_dataloader!r}) must be "
+                            "True (a loader's end closes the window) or False (windows run across loader ends).")
+        if self.adjust_scheduler is not True:
+            raise ValueError(
+                f"GradientAccumulationPlugin(adjust_scheduler={self.adjust_scheduler!r}) is not supported: stoker "
+                "steps prepared schedulers once per real optimizer step and never counts micro-steps in them "
+                "(Accelerate 1.16 does the same with either value). Leave adjust_scheduler=True."
+            )
 
 
 class DynamoBackend(str, enum.Enum):

@@ -3,7 +3,8 @@
 ``AcceleratorOptions`` takes ``kwargs_handlers``, the plugins, ``split_batches``, ``rng_types`` and
 ``dynamo_backend`` as the user passed them, raises clear errors for what stoker does not support, and then
 hands each piece to its owner in the core: process-group and DDP options to the strategy it builds, scaler and
-autocast options to the precision object, ``sync_each_batch`` and the ``rng_types`` syncing to the Accelerator.
+autocast options to the precision object, ``sync_each_batch``, ``sync_with_dataloader`` and the ``rng_types``
+syncing to the Accelerator.
 The compat Accelerator keeps the object for what is used later (profiling, compiling).
 """
 
@@ -68,6 +69,10 @@ class AcceleratorOptions:
     @property
     def sync_each_batch(self) -> bool:
         return bool(self.accumulation is not None and self.accumulation.sync_each_batch)
+
+    @property
+    def sync_with_dataloader(self) -> bool:
+        return self.accumulation is None or self.accumulation.sync_with_dataloader
 
     # -- validation ---------------------------------------------------------------------------------------------
     @staticmethod

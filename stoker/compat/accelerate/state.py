@@ -342,12 +342,13 @@ class GradientState(_PerAccelerator):
 
     @property
     def sync_with_dataloader(self) -> bool:
-        return True
+        """False when windows run across loader ends (``GradientAccumulationPlugin(sync_with_dataloader=False)``)."""
+        return True if self._accelerator is None else self._accelerator.sync_with_dataloader
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:
-        return {"num_steps": self.num_steps, "adjust_scheduler": True, "sync_with_dataloader": True,
-                "sync_each_batch": self.sync_each_batch}
+        return {"num_steps": self.num_steps, "adjust_scheduler": True,
+                "sync_with_dataloader": self.sync_with_dataloader, "sync_each_batch": self.sync_each_batch}
 
     @property
     def dataloader_references(self) -> list[Any]:
