@@ -110,10 +110,29 @@ def test_split_batches_and_gradient_accumulation_plugin() -> None:
     with pytest.raises(ValueError, match="both gradient_accumulation_steps and gradient_accumulation_plugin"):
         Accelerator(cpu=True, gradient_accumulation_steps=2,
                     gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2))
-    with pytest.raises(ValueError, match="adjust_scheduler=False"):
-        GradientAccumulationPlugin(num_steps=2, adjust_scheduler=False)
+    # adjust_scheduler=False is Accelerate's no-op (its schedulers never count micro-steps either way): accepted
+    assert GradientAccumulationPlugin(num_steps=2, adjust_scheduler=False).adjust_scheduler is False
+    with pytest.raises(TypeError, match="adjust_scheduler"):
+        GradientAccumulationPlugin(num_steps=2, adjust_scheduler="no")
     with pytest.raises(ValueError, match="num_steps"):
         GradientAccumulationPlugin()
+
+
+@pytest.mark.parametrize("adjust", [True, False])
+def test_adjust_scheduler_either_way_steps_schedulers_once_per_applied_step(adjust: bool) -> None:
+    plugin = GradientAccumulationPlugin(num_steps=2, adjust_scheduler=adjust)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    for _ in range(6):  # 3 windows of 2 micro-batches
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.ones(4, 2)).pow(2).mean())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    assert scheduler.scheduler._step_count == 1 + 3 and scheduler.get_last_lr() == [0.1 * 0.5 ** 3]
 
 
 def test_rng_types_are_validated() -> None:

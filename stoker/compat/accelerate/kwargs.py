@@ -227,8 +227,8 @@ class GradientAccumulationPlugin(KwargsHandler):
 
     Attributes:
         num_steps: Micro-batches per optimizer step (the same as ``gradient_accumulation_steps``).
-        adjust_scheduler: Accepted only as True. In Accelerate 1.16 neither value changes anything a script sees
-            (``to_kwargs()`` drops the default True, and the scheduler reads the flag from there, so its
+        adjust_scheduler: True or False, with the same effect. In Accelerate 1.16 neither value changes anything a
+            script sees (``to_kwargs()`` drops the default True, and the scheduler reads the flag from there, so its
             ``_step_count`` is never advanced on micro-steps); stoker's prepared schedulers step once per real
             optimizer step, as Accelerate's do with either value.
         sync_with_dataloader: True (the default): the last batch of a prepared loader closes the window early, and
@@ -257,12 +257,9 @@ class GradientAccumulationPlugin(KwargsHandler):
         if not isinstance(self.sync_with_dataloader, bool):
             raise TypeError(f"GradientAccumulationPlugin(sync_with_dataloader={self.sync_with_dataloader!r}) must be "
                             "True (a loader's end closes the window) or False (windows run across loader ends).")
-        if self.adjust_scheduler is not True:
-            raise ValueError(
-                f"GradientAccumulationPlugin(adjust_scheduler={self.adjust_scheduler!r}) is not supported: stoker "
-                "steps prepared schedulers once per real optimizer step and never counts micro-steps in them "
-                "(Accelerate 1.16 does the same with either value). Leave adjust_scheduler=True."
-            )
+        if not isinstance(self.adjust_scheduler, bool):
+            raise TypeError(f"GradientAccumulationPlugin(adjust_scheduler={self.adjust_scheduler!r}) must be True or "
+                            "False.")
 
 
 class DynamoBackend(str, enum.Enum):
