@@ -188,6 +188,40 @@ class WandbLogger(Logger):
 
         self.log({table_name: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step, **kwargs)
 
+    def log_text(self, key: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
+                 dataframe: Any = None, step: int | None = None) -> None:
+        """Lightning's ``log_text``: rows of text as a ``wandb.Table`` under ``key``."""
+        self.log_table(key, columns, data, dataframe, step)
+
+    def log_image(self, key: str, images: list[Any], step: int | None = None, **kwargs: list[Any]) -> None:
+        """Lightning's ``log_image``: ``images`` (arrays, tensors, PIL images or paths) as ``wandb.Image``s under
+        ``key``; each keyword is a list with one value per image (``caption=[...]``)."""
+        self._log_media("Image", key, images, step, kwargs)
+
+    def log_audio(self, key: str, audios: list[Any], step: int | None = None, **kwargs: list[Any]) -> None:
+        """Lightning's ``log_audio``: ``audios`` as ``wandb.Audio``s (per-item keywords such as
+        ``sample_rate=[...]``)."""
+        self._log_media("Audio", key, audios, step, kwargs)
+
+    def log_video(self, key: str, videos: list[Any], step: int | None = None, **kwargs: list[Any]) -> None:
+        """Lightning's ``log_video``: ``videos`` as ``wandb.Video``s (per-item keywords such as ``fps=[...]``)."""
+        self._log_media("Video", key, videos, step, kwargs)
+
+    def _log_media(self, kind: str, key: str, items: Any, step: int | None, per_item: dict[str, list[Any]]) -> None:
+        """One ``run.log`` of ``items`` wrapped in ``wandb.<kind>``, each with its share of ``per_item``."""
+        if not isinstance(items, list):
+            raise TypeError(f"WandbLogger.log_{kind.lower()}({key!r}, ...) takes a list of items, got "
+                            f"{type(items).__name__}; wrap a single one in a list.")
+        uneven = {name: len(values) for name, values in per_item.items() if len(values) != len(items)}
+        if uneven:
+            raise ValueError(f"WandbLogger.log_{kind.lower()}({key!r}, ...): {len(items)} items, but the keyword "
+                             f"lists have lengths {uneven}; give one value per item.")
+        import wandb
+
+        wrap = getattr(wandb, kind)
+        self.log({key: [wrap(item, **{name: values[i] for name, values in per_item.items()})
+                        for i, item in enumerate(items)]}, step)
+
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Merge ``params`` into ``run.config`` (nested mappings flattened with ``"/"``)."""
         self.experiment.config.update(flatten_params(params_to_dict(params)), allow_val_change=True)
