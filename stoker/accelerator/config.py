@@ -75,7 +75,9 @@ class DataLoaderConfiguration:
             pinned); set ``pin_memory=True`` on your loader to pin anyway. ``False`` turns both off on CUDA too.
         dispatch_batches: Accepted for Accelerate compatibility, and ``True`` behaves as ``False``: stoker never
             dispatches batches from the main process; every process reads the data itself and keeps its own
-            share (Accelerate's non-dispatching behaviour, what one machine needs).
+            share (Accelerate's non-dispatching behaviour, what one machine needs). Only the last, short step of
+            an ``IterableDataset`` follows ``True``: it is shared in equal parts, as Accelerate's dispatcher
+            shares it.
         data_seed: Seed of the prepared loaders' own shuffle generator. ``None``: drawn once from the global RNG
             at ``prepare`` (so ``set_seed`` before ``prepare`` fixes it) and broadcast from the main process.
     """

@@ -5,7 +5,11 @@ Every process reads the whole stream, in the same order, and keeps its share of 
 of every group, so each batch of the rebuilt loader is process p's part of one global batch (whole batches
 round-robin; with ``split_batches`` a slice of every batch). With ``even_batches`` a short last group is
 completed with the stream's first items, so that every process gets as many batches; ``padding`` counts them for
-``gather_for_metrics`` (visible in the main process when the loader has no workers). ``skip_items`` starts the
+``gather_for_metrics`` (visible in the main process when the loader has no workers). ``even_split`` shares that
+last group as Accelerate's batch dispatcher does (``dispatch_batches=True``): in equal parts of
+``ceil(rest / num_processes)`` items, so a rest that divides needs no padding. With ``drop_last`` the items of
+the last group that do not fill a batch are dropped first (a short batch, as a map-style loader drops it), and the
+whole batches left are evened out as above. ``skip_items`` starts the
 epoch after that many stream items (a position restored from a run with another process count): they are read and
 dropped, and the groups start after them.
 """
@@ -29,7 +33,7 @@ class IterableShard(IterableDataset):
     """
 
     def __init__(self, dataset: Any, per_process: int, num_processes: int, process_index: int,
-                 even_batches: bool = True) -> None:
+                 even_batches: bool = True, even_split: bool = False, drop_last: bool = False) -> None:
         if per_process < 1:
             raise ValueError(f"IterableShard(per_process={per_process!r}) must be >= 1.")
         self.dataset = dataset
@@ -37,6 +41,8 @@ class IterableShard(IterableDataset):
         self.num_processes = num_processes
         self.process_index = process_index
         self.even_batches = even_batches
+        self.even_split = even_split and not drop_last  # an even split makes short batches: drop_last drops them
+        self.drop_last = drop_last
         self.padding = 0
         self.skip_items = 0  # stream items already consumed (by all processes) in this epoch: a restored position
 
@@ -60,9 +66,14 @@ class IterableShard(IterableDataset):
             if len(buffer) == group:
                 yield from buffer[start:start + per]
                 buffer = []
+        if self.drop_last:
+            buffer = buffer[:len(buffer) - len(buffer) % per]
         if buffer:
             if self.even_batches:
-                need = group - len(buffer)
+                if self.even_split:
+                    per = -(-len(buffer) // self.num_processes)
+                    start = self.process_index * per
+                need = per * self.num_processes - len(buffer)
                 buffer += (first * (need // len(first) + 1))[:need]
                 self.padding = need
             yield from buffer[start:start + per]
@@ -71,8 +82,11 @@ class IterableShard(IterableDataset):
         total = len(self.dataset)  # TypeError for a stream without a length, as DataLoader expects
         per, group = self.per_process, self.per_process * self.num_processes
         full, rest = divmod(total, group)
+        if self.drop_last:
+            rest -= rest % per
         if self.even_batches:
-            return (full + (1 if rest else 0)) * per
+            last = -(-rest // self.num_processes) if self.even_split else per if rest else 0
+            return full * per + last
         return full * per + min(per, max(rest - self.process_index * per, 0))
 
     def __getattr__(self, name: str) -> Any:
@@ -81,10 +95,13 @@ class IterableShard(IterableDataset):
         return getattr(self.dataset, name)
 
 
-def shard_iterable(dataset: Any, batch_size: int | None, context: Any) -> tuple[IterableShard, int | None]:
+def shard_iterable(dataset: Any, batch_size: int | None, context: Any,
+                   drop_last: bool = False) -> tuple[IterableShard, int | None]:
     """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
-    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``)."""
+    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``; ``drop_last``: the user's loader's)."""
     config, n = context.dataloader_config, context.strategy.num_processes
     if config.split_batches:
         batch_size = split_batch_size(batch_size, n)
-    return IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, config.even_batches), batch_size
+    shard = IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, config.even_batches,
+                          even_split=config.dispatch_batches is True, drop_last=drop_last)
+    return shard, batch_size

@@ -190,21 +190,24 @@ class PreparedDataLoader:
 
     def _position(self, skip: int, items: int | None) -> int:
         """Sets where the epoch starts in the sampler (in inner batches of all processes: ``skip`` and the batches
-        done, counted from ``epoch_start``) or in a sharded stream (``items`` restored); returns the batches to read
-        and drop (``items`` restored into one process, whose stream is not sharded)."""
+        done, counted from ``epoch_start``) or in a sharded stream (``items`` restored); returns the batches of a
+        stream to read and drop: ``skip`` and the batches done that neither torchdata's restored state nor the
+        items a sharded stream skips already cover (a stream restarts at every iteration)."""
         sampler = self._batch_sampler
         if sampler is not None:
             sampler.set_epoch(self.epoch, self.seed)  # the seed too: load_state_dict may have changed it
             base, first = self.epoch_start
             sampler.skip = base + sampler.inner_batches_before(skip + self.batches_yielded - first)
             return 0
-        if items is None:
-            return 0
+        if self._pending_inner_state is not None:  # torchdata continues from the batches done
+            return skip
         dataset = self.base_loader.dataset
         if isinstance(dataset, IterableShard):
-            dataset.skip_items = items
-            return 0
-        return self.batches_yielded  # the whole stream in this process: drop the batches consumed
+            if items is not None:
+                dataset.skip_items = items
+            # the items it skips (restored in this epoch) cover the first epoch_start[1] batches of this process
+            return skip + self.batches_yielded - (self.epoch_start[1] if dataset.skip_items else 0)
+        return skip + self.batches_yielded
 
     def _look_ahead(self, skip: int, finished: list[bool], discard: int = 0) -> Iterator[Any]:
         """The batches, one fetched ahead so that the last one is known while it is processed."""
@@ -344,6 +347,12 @@ class PreparedDataLoader:
         if isinstance(sampler.inner.sampler, BatchSampler):  # ``sampler=`` a batch sampler: its batches are items
             return None
         return len(sampler.inner.sampler) % (self.total_batch_size or 1)
+
+    @property
+    def remainder(self) -> int:
+        """Accelerate's name for :attr:`final_step_samples`, with -1 where that is None (its value there)."""
+        samples = self.final_step_samples
+        return -1 if samples is None else samples
 
     @property
     def total_batch_size(self) -> int | None:

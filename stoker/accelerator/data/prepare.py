@@ -148,7 +148,7 @@ def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.
     if context.strategy.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
 
-        dataset, batch_size = shard_iterable(dataset, batch_size, context)
+        dataset, batch_size = shard_iterable(dataset, batch_size, context, loader.drop_last)
     kwargs.update(batch_size=batch_size, drop_last=loader.drop_last, generator=generator)
     if context.dataloader_config.use_stateful_dataloader:
         from torchdata.stateful_dataloader import StatefulDataLoader

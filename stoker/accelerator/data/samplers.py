@@ -165,13 +165,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
             batches = [list(b) for b in self.inner]
         n, p = self.num_shards, self.shard
         if self.split_batches:
-            for b in batches[skip:]:
-                size = math.ceil(len(b) / n)
-                if self.even_batches and len(b) < size * n:
-                    added = (b * n)[: size * n - len(b)]
-                    self.padding += _samples(added)
-                    b = b + added
-                yield b[p * size:(p + 1) * size]
+            yield from self._split(batches, skip)
             return
         rest = batches[skip:]
         if self.even_batches and rest:
@@ -187,6 +181,25 @@ class ShardedBatchSampler(Sampler[list[int]]):
                 rest.append((flat * (full // len(flat) + 2))[start:start + full])
                 self.padding += _samples(rest[-1])
         yield from rest[p::n]
+
+    def _split(self, batches: list[list[Any]], skip: int) -> Iterator[Any]:
+        """``split_batches``: this process's slice of each batch after the first ``skip``. With ``even_batches``
+        a short last batch is first completed to the batch size with samples from the epoch's start, as
+        Accelerate does (so every process gets ``batch_size / n`` samples); a batch that still does not divide
+        (a batch sampler of the user's) repeats its own samples."""
+        n, p, full = self.num_shards, self.shard, self._batch_size()
+        for k, b in enumerate(batches[skip:], skip):
+            if self.even_batches and full and k == len(batches) - 1 and len(b) < full:
+                flat = [i for batch in batches for i in batch]
+                added = (flat * (full // len(flat) + 1))[: full - len(b)]
+                self.padding += _samples(added)
+                b = b + added
+            size = math.ceil(len(b) / n)
+            if self.even_batches and len(b) < size * n:
+                added = (b * n)[: size * n - len(b)]
+                self.padding += _samples(added)
+                b = b + added
+            yield b[p * size:(p + 1) * size]
 
     def __iter__(self) -> Iterator[Any]:
         if self.skip == 0 and self.num_shards == 1 and self.recorded is None:

@@ -156,10 +156,11 @@ class Accelerator(CoreAccelerator):
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gathers like :meth:`gather`; at a loader's last batch keeps as many rows as that step has real samples
         (the repeated samples that evened out the processes' batches are dropped)."""
-        if use_gather_object or not collectives.has_tensor(input_data):
+        objects = use_gather_object or not collectives.has_tensor(input_data)
+        if objects:
             parts = self.strategy.all_gather_object(input_data)
             data: Any = [x for part in parts for x in (part if isinstance(part, list) else [part])]
-        else:
+        else:  # tensors at any depth: a tuple or list of them is cut tensor by tensor, not as a list of items
             data = self.gather(input_data)
         loaders = self.iterating_loaders
         if not (loaders and loaders[-1].end_of_dataloader):
@@ -171,12 +172,12 @@ class Accelerator(CoreAccelerator):
             drop = loaders[-1].padding_samples
             if not drop:
                 return data
-            if isinstance(data, list):
+            if objects:
                 return data[:len(data) - drop]
             return apply_to_tensors(lambda t: t[: t.shape[0] - drop], data)
         if not keep:
             return data
-        return data[:keep] if isinstance(data, list) else apply_to_tensors(lambda t: t[:keep], data)
+        return data[:keep] if objects else apply_to_tensors(lambda t: t[:keep], data)
 
     on_main_process = forward_to_state(AcceleratorState.on_main_process)
     on_local_main_process = forward_to_state(AcceleratorState.on_local_main_process)

@@ -368,9 +368,16 @@ class GradientState(_PerAccelerator):
         loader = self.active_dataloader
         return bool(loader is not None and loader.end_of_dataloader)
 
+    @property
+    def remainder(self) -> int:
+        """Samples in the last step of the loader being iterated, all processes together (0: that step is full);
+        -1 outside a loop over a prepared loader, or where that count is unknown (see ``final_step_samples``)."""
+        loader = self.active_dataloader
+        return -1 if loader is None else loader.remainder
+
     def __repr__(self) -> str:
         return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
-                f"Gradient accumulation plugin: {self.plugin_kwargs}\n")
+                f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
 
 
 def forward_to_state(function: Callable) -> Callable:
