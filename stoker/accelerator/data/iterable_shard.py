@@ -81,10 +81,13 @@ class IterableShard(IterableDataset):
         return getattr(self.dataset, name)
 
 
-def shard_iterable(dataset: Any, batch_size: int | None, context: Any) -> tuple[IterableShard, int | None]:
+def shard_iterable(dataset: Any, batch_size: int | None, context: Any,
+                   even_batches: bool | None = None) -> tuple[IterableShard, int | None]:
     """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
-    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``)."""
+    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``; ``even_batches``: the loader's own choice over
+    the configuration's)."""
     config, n = context.dataloader_config, context.strategy.num_processes
+    even = config.even_batches if even_batches is None else even_batches
     if config.split_batches:
         batch_size = split_batch_size(batch_size, n)
-    return IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, config.even_batches), batch_size
+    return IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, even), batch_size
