@@ -368,18 +368,20 @@ def check_iterable(item: Any, what: str) -> None:
                         "(it makes them resumable and shards them across processes) or other iterables of batches.")
 
 
-def prepare_loader(acc: Accelerator, loader: Any, checkpointed: bool = True) -> Any:
+def prepare_loader(acc: Accelerator, loader: Any, checkpointed: bool = True, even_batches: bool = True) -> Any:
     """A DataLoader prepared by the Accelerator; any other iterable read as it is (module docstring), the
     DataLoaders inside a ``CombinedLoader`` prepared. ``checkpointed=False``: not among the loaders whose positions
     the Accelerator's checkpoints hold (a loader read from its start each time), and its seed is not drawn from the
-    global RNG (a resumed run prepares it at another point of the random stream)."""
+    global RNG (a resumed run prepares it at another point of the random stream). ``even_batches=False`` (with
+    ``checkpointed=False``): the shares are not padded to as many batches each (prediction: each sample once)."""
     if not checkpointed:
         from ..accelerator import prepare_data_loader
 
         device = acc.device if acc.device_placement else None
 
         def prepare(leaf: DataLoader) -> Any:
-            return prepare_data_loader(leaf, acc.loader_context, device, draw_seed=False)
+            return prepare_data_loader(leaf, acc.loader_context, device, draw_seed=False,
+                                       even_batches=None if even_batches else False)
     else:
         prepare = acc.prepare_data_loader
     if isinstance(loader, DataLoader):

@@ -189,7 +189,10 @@ class LoaderRequests:
         t.eval_log_steps = {key: n for key, n in t.eval_log_steps.items() if key[0] != stage.name}
         for loader in loaders:
             warn_about_loaders(t, loader, stage)
-        prepared = [prepare_loader(t.accelerator, loader, checkpointed=False) for loader in loaders]
+        # prediction runs no collective per batch, so its shares need not be padded to as many batches each (a
+        # padded batch would be predicted twice); evaluation's must be, for the values logged with sync_dist
+        even = stage.name != "predict"
+        prepared = [prepare_loader(t.accelerator, loader, checkpointed=False, even_batches=even) for loader in loaders]
         limit = getattr(t, stage.limit)
         t.stage_record.loader_batches[stage.name] = [self.limit(loader, limit, stage.limit) for loader in prepared]
         setattr(t, stage.count, [n for loader in prepared for n in _iterable_counts(loader)])

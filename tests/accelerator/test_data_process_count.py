@@ -96,6 +96,26 @@ def test_after_any_global_position_the_processes_share_the_rest_of_the_epoch() -
         assert sum(taken.values()) == len(order[done * 4:]) + padding
 
 
+def test_drop_last_drops_a_short_last_round_instead_of_padding_it() -> None:
+    """22 samples in batches of 4 with drop_last: 5 full batches, which 2 processes share as 2 each (the fifth
+    is dropped, as Accelerate and Lightning's per-process loaders do); no sample is repeated to pad a round."""
+    for split in (False, True):
+        run = run_of(2, lambda: DataLoader(list(range(22)), batch_size=4, drop_last=True), split)
+        got = [[b.tolist() for b in loader] for loader in run]
+        assert [len(batches) for batches in got] == [len(loader) for loader in run] == ([2, 2] if not split else [5, 5])
+        samples = [i for batches in got for b in batches for i in b]
+        assert all(len(b) == (4 if not split else 2) for batches in got for b in batches)
+        assert len(samples) == len(set(samples)) == (16 if not split else 20)
+        assert sum(loader.padding_samples for loader in run) == 0
+    inner = BatchSampler(SeedableRandomSampler(22, seed=3), 4, True)  # a resume's skip counts the same rounds
+    for p in range(2):
+        sampler = ShardedBatchSampler(inner, 2, p)
+        full = list(sampler)
+        for k in range(len(full) + 1):
+            sampler.skip = sampler.inner_batches_before(k)
+            assert list(sampler) == full[k:] and sampler.local_batches_before(sampler.inner_batches_before(k)) == k
+
+
 # -- prepared loaders carried over to another process count ---------------------------------------------------------
 @pytest.mark.parametrize("before,after,sizes,split", [
     (2, 1, (8, 8), True), (1, 2, (8, 8), True), (2, 1, (4, 8), False), (1, 2, (8, 4), False),

@@ -4,6 +4,7 @@ there are three, each checking several things."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from stoker import ModelCheckpoint, Trainer
+from stoker import BasePredictionWriter, ModelCheckpoint, Trainer
 from stoker.loggers import CSVLogger
 from stoker.trainer.spawn import WorkerError
 from tests.helpers.models import Regressor, batches, clone_model, make_loader, make_regression_data, raw_loop
@@ -136,3 +137,28 @@ def test_forked_predict_returns_rank_zero_predictions(tmp_path: Path) -> None:
     assert len(predictions) == 2
     for got, want in zip(predictions, expected):
         torch.testing.assert_close(got, want)
+
+
+class RankIndices(BasePredictionWriter):
+    """Writes the sample indices each process predicted into ``folder/rank{r}.json`` (the workers' callbacks are
+    copies: a file is how their findings come back)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__("epoch")
+        self.folder = folder
+
+    def write_on_epoch_end(self, trainer, module, predictions, batch_indices) -> None:
+        found = {"indices": [i for batch in batch_indices[0] for i in batch], "sizes": [len(p) for p in predictions]}
+        (self.folder / f"rank{trainer.global_rank}.json").write_text(json.dumps(found))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_predict_in_two_processes_predicts_each_sample_once(tmp_path: Path) -> None:
+    # 21 samples in batches of 4: 6 batches, the last of 1. Prediction pads nothing (Lightning's
+    # UnrepeatedDistributedSampler): rank 1's last batch is that 1 sample, not completed from the epoch's start.
+    trainer = spawn_trainer(tmp_path, enable_checkpointing=False, strategy="ddp_fork", callbacks=[RankIndices(tmp_path)])
+    trainer.predict(RankReporter(), make_loader(make_regression_data(n=21), batch_size=4))
+    found = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [f["sizes"] for f in found] == [[4, 4, 4], [4, 4, 1]]
+    assert sorted(found[0]["indices"] + found[1]["indices"]) == list(range(21))

@@ -96,12 +96,14 @@ class IterableShard(IterableDataset):
 
 
 def shard_iterable(dataset: Any, batch_size: int | None, context: Any,
-                   drop_last: bool = False) -> tuple[IterableShard, int | None]:
+                   drop_last: bool = False, even_batches: bool | None = None) -> tuple[IterableShard, int | None]:
     """This process's :class:`IterableShard` of ``dataset`` and the batch size its loader uses (``context``: the
-    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``; ``drop_last``: the user's loader's)."""
+    loaders' ``LoaderContext``: ``dataloader_config``, ``strategy``; ``drop_last``: the user's loader's;
+    ``even_batches``: the loader's own choice over the configuration's)."""
     config, n = context.dataloader_config, context.strategy.num_processes
+    even = config.even_batches if even_batches is None else even_batches
     if config.split_batches:
         batch_size = split_batch_size(batch_size, n)
-    shard = IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, config.even_batches,
+    shard = IterableShard(dataset, batch_size or 1, n, context.strategy.process_index, even,
                           even_split=config.dispatch_batches is True, drop_last=drop_last)
     return shard, batch_size

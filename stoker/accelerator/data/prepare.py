@@ -34,12 +34,15 @@ def _loader_kwargs(loader: DataLoader) -> dict[str, Any]:
 
 
 def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torch.device | None,
-                        draw_seed: bool = True) -> PreparedDataLoader:
+                        draw_seed: bool = True, even_batches: bool | None = None) -> PreparedDataLoader:
     """Rebuilds ``loader`` for this process (see the module docstring). ``context``: the Accelerator's
     :class:`LoaderContext`. ``draw_seed=False``: without a configured ``data_seed`` the loader's seed is 0 instead of
     one drawn from the global RNG, so that preparing it moves no random state (a loader whose position no checkpoint
-    holds, prepared in the middle of a run: a resumed run prepares it at another point of the random stream)."""
+    holds, prepared in the middle of a run: a resumed run prepares it at another point of the random stream).
+    ``even_batches``: this loader's own choice over the configuration's (False: no sample is repeated to give every
+    process as many batches; for a loader read without collectives per batch, such as prediction's)."""
     config = context.dataloader_config
+    even = config.even_batches if even_batches is None else even_batches
     n, rank = context.strategy.num_processes, context.strategy.process_index
     seed = config.data_seed
     iterable = isinstance(loader.dataset, IterableDataset)
@@ -65,7 +68,7 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torc
                                                            loader.num_workers)
     generator = torch.Generator()
     if iterable:
-        return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking, draws)
+        return _prepare_iterable(loader, context, device, seed, kwargs, generator, non_blocking, draws, even)
     sampler = seedable(loader.sampler, seed) if config.use_seedable_sampler else loader.sampler
     if loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler:
         inner: Any = BatchSampler(sampler, loader.batch_size, loader.drop_last)
@@ -77,7 +80,7 @@ def prepare_data_loader(loader: DataLoader, context: LoaderContext, device: torc
         inner = seedable(loader.batch_sampler, seed) if config.use_seedable_sampler else loader.batch_sampler
     if config.split_batches:
         split_batch_size(loader.batch_size, n)
-    batch_sampler = ShardedBatchSampler(inner, n, rank, config.even_batches, config.split_batches)
+    batch_sampler = ShardedBatchSampler(inner, n, rank, even, config.split_batches)
     rebuilt = DataLoader(loader.dataset, batch_sampler=batch_sampler, generator=generator, **kwargs)
     return PreparedDataLoader(rebuilt, context, batch_sampler, seed, device, non_blocking, draws)
 
@@ -143,12 +146,12 @@ class _FirstOnly:
 
 def _prepare_iterable(loader: DataLoader, context: LoaderContext, device: torch.device | None, seed: int,
                       kwargs: dict[str, Any], generator: torch.Generator, non_blocking: bool,
-                      draws: GlobalDraws) -> PreparedDataLoader:
+                      draws: GlobalDraws, even: bool) -> PreparedDataLoader:
     dataset, batch_size = loader.dataset, loader.batch_size
     if context.strategy.num_processes > 1:  # every process reads the stream and keeps its share (iterable_shard.py)
         from .iterable_shard import shard_iterable
 
-        dataset, batch_size = shard_iterable(dataset, batch_size, context, loader.drop_last)
+        dataset, batch_size = shard_iterable(dataset, batch_size, context, loader.drop_last, even)
     kwargs.update(batch_size=batch_size, drop_last=loader.drop_last, generator=generator)
     if context.dataloader_config.use_stateful_dataloader:
         from torchdata.stateful_dataloader import StatefulDataLoader

@@ -102,7 +102,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
     Several processes: whole batches go round-robin (``split_batches=False``: process p gets batches p, p+n, ...)
     or each batch is cut into n equal slices (``split_batches=True``). With ``even_batches`` the epoch is padded
     with samples from its start so every process gets the same number of full batches; ``padding`` counts the
-    repeated samples so ``gather_for_metrics`` can drop them.
+    repeated samples so ``gather_for_metrics`` can drop them. An inner batch sampler with ``drop_last`` (the
+    loader's ``drop_last=True``) asked for full batches only: the last round, when fewer batches are left than
+    processes, is dropped instead of padded (as Accelerate, and as Lightning's per-process loaders drop theirs).
 
     Every epoch starts with :meth:`set_epoch`, which passes the loader's seed to the seedable samplers inside; in
     several processes a user's own sampler is drawn with the global RNG seeded from (seed, epoch), so every process
@@ -152,6 +154,11 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def _batch_size(self) -> int | None:
         return getattr(self.inner, "batch_size", None)
 
+    def _drops_last(self) -> bool:
+        """Whether whole batches are dealt out and the inner sampler drops a short last batch: then a short last
+        round of batches is dropped too (every batch of the epoch is a full one, none repeated)."""
+        return not self.split_batches and getattr(self.inner, "drop_last", False) is True
+
     def _my_batches(self, skip: int) -> Iterator[Any]:
         """This process's batches of the epoch after the first ``skip`` inner batches (all processes together).
 
@@ -167,7 +174,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         if self.split_batches:
             yield from self._split(batches, skip)
             return
-        rest = batches[skip:]
+        rest = batches[skip:len(batches) - len(batches) % n] if self._drops_last() else batches[skip:]
         if self.even_batches and rest:
             full = self._batch_size() or len(batches[0])
             flat = [i for b in batches for i in b]
@@ -240,6 +247,8 @@ class ShardedBatchSampler(Sampler[list[int]]):
         """This process's batches among ``inner_batches`` consecutive inner batches from an epoch's start."""
         if self.num_shards == 1 or self.split_batches:
             return inner_batches
+        if self._drops_last():
+            return inner_batches // self.num_shards
         if self.even_batches:
             return math.ceil(inner_batches / self.num_shards)
         return len(range(self.shard, inner_batches, self.num_shards))
