@@ -39,9 +39,10 @@ def main() -> dict[str, object]:
         result[f"stream_{dispatch}"] = batches(loader)
         result[f"stream_{dispatch}_gathered"] = [acc.gather_for_metrics(b).tolist() for b in loader]
         result[f"stream_{dispatch}_skip1"] = batches(skip_first_batches(loader, 1))
-    acc = Accelerator(cpu=True)  # drop_last drops the short batch [9] only; the rest is evened out as without it
+    acc = Accelerator(cpu=True)  # drop_last drops the short last round, [6, 7, 8] and [9]
     loader = acc.prepare(DataLoader(Stream(10), batch_size=3, drop_last=True))
     result["stream_drop_last"] = batches(loader)
+    result["map_drop_last"] = batches(acc.prepare(DataLoader(list(range(10)), batch_size=3, drop_last=True)))
     result["stream_drop_last_gathered"] = [acc.gather_for_metrics(b).tolist() for b in loader]
     acc = Accelerator(cpu=True)  # a batch of a tuple dataset is a list of tensors: each is cut, not the list
     loader = acc.prepare(DataLoader(TensorDataset(torch.arange(10), torch.arange(10) * 10), batch_size=3))

@@ -7,9 +7,9 @@ round-robin; with ``split_batches`` a slice of every batch). With ``even_batches
 completed with the stream's first items, so that every process gets as many batches; ``padding`` counts them for
 ``gather_for_metrics`` (visible in the main process when the loader has no workers). ``even_split`` shares that
 last group as Accelerate's batch dispatcher does (``dispatch_batches=True``): in equal parts of
-``ceil(rest / num_processes)`` items, so a rest that divides needs no padding. With ``drop_last`` the items of
-the last group that do not fill a batch are dropped first (a short batch, as a map-style loader drops it), and the
-whole batches left are evened out as above. ``skip_items`` starts the
+``ceil(rest / num_processes)`` items, so a rest that divides needs no padding. With ``drop_last`` a short last
+group is dropped whole (every process's batch is a full one, none repeated: the rule of a map-style loader's last
+round, ``samplers.ShardedBatchSampler``). ``skip_items`` starts the
 epoch after that many stream items (a position restored from a run with another process count): they are read and
 dropped, and the groups start after them.
 """
@@ -66,8 +66,8 @@ class IterableShard(IterableDataset):
             if len(buffer) == group:
                 yield from buffer[start:start + per]
                 buffer = []
-        if self.drop_last:
-            buffer = buffer[:len(buffer) - len(buffer) % per]
+        if self.drop_last:  # a short last group holds too few items for a full batch on every process
+            buffer = []
         if buffer:
             if self.even_batches:
                 if self.even_split:
@@ -83,7 +83,7 @@ class IterableShard(IterableDataset):
         per, group = self.per_process, self.per_process * self.num_processes
         full, rest = divmod(total, group)
         if self.drop_last:
-            rest -= rest % per
+            rest = 0
         if self.even_batches:
             last = -(-rest // self.num_processes) if self.even_split else per if rest else 0
             return full * per + last
