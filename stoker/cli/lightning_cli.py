@@ -28,7 +28,7 @@ from ..trainer.overrides import defines_hook
 from ..version import __version__
 from . import optimizers as optim
 from .checkpoint_hparams import config_with_checkpoint_hparams
-from .parser import ActionConfigFile, LightningArgumentParser, Namespace, class_from_function
+from .parser import ActionConfigFile, LightningArgumentParser, Namespace, class_from_function, instantiate
 from .save_config import SaveConfigCallback
 
 __all__ = ["ArgsType", "LightningCLI"]
@@ -202,7 +202,7 @@ class LightningCLI:
 
     def instantiate_classes(self) -> None:
         """Builds the classes (``self.config_init``), then ``self.datamodule``, ``self.model`` and ``self.trainer``."""
-        self.config_init = self.parser.instantiate_classes(self.config)
+        self.config_init = instantiate(self.parser, self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
         self._add_configure_optimizers_method_to_model(self.subcommand)

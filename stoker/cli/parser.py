@@ -37,7 +37,18 @@ from .optimizers import LRSchedulerTypeTuple, class_path_dict
 # without this, jsonargparse writes and reads them by the path they are imported from (jsonargparse's own setting).
 register_unresolvable_import_paths(torch)
 
-__all__ = ["ActionConfigFile", "LightningArgumentParser", "Namespace", "class_from_function"]
+__all__ = ["KEEP_NONE", "ActionConfigFile", "LightningArgumentParser", "Namespace", "class_from_function",
+           "instantiate"]
+
+# jsonargparse 4.49 renamed `skip_none` to `skip_unset` and `instantiate_classes` to `instantiate` (the old names
+# warn): the one spelling of each that the installed version takes.
+_RENAMED = hasattr(ArgumentParser, "instantiate")
+KEEP_NONE: dict[str, bool] = {"skip_unset": False} if _RENAMED else {"skip_none": False}
+
+
+def instantiate(parser: Any, config: Any) -> Any:
+    """``config`` with its classes built (jsonargparse's ``instantiate``, ``instantiate_classes`` before 4.49)."""
+    return parser.instantiate(config) if _RENAMED else parser.instantiate_classes(config)
 
 # The classes whose signatures become a group of arguments (the core Trainer: stoker.Trainer is one of them).
 _CONFIGURABLE = (CoreTrainer, TrainingModule, DataModule, Callback)

@@ -9,9 +9,14 @@ Owns the file and the refusal to overwrite one a previous run wrote. It uses the
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..callbacks import Callback
+from .parser import KEEP_NONE
+
+if TYPE_CHECKING:
+    from ..compat.lightning.trainer import Trainer
+    from ..trainer import TrainingModule
 
 __all__ = ["SaveConfigCallback"]
 
@@ -46,7 +51,7 @@ class SaveConfigCallback(Callback):
                              "implement `save_config` (where the configuration goes instead); with neither, nothing "
                              "would be saved. Set save_config_callback=None in LightningCLI to save nothing.")
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, module: TrainingModule, stage: str) -> None:
         """Writes the file (main process) once per run; every process checks the refusal together."""
         if self.already_saved:
             return
@@ -57,7 +62,7 @@ class SaveConfigCallback(Callback):
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)  # all processes skip later stages
 
-    def _write(self, trainer: Any) -> None:
+    def _write(self, trainer: Trainer) -> None:
         log_dir = trainer.log_dir
         path = os.path.join(log_dir, self.config_filename)
         if not self.overwrite:
@@ -70,9 +75,9 @@ class SaveConfigCallback(Callback):
                     '`LightningCLI(save_config_kwargs={"overwrite": True})` to overwrite the config file.')
         if trainer.is_global_zero:  # the log folder may not exist yet: no logger has written anything
             os.makedirs(log_dir, exist_ok=True)
-            self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+            self.parser.save(self.config, path, **KEEP_NONE, overwrite=self.overwrite, multifile=self.multifile)
 
-    def save_config(self, trainer: Any, module: Any, stage: str) -> None:
+    def save_config(self, trainer: Trainer, module: TrainingModule, stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on the main process only: no collectives).
 
         Example:
