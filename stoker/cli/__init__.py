@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["ArgsType", "LRSchedulerCallable", "LRSchedulerType", "LRSchedulerTypeTuple", "LRSchedulerTypeUnion",
            "LightningArgumentParser", "LightningCLI", "OptimizerCallable", "ReduceLROnPlateau", "SaveConfigCallback",
-           "instantiate_class", "main"]
+           "instantiate_class", "instantiate_module", "main"]
 
 # name -> the module of this package that defines it (imported on first use: jsonargparse only when needed)
 _LAZY = {
@@ -30,6 +30,7 @@ _LAZY = {
     "ReduceLROnPlateau": "optimizers", "LRSchedulerTypeTuple": "optimizers", "LRSchedulerTypeUnion": "optimizers",
     "LRSchedulerType": "optimizers", "OptimizerCallable": "optimizers", "LRSchedulerCallable": "optimizers",
     "instantiate_class": "optimizers",
+    "instantiate_module": "module_hparams",
 }
 # Lightning's flag (scripts test it before importing jsonargparse's names): whether the extra is installed.
 _JSONARGPARSE_SIGNATURES_AVAILABLE = importlib.util.find_spec("jsonargparse") is not None

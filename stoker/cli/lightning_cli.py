@@ -18,6 +18,7 @@ from functools import partial, update_wrapper
 from types import MethodType
 from typing import Any, Callable, Union
 
+import yaml
 from torch.optim import Optimizer
 
 from ..compat.lightning.seed import seed_everything
@@ -28,7 +29,8 @@ from ..trainer.overrides import defines_hook
 from ..version import __version__
 from . import optimizers as optim
 from .checkpoint_hparams import config_with_checkpoint_hparams
-from .parser import ActionConfigFile, LightningArgumentParser, Namespace, class_from_function, instantiate
+from .module_hparams import ConfigHparams
+from .parser import KEEP_NONE, ActionConfigFile, LightningArgumentParser, Namespace, class_from_function, instantiate
 from .save_config import SaveConfigCallback
 
 __all__ = ["ArgsType", "LightningCLI"]
@@ -57,7 +59,9 @@ class LightningCLI:
             subcommand; ``cli.trainer``, ``cli.model`` and ``cli.datamodule`` are built for the script to use.
         auto_configure_optimizers: Add ``--optimizer`` and ``--lr_scheduler``; when given, they replace the
             module's ``configure_optimizers``.
-        load_from_checkpoint_support: Accepted for Lightning's scripts (see the migration guide's "LightningCLI").
+        load_from_checkpoint_support: A module (data module) calling ``save_hyperparameters()`` records the parsed
+            configuration of its arguments, so that ``load_from_checkpoint`` rebuilds class-typed arguments too
+            (``module_hparams.py``).
 
     Example:
         >>> cli = LightningCLI(Net, Data, args=["fit", "--trainer.max_epochs=1"])  # doctest: +SKIP
@@ -96,6 +100,8 @@ class LightningCLI:
         if self.subcommand is not None:
             self.config = config_with_checkpoint_hparams(self.parser, self.config, self.subcommand)
         self._set_seed()
+        if load_from_checkpoint_support:
+            self._add_instantiators()
         self.before_instantiate_classes()
         self.instantiate_classes()
         self.after_instantiate_classes()
@@ -194,6 +200,21 @@ class LightningCLI:
             self.config = parser.parse_args(args)
 
     # -- building --------------------------------------------------------------------------------------------------
+    def _add_instantiators(self) -> None:
+        """The model and data groups built through :class:`ConfigHparams` (their hyperparameters as configured)."""
+        for key, base, subclasses in (("model", self.model_base, self.subclass_mode_model),
+                                      ("data", self.datamodule_base, self.subclass_mode_data)):
+            self.parser.add_instantiator(ConfigHparams(self._config_dump, key), _returned_class(base),
+                                         subclasses=subclasses)
+
+    def _config_dump(self) -> dict[str, Any]:
+        """The parsed configuration as plain data (the subcommand's section), made once."""
+        if not hasattr(self, "config_dump"):
+            text = self.parser.dump(self.config, skip_link_targets=False, **KEEP_NONE, format="yaml")
+            dump = yaml.safe_load(text)
+            self.config_dump = dump[self.subcommand] if self.subcommand else dump
+        return self.config_dump
+
     def before_instantiate_classes(self) -> None:
         """Override to run code after parsing, before the classes are built."""
 
@@ -308,6 +329,15 @@ class LightningCLI:
             return
         seed = seed_everything(None if seed is True else seed, workers=True)
         (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
+
+
+def _returned_class(target: Any) -> Any:
+    """The class a builder function is annotated to return (a class: itself)."""
+    if callable(target) and not isinstance(target, type):
+        import inspect
+
+        return inspect.signature(target).return_annotation
+    return target
 
 
 def _built(callback: Any) -> Any:

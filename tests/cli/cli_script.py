@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import stoker
-from stoker.cli import LightningCLI
+from stoker.cli import LightningCLI, OptimizerCallable
 
 
 class Regressor(stoker.LightningModule):
@@ -45,6 +45,20 @@ class WideRegressor(Regressor):
     def __init__(self, depth: int = 2, **kwargs) -> None:
         super().__init__(**kwargs)
         self.depth = depth
+
+
+class Injected(Regressor):
+    """Arguments that are objects (dependency injection): a module and an optimizer still to get its parameters."""
+
+    def __init__(self, activation: torch.nn.Module = None, optimizer: OptimizerCallable = torch.optim.SGD,
+                 width: int = 4) -> None:
+        super().__init__(width=width)
+        self.save_hyperparameters()
+        self.activation = activation or torch.nn.Identity()
+        self.optimizer = optimizer
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters())
 
 
 class RandomData(stoker.LightningDataModule):

@@ -14,10 +14,12 @@ import pytest
 import torch
 import yaml
 
+import stoker
+
 pytest.importorskip("jsonargparse")
 
 from stoker.cli import LightningCLI, SaveConfigCallback  # noqa: E402
-from tests.cli.cli_script import RandomData, Regressor, WideRegressor  # noqa: E402
+from tests.cli.cli_script import Injected, RandomData, Regressor, WideRegressor  # noqa: E402
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "max_epochs": 1}
 SCRIPT = Path(__file__).with_name("cli_script.py")
@@ -152,6 +154,42 @@ def test_fit_ckpt_path_resumes_and_predict_reads_the_saved_hyperparameters():
     assert resumed.trainer.current_epoch == 2 and resumed.trainer.global_step == 8  # 4 more steps, not 8
     predicted = cli("predict", f"--ckpt_path={ckpt}", "--trainer.logger=false", save_config_callback=None)
     assert predicted.model.hparams.lr == 0.05  # from the checkpoint, not the default 0.1
+
+
+def test_hyperparameters_are_the_parsed_config_so_load_from_checkpoint_rebuilds_objects():
+    run = LightningCLI(Injected, RandomData, run=False, trainer_defaults=QUIET, auto_configure_optimizers=False,
+                       args=["--model.activation=torch.nn.LeakyReLU", "--model.activation.negative_slope=0.2",
+                             "--model.optimizer=Adam", "--model.optimizer.lr=0.01", "--trainer.logger=false"])
+    assert isinstance(run.model.activation, torch.nn.LeakyReLU)
+    hparams = dict(run.model.hparams)
+    assert hparams["_instantiator"] == "stoker.cli.instantiate_module"
+    assert hparams["activation"] == {"class_path": "torch.nn.LeakyReLU", "init_args": {"negative_slope": 0.2,
+                                                                                      "inplace": False}}
+    assert hparams["optimizer"]["class_path"] == "torch.optim.Adam"
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    [ckpt] = Path("checkpoints").glob("*.ckpt")
+    loaded = Injected.load_from_checkpoint(ckpt)
+    assert isinstance(loaded.activation, torch.nn.LeakyReLU) and loaded.activation.negative_slope == 0.2
+    optimizer = loaded.configure_optimizers()
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.param_groups[0]["lr"] == 0.01
+    torch.testing.assert_close(loaded.layer.weight, run.model.layer.weight, rtol=0, atol=0)
+    plain = cli(run=False, load_from_checkpoint_support=False)
+    assert "_instantiator" not in plain.model.hparams
+
+
+def test_subclass_mode_checkpoint_names_its_class_for_the_base_class_and_ckpt_path():
+    run = LightningCLI(Regressor, RandomData, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                       trainer_defaults={**QUIET, "logger": True},
+                       args=["--model=WideRegressor", "--model.depth=3", "--data=RandomData", "--trainer.logger=false"])
+    assert run.model.hparams["_class_path"] == "tests.cli.cli_script.WideRegressor"
+    run.trainer.fit(run.model, datamodule=run.datamodule)  # _class_path differs from the data's: no clash
+    [ckpt] = Path("checkpoints").glob("*.ckpt")
+    loaded = stoker.LightningModule.load_from_checkpoint(ckpt)
+    assert type(loaded) is WideRegressor and loaded.depth == 3
+    again = LightningCLI(Regressor, RandomData, subclass_mode_model=True, trainer_defaults=QUIET,
+                         save_config_callback=None,
+                         args=["predict", "--model=Regressor", f"--ckpt_path={ckpt}", "--trainer.logger=false"])
+    assert type(again.model) is WideRegressor
 
 
 def test_seed_everything_default_argument_and_recorded_seed():
