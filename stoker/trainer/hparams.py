@@ -267,7 +267,9 @@ def hparams_for_loggers(module: HparamsOwner, datamodule: HparamsOwner | None = 
     if len(parts) < 2:
         return parts[0] if parts else {}
     ours, theirs = parts
-    clashes = [key for key in ours.keys() & theirs.keys() if _differ(ours[key], theirs[key])]
+    # "_class_path" (stoker.cli's record of the class each was built from) differs by nature: not a clash (Lightning's
+    # rule too); the merged dict shows the data module's
+    clashes = [key for key in ours.keys() & theirs.keys() if key != "_class_path" and _differ(ours[key], theirs[key])]
     if clashes:
         detail = ", ".join(f"{k!r}: {ours[k]!r} in the module, {theirs[k]!r} in the datamodule" for k in clashes)
         raise RuntimeError(f"Error while merging hparams for the loggers: {detail}. Give the key one value, rename "

@@ -17,6 +17,7 @@ in it (``hparams.as_container_argument``). The weights are read whole and go thr
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import warnings
@@ -146,6 +147,19 @@ def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None,
     return kwargs
 
 
+def _build(cls: type, path: str, hparams: dict[str, Any] | None, not_stored: list[str], overrides: dict[str, Any],
+           record: Mapping[str, Any], prefix: str = "") -> Any:
+    """``cls`` built from its saved hyperparameters; those that name an ``_instantiator`` (a module built by
+    ``stoker.cli.LightningCLI``, whose hyperparameters are its parsed configuration) are built by it."""
+    instantiator = (hparams or {}).get("_instantiator")
+    if not isinstance(instantiator, str):
+        return cls(**_constructor_arguments(cls, path, hparams, not_stored, overrides, record, prefix))
+    module_name, _, name = instantiator.rpartition(".")
+    build = getattr(importlib.import_module(module_name), name)
+    config = {k: v for k, v in (hparams or {}).items() if k != "_instantiator" and k not in not_stored}
+    return build(cls, {**config, **overrides})
+
+
 def _device(map_location: Any) -> torch.device | None:
     """The device the weights go to. Besides a device, ``torch.load``'s other forms: a dict from saved to wanted
     device, and a function ``(storage, location) -> storage``. The weights are read on the CPU (safetensors), so
@@ -272,8 +286,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
     if hparams_file is not None:  # Lightning's rule: the file's hyperparameters replace the checkpoint's
         hparams = read_hparams_file_for_loading(hparams_file)
         not_stored = [n for n in not_stored if n not in hparams]
-    kwargs = _constructor_arguments(cls, path, hparams, not_stored, overrides, record)
-    module = cls(**kwargs)
+    module = _build(cls, path, hparams, not_stored, overrides, record)
     module.configure_model()  # layers it builds exist before the weights load (Lightning's order)
     if checkpoint is not None:
         module.on_load_checkpoint(checkpoint)
@@ -299,7 +312,7 @@ def load_datamodule(cls: type, checkpoint_path: Any, hparams_file: Any, override
     hparams = dict(checkpoint.get("datamodule_hyper_parameters") or {})
     if hparams_file is not None:
         hparams = read_hparams_file_for_loading(hparams_file)
-    datamodule = cls(**_constructor_arguments(cls, path, hparams, [], overrides, checkpoint, "datamodule_"))
+    datamodule = _build(cls, path, hparams, [], overrides, checkpoint, "datamodule_")
     if "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
     return datamodule

@@ -5,8 +5,9 @@ from importlib.util import find_spec
 
 _OMEGACONF_AVAILABLE = find_spec("omegaconf") is not None
 _RICH_AVAILABLE = find_spec("rich") is not None
+_TORCHVISION_AVAILABLE = find_spec("torchvision") is not None
 
-__all__ = ["_OMEGACONF_AVAILABLE", "_RICH_AVAILABLE", "_TORCHMETRICS_GREATER_EQUAL_0_11", "_TORCH_GREATER_EQUAL_2_8"]
+__all__ = ["_OMEGACONF_AVAILABLE", "_RICH_AVAILABLE", "_TORCHVISION_AVAILABLE", "_TORCHMETRICS_GREATER_EQUAL_0_11", "_TORCH_GREATER_EQUAL_2_8"]
 
 
 def _version_at_least(package: str, minimum: tuple[int, ...]) -> bool:

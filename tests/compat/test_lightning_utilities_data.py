@@ -57,3 +57,12 @@ def test_the_version_flags_follow_the_installed_packages() -> None:
     import importlib.util
 
     assert imports._RICH_AVAILABLE is (importlib.util.find_spec("rich") is not None)
+
+
+def test_the_torchvision_flag_follows_the_installed_package() -> None:
+    """Lightning's test_cli.py reads ``_TORCHVISION_AVAILABLE`` at import (a skipif); a renamed script may too."""
+    import importlib.util
+
+    from stoker.utilities.imports import _TORCHVISION_AVAILABLE
+
+    assert _TORCHVISION_AVAILABLE is (importlib.util.find_spec("torchvision") is not None)
