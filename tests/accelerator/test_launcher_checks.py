@@ -56,3 +56,19 @@ def test_accelerates_names_are_importable_where_accelerate_has_them() -> None:
     with patch_environment(stoker_test_var=3):
         assert os.environ["STOKER_TEST_VAR"] == "3"
     assert "STOKER_TEST_VAR" not in os.environ
+
+
+def test_prepare_for_launch_sets_the_workers_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stoker.utils import DistributedType, PrepareForLaunch
+
+    for name in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NPROC", "2")
+    monkeypatch.setenv("NODE_RANK", "1")
+    seen = []
+    PrepareForLaunch(lambda a: seen.append((a, os.environ["LOCAL_RANK"], os.environ["RANK"])),
+                     DistributedType.MULTI_CPU)(1, "x")
+    assert seen == [("x", "1", "3")] and os.environ["FORK_LAUNCHED"] == "1"
+    monkeypatch.delenv("RANK")
+    PrepareForLaunch(lambda: seen.append(os.environ.get("RANK")))(0)  # "NO": no ranks set
+    assert seen[-1] is None

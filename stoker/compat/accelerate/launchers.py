@@ -17,10 +17,16 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...accelerator import Ranks, check_can_start, free_port, parse_precision, run_in_processes
+from ...accelerator import (
+    Ranks,
+    check_can_start,
+    free_port,
+    parse_precision,
+    run_in_processes,
+)
 from .environment import CPU_VARS, PRECISION_VARS
 
-__all__ = ["debug_launcher", "notebook_launcher", "patch_environment"]
+__all__ = ["PrepareForLaunch", "debug_launcher", "notebook_launcher", "patch_environment"]
 
 
 @contextlib.contextmanager
@@ -125,3 +131,34 @@ def _run_with_restarts(function: Callable[..., Any], args: Sequence[Any], ranks:
                 raise
             if ranks.nodes == 1:  # a fresh port: the old store's socket may linger
                 ranks = Ranks(ranks.processes, free_port(ranks.master_addr), master_addr=ranks.master_addr)
+
+
+class PrepareForLaunch:
+    """Accelerate's wrapper for ``torch.multiprocessing.start_processes``: called as ``(index, *args)`` in worker
+    ``index``, it sets that worker's ``LOCAL_RANK`` and ``RANK`` (from ``NPROC`` and ``NODE_RANK``, for a
+    multi-process ``distributed_type``) and calls ``launcher(*args)``. With ``debug=True`` the worker first joins a
+    gloo group through the file named by ``ACCELERATE_DEBUG_RDV_FILE``.
+
+    Example:
+        >>> import torch.multiprocessing as mp
+        >>> mp.start_processes(PrepareForLaunch(train, "MULTI_CPU"), nprocs=2, start_method="fork")  # doctest: +SKIP
+    """
+
+    def __init__(self, launcher: Callable[..., Any], distributed_type: Any = "NO", debug: bool = False) -> None:
+        self.launcher = launcher
+        self.distributed_type = str(getattr(distributed_type, "value", distributed_type))
+        self.debug = debug
+
+    def __call__(self, index: int, *args: Any) -> Any:
+        if self.debug:
+            import torch.distributed as dist
+
+            world = int(os.environ["WORLD_SIZE"])
+            store = dist.FileStore(os.environ["ACCELERATE_DEBUG_RDV_FILE"], world)
+            dist.init_process_group("gloo", rank=index, store=store, world_size=world)
+        elif self.distributed_type.startswith("MULTI_"):
+            os.environ["LOCAL_RANK"] = str(index)
+            nproc, node = int(os.environ.get("NPROC", 1)), int(os.environ.get("NODE_RANK", 0))
+            os.environ["RANK"] = str(nproc * node + index)
+        os.environ["FORK_LAUNCHED"] = "1"
+        return self.launcher(*args)
