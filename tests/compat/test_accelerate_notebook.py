@@ -16,7 +16,7 @@ import pytest
 from tests.compat import swap
 
 pytest.importorskip("accelerate")
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.compat, pytest.mark.distributed, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
