@@ -124,3 +124,36 @@ def test_max_restarts_starts_the_group_again(tmp_path: Path) -> None:
     (tmp_path / "again").mkdir()
     notebook_launcher(flaky, (tmp_path / "again",), num_processes=2, max_restarts=1)
     assert (tmp_path / "again" / "done1").exists() and (tmp_path / "again" / "done0").exists()
+
+
+_NODE = """
+import os, sys, torch
+from stoker import Accelerator, notebook_launcher
+
+def report(out):
+    accelerator = Accelerator()
+    total = accelerator.reduce(torch.tensor([float(accelerator.process_index)]), "sum").item()
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    with open(os.path.join(out, os.environ["RANK"]), "w") as f:
+        f.write(" ".join([os.environ[k] for k in keys] + [str(accelerator.num_processes), str(total)]))
+
+notebook_launcher(report, (sys.argv[1],), num_processes=2, num_nodes=2, node_rank=int(sys.argv[2]),
+                  use_port=sys.argv[3])
+"""
+
+
+def test_two_nodes_meet_at_master_addr_and_use_port(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from stoker.accelerator import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("WORLD_SIZE", None)
+    port = str(free_port())
+    nodes = [subprocess.Popen([sys.executable, "-c", _NODE, str(tmp_path), str(node), port], env=env)
+             for node in (0, 1)]
+    assert [node.wait(timeout=100) for node in nodes] == [0, 0]
+    # rank, local rank, world, local world, node; every rank saw 4 processes and the sum 0+1+2+3
+    assert [(tmp_path / str(r)).read_text() for r in range(4)] == [
+        "0 0 4 2 0 4 6.0", "1 1 4 2 0 4 6.0", "2 0 4 2 1 4 6.0", "3 1 4 2 1 4 6.0"]
