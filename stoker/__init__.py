@@ -60,6 +60,10 @@ _LAZY = {
     "GradientState": "stoker.compat.accelerate.state",
     "DistributedType": "stoker.compat.accelerate.state",
     "skip_first_batches": "stoker.accelerator.data.prepare",
+    "notebook_launcher": "stoker.compat.accelerate.launchers",
+    "debug_launcher": "stoker.compat.accelerate.launchers",
+    "init_empty_weights": "stoker.compat.accelerate.big_modeling",
+    "init_on_device": "stoker.compat.accelerate.big_modeling",
     **{name: "stoker.utils" for name in (
         "AutocastKwargs", "DDPCommunicationHookType", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
         "FullyShardedDataParallelPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
@@ -106,6 +110,12 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.compat.accelerate.state import (
         AcceleratorState as AcceleratorState, DistributedType as DistributedType, GradientState as GradientState,
         PartialState as PartialState,
+    )
+    from stoker.compat.accelerate.big_modeling import (
+        init_empty_weights as init_empty_weights, init_on_device as init_on_device,
+    )
+    from stoker.compat.accelerate.launchers import (
+        debug_launcher as debug_launcher, notebook_launcher as notebook_launcher,
     )
     from stoker.compat.lightning import Trainer as Trainer
     from stoker.compat.lightning.seed import seed_everything as seed_everything

@@ -21,7 +21,9 @@ from .distributed.agreement import SignalAgreement, agree_on_max, average_gradie
 from .distributed.collectives import gather_stacked
 from .distributed.fsdp import FSDPStrategy
 from .distributed.launch import describe_failures, ensure_processes, resolve_num_processes, run_outcome
+from .distributed.spawn import Ranks, WorkerError, check_can_start, free_port, run_in_processes
 from .distributed.strategy import DDPStrategy, SingleDevice
+from .empty_init import init_empty_weights, init_on_device
 from .operations import send_to_device, set_seed
 from .step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from .step.precision import parse_precision
@@ -30,7 +32,7 @@ __all__ = [
     "Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler", "DataLoaderConfiguration", "DDPStrategy",
     "FSDPStrategy", "SingleDevice",
     "ProjectConfiguration", "load_checkpoint_in_model", "parse_precision", "send_to_device", "set_seed",
-    "ProcessCountError",
+    "ProcessCountError", "init_empty_weights", "init_on_device",
     # What the Trainer, callbacks and loggers use of the engine (they import nothing else from it):
     # checkpoint folders (find, verify, read, remove; the rest are Accelerator methods: copy_checkpoint, ...) ...
     "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_step",
@@ -40,6 +42,7 @@ __all__ = [
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "MismatchedKeysError", "key_mismatch",
     "read_state_dict", "strip_compile_prefix", "capture_rng_state", "describe_failures",
     "ensure_processes", "resolve_num_processes", "restore_rng_state", "run_outcome",
+    "Ranks", "WorkerError", "check_can_start", "free_port", "run_in_processes",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",
     # ... and a loader prepared outside the Accelerator's checkpointed list (the Trainer's val and test loaders).

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .empty_init import meta_tensor_names
 from .data.prepare import LoaderContext, PreparedDataLoader, prepare_data_loader
 from .step.optimizer import AcceleratedOptimizer, AcceleratedScheduler
 
@@ -53,6 +54,7 @@ class Prepared:
             if prepared is model or user_module is model:
                 self.precision.wrap_forward(user_module, autocast_forward)
                 return prepared, False
+        _refuse_meta(model)
         self.precision.wrap_forward(model, autocast_forward)  # replaces another precision's wrapper
         if evaluation_mode:
             prepared = model.to(self.strategy.device) if place else model
@@ -143,3 +145,16 @@ def is_scheduler(obj: Any) -> bool:
     from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
     return isinstance(obj, (LRScheduler, ReduceLROnPlateau))
+
+
+def _refuse_meta(model: torch.nn.Module) -> None:
+    """A model built under ``init_empty_weights()`` and not loaded yet holds no numbers: refused with the way out."""
+    empty = meta_tensor_names(model)
+    if empty:
+        shown = ", ".join(repr(n) for n in empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        raise ValueError(
+            f"Accelerator.prepare({type(model).__name__}): {len(empty)} of its tensors are on the meta device ({shown}),"
+            " e.g. built under init_empty_weights(): they hold no data to train or move. Load the weights first: "
+            "model.load_state_dict(state_dict, assign=True) (the loaded tensors become the parameters), or "
+            "model.to_empty(device='cpu') and then model.load_state_dict(state_dict)."
+        )

@@ -5,16 +5,17 @@ a test session or a notebook cannot be. With ``"ddp_spawn"`` (``"ddp_fork"`` / `
 the "fork" start method, for classes defined in a notebook, which "spawn" cannot pickle) the calling process stays
 one process. Each ``fit`` / ``validate`` / ``test`` / ``predict`` then:
 
-1. starts N processes with ``torch.multiprocessing`` (the rank environment of ``torchrun``: ``RANK``,
-   ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``);
+1. starts N processes through the engine's ``run_in_processes`` (``stoker/accelerator/distributed/spawn.py``, the
+   same code as ``notebook_launcher``: the rank environment of ``torchrun``, ``MASTER_ADDR=127.0.0.1``, a free
+   ``MASTER_PORT``);
 2. in each, builds the Trainer again from the arguments it was constructed with (strategy ``"ddp"``: its
    Accelerator joins the process group the normal distributed way), gives it the caller's callbacks and loggers
    (copies of the same objects), runs the stage on a copy of the module and loaders, and ends the process group;
-3. rank 0 writes what the caller keeps to a file; the caller waits for every process, then reads it back
-   (:func:`take_outcome`).
+3. rank 0 returns what the caller keeps (the engine sends it back); the caller waits for every process, then takes
+   it (:func:`take_outcome`).
 
-A worker that raises writes its exception and traceback before it exits; the caller stops the other workers and
-raises that exception (chained to the worker's traceback). Every worker has exited when the call returns.
+A worker that raises: the engine stops the other workers and raises that exception in the caller (chained to a
+``WorkerError`` with the worker's traceback). Every worker has exited when the call returns.
 
 Only what is listed in :class:`Outcome` comes back: anything else a worker changed (attributes of the module or
 of a callback outside its ``state_dict``) stays in that process, as with Lightning's ``ddp_spawn``.
@@ -25,19 +26,14 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import shutil
-import socket
-import sys
-import tempfile
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ..accelerator import capture_rng_state, restore_rng_state
+from ..accelerator import Ranks, capture_rng_state, free_port, restore_rng_state, run_in_processes
+from ..accelerator import WorkerError  # noqa: F401 - the error a failed stage is chained to, importable from here
 from ..loggers.foreign import owns_folder
 from .parts import TrainerParts
 
@@ -49,7 +45,6 @@ if TYPE_CHECKING:
 # Lightning's strategy names that start the processes per stage, and the start method each uses.
 START_METHODS = {"ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
 _STAGES = ("fit", "validate", "test", "predict")
-_OUTCOME, _ERROR = "outcome.pt", "error-{rank}.pt"
 
 
 def start_method(strategy: Any) -> str | None:
@@ -136,41 +131,30 @@ class Job:
     kwargs: dict[str, Any]
     callbacks: list[Callback]
     loggers: list[Logger]
-    folder: str
-    port: int
     rng: dict[str, Any] | None  # the caller's RNG states ("spawn"; a forked process has them already)
-
-    def environment(self, rank: int) -> dict[str, str]:
-        n = str(self.processes)
-        return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": n, "LOCAL_WORLD_SIZE": n, "GROUP_RANK": "0",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port)}
 
 
 def run_stage(trainer: SpawningTrainer, launcher: Launcher, stage: str, module: TrainingModule | None, args: tuple,
               kwargs: dict[str, Any]) -> Any:
-    """Runs ``trainer.<stage>(module, *args, **kwargs)`` in the launcher's worker processes; returns what rank 0's
-    call returned, after the caller's Trainer, module and callbacks took rank 0's results."""
-    import torch.multiprocessing as mp
-
+    """Runs ``trainer.<stage>(module, *args, **kwargs)`` in the launcher's worker processes (the engine's
+    :func:`run_in_processes`); returns what rank 0's call returned, after the caller's Trainer, module and callbacks
+    took rank 0's results."""
     module = trainer.module if module is None else module  # e.g. test() after fit(): the module fit trained
-    folder = tempfile.mkdtemp(prefix="stoker-spawn-")
+    n = trainer.processes_per_node
+    job = Job(launcher, n, stage, module, args, kwargs, list(trainer.callbacks), list(trainer.loggers),
+              capture_rng_state() if launcher.start_method == "spawn" else None)
+    launcher.pids = []
+
+    def started(pids: list[int]) -> None:
+        launcher.pids = pids
+
     try:
-        n = trainer.processes_per_node
-        job = Job(launcher, n, stage, module, args, kwargs, list(trainer.callbacks), list(trainer.loggers), folder,
-                  _free_port(), capture_rng_state() if launcher.start_method == "spawn" else None)
-        context = mp.start_processes(_worker, args=(_payload(job, stage),), nprocs=n, join=False,
-                                     start_method=launcher.start_method)
-        launcher.pids = [p.pid for p in context.processes]
-        try:
-            _wait(context, folder, stage, n)
-        except BaseException as error:
-            trainer.state.status = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "failed"
-            raise
-        finally:
-            _stop(context.processes)
-        outcome = torch.load(os.path.join(folder, _OUTCOME), weights_only=False)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        outcome = run_in_processes(_stage_in_worker, (_payload(job, stage),), ranks=Ranks(n, free_port()),
+                                   start_method=launcher.start_method, what=f"Trainer.{stage}()", send_back=True,
+                                   started=started)
+    except BaseException as error:
+        trainer.state.status = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "failed"
+        raise
     take_outcome(trainer, module, outcome)
     return outcome.returned
 
@@ -187,65 +171,6 @@ def _payload(job: Job, stage: str) -> Job | bytes:
         raise TypeError(f"Trainer(strategy='ddp_spawn').{stage}() sends the module, loaders, callbacks and loggers to "
                         f"its processes by pickling them, which failed: {error}. Define their classes and functions "
                         "at module level (not inside a function, not as lambdas), or use strategy='ddp_fork'.") from error
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(context: Any, folder: str, stage: str, processes: int) -> None:
-    """Waits for every worker; a failed one: the others are stopped (SIGTERM, then SIGKILL after 5 s each) and its
-    error is raised here."""
-    from torch.multiprocessing.spawn import ProcessException
-
-    try:
-        while not context.join(grace_period=5):
-            pass
-    except ProcessException as failure:
-        raise_worker_error(folder, stage, processes, failure)
-
-
-def _stop(processes: list[Any]) -> None:
-    """Ends the workers still running (the caller was interrupted, e.g. by Ctrl-C) and reaps every one."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(5)
-        if process.is_alive():
-            process.kill()
-            process.join()
-
-
-class WorkerError(RuntimeError):
-    """A worker process of ``Trainer(strategy="ddp_spawn")`` failed; the message holds its traceback."""
-
-
-def raise_worker_error(folder: str, stage: str, processes: int, failure: Exception) -> None:
-    """Raises the exception of the worker that failed first (its own type, chained to a :class:`WorkerError` with
-    the worker's traceback); a :class:`WorkerError` alone when none was recorded (a worker killed by a signal)."""
-    reports = []
-    for name in os.listdir(folder):
-        if name.startswith("error-"):
-            try:
-                reports.append(torch.load(os.path.join(folder, name), weights_only=False))
-            except Exception:  # a report cut short by the stop of its process: the others tell the story
-                continue
-    if not reports:
-        raise WorkerError(f"Trainer.{stage}() with {processes} processes: {failure}. The worker printed its own "
-                          "output above, if any.")
-    first = min(reports, key=lambda report: report["time"])
-    cause = WorkerError(f"Trainer.{stage}() failed in worker rank {first['rank']} of {processes}:\n\n"
-                        f"{first['trace']}")
-    try:
-        error = pickle.loads(first["error"]) if first["error"] is not None else None
-    except Exception:  # an exception class that cannot be rebuilt here (e.g. required keyword arguments)
-        error = None
-    if not isinstance(error, BaseException):
-        raise cause
-    raise error from cause
 
 
 @dataclass
@@ -307,44 +232,15 @@ def take_outcome(trainer: SpawningTrainer, module: TrainingModule | None, outcom
             logger.version = version  # the folder rank 0 wrote to (a new version would be counted otherwise)
 
 
-def _worker(rank: int, payload: Job | bytes) -> None:
-    """One worker process: the stage on a Trainer built again from the caller's arguments."""
-    job = pickle.loads(payload) if isinstance(payload, bytes) else payload  # an error here: torch's own report
-    try:
-        os.environ.update(job.environment(rank))
-        if job.rng is not None:
-            restore_rng_state(job.rng)
-        # N processes share the cores (torchrun's OMP_NUM_THREADS=1 would come too late: torch is imported).
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // job.processes))
-        _run(job)
-    except BaseException as error:  # noqa: B036 - reported, then the process ends without waiting for the others
-        _report(job.folder, rank, error)
-        # Not a normal exit: its exit handlers would wait on a process group whose other members may be blocked
-        # in a collective for this one; the caller stops them.
-        os._exit(1)
-
-
-def _run(job: Job) -> None:
+def _stage_in_worker(payload: Job | bytes) -> Outcome | None:
+    """One worker process (its rank's environment set by the engine): the stage on a Trainer built again from the
+    caller's arguments; rank 0 returns what the caller keeps."""
+    job = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    if job.rng is not None:
+        restore_rng_state(job.rng)
     trainer = job.launcher.trainer_class(**job.launcher.worker_arguments(job.loggers))
     trainer.callbacks = job.callbacks  # the caller's, its defaults included, state and all
     returned = getattr(trainer, job.stage)(job.module, *job.args, **job.kwargs)
-    if trainer.is_global_zero:
-        outcome = _collect(trainer, job.stage, returned)
-        partial = os.path.join(job.folder, _OUTCOME + ".partial")
-        torch.save(outcome, partial)
-        os.replace(partial, os.path.join(job.folder, _OUTCOME))  # read only once every worker has exited
+    outcome = _collect(trainer, job.stage, returned) if trainer.is_global_zero else None
     trainer.accelerator.end_training()  # the process group ends here, before the process does
-
-
-def _report(folder: str, rank: int, error: BaseException) -> None:
-    """Writes the worker's exception (None when it cannot be pickled) and traceback for the caller; prints the
-    traceback too, where the worker's output goes."""
-    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    print(f"[rank {rank}] {trace}", file=sys.stderr, flush=True)
-    try:
-        pickled: bytes | None = pickle.dumps(error)
-    except Exception:  # an exception that does not pickle: its traceback still goes back
-        pickled = None
-    torch.save({"rank": rank, "time": time.time(), "trace": trace, "error": pickled},
-               os.path.join(folder, _ERROR.format(rank=rank)))
-    sys.stdout.flush()
+    return outcome

@@ -54,6 +54,8 @@ _LAZY = {
     "load_checkpoint_in_model": _ENGINE,
     "get_logger": f"{_COMPAT}.logging",
     "LocalSGD": f"{_COMPAT}.local_sgd",
+    "patch_environment": f"{_COMPAT}.launchers",
+    "PrepareForLaunch": f"{_COMPAT}.launchers",
     # availability checks that scripts branch on
     **{name: f"{_COMPAT}.available" for name in (
         "is_cuda_available", "is_mps_available", "is_xpu_available", "is_npu_available", "is_bf16_available",

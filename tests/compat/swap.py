@@ -78,6 +78,8 @@ REPLACEMENTS: dict[str, Any] = {
     "are_the_same_tensors": _are_the_same_tensors,
     "prepare_data_loader": _prepare_data_loader,
     "SeedableRandomSampler": _Seedable,
+    "notebook_launcher": stoker.notebook_launcher,
+    "debug_launcher": stoker.debug_launcher,
 }
 
 
