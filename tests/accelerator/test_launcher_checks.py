@@ -61,8 +61,9 @@ def test_accelerates_names_are_importable_where_accelerate_has_them() -> None:
 def test_prepare_for_launch_sets_the_workers_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     from stoker.utils import DistributedType, PrepareForLaunch
 
-    for name in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED"):  # PrepareForLaunch sets them: restored when the test ends
+        monkeypatch.setenv(name, "")  # (delenv of an unset name records nothing to restore)
+        monkeypatch.delenv(name)
     monkeypatch.setenv("NPROC", "2")
     monkeypatch.setenv("NODE_RANK", "1")
     seen = []
