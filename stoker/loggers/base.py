@@ -21,7 +21,7 @@ import torch
 from stoker.loggers.folders import blocking_file, attribute_type_error, free_version_under
 from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa: F401 - re-exported
 from stoker.loggers.values import (  # noqa: F401 - re-exported: the logger modules import them from here
-    Scalar, flatten_params, jsonable_params, params_to_dict, prefixed, to_scalars)
+    Scalar, flatten_params, jsonable_params, numbers_only, params_to_dict, prefixed, to_scalars)
 
 __all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
 
@@ -71,6 +71,9 @@ class Logger:
     # keep their files under the logging directory (TensorBoard, CSV) say they need one.
     main_process_only = True
     requires_logging_directory = False
+    # True: log_metrics takes numbers only and checks every value before writing; Accelerate's ``log`` then leaves
+    # the others out (`log`)
+    keeps_numbers_only = False
 
     def __init__(
         self,
@@ -213,8 +216,15 @@ class Logger:
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """:meth:`log_metrics` under the name an Accelerate tracker gives it (``accelerator.get_tracker(...)`` returns
         these loggers); ``kwargs`` (a tracker's own options, ``log_kwargs`` of ``Accelerator.log``) are not used
-        here: the TensorBoard and W&B loggers pass them on to their backend."""
-        self.log_metrics(values, step=step)
+        here: the TensorBoard and W&B loggers pass them on to their backend. A logger that ``keeps_numbers_only``
+        (CSV, MLflow) leaves text and media out, with a warning that names them."""
+        if not self.keeps_numbers_only:
+            self.log_metrics(values, step=step)
+            return
+        try:
+            self.log_metrics(values, step=step)  # such a logger converts every value before it writes anything
+        except TypeError:
+            self.log_metrics(numbers_only(values, type(self).__name__), step=step)
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """:meth:`log_hyperparams` under Accelerate's tracker name for it (``init_trackers(config=...)``)."""

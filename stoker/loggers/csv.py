@@ -16,7 +16,6 @@ import torch
 
 from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, params_to_dict, prefixed,
                                  to_scalars)
-from stoker.loggers.values import numbers_only
 from stoker.loggers.csv_writer import ExperimentWriter
 from stoker.loggers.hparams_yaml import ensure_hparams_yaml
 
@@ -59,6 +58,8 @@ class CSVLogger(Logger):
         >>> open(os.path.join(logger.log_dir, "metrics.csv")).read()  # doctest: +SKIP
         'step,train/loss,val/acc\\n0,0.25,0.9\\n0,,0.8\\n'
     """
+
+    keeps_numbers_only = True  # Accelerate's tracker.log leaves text and media out (Logger.log)
 
     METRICS_FILE = ExperimentWriter.NAME_METRICS_FILE
     HPARAMS_FILE = HPARAMS_YAML
@@ -121,14 +122,6 @@ class CSVLogger(Logger):
         experiment.log_metrics({prefixed(key, self._prefix): value for key, value in values.items()}, step)
         if (step + 1) % self.flush_every_n_steps == 0 or len(experiment.metrics) >= self.flush_every_n_steps:
             self.save()
-
-    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
-        ``kwargs`` are not used."""
-        try:
-            self.log_metrics(values, step=step)  # converts every value before it writes anything
-        except TypeError:
-            self.log_metrics(numbers_only(values, "CSVLogger"), step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
         """Merge ``params`` into ``hparams.yaml``, written at once (``None``: the file is written as it is)."""

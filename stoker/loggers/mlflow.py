@@ -24,7 +24,6 @@ import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
-from stoker.loggers.values import numbers_only
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -74,6 +73,8 @@ class MLFlowLogger(Logger):
         >>> logger.experiment.get_metric_history(logger.run_id, "train/loss")[0].value  # doctest: +SKIP
         0.25
     """
+
+    keeps_numbers_only = True  # Accelerate's tracker.log leaves text and media out (Logger.log)
 
     writes_files = True
 
@@ -212,14 +213,6 @@ class MLFlowLogger(Logger):
         run_id = self._open_run_id()
         for start in range(0, len(entries), _MAX_METRICS):
             self._log_batch(run_id, metrics=entries[start:start + _MAX_METRICS])
-
-    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Accelerate's ``tracker.log``: the numbers among ``values`` (text and media are left out, with a warning);
-        ``kwargs`` are not used."""
-        try:
-            self.log_metrics(values, step=step)  # converts every value before it writes anything
-        except TypeError:
-            self.log_metrics(numbers_only(values, "MLFlowLogger"), step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         """Log ``params`` as MLflow params (flattened with ``"/"``; values as strings of at most 6000 characters)."""
