@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..trainer.hparams import HyperparametersMixin
+from ..trainer.loading import INSTANTIATOR
 
 __all__ = ["INSTANTIATOR", "ConfigHparams", "instantiate_module"]
 
-INSTANTIATOR = "stoker.cli.instantiate_module"
 
 
 class ConfigHparams:

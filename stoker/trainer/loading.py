@@ -32,7 +32,7 @@ from stoker.user_frame import user_stacklevel
 
 from .hparams import as_container_argument, not_checkpointable
 
-__all__ = ["HPARAMS_NAME", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
+__all__ = ["HPARAMS_NAME", "INSTANTIATOR", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
 _TRAINER_FORMAT = "stoker-trainer"
 # What checkpointing.build_payload keeps beside the hooks' dict, under "trainer".
@@ -147,13 +147,22 @@ def _constructor_arguments(cls: type, path: str, hparams: dict[str, Any] | None,
     return kwargs
 
 
+# The one builder a checkpoint's hyperparameters may name (``_instantiator``): LightningCLI's, which rebuilds the
+# arguments from their parsed configuration (``stoker/cli/module_hparams.py`` writes it).
+INSTANTIATOR = "stoker.cli.instantiate_module"
+
+
 def _build(cls: type, path: str, hparams: dict[str, Any] | None, not_stored: list[str], overrides: dict[str, Any],
            record: Mapping[str, Any], prefix: str = "") -> Any:
     """``cls`` built from its saved hyperparameters; those that name an ``_instantiator`` (a module built by
     ``stoker.cli.LightningCLI``, whose hyperparameters are its parsed configuration) are built by it."""
     instantiator = (hparams or {}).get("_instantiator")
-    if not isinstance(instantiator, str):
+    if instantiator is None:
         return cls(**_constructor_arguments(cls, path, hparams, not_stored, overrides, record, prefix))
+    if instantiator != INSTANTIATOR:  # a checkpoint is data: it never chooses which code to import and run
+        raise ValueError(f"load_from_checkpoint({path!r}): its hyperparameters name the instantiator "
+                         f"{instantiator!r}; the only one a checkpoint may name is {INSTANTIATOR!r} (written by "
+                         "stoker.cli.LightningCLI). The checkpoint was edited or comes from elsewhere.")
     module_name, _, name = instantiator.rpartition(".")
     build = getattr(importlib.import_module(module_name), name)
     config = {k: v for k, v in (hparams or {}).items() if k != "_instantiator" and k not in not_stored}

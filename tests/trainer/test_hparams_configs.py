@@ -15,7 +15,7 @@ from torch import nn
 
 from stoker import Trainer, TrainingModule
 from stoker.callbacks import ModelCheckpoint
-from stoker.callbacks.hparams_file import plain_form
+from stoker.callbacks.hparams_file import plain_form, write_hparams
 from tests.helpers.models import make_loader, make_regression_data
 
 
@@ -126,3 +126,14 @@ def test_loading_a_dictconfig_checkpoint_without_omegaconf_says_what_to_install(
     with pytest.raises(ModuleNotFoundError, match="install omegaconf"):
         FromConfig.load_from_checkpoint(os.path.join(tmp_path, "stoker_logs", "version_0", "checkpoints",
                                                      "last.ckpt"))
+
+
+def test_a_checkpoint_cannot_name_code_to_run_when_loading(tmp_path: Any) -> None:
+    # LightningCLI's modules record "_instantiator"; any other builder named there is refused, not imported
+    trainer = fit(tmp_path, Plain([4, 5], {"depth": 2}))
+    folder = trainer.checkpoint_callback.last_model_path
+    module = Plain([4, 5], {"depth": 2})
+    module.hparams["_instantiator"] = "os.system"
+    write_hparams(module, folder)  # an hparams.json beside the weights, edited
+    with pytest.raises(ValueError, match=r"name the instantiator 'os.system'; the only one a checkpoint may name"):
+        Plain.load_from_checkpoint(os.path.join(folder, "model.safetensors"))
