@@ -20,6 +20,7 @@ from stoker import Accelerator, ProjectConfiguration
 from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, list_checkpoints, verify_checkpoint
 from tests.helpers import ckpt_worker
 from tests.helpers.dist_spawn import base_env
+from tests.helpers.launches import Launches, session_run
 
 WORKER = Path(ckpt_worker.__file__)
 
@@ -35,10 +36,10 @@ def finish(*procs: subprocess.Popen) -> None:
         assert proc.returncode == 0, out
 
 
-@pytest.mark.slow
-def test_exact_resume_in_a_new_process(tmp_path):
-    """Shuffled loader, dropout, AdamW + StepLR, accumulation 2, fp16 scaler on CPU: a run stopped after window 7
-    (mid-epoch) or window 10 (the last batch of epoch 2) and resumed in a new process ends bit-identical."""
+@session_run("exact_resume", "test_exact_resume_in_a_new_process")
+def _exact_resume_runs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The five launches of ``test_exact_resume_in_a_new_process``, a background run of the session
+    (``tests/helpers/launches.py``), so that they overlap the in-process tests."""
     full, mid, end = tmp_path / "full", tmp_path / "mid", tmp_path / "end"
     for d in (full, mid, end):
         d.mkdir()
@@ -46,6 +47,14 @@ def test_exact_resume_in_a_new_process(tmp_path):
     finish(start("train", str(full)), start("train", str(mid), "--stop-at", "7"))
     finish(start("train", str(end), "--stop-at", "10"), start("train", str(mid), "--resume"))
     finish(start("train", str(end), "--resume"))
+    return full, mid, end
+
+
+@pytest.mark.slow
+def test_exact_resume_in_a_new_process(session_launches: Launches):
+    """Shuffled loader, dropout, AdamW + StepLR, accumulation 2, fp16 scaler on CPU: a run stopped after window 7
+    (mid-epoch) or window 10 (the last batch of epoch 2) and resumed in a new process ends bit-identical."""
+    full, mid, end = session_launches.result("exact_resume")
     expected = load_file(full / "final.safetensors")
     reference = json.loads((full / "log.json").read_text())
     assert reference["windows"] == 15 and 0 < reference["step"] < 15  # some fp16 steps were skipped, as they should

@@ -15,11 +15,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import functools
+
 import pytest
 import torch
 
+from tests.helpers.launches import Launches, session_run
+
 SCRIPT = Path(__file__).with_name("lightning_demo_script.py")
 REPO = Path(__file__).resolve().parents[2]
+
+
+CASES = [("lstm", 2, False, 18), ("lstm", 2, True, 18), ("transformer", 1, True, 47)]
+TEST = "test_lightnings_demos_train_to_the_same_weights"
 
 
 def train(framework: str, demo: str, out: Path, epochs: int, dropout: bool) -> dict:
@@ -30,17 +38,33 @@ def train(framework: str, demo: str, out: Path, epochs: int, dropout: bool) -> d
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _run_name(framework: str, demo: str, epochs: int, dropout: bool, steps: int) -> str:
+    return f"demo-{framework}-{demo}-{epochs}-{dropout}"
+
+
+def _train_in(tmp: Path, framework: str, demo: str, epochs: int, dropout: bool) -> tuple[dict, Path]:
+    return train(framework, demo, tmp / f"{framework}.pt", epochs, dropout), tmp / f"{framework}.pt"
+
+
+# Each training is a background run of the session (tests/helpers/launches.py): the six subprocesses (minutes of
+# LSTM on a CPU) overlap the in-process tests instead of running one after another inside the test.
+for _case in CASES:
+    for _framework in ("lightning", "stoker"):
+        session_run(_run_name(_framework, *_case), f"{TEST}[{'-'.join(map(str, _case))}]", module=__name__)(
+            functools.partial(_train_in, framework=_framework, demo=_case[0], epochs=_case[1], dropout=_case[2]))
+
+
 @pytest.mark.compat
 @pytest.mark.slow
-@pytest.mark.parametrize("demo, epochs, dropout, steps", [("lstm", 2, False, 18), ("lstm", 2, True, 18),
-                                                          ("transformer", 1, True, 47)])
-def test_lightnings_demos_train_to_the_same_weights(tmp_path: Path, demo: str, epochs: int, dropout: bool,
-                                                     steps: int) -> None:
+@pytest.mark.parametrize("demo, epochs, dropout, steps", CASES)
+def test_lightnings_demos_train_to_the_same_weights(session_launches: Launches, demo: str, epochs: int,
+                                                     dropout: bool, steps: int) -> None:
     import pytorch_lightning  # noqa: F401 - in the test extra: missing, this fails (never a silent skip)
-    lightning = train("lightning", demo, tmp_path / "lightning.pt", epochs, dropout)
-    stoker = train("stoker", demo, tmp_path / "stoker.pt", epochs, dropout)
+    (lightning, lightning_pt), (stoker, stoker_pt) = (
+        session_launches.result(_run_name(framework, demo, epochs, dropout, steps))
+        for framework in ("lightning", "stoker"))
     assert lightning == stoker and stoker["global_step"] == steps and stoker["hidden_reset"] is True
-    a, b = torch.load(tmp_path / "lightning.pt"), torch.load(tmp_path / "stoker.pt")
+    a, b = torch.load(lightning_pt), torch.load(stoker_pt)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)

@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +44,19 @@ def run_both(script: Path, tmp_path: Path, out: str = "") -> tuple[dict[str, Any
     import pytorch_lightning  # noqa: F401 - in the test extra: missing, this fails (never a silent skip)
     ported = tmp_path / f"{script.stem}_stoker.py"
     ported.write_text(script.read_text().replace("pytorch_lightning", "stoker"))
-    results = []
-    for name, path in (("pl", script), ("st", ported)):
+    for name in ("pl", "st"):
         (tmp_path / name).mkdir()
-        results.append(run(path, tmp_path / name / out if out else tmp_path / name))
+    results = both(run, (script, tmp_path / "pl" / out if out else tmp_path / "pl"),
+                   (ported, tmp_path / "st" / out if out else tmp_path / "st"))
     return results[0], results[1]
+
+
+def both(call: Callable[..., Any], first: tuple, second: tuple) -> tuple[Any, Any]:
+    """``call(*first)`` and ``call(*second)`` at once (two subprocesses for two cores, each in its own folder);
+    their results, or the first exception."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        a, b = pool.submit(call, *first), pool.submit(call, *second)
+        return a.result(), b.result()
 
 
 @pytest.mark.compat
@@ -56,8 +66,7 @@ def test_lightning_gan_runs_unchanged_after_renaming_imports(tmp_path: Path) -> 
     ported = tmp_path / "gan_stoker.py"
     ported.write_text(rename_imports(SCRIPT.read_text()))
     assert "pytorch_lightning" not in ported.read_text() and "import stoker as pl" in ported.read_text()
-    lightning = run(SCRIPT, tmp_path / "lightning.pt")
-    stoker = run(ported, tmp_path / "stoker.pt")
+    lightning, stoker = both(run, (SCRIPT, tmp_path / "lightning.pt"), (ported, tmp_path / "stoker.pt"))
     assert lightning == stoker == {"global_step": 2 * 40 * 2, "epoch": 2}  # every optimizer.step() counts
     a, b = torch.load(tmp_path / "lightning.pt"), torch.load(tmp_path / "stoker.pt")
     assert a.keys() == b.keys()
