@@ -6,7 +6,7 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
 `OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `WeightAveraging` /
 `EMAWeightAveraging` (weight_averaging.py), `SpikeDetection` and its `TrainingSpikeException` (spike.py),
-`LambdaCallback` (lambda_function.py), `BaseFinetuning` / `BackboneFinetuning` (finetuning.py), and the rich
+`LambdaCallback` (lambda_function.py), `DeviceStatsMonitor` (device_stats_monitor.py), `BaseFinetuning` / `BackboneFinetuning` (finetuning.py), and the rich
 look of the bar and the table, `RichProgressBar` (rich_progress.py) and `RichModelSummary` (rich_summary.py). Those
 after `Timer` are imported on first use. None of them imports tqdm, rich, tensorboard or torchmetrics at import time.
 """
@@ -38,6 +38,7 @@ _LAZY = {
     "SpikeDetection": "stoker.callbacks.spike",
     "TrainingSpikeException": "stoker.callbacks.spike",
     "LambdaCallback": "stoker.callbacks.lambda_function",
+    "DeviceStatsMonitor": "stoker.callbacks.device_stats_monitor",
     "BaseFinetuning": "stoker.callbacks.finetuning",
     "BackboneFinetuning": "stoker.callbacks.finetuning",
     # the tuner's searches run by a run (they use the Trainer, above this package: imported on first use only)
@@ -69,6 +70,7 @@ __all__ = ["Callback", "Checkpoint", "EarlyStopping", "EarlyStoppingReason", "Le
 
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
     from stoker.callbacks.accumulation_scheduler import GradientAccumulationScheduler as GradientAccumulationScheduler
+    from stoker.callbacks.device_stats_monitor import DeviceStatsMonitor as DeviceStatsMonitor
     from stoker.callbacks.finetuning import BackboneFinetuning as BackboneFinetuning
     from stoker.callbacks.finetuning import BaseFinetuning as BaseFinetuning
     from stoker.callbacks.lambda_function import LambdaCallback as LambdaCallback
