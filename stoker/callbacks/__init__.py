@@ -6,9 +6,10 @@ Each built-in lives in its own module: `ModelCheckpoint` (checkpoint.py), `Early
 `GradientAccumulationScheduler` (accumulation_scheduler.py), `ThroughputMonitor` (throughput.py),
 `OnExceptionCheckpoint` (on_exception.py), `StochasticWeightAveraging` (swa.py), `WeightAveraging` /
 `EMAWeightAveraging` (weight_averaging.py), `SpikeDetection` and its `TrainingSpikeException` (spike.py),
-`LambdaCallback` (lambda_function.py), `DeviceStatsMonitor` (device_stats_monitor.py), `BaseFinetuning` / `BackboneFinetuning` (finetuning.py), and the rich
-look of the bar and the table, `RichProgressBar` (rich_progress.py) and `RichModelSummary` (rich_summary.py). Those
-after `Timer` are imported on first use. None of them imports tqdm, rich, tensorboard or torchmetrics at import time.
+`LambdaCallback` (lambda_function.py), `DeviceStatsMonitor` (device_stats_monitor.py), `BaseFinetuning` /
+`BackboneFinetuning` (finetuning.py), and the rich look of the bar and the table, `RichProgressBar`
+(rich_progress.py) and `RichModelSummary` (rich_summary.py). Those after `Timer` are imported on first use. None of
+them imports tqdm, rich, tensorboard or torchmetrics at import time.
 """
 
 import os
