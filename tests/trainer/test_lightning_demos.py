@@ -9,21 +9,19 @@ loaders draw their randomness ..."), so the dropout masks agree.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import functools
-
 import pytest
 import torch
 
+from tests.helpers.dist_spawn import base_env
 from tests.helpers.launches import Launches, session_run
 
 SCRIPT = Path(__file__).with_name("lightning_demo_script.py")
-REPO = Path(__file__).resolve().parents[2]
 
 
 CASES = [("lstm", 2, False, 18), ("lstm", 2, True, 18), ("transformer", 1, True, 47)]
@@ -31,9 +29,11 @@ TEST = "test_lightnings_demos_train_to_the_same_weights"
 
 
 def train(framework: str, demo: str, out: Path, epochs: int, dropout: bool) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    # base_env: one thread per process. These runs overlap other work, where two threads each mostly spin (the
+    # LSTM runs took twice their CPU time); both frameworks run with the same setting, so they still agree bit for bit.
     done = subprocess.run([sys.executable, str(SCRIPT), framework, demo, str(out), str(epochs),
-                           "dropout" if dropout else "none"], capture_output=True, text=True, env=env, timeout=240)
+                           "dropout" if dropout else "none"], capture_output=True, text=True, env=base_env(),
+                          timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -6,7 +6,6 @@ same operations in the same order: plain backward, Adam steps, clip_grad_norm_ o
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from tests.helpers.dist_spawn import base_env
 
 SCRIPT = Path(__file__).with_name("lightning_gan_script.py")
 RENAMES = [("pytorch_lightning", "stoker"), ("lightning.pytorch", "stoker"), ("LightningDataModule", "DataModule"),
@@ -30,8 +31,8 @@ def rename_imports(source: str) -> str:
 
 
 def run(script: Path, out: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=env,
+    # base_env: one thread per process (two run at once, beside other work), the repository importable.
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=base_env(),
                           timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
