@@ -45,8 +45,8 @@ def test_cpu_figures_reach_the_logger_once_per_logged_step_and_hook(tmp_path: Pa
     for hook in ("on_train_batch_start", "on_train_batch_end"):
         for figure in monitor_module.CPU_FIGURES:
             assert points(rows, f"{PREFIX}{hook}/{figure}") == [1, 2, 3, 4], (hook, figure)
-    # validation batches 0 and 1 of the one validation, logged at the step the fit had reached
-    assert points(rows, f"{PREFIX}on_validation_batch_end/cpu_percent") == [4, 4]
+    # the validation's batches, at the step the fit had reached (equal values at one step share a CSV row)
+    assert set(points(rows, f"{PREFIX}on_validation_batch_end/cpu_percent")) == {4}
     for row in rows:
         for name, value in row.items():
             if name.startswith(PREFIX) and value:
@@ -62,6 +62,36 @@ def test_with_accumulation_a_step_is_read_once_on_the_logged_steps_only(tmp_path
     rows = read_rows(logger)  # 4 batches of 8, windows of 2: steps 1 and 2; only step 2 is logged
     assert points(rows, f"{PREFIX}on_train_batch_start/cpu_percent") == [2]
     assert points(rows, f"{PREFIX}on_train_batch_end/cpu_percent") == [2]
+
+
+class RecordingCSVLogger(CSVLogger):
+    """A CSVLogger that also records each ``log_metrics`` call's step and hooks."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[int, str]] = []
+
+    def log_metrics(self, metrics, step=None) -> None:
+        hooks = {name[len(PREFIX):].split("/")[0] for name in metrics if name.startswith(PREFIX)}
+        self.calls += [(step, hook) for hook in sorted(hooks)]
+        super().log_metrics(metrics, step)
+
+
+@pytest.mark.parametrize("every, batches", [(1, [0, 1, 2, 3]), (2, [0, 2])])
+def test_evaluation_batches_are_read_every_n_batches_at_the_runs_step(tmp_path: Path, every: int,
+                                                                       batches: list[int]) -> None:
+    logger = RecordingCSVLogger(tmp_path)
+    trainer = quiet_trainer(logger=logger, callbacks=[DeviceStatsMonitor()], max_epochs=1, log_every_n_steps=every)
+    module = Regressor()
+    trainer.fit(module, make_loader(make_regression_data(n=16)), make_loader(make_regression_data(n=32, seed=1)))
+    validation = [call for call in logger.calls if call[1].startswith("on_validation")]
+    # 4 validation batches after 2 steps: batch_idx 0, every, 2*every... each read at its start and end, at step 2
+    assert validation == [(2, hook) for _ in batches for hook in ("on_validation_batch_start",
+                                                                   "on_validation_batch_end")]
+    logger.calls.clear()
+    trainer.test(module, make_loader(make_regression_data(n=32, seed=2)))
+    assert [call for call in logger.calls if call[1].startswith("on_test")] == [
+        (2, hook) for _ in batches for hook in ("on_test_batch_start", "on_test_batch_end")]
 
 
 def test_cpu_stats_false_logs_nothing_on_a_cpu(tmp_path: Path) -> None:
