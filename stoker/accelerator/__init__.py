@@ -13,7 +13,7 @@ from .checkpointing.rng import capture_rng_state, restore_rng_state
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .checkpointing.weights import MismatchedKeysError, key_mismatch, strip_compile_prefix
-from .checkpointing.weights_read import read_state_dict
+from .checkpointing.weights_read import checkpoint_weight_names, read_state_dict
 from .config import DataLoaderConfiguration, ProjectConfiguration
 from .data.position import ProcessCountError
 from .data.prepare import prepare_data_loader
@@ -40,7 +40,7 @@ __all__ = [
     "load_tree", "read_state", "remove_checkpoint", "verify_checkpoint", "wait_for_checkpoints",
     # ... exported weights' file names and contents, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "MismatchedKeysError", "key_mismatch",
-    "read_state_dict", "strip_compile_prefix", "capture_rng_state", "describe_failures",
+    "read_state_dict", "checkpoint_weight_names", "strip_compile_prefix", "capture_rng_state", "describe_failures",
     "ensure_processes", "resolve_num_processes", "restore_rng_state", "run_outcome",
     "Ranks", "WorkerError", "check_can_start", "free_port", "run_in_processes",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).

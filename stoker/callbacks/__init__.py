@@ -40,6 +40,7 @@ _LAZY = {
     "TrainingSpikeException": "stoker.callbacks.spike",
     "LambdaCallback": "stoker.callbacks.lambda_function",
     "DeviceStatsMonitor": "stoker.callbacks.device_stats_monitor",
+    "ModelPruning": "stoker.callbacks.pruning",
     "BaseFinetuning": "stoker.callbacks.finetuning",
     "BackboneFinetuning": "stoker.callbacks.finetuning",
     # the tuner's searches run by a run (they use the Trainer, above this package: imported on first use only)
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 56
     from stoker.callbacks.finetuning import BackboneFinetuning as BackboneFinetuning
     from stoker.callbacks.finetuning import BaseFinetuning as BaseFinetuning
     from stoker.callbacks.lambda_function import LambdaCallback as LambdaCallback
+    from stoker.callbacks.pruning import ModelPruning as ModelPruning
     from stoker.callbacks.on_exception import OnExceptionCheckpoint as OnExceptionCheckpoint
     from stoker.callbacks.prediction_writer import BasePredictionWriter as BasePredictionWriter
     from stoker.callbacks.rich_progress import RichProgressBar as RichProgressBar

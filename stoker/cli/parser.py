@@ -37,6 +37,23 @@ from .optimizers import LRSchedulerTypeTuple, class_path_dict
 # without this, jsonargparse writes and reads them by the path they are imported from (jsonargparse's own setting).
 register_unresolvable_import_paths(torch)
 
+
+def _import_short_names() -> None:
+    """Imports the callbacks and loggers that ``stoker.callbacks`` / ``stoker.loggers`` export lazily: jsonargparse
+    resolves a short name (``--trainer.callbacks+=ModelPruning``) only among subclasses already imported, which
+    Lightning's eager imports give it. A class whose optional package is missing is left out."""
+    from .. import callbacks, loggers
+
+    for package in (callbacks, loggers):
+        for name in package.__all__:
+            try:
+                getattr(package, name)
+            except ImportError:
+                pass
+
+
+_import_short_names()
+
 __all__ = ["KEEP_NONE", "ActionConfigFile", "LightningArgumentParser", "Namespace", "class_from_function",
            "instantiate"]
 

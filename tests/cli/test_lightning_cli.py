@@ -147,6 +147,15 @@ def test_run_false_builds_the_objects_for_the_script():
     assert other.max_epochs == 5 and run.config_init.trainer.max_epochs == 2
 
 
+def test_lazily_exported_callbacks_and_loggers_are_found_by_short_name():
+    run = cli("--trainer.callbacks+=ModelPruning", "--trainer.callbacks.pruning_fn=l1_unstructured",
+              "--trainer.callbacks+=DeviceStatsMonitor", "--trainer.logger=MLFlowLogger",
+              "--trainer.logger.tracking_uri=file:./mlruns", run=False)
+    names = [type(c).__name__ for c in run.trainer.callbacks]
+    assert names[:2] == ["ModelPruning", "DeviceStatsMonitor"] and run.trainer.callbacks[0].pruning_fn is not None
+    assert type(run.trainer.logger).__name__ == "MLFlowLogger"
+
+
 def test_fit_ckpt_path_resumes_and_predict_reads_the_saved_hyperparameters():
     first = cli("fit", "--model.lr=0.05", "--trainer.default_root_dir=runs")
     [ckpt] = Path(first.trainer.log_dir, "checkpoints").glob("*.ckpt")

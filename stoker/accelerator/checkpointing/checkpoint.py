@@ -26,7 +26,7 @@ from .process_count import check_loader_states, restore_rng, rng_file
 from .contents import CheckpointContents
 from .rng import capture_rng_state
 from .safetensors_io import FileRecord, read_safetensors, write_buffers, write_safetensors
-from .state_file import _KINDS, STATE_NAME, encode_state, read_state
+from .state_file import _KINDS, STATE_NAME, encode_state, part_name, read_state
 from .tree import encode_tree, load_tree
 from .weights import TIED_KEY, _dedupe, load_checkpoint_in_model
 
@@ -34,22 +34,16 @@ SCALER_NAME = "scaler.safetensors"
 
 
 # -- save_state / load_state ---------------------------------------------------------------------------------------
-def _name(stem: str, i: int, rank: int = 0) -> str:
-    """Accelerate's names as safetensors (``optimizer_1.safetensors``); a process's own files get ``_process{rank}``."""
-    stem += f"_process{rank}" if rank else ""
-    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"
-
-
 def _parts(contents: CheckpointContents, rank: int) -> tuple[list, list]:
     """``(file, object, label)`` of what the main process saves for all, and what each process saves for itself
     (loader positions and user objects may differ between processes)."""
     optimizers = contents.strategy.checkpoint_files_hold([], contents.optimizers)[1]  # FSDP: none (its shards)
-    shared = [(_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
-    shared += [(_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(contents.schedulers)]
+    shared = [(part_name("optimizer", i), o, f"optimizer #{i}") for i, o in enumerate(optimizers)]
+    shared += [(part_name("scheduler", i), s, f"scheduler #{i}") for i, s in enumerate(contents.schedulers)]
     if contents.precision.has_state:  # fp16's grad scaler; the other precisions have nothing to save
         shared.append((SCALER_NAME, contents.precision, "grad scaler"))
-    own = [(_name("dataloader", i, rank), d, f"dataloader #{i}") for i, d in enumerate(contents.dataloaders)]
-    own += [(_name("custom_checkpoint", i, rank), o, f"register_for_checkpointing object #{i}")
+    own = [(part_name("dataloader", i, rank), d, f"dataloader #{i}") for i, d in enumerate(contents.dataloaders)]
+    own += [(part_name("custom_checkpoint", i, rank), o, f"register_for_checkpointing object #{i}")
             for i, o in enumerate(contents.custom_objects)]
     return shared, own
 
@@ -254,14 +248,14 @@ def _encode_state(contents: CheckpointContents, filed_models: list, model_states
     counters = dict(contents.counters())
     for i, state in enumerate(model_states if main else []):
         stored, aliases = _dedupe(state)
-        files.append((_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
+        files.append((part_name("model", i), stored, {"format": "pt", TIED_KEY: json.dumps(aliases)}))
     if counters.get("micro_step", 0) > 0:  # an open accumulation window: its gradients, per process (no sync yet)
         for i, model in enumerate(filed_models):
             grads = {n: p.grad for n, p in contents.unwrap(model).named_parameters() if p.grad is not None}
-            files.append((_name("gradients", i, rank), grads, {"format": "pt"}))
+            files.append((part_name("gradients", i, rank), grads, {"format": "pt"}))
     window = contents.window.open_window_state()
     if window is not None:  # an open window of summed losses: this process's item count so far (and normaliser)
-        files.append((_name("window", 0, rank), window, {"format": "pt"}))
+        files.append((part_name("window", 0, rank), window, {"format": "pt"}))
     if main:
         if auto:
             counters["iteration"] = contents.project.iteration + 1  # the state after this save
@@ -378,11 +372,11 @@ def load_state(contents: CheckpointContents, input_dir: str | None = None, stric
     contents.hooks.run_load(kept, path)  # register_load_state_pre_hook: removes what it loaded itself
     position = {id(m): i for i, m in enumerate(contents.models)}  # gradients are saved by this position
     filed = {id(m) for m in strategy.checkpoint_files_hold(kept, [])[0]}  # FSDP: none, its shards hold them
-    models = [(m, _name("model", i), _name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)
+    models = [(m, part_name("model", i), part_name("gradients", position[id(m)], rank)) for i, m in enumerate(kept)
               if id(m) in filed]
     names = [n for n, _, _ in parts] + [n for _, *pair in models for n in pair if n in files]
     names += strategy.checkpoint_shard_files(list(files))
-    window_name = _name("window", 0, rank)
+    window_name = part_name("window", 0, rank)
     names += [window_name] if window_name in files else []
     rng_name = rng_file(rank) if rng_file(rank) in files else rng_file(0)
     verify_checkpoint(path, files=names + ([rng_name] if rng_name in files else []))

@@ -19,6 +19,13 @@ from .atomic import CheckpointError, _read_json, verify_checkpoint
 STATE_NAME = "stoker_state.json"
 
 
+def part_name(stem: str, i: int, rank: int = 0) -> str:
+    """The file of the ``i``-th object of a kind (``model``, ``optimizer``...): Accelerate's names as safetensors
+    (``model.safetensors``, ``optimizer_1.safetensors``); a process's own files get ``_process{rank}``."""
+    stem += f"_process{rank}" if rank else ""
+    return f"{stem}.safetensors" if i == 0 else f"{stem}_{i}.safetensors"
+
+
 def encode_state(counters: dict[str, int], num_processes: int, counts: dict[str, int]) -> str:
     """The JSON text of a state file for a save made now."""
     state = {"counters": counters, "num_processes": num_processes, "counts": counts, "saved_at": time.time()}

@@ -11,6 +11,8 @@ import os
 
 import torch
 
+from .safetensors_io import read_safetensors
+from .state_file import part_name
 from .weights import weight_files, read_weight_file, strip_compile_prefix
 
 
@@ -29,3 +31,16 @@ def read_state_dict(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
         tied = {**tied, **file_tied}
     aliases = {a: tensors[n] for a, n in tied.items() if n in tensors and a not in tensors}
     return {**tensors, **aliases}
+
+
+def checkpoint_weight_names(folder: str | os.PathLike, index: int = 0) -> list[str]:
+    """The tensor names in the weights of the ``index``-th prepared model of a ``save_state`` folder, read from the
+    file's header only (empty where the folder holds no such file, e.g. FSDP's shards). For a load-state hook that
+    must shape a model as its checkpoint was (``ModelPruning``), before the weights are checked and loaded.
+
+    Example:
+        >>> checkpoint_weight_names("checkpoints/last.ckpt")  # doctest: +SKIP
+        ['layer.bias', 'layer.weight_mask', 'layer.weight_orig']
+    """
+    path = os.path.join(os.fspath(folder), part_name("model", index))
+    return sorted(read_safetensors(path, data=False)[0]) if os.path.isfile(path) else []
