@@ -1,35 +1,32 @@
 """`ModelPruning`: prunes the module's parameters with ``torch.nn.utils.prune`` at epoch ends, and resumes exactly.
 Lightning's module path ``callbacks.pruning``.
 
-At the end of each training epoch (or of each validation run with ``prune_on_train_epoch_end=False``; never in a
-sanity check) the callback asks ``apply_pruning(epoch)`` whether to prune and ``amount(epoch)`` how much, then prunes
-``parameters_to_prune`` (by default the ``weight`` and ``bias`` of every layer) with one of torch's methods: over all
-of them at once (``use_global_unstructured``) or layer by layer. torch's pruning re-parametrizes a pruned parameter
-``p``: its values become the parameter ``p_orig`` (the same ``nn.Parameter``, so the optimizers keep it and its
-state), ``p_mask`` is a buffer, and ``p = p_orig * p_mask`` is recomputed before every forward. Masks only grow: a
-pruned entry stays pruned. With the lottery-ticket hypothesis the surviving entries are then reset to their values at
-the start of the fit (with ``resample_parameters``, to a fresh initialisation). ``make_pruning_permanent`` removes the
-re-parametrization when training ends and keeps it out of checkpoints: their weights hold ``p``, pruned entries zero,
-so ``load_from_checkpoint`` builds a module without pruning.
+At the end of each training epoch (or validation run, ``prune_on_train_epoch_end=False``; never in a sanity check) it
+asks ``apply_pruning(epoch)`` whether to prune and ``amount(epoch)`` how much, and prunes ``parameters_to_prune``
+(default: every layer's ``weight`` and ``bias``) with one of torch's methods, over all at once
+(``use_global_unstructured``) or layer by layer. A pruned ``p`` becomes the parameter ``p_orig`` (the same
+``nn.Parameter``: the optimizers keep it and its state), the buffer ``p_mask``, and ``p = p_orig * p_mask``,
+recomputed before every forward. Masks only grow. The lottery ticket then resets the surviving entries to their values
+at the fit's start (``resample_parameters``: to a fresh initialisation). ``make_pruning_permanent`` removes the
+re-parametrization when training ends and keeps it out of checkpoints (their weights hold ``p``), so
+``load_from_checkpoint`` builds a module without pruning.
 
 Decided here, where Lightning differs (see ``docs/migrating/lightning.md``):
 
-- **Resume is exact.** With ``make_pruning_permanent=False`` the weights hold ``p_orig`` and ``p_mask``, and a hook of
-  the Accelerator's ``load_state`` re-parametrizes the fresh module's parameters that the checkpoint holds pruned
-  before they are loaded. With ``make_pruning_permanent=True`` a hook of ``save_state`` writes ``p`` in their place,
-  and the callback's state keeps each mask (booleans) and the values ``p_orig`` holds under it, put back after the
-  weights are loaded (a checkpoint inside an accumulation window keeps the pair: its gradients are saved under the
-  names ``p_orig``). The lottery ticket's starting values are in the callback's state too (a resumed fit resets to
-  them whatever its module was initialised with): that state is as large as the parameters it prunes.
-- **Importance is the parameters' current value** (for the methods that rank by it). torch would otherwise rank an
-  already pruned parameter by its value in the last forward pass, from before the last optimizer step (or, after a
-  resume, from before the checkpoint was loaded).
+- **Resume is exact.** With ``make_pruning_permanent=False`` the weights hold ``p_orig`` and ``p_mask``; a hook of
+  the Accelerator's ``load_state`` re-parametrizes the fresh module's parameters that the checkpoint holds so, before
+  they load. With ``make_pruning_permanent=True`` a hook of ``save_state`` writes ``p`` in their place (and, during
+  that save, ``module.state_dict()`` folds too, so the ``on_save_checkpoint`` hooks see what is written); the
+  callback's state keeps each mask and the values ``p_orig`` holds under it, put back after the weights load. A
+  checkpoint inside an accumulation window keeps the pair: its gradients are saved under the names ``p_orig``. The
+  lottery ticket's starting values are in the state too (as large as the parameters pruned).
+- **Importance is the parameters' current value**: torch would rank an already pruned parameter by its value in the
+  last forward pass (before the last optimizer step; after a resume, before the checkpoint was loaded).
 - **The lottery ticket resets to the starting values each time**, not to a copy that training has since changed.
 
-Not with a strategy that shards parameters (FSDP): torch prunes whole tensors. A random method draws from torch's
-generator, so with several processes give every process the same seed (``seed_everything``), as for the model's
-initialisation. Cost: the forward pre-hook torch adds per pruned parameter (one multiply); pruning itself, and with
-``verbose`` its figures (one device sync each), only at epoch ends.
+Not with FSDP (torch prunes whole tensors). A random method draws from torch's generator: with several processes give
+each the same seed (``seed_everything``). Cost: torch's forward pre-hook per pruned parameter (one multiply); pruning,
+and with ``verbose`` its figures (one device sync each), at epoch ends only.
 """
 
 from __future__ import annotations
@@ -148,6 +145,7 @@ class ModelPruning(Callback):
         self._module: nn.Module | None = None
         self._trainer: TrainerView | None = None
         self._hooks: list[Any] = []
+        self._view_hook: Any = None  # during a save that folds: module.state_dict() folds too (the hooks' view)
 
     @property
     def state_key(self) -> str:
@@ -184,7 +182,7 @@ class ModelPruning(Callback):
                             f"{list(_FUNCTIONS)} or a torch BasePruningMethod subclass{hint}.")
         if self._use_global_unstructured and getattr(method, "PRUNING_TYPE", None) != "unstructured":
             raise ValueError(f"ModelPruning({self._method_name}): only an 'unstructured' method is supported with "
-                             "use_global_unstructured=True; pass use_global_unstructured=False to prune layer by "
+                             "`use_global_unstructured=True`; pass use_global_unstructured=False to prune layer by "
                              "layer.")
         return method
 
@@ -254,6 +252,7 @@ class ModelPruning(Callback):
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._end_folded_view()
 
     def _keys(self) -> list[str]:
         """Each target's state-dict name in the module (``layer.mlp_1.weight``)."""
@@ -355,6 +354,24 @@ class ModelPruning(Callback):
                                                    for m, n in self._parameters_to_prune if is_pruned(m, n)):
             return
         fold(weights[index], self._keys())
+        if self._view_hook is None and self._module is not None:  # the hooks' checkpoint["state_dict"] shows it too
+            keys = self._keys()
+
+            def fold_view(module: nn.Module, state_dict: dict[str, Any], prefix: str, metadata: Any) -> None:
+                fold(state_dict, [prefix + key for key in keys])
+
+            self._view_hook = self._module.register_state_dict_post_hook(fold_view)  # (torch marks the function)
+
+    def _end_folded_view(self) -> None:
+        if self._view_hook is not None:
+            self._view_hook.remove()
+            self._view_hook = None
+
+    def on_save_checkpoint(self, trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
+        self._end_folded_view()  # the save's view was built before the hooks ran
+
+    def on_train_batch_start(self, trainer: TrainerView, module: Any, batch: Any, batch_idx: int) -> None:
+        self._end_folded_view()  # a save that failed before its hooks ran
 
     def _shape_for_load(self, models: list[nn.Module], input_dir: str) -> None:
         """``load_state`` pre-hook: re-parametrizes the parameters the checkpoint's weights hold pruned

@@ -3,7 +3,8 @@ whose writer checks each batch's ``batch_indices`` against the batch (each rank 
 
 Usage: ``dist_callbacks_worker.py OUT``. ModelCheckpoint, EarlyStopping and Timer must decide the same on both
 ranks; otherwise one rank would wait forever in a collective (save_state, the loop) the other never enters.
-Writes ``rank{r}.json``.
+ModelPruning with a random method must draw the same masks on both ranks, and a fit resumed from a checkpoint saved
+in the middle of an epoch must end with the same (pruned) weights. Writes ``rank{r}.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch  # noqa: E402
 
 from stoker import BasePredictionWriter, Callback, EarlyStopping, ModelCheckpoint, Timer, Trainer  # noqa: E402
 from tests.helpers.dist_common import write_result  # noqa: E402
+from stoker.callbacks import ModelPruning  # noqa: E402
 from tests.helpers.models import Regressor, make_loader, make_regression_data  # noqa: E402
 
 OUT = Path(sys.argv[1])
@@ -87,6 +89,22 @@ def predict_indices() -> tuple[bool, list[int]]:
     return bool(matched.all()), trainer.accelerator.gather(torch.tensor(writer.indices)).tolist()
 
 
+class SaveAtStep6(Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == 6:
+            trainer.save_checkpoint(OUT / "pruned" / "step6.ckpt")
+
+
+def pruned(root: Path, extra: list, ckpt: str | None = None) -> list[float]:
+    """A fit pruned at each epoch's end by a random method (the ranks draw alike from the same seed)."""
+    module = Module()
+    pruning = ModelPruning("random_unstructured", amount=0.3, make_pruning_permanent=False)
+    trainer = Trainer(max_epochs=3, default_root_dir=str(root), logger=False, enable_progress_bar=False, seed=0,
+                      enable_checkpointing=False, callbacks=[pruning, *extra])
+    trainer.fit(module, make_loader(make_regression_data(64), 8), ckpt_path=ckpt)
+    return [float(v) for t in module.state_dict().values() for v in t.reshape(-1)]
+
+
 ckpt = ModelCheckpoint(save_last=True, monitor="score", save_top_k=1, filename="{epoch}")
 stop = EarlyStopping("score", patience=2)
 first = fit(OUT / "stop", [ckpt, stop])
@@ -97,4 +115,6 @@ write_result(OUT, {
     "stopped_epoch": stop.stopped_epoch, "steps": first.global_step,
     "timer_steps": second.global_step, "timer_stopped": timer.stopped,
     "predict": predict_indices(),
+    "pruned_whole": pruned(OUT / "pruned", [SaveAtStep6()]),
+    "pruned_resumed": pruned(OUT / "resumed", [], str(OUT / "pruned" / "step6.ckpt")),
 })

@@ -28,3 +28,7 @@ def test_checkpoint_early_stopping_and_timer_agree_across_ranks(tmp_path):
     # ranks, together covering every row.
     matched, indices = result["predict"]
     assert matched and len(indices) == 10 and sorted(indices) == list(range(10))
+    # ModelPruning (random_unstructured, 30% at each epoch's end): the same weights and masks on both ranks (the
+    # results are equal as a whole above), pruned, and the same after resuming from step 6 (inside epoch 1).
+    whole = result["pruned_whole"]
+    assert whole == result["pruned_resumed"] and whole.count(0.0) > 0

@@ -222,6 +222,24 @@ def test_checkpoints_hold_the_pruned_weights_or_the_pair(tmp_path, permanent):
                             "the last checkpoint's weights")
 
 
+@pytest.mark.parametrize("permanent", [True, False])
+def test_the_hooks_view_shows_what_is_saved_and_the_module_stays_pruned(tmp_path, permanent):
+    seen: dict[str, list] = {"view": [], "live": []}
+
+    class Look(Callback):
+        def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            seen["view"].append(sorted(k for k in checkpoint["state_dict"] if k.startswith("body.0.weight")))
+
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+            seen["live"].append(sorted(k for k in module.state_dict() if k.startswith("body.0.weight")))
+
+    pruning = ModelPruning("l1_unstructured", amount=0.5, make_pruning_permanent=permanent)
+    fit(tmp_path, [pruning, Look(), SaveAt(str(tmp_path / "saves"), {6})], epochs=2)
+    pair = ["body.0.weight_mask", "body.0.weight_orig"]
+    assert seen["view"] == [["body.0.weight"] if permanent else pair]
+    assert seen["live"] == [["body.0.weight"]] * 4 + [pair] * 4  # pruned after epoch 0; a save changes nothing
+
+
 def test_two_callbacks_prune_the_same_parameters_in_turn_and_resume(tmp_path):
     def callbacks() -> list[Callback]:
         return [ModelPruning("l1_unstructured", amount=0.5, apply_pruning=lambda e: e % 2 == 0),
