@@ -337,10 +337,11 @@ def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
     checkpoint: that one, with a warning (Lightning's rule); a module passed is evaluated as it is."""
     if ckpt_path is None and not trainer.run_setup.module_passed and _has_best(trainer):
         fn = trainer.state.fn or "evaluation"
+        # The middle sentence is Lightning's, so that a warnings filter written for Lightning still matches.
         warnings.warn(f"Trainer.{fn}() got no module and no ckpt_path: it evaluates the best checkpoint of the "
-                      f"previous fit, {trainer.checkpoint_callback.best_model_path}. Pass ckpt_path='best', 'last' "
-                      "or a folder to choose, or pass the module to evaluate its current weights.", UserWarning,
-                      stacklevel=4)
+                      f"previous fit, {trainer.checkpoint_callback.best_model_path}. The best model of the previous "
+                      "`fit` call will be used. Pass ckpt_path='best', 'last' or a folder to choose, or pass the "
+                      "module to evaluate its current weights.", UserWarning, stacklevel=4)
         ckpt_path = BEST
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:

@@ -53,6 +53,14 @@ def test_without_module_or_ckpt_path_the_best_checkpoint_is_evaluated_with_a_war
     assert not all(torch.equal(a, b) for a, b in zip(params_of(module), fitted))  # epoch 0's weights now
 
 
+def test_that_warning_carries_lightnings_sentence_for_warning_filters(tmp_path: Any) -> None:
+    trainer, _ = _fitted(tmp_path)
+    data = make_loader(make_regression_data(n=16), batch_size=8)
+    for run in (trainer.validate, trainer.test):  # in the first line, where the filters Lightning users write look
+        with pytest.warns(UserWarning, match=r"^[^\n]*The best model of the previous `fit` call will be used"):
+            run(dataloaders=data)
+
+
 def test_best_needs_a_checkpoint_that_keeps_one(tmp_path: Any) -> None:
     trainer, module = _fitted(tmp_path, save_top_k=0)
     with pytest.raises(ValueError, match=r"not configured to save the best checkpoint \(save_top_k=0\)"):
