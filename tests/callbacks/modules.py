@@ -1,4 +1,4 @@
-"""Loaders and a quiet Trainer for callback tests in real fits.
+"""Loaders, a quiet Trainer and a checkpoint-at-batch callback for callback tests in real fits.
 
 The module is ``tests.helpers.models.Regressor``: ``val_scores`` (one value per validation run) scripts the
 ``val/score`` metric that drives ModelCheckpoint / EarlyStopping deterministically, independent of how training goes.
@@ -6,9 +6,12 @@ The module is ``tests.helpers.models.Regressor``: ``val_scores`` (one value per 
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from torch.utils.data import DataLoader
 
-from stoker import Trainer
+from stoker import Callback, Trainer
 from tests.helpers.models import make_loader, make_regression_data
 
 
@@ -24,3 +27,16 @@ def trainer(root, **kw) -> Trainer:
     kw.setdefault("logger", False)
     kw.setdefault("seed", 0)
     return Trainer(default_root_dir=str(root), **kw)
+
+
+class SaveAt(Callback):
+    """Saves a checkpoint ``{folder}/batch{n}`` after the chosen batches of the uninterrupted run (counted from 1 over
+    the whole fit), for the exact-resume tests."""
+
+    def __init__(self, folder: str, batches: set[int]) -> None:
+        self.folder, self.batches, self.seen = folder, batches, 0
+
+    def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+        self.seen += 1
+        if self.seen in self.batches:
+            trainer.save_checkpoint(os.path.join(self.folder, f"batch{self.seen}"))

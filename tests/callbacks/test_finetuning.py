@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stoker import BackboneFinetuning, BaseFinetuning, Callback, TrainingModule
-from tests.callbacks.modules import loaders, trainer
+from tests.callbacks.modules import SaveAt, loaders, trainer
 from tests.helpers.weights import assert_same_weights, state_of
 
 # Tuned's optimizer takes every trainable parameter, BatchNorm's of a backbone frozen with train_bn=True included, so
@@ -161,18 +161,6 @@ def test_backbone_finetuning_freezes_with_batch_norm_trainable_whatever_train_bn
     fit(tmp_path, [BackboneFinetuning(1, train_bn=False), probe], 2, enable_checkpointing=False)
     assert probe.ends[0]["optimized"] == [False, False, True, True]
     assert probe.ends[1]["optimized"] == [True, True, True, True] and probe.ends[1]["groups"] == 2
-
-
-class SaveAt(Callback):
-    """Saves a checkpoint at one batch of the uninterrupted run (global batch count, from 1)."""
-
-    def __init__(self, folder: str, batches: set[int]) -> None:
-        self.folder, self.batches, self.seen = folder, batches, 0
-
-    def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
-        self.seen += 1
-        if self.seen in self.batches:
-            trainer.save_checkpoint(os.path.join(self.folder, f"batch{self.seen}"))
 
 
 @pytest.mark.parametrize("batch", [8, 10])  # the unfreeze epoch's end; inside the epoch after it

@@ -16,7 +16,7 @@ from torch.nn.utils import prune
 
 from stoker import Callback, ModelCheckpoint, TrainingModule, read_checkpoint
 from stoker.callbacks import ModelPruning
-from tests.callbacks.modules import loaders, trainer
+from tests.callbacks.modules import SaveAt, loaders, trainer
 from tests.helpers.weights import assert_same_weights, state_of
 
 
@@ -138,18 +138,6 @@ def test_verbose_2_reports_each_parameter(tmp_path, caplog):
          "Pruned: 0 (0.00%) -> 2 (12.50%)"),
         ("Applied `l1_unstructured` to `Linear(in_features=16, out_features=2, bias=True).bias` with amount=2. "
          "Pruned: 0 (0.00%) -> 2 (100.00%)")]
-
-
-class SaveAt(Callback):
-    """Saves a checkpoint after chosen batches of the uninterrupted run (counted from 1 over the whole fit)."""
-
-    def __init__(self, folder: str, batches: set[int]) -> None:
-        self.folder, self.batches, self.seen = folder, batches, 0
-
-    def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
-        self.seen += 1
-        if self.seen in self.batches:
-            trainer.save_checkpoint(os.path.join(self.folder, f"batch{self.seen}"))
 
 
 class LastEpochState(Callback):
