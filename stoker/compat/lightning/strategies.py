@@ -123,11 +123,13 @@ __all__ = ["DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "Strategy"]
 
 def registered_strategy(strategy: Any) -> Any:
     """Lightning's registered DDP names with their ``find_unused_parameters`` setting in the name
-    (``"ddp_find_unused_parameters_true"`` / ``"_false"``) as the ``DDPStrategy`` they stand for; anything else as it
-    is. (The spawned forms, ``"ddp_spawn_find_unused_parameters_true"`` and the like, are not taken: pass
+    (``"ddp_find_unused_parameters_true"`` / ``"_false"``) as the ``DDPStrategy`` they stand for, and
+    ``"single_device"`` as ``"single"``; anything else as it is. (The spawned forms, ``"ddp_spawn_find_unused_parameters_true"`` and the like, are not taken: pass
     ``"ddp_spawn"``, which builds DDP with torch's default, or a ``DDPStrategy`` under ``torchrun``.)"""
     if isinstance(strategy, str) and strategy.lower() in _FIND_UNUSED:
         return DDPStrategy(find_unused_parameters=_FIND_UNUSED[strategy.lower()])
+    if isinstance(strategy, str) and strategy.lower() == "single_device":  # Lightning's name for stoker's "single"
+        return "single"
     return strategy
 
 
