@@ -22,7 +22,9 @@ from stoker.callbacks.base import Callback, TrainerView
 
 __all__ = ["ModelSummary", "SummaryTable", "summarize"]
 
-_UNKNOWN = "?"
+UNKNOWN_SIZE = "?"  # a shape the example forward pass did not see
+NOT_APPLICABLE = "n/a"
+LEFTOVER_PARAMS_NAME = "other params"  # the row of the parameters the root module holds itself
 
 
 @dataclass
@@ -35,8 +37,8 @@ class LayerRow:
     trainable: int
     bytes: int
     training: bool | None
-    in_size: Any = _UNKNOWN
-    out_size: Any = _UNKNOWN
+    in_size: Any = UNKNOWN_SIZE
+    out_size: Any = UNKNOWN_SIZE
 
 
 class SummaryTable:
@@ -64,7 +66,7 @@ class SummaryTable:
         self.total_bytes = sum(p.numel() * p.element_size() for p in params)
         modes = [m.training for m in list(module.modules())[1:]]
         self.modules_in_train_mode, self.modules_in_eval_mode = modes.count(True), modes.count(False)
-        self.layers = [_row(name, m) for name, m in self._named_layers()]
+        self.layers = [_row(name, m) for name, m in self.named_layers()]
         example = getattr(module, "example_input_array", None)
         self.has_shapes = example_forward and example is not None and bool(self.layers)
         if self.has_shapes:
@@ -76,7 +78,8 @@ class SummaryTable:
         """Megabytes (1e6 bytes) the parameters take in their dtypes."""
         return self.total_bytes / 1e6
 
-    def _named_layers(self) -> list[tuple[str, nn.Module]]:
+    def named_layers(self) -> list[tuple[str, nn.Module]]:
+        """The listed layers as ``(name, module)``, down to ``max_depth``."""
         if self.max_depth == 0:
             return []
         if self.max_depth == 1:
@@ -93,12 +96,12 @@ class SummaryTable:
     def _record_shapes(self, example: Any, autocast: Any) -> None:
         from stoker.accelerator import send_to_device
 
-        rows = {id(m): row for (_, m), row in zip(self._named_layers(), self.layers)}
+        rows = {id(m): row for (_, m), row in zip(self.named_layers(), self.layers)}
         handles = []
-        for _, m in self._named_layers():
+        for _, m in self.named_layers():
             def hook(layer: nn.Module, args: tuple, kwargs: dict, out: Any, row: LayerRow = rows[id(m)]) -> None:
                 inputs = (*args, *kwargs.values())
-                if row.in_size == _UNKNOWN:  # a layer called twice keeps its first shapes
+                if row.in_size == UNKNOWN_SIZE:  # a layer called twice keeps its first shapes
                     row.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs)
                     row.out_size = _shape(out)
             handles.append(m.register_forward_hook(hook, with_kwargs=True))
@@ -132,7 +135,8 @@ class SummaryTable:
             columns += [("In sizes", [str(r.in_size) for r in self.layers]),
                         ("Out sizes", [str(r.out_size) for r in self.layers])]
         if self.other_parameters:  # parameters held by the root module itself, outside any listed layer
-            values = [" ", "other params", "n/a", readable_count(self.other_parameters), "", "", "n/a", "n/a", "n/a"]
+            values = [" ", LEFTOVER_PARAMS_NAME, NOT_APPLICABLE, readable_count(self.other_parameters), "", "",
+                      NOT_APPLICABLE, NOT_APPLICABLE, NOT_APPLICABLE]
             columns = [(title, cells + [values[i]]) for i, (title, cells) in enumerate(columns)]
         return columns
 
@@ -236,7 +240,7 @@ def _shape(value: Any) -> Any:
         return list(value.shape)
     if isinstance(value, (list, tuple)):
         return [_shape(v) for v in value]
-    return _UNKNOWN
+    return UNKNOWN_SIZE
 
 
 def readable_count(number: int) -> str:
