@@ -1,17 +1,18 @@
 """Lightning's ``pytorch_lightning.utilities`` names that user scripts import, so that a script runs after renaming
 ``pytorch_lightning`` (or ``lightning.pytorch``) to ``stoker``: ``rank_zero_only`` and the ``rank_zero_*`` messages
 (also as ``stoker.utilities.rank_zero``), ``CombinedLoader`` (also as ``stoker.utilities.combined_loader``),
-``AttributeDict`` and ``is_picklable`` (also as ``stoker.utilities.parsing``), ``GradClipAlgorithmType``
-(``stoker/compat/lightning/enums.py``) and the type aliases of ``stoker.utilities.types``. ``CombinedLoader`` and
-``GradClipAlgorithmType`` are loaded when asked for: they live with the Trainer, which the other names here do not
-need. (Accelerate's ``accelerate.utils`` is ``stoker.utils``.)
+``AttributeDict`` and ``is_picklable`` (also as ``stoker.utilities.parsing``), ``grad_norm`` (also as
+``stoker.utilities.grads``), ``GradClipAlgorithmType`` (``stoker/compat/lightning/enums.py``) and the type aliases of
+``stoker.utilities.types``. ``CombinedLoader``, ``grad_norm`` and ``GradClipAlgorithmType`` are loaded when asked
+for: they live with the Trainer, which the other names here do not need. (Accelerate's ``accelerate.utils`` is
+``stoker.utils``.)
 """
 
 from .parsing import AttributeDict, is_picklable
 from .rank_zero import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
 
-__all__ = ["AttributeDict", "CombinedLoader", "GradClipAlgorithmType", "is_picklable", "rank_zero_debug",
-           "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
+__all__ = ["AttributeDict", "CombinedLoader", "GradClipAlgorithmType", "grad_norm", "is_picklable",
+           "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
 
 def __getattr__(name: str) -> object:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> object:
         from .combined_loader import CombinedLoader
 
         return CombinedLoader
+    if name == "grad_norm":
+        from .grads import grad_norm
+
+        return grad_norm
     raise AttributeError(f"module 'stoker.utilities' has no attribute {name!r}")
