@@ -2,7 +2,8 @@
 
 Owns: counting parameters (per layer and in total, trainable or not, shared parameters once), their size in
 memory (from each parameter's real dtype, so ``bf16`` weights count 2 bytes), the layer listing to a depth, the
-optional input/output shapes from ``module.example_input_array``, and the table's text. The Trainer adds this
+optional input/output shapes and FLOPs (``torch.utils.flop_counter``) from ``module.example_input_array``, and the
+table's text. The Trainer adds this
 callback by default; ``Trainer(enable_model_summary=False)`` leaves it out.
 
 Cost: one pass over the parameters at ``fit`` start (no device work); with ``example_input_array``, one forward
@@ -67,6 +68,7 @@ class SummaryTable:
         modes = [m.training for m in list(module.modules())[1:]]
         self.modules_in_train_mode, self.modules_in_eval_mode = modes.count(True), modes.count(False)
         self.layers = [_row(name, m) for name, m in self.named_layers()]
+        self.total_flops, self.flop_counts = 0, {row.name: {} for row in self.layers}  # counted in the example forward
         example = getattr(module, "example_input_array", None)
         self.has_shapes = example_forward and example is not None and bool(self.layers)
         if self.has_shapes:
@@ -104,19 +106,26 @@ class SummaryTable:
                 if row.in_size == UNKNOWN_SIZE:  # a layer called twice keeps its first shapes
                     row.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs)
                     row.out_size = _shape(out)
-            handles.append(m.register_forward_hook(hook, with_kwargs=True))
+            if not isinstance(m, torch.jit.ScriptModule):  # which takes no hooks: its shapes stay unknown
+                handles.append(m.register_forward_hook(hook, with_kwargs=True))
         device = next((p.device for p in self.module.parameters()), torch.device("cpu"))
         example = send_to_device(example, device)
         modes = [(m, m.training) for m in self.module.modules()]
         self.module.eval()
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
         try:
-            with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()):
+            with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()), counter:
                 if isinstance(example, (list, tuple)):
                     self.module(*example)
                 elif isinstance(example, dict):
                     self.module(**example)
                 else:
                     self.module(example)
+            self.total_flops = counter.get_total_flops()
+            counts, root = counter.get_flop_counts(), type(self.module).__name__
+            self.flop_counts = {row.name: dict(counts.get(f"{root}.{row.name}", {})) for row in self.layers}
         finally:
             for handle in handles:
                 handle.remove()

@@ -75,6 +75,31 @@ def test_example_input_array_gives_shapes_without_gradients_or_mode_changes():
     assert not model.enc[1].num_batches_tracked  # ran in eval mode: BatchNorm statistics untouched
 
 
+def test_the_example_forward_counts_flops_per_layer():
+    model = Tied()
+    model.example_input_array = torch.zeros(5, 6)
+    table = summarize(model)
+    mm = torch.ops.aten.addmm  # a Linear: 2 * batch * in * out
+    assert table.flop_counts["dec"] == {mm: 2 * 5 * 8 * 6} and table.flop_counts["head"] == {mm: 2 * 5 * 8 * 6}
+    assert table.flop_counts["enc"][mm] == 2 * 5 * 6 * 8
+    assert table.total_flops == sum(sum(c.values()) for c in table.flop_counts.values())
+    assert summarize(Tied()).total_flops == 0  # no example input: nothing counted
+
+
+def test_a_scripted_layer_has_no_shapes_and_does_not_stop_the_summary(tmp_path, capsys):
+    class Partly(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(torch.jit.script(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 2))
+            self.example_input_array = torch.zeros(3, 8)
+
+    table = summarize(Partly(), max_depth=2)
+    assert [(r.name, r.in_size) for r in table.layers] == [("net", [3, 8]), ("net.0", "?"), ("net.1", [3, 16]),
+                                                            ("net.2", [3, 16])]
+    trainer(tmp_path, max_epochs=1).fit(Partly(), loaders()[0])  # the default summary at fit start
+    assert "RecursiveScriptModule" not in capsys.readouterr().out  # depth 1: `net` only
+
+
 def test_no_example_forward_when_asked_not_to():
     model = Tied()
     model.example_input_array = torch.zeros(5, 6)

@@ -2,7 +2,8 @@
 
 ``ModelSummary(model, max_depth=1)`` here is the summary object (``print(ModelSummary(model, max_depth=-1))``), not
 the callback of the same name (``stoker.callbacks.ModelSummary``); it is the callback's table with Lightning's
-attribute names. Not here: Lightning's FLOP counts (``total_flops``, ``flop_counts``) and the table's FLOPs column.
+attribute names (``total_flops`` and ``flop_counts`` are counted in the example forward pass, as Lightning's; the
+table has no FLOPs column).
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ class ModelSummary(SummaryTable):
 
     @property
     def total_training_modes(self) -> dict[str, int]:
-        return {"train": self.modules_in_train_mode, "eval": self.modules_in_eval_mode}
+        """The sub-modules (the root aside) in each mode now."""
+        modes = [m.training for m in list(self.module.modules())[1:]]
+        return {"train": modes.count(True), "eval": modes.count(False)}
 
     @property
     def total_layer_params(self) -> int:
