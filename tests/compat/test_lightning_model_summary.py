@@ -35,14 +35,14 @@ def test_the_summary_object_has_lightnings_names_and_the_tables_numbers():
     assert summary.in_sizes == [[5, 4], [5, 8], UNKNOWN_SIZE] and summary.out_sizes == [[5, 8], [5, 2], UNKNOWN_SIZE]
     assert summary.training_modes == [True, True, False]
     assert summary.total_training_modes == {"train": 4, "eval": 1}
-    net.head.eval()
-    assert summary.total_training_modes == {"train": 3, "eval": 2}  # read now, as Lightning's
     assert summary.total_flops == sum(sum(c.values()) for c in summary.flop_counts.values()) > 0
     assert [name for name, _ in summary.named_modules] == summary.layer_names
     assert summary.model_size == 71 * 4 / 1e6
     text = str(summary)
     assert text == str(table_of(net, 1)) == repr(summary)
     assert LEFTOVER_PARAMS_NAME in text and NOT_APPLICABLE in text
+    net.head.eval()
+    assert summary.total_training_modes == {"train": 3, "eval": 2}  # read now, as Lightning's
 
 
 def test_depth_summarize_and_the_count_format():
