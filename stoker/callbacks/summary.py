@@ -13,6 +13,7 @@ pass without gradients.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,19 +62,24 @@ class SummaryTable:
                  example_forward: bool = True) -> None:
         _check_depth("summarize", max_depth)
         self.module, self.max_depth = module, max_depth
-        params = _unique_params(module)
-        self.total_parameters = sum(p.numel() for p in params)
-        self.trainable_parameters = sum(p.numel() for p in params if p.requires_grad)
-        self.total_bytes = sum(p.numel() * p.element_size() for p in params)
         modes = [m.training for m in list(module.modules())[1:]]
         self.modules_in_train_mode, self.modules_in_eval_mode = modes.count(True), modes.count(False)
         self.layers = [_row(name, m) for name, m in self.named_layers()]
         self.total_flops, self.flop_counts = 0, {row.name: {} for row in self.layers}  # counted in the example forward
         example = getattr(module, "example_input_array", None)
         self.has_shapes = example_forward and example is not None and bool(self.layers)
-        if self.has_shapes:
+        if self.has_shapes:  # (it also gives lazy layers their parameters: counted after it)
             self._record_shapes(example, autocast)
+            for row, (name, m) in zip(self.layers, self.named_layers()):
+                row.params, row.trainable, row.bytes = _counts(_unique_params(m))
+        self.total_parameters, self.trainable_parameters, self.total_bytes = _counts(_unique_params(module))
         self.other_parameters = self.total_parameters - self._params_under_children()
+        lazy = sum(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
+        if lazy:  # Lightning's sentence last, for a warnings filter written for it
+            warnings.warn(f"The summary of {type(module).__name__} leaves out {lazy} parameter(s) of lazy layers, "
+                          "not initialized before a first forward pass (give the module an example_input_array to "
+                          "count them). The total number of parameters detected may be inaccurate.", UserWarning,
+                          stacklevel=3)
 
     @property
     def model_size(self) -> float:
@@ -237,11 +243,16 @@ def _unique_params(module: nn.Module) -> list[torch.Tensor]:
     return [p for p in module.parameters() if not isinstance(p, nn.parameter.UninitializedParameter)]
 
 
+def _counts(params: list[torch.Tensor]) -> tuple[int, int, int]:
+    """(parameters, trainable parameters, bytes) of ``params``."""
+    return (sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad),
+            sum(p.numel() * p.element_size() for p in params))
+
+
 def _row(name: str, module: nn.Module) -> LayerRow:
-    params = _unique_params(module)
-    return LayerRow(name=name, type=type(module).__name__, params=sum(p.numel() for p in params),
-                    trainable=sum(p.numel() for p in params if p.requires_grad),
-                    bytes=sum(p.numel() * p.element_size() for p in params), training=module.training)
+    params, trainable, size = _counts(_unique_params(module))
+    return LayerRow(name=name, type=type(module).__name__, params=params, trainable=trainable, bytes=size,
+                    training=module.training)
 
 
 def _shape(value: Any) -> Any:

@@ -3,6 +3,8 @@ place as a default callback of the Trainer."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -98,6 +100,19 @@ def test_a_scripted_layer_has_no_shapes_and_does_not_stop_the_summary(tmp_path, 
                                                             ("net.2", [3, 16])]
     trainer(tmp_path, max_epochs=1).fit(Partly(), loaders()[0])  # the default summary at fit start
     assert "RecursiveScriptModule" not in capsys.readouterr().out  # depth 1: `net` only
+
+
+def test_lazy_layers_are_counted_after_the_example_forward_or_said_to_be_left_out():
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.warns(UserWarning, match="leaves out 2 parameter.*The total number of parameters detected may be"):
+        table = summarize(model)
+    assert table.total_parameters == 10 and [r.params for r in table.layers] == [0, 0, 10]
+    model.example_input_array = torch.zeros(3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = summarize(model)  # the example forward gives the lazy layer its (5 -> 4) weights first
+    assert table.total_parameters == 34 and [r.params for r in table.layers] == [24, 0, 10]
+    assert table.layers[0].in_size == [3, 5] and table.other_parameters == 0
 
 
 def test_no_example_forward_when_asked_not_to():
