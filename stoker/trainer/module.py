@@ -98,7 +98,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         )
 
     # -- logging ----------------------------------------------------------------------------------------------------
-    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = True,
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
             on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str = "mean",
             enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
             add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
@@ -107,7 +107,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
 
         Args (Lightning's, in its order):
             name, value: The metric's name; a number, a scalar tensor or a torchmetrics ``Metric`` (reset each epoch).
-            prog_bar, logger: Show it on the progress bar; send it to the loggers (None: True).
+            prog_bar, logger: Show it on the progress bar; send it to the loggers (None: True; an explicit True
+                with no logger warns, as the value reaches no file).
             on_step, on_epoch: Log this step's value; reduce it over the epoch. Default: a step value in a training
                 batch, an epoch value elsewhere. With both, the names get ``_step`` / ``_epoch`` suffixes.
             reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``; sync_dist: also
@@ -123,10 +124,14 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
             return
         if rank_zero_only or sync_dist_group is not None:
             check_log_scope(name, sync_dist, sync_dist_group, rank_zero_only)
+        if logger is True and not trainer.loggers:  # Lightning's words first, for a warnings filter written for it
+            warnings.warn(f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured: the value "
+                          "reaches callback_metrics and the progress bar only. Give the Trainer a logger, or log "
+                          "with logger=False.", UserWarning, stacklevel=2)
         trainer.results.log(name, value, on_step, on_epoch, prog_bar, True if logger is None else logger, reduce_fx,
                             sync_dist, batch_size, add_dataloader_idx)
 
-    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = True,
+    def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False, logger: bool | None = None,
                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str = "mean",
                  enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
                  add_dataloader_idx: bool = True, batch_size: int | None = None, rank_zero_only: bool = False) -> None:

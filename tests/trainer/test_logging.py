@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import warnings
 from typing import Any
 
 import pytest
@@ -186,6 +187,31 @@ def test_a_value_that_is_not_a_number_names_the_call_and_is_caught_as_either_err
 def test_log_outside_a_trainer_warns_and_drops() -> None:
     with pytest.warns(UserWarning, match="outside a Trainer run"):
         Regressor().log("x", 1.0)
+
+
+@pytest.mark.parametrize("logger", [None, True, False])
+def test_an_explicit_logger_true_without_a_logger_warns(tmp_path: Any, logger: bool | None) -> None:
+    class Logs(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.log("extra", loss.detach(), logger=logger)
+            return loss
+
+    data = make_loader(make_regression_data(n=16), batch_size=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = bare(max_epochs=1, default_root_dir=str(tmp_path))
+        trainer.fit(Logs(), data)
+    said = [str(w.message) for w in caught if "but have no logger configured" in str(w.message)]
+    assert len(said) == (2 if logger is True else 0)  # one per call: Python's default filter shows it once
+    assert said[:1] in ([], ["You called `self.log('extra', ..., logger=True)` but have no logger configured: the "
+                             "value reaches callback_metrics and the progress bar only. Give the Trainer a logger, or "
+                             "log with logger=False."])
+    assert "extra" in trainer.callback_metrics
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a logger to write to: nothing to say
+        bare(max_epochs=1, default_root_dir=str(tmp_path), logger=CSVLogger(str(tmp_path)), log_every_n_steps=1).fit(
+            Logs(), data)
 
 
 class WithHparams(TrainingModule):
