@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..user_frame import user_stacklevel
+
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
     from .options import RunOptions
@@ -93,6 +95,15 @@ def check_log_scope(name: str, sync_dist: bool, sync_dist_group: Any, rank_zero_
         raise ValueError(f"self.log({name!r}, sync_dist=True, rank_zero_only=True): a value logged on the main "
                          "process only cannot be reduced across processes (the others would wait forever). Drop "
                          "one of them.")
+
+
+def warn_without_logger(name: str, logger: bool | None, loggers: list[Any]) -> None:
+    """An explicit ``logger=True`` on a Trainer without loggers: the value reaches no file (Lightning's words first,
+    so that a warnings filter written for Lightning matches)."""
+    if logger is True and not loggers:
+        warnings.warn(f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured: the value "
+                      "reaches callback_metrics and the progress bar only. Give the Trainer a logger, or log with "
+                      "logger=False.", UserWarning, stacklevel=user_stacklevel())
 
 
 def _refuse_step_outside_batch(name: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .hparams import HyperparametersMixin
-from .logging import check_log_scope
+from .logging import check_log_scope, warn_without_logger
 from .module_runtime import RuntimeFacts
 from .step_hooks import StepHooks
 from .strict_loading import StrictLoading
@@ -107,8 +107,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
 
         Args (Lightning's, in its order):
             name, value: The metric's name; a number, a scalar tensor or a torchmetrics ``Metric`` (reset each epoch).
-            prog_bar, logger: Show it on the progress bar; send it to the loggers (None: True; an explicit True
-                with no logger warns, as the value reaches no file).
+            prog_bar, logger: Show it on the progress bar; send it to the loggers (None: True; True, no logger: warns).
             on_step, on_epoch: Log this step's value; reduce it over the epoch. Default: a step value in a training
                 batch, an epoch value elsewhere. With both, the names get ``_step`` / ``_epoch`` suffixes.
             reduce_fx: ``"mean"`` (weighted by ``batch_size``), ``"sum"``, ``"max"`` or ``"min"``; sync_dist: also
@@ -124,10 +123,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
             return
         if rank_zero_only or sync_dist_group is not None:
             check_log_scope(name, sync_dist, sync_dist_group, rank_zero_only)
-        if logger is True and not trainer.loggers:  # Lightning's words first, for a warnings filter written for it
-            warnings.warn(f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured: the value "
-                          "reaches callback_metrics and the progress bar only. Give the Trainer a logger, or log "
-                          "with logger=False.", UserWarning, stacklevel=2)
+        warn_without_logger(name, logger, trainer.loggers)
         trainer.results.log(name, value, on_step, on_epoch, prog_bar, True if logger is None else logger, reduce_fx,
                             sync_dist, batch_size, add_dataloader_idx)
 
