@@ -1,4 +1,5 @@
-"""Where a warning for the user should point: the user's line that led to it, not stoker's own.
+"""Where a warning for the user should point: the user's line that led to it, not stoker's own; and the category of
+the warnings about a setting that may well be intended (`PossibleUserWarning`).
 
 A warning raised inside a run (a callback's hook, the loop, set-up) is many stoker frames away from the user's
 ``trainer.fit(...)``; a fixed ``stacklevel`` breaks whenever the call path changes (a hook through the dispatcher,
@@ -12,7 +13,14 @@ import os
 import sys
 from types import FrameType
 
-__all__ = ["user_stacklevel"]
+__all__ = ["PossibleUserWarning", "user_stacklevel"]
+
+
+class PossibleUserWarning(UserWarning):
+    """A warning about a setting that may be what the user wants (few loader workers, a logging interval longer
+    than an epoch, a ``validation_step`` without val loaders): silence these alone with
+    ``warnings.filterwarnings("ignore", category=PossibleUserWarning)``. Lightning's class of the same name and use
+    (``stoker.utilities.warnings``)."""
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PASS_THROUGH = ("contextlib.py", "functools.py")  # the stdlib frames between stoker's own (with-blocks, partials)

@@ -41,7 +41,7 @@ from .iterables import CombinedLoader, batch_count, check_iterable, prepare_load
 from .module import TrainingModule
 from .stages import TRAIN, VALIDATE, Stage
 from .workers import warn_about_loaders
-from ..user_frame import user_stacklevel
+from ..user_frame import PossibleUserWarning, user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -114,8 +114,8 @@ class LoaderRequests:
 
     # -- fit ----------------------------------------------------------------------------------------------------------
     def begin_fit(self, module: TrainingModule, train: Any, vals: Any) -> None:
-        """A new fit: loaders passed are checked now (hooks are asked later); a fit with no train loader at all, or
-        val loaders without a ``validation_step``, is told at once."""
+        """A new fit: loaders passed are checked now (hooks are asked later); a fit with no train loader at all is an
+        error, val loaders without a ``validation_step`` (or the reverse) a warning, at once."""
         self.given, self.module, self.run = (train, vals), module, None
         self.train_epoch = self.val_epoch = -math.inf
         self.val_asked = False
@@ -124,9 +124,16 @@ class LoaderRequests:
         elif not self.has_source(None, module, TRAIN.loader_hook):
             self.train_value(None, module)  # raises: it says how to give one
         flat_loaders(vals)
-        if vals is not None and not defines_hook(module, VALIDATE.step, TrainingModule):
-            warnings.warn(f"val_dataloaders were given but {type(module).__name__} has no validation_step; "
-                          "validation is skipped.", stacklevel=user_stacklevel())
+        steps, loaders = defines_hook(module, VALIDATE.step, TrainingModule), self.has_source(vals, module,
+                                                                                              VALIDATE.loader_hook)
+        name = type(module).__name__  # (Lightning's sentences first, for a warnings filter written for them)
+        if loaders and not steps:
+            warnings.warn(f"You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop. ({name} "
+                          "has no validation_step, so the val loaders are not read.)", stacklevel=user_stacklevel())
+        elif steps and not loaders and not self.trainer.options.in_order_fit_loaders:
+            warnings.warn(f"You defined a `validation_step` but have no `val_dataloader`. Skipping val loop. (Pass "
+                          f"val_dataloaders to fit, or define {name}.val_dataloader, to validate.)",
+                          PossibleUserWarning, stacklevel=user_stacklevel())
 
     def validates(self, module: TrainingModule) -> bool:
         """Whether this fit may validate: a ``validation_step``, val loaders to ask for, a val batch limit > 0. Until
@@ -212,7 +219,7 @@ class LoaderRequests:
             warnings.warn(f"The number of training batches ({n}) is smaller than the logging "
                           f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "
                           "loggers in some epochs. Set a lower log_every_n_steps to log every epoch.",
-                          UserWarning, stacklevel=user_stacklevel())
+                          PossibleUserWarning, stacklevel=user_stacklevel())
         if math.isinf(n) and t.limits.max_epochs is None and t.limits.max_steps is None:
             raise ValueError("The train loader has no length (an iterable dataset) and neither max_epochs nor "
                              "max_steps is set, so the Trainer cannot tell when to stop. Pass Trainer(max_steps=N) "

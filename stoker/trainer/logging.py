@@ -97,6 +97,12 @@ def check_log_scope(name: str, sync_dist: bool, sync_dist_group: Any, rank_zero_
                          "one of them.")
 
 
+def warn_outside_run(owner: str, name: str) -> None:
+    """``self.log`` called with no Trainer running the module: the value is dropped."""
+    warnings.warn(f"{owner}.log({name!r}) was called outside a Trainer run; the value is dropped. Call it from "
+                  "training_step/validation_step or a hook.", stacklevel=3)
+
+
 def warn_without_logger(name: str, logger: bool | None, loggers: list[Any]) -> None:
     """An explicit ``logger=True`` on a Trainer without loggers: the value reaches no file (Lightning's words first,
     so that a warnings filter written for Lightning matches)."""

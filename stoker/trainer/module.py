@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 
 from .hparams import HyperparametersMixin
-from .logging import check_log_scope, warn_without_logger
+from .logging import check_log_scope, warn_outside_run, warn_without_logger
 from .module_runtime import RuntimeFacts
 from .step_hooks import StepHooks
 from .strict_loading import StrictLoading
@@ -118,9 +117,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         """
         trainer = self._trainer
         if trainer is None:
-            warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is "
-                          "dropped. Call it from training_step/validation_step or a hook.", stacklevel=2)
-            return
+            return warn_outside_run(type(self).__name__, name)
         if rank_zero_only or sync_dist_group is not None:
             check_log_scope(name, sync_dist, sync_dist_group, rank_zero_only)
         warn_without_logger(name, logger, trainer.loggers)

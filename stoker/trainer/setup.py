@@ -33,6 +33,12 @@ class MissingModuleError(TypeError, ValueError):
     ``TypeError`` as for ``fit()`` (and Lightning), and the ``ValueError`` stoker raised for it before."""
 
 
+class MissingStepError(TypeError, ValueError):
+    """A module without a method the stage needs (``training_step``, ``configure_optimizers``, ``validation_step``
+    for ``validate``...): a ``TypeError`` by stoker's rule, and the ``ValueError`` of Lightning's
+    ``MisconfigurationException`` that Lightning scripts catch for it."""
+
+
 class RunSetup:
     """The Trainer's set-up steps (one instance per Trainer)."""
 
@@ -69,8 +75,8 @@ class RunSetup:
             for name, what in (("training_step", "return the loss of a batch"),
                                ("configure_optimizers", "return an optimizer")):
                 if not defines_hook(module, name, TrainingModule):
-                    raise TypeError(f"{type(module).__name__} does not define {name}(); Trainer.fit needs it to "
-                                    f"{what}.")
+                    raise MissingStepError(f"No `{name}()` method defined: {type(module).__name__} does not define "
+                                           f"{name}(); Trainer.fit needs it to {what}.")
         return module
 
     def eval_module(self, module: Any, fn: str) -> TrainingModule:
@@ -81,7 +87,8 @@ class RunSetup:
         module = self.check_module(module, fit=False)
         stage = STAGES[fn]
         if stage.step_required and not defines_hook(module, stage.step, TrainingModule):
-            raise TypeError(f"Trainer.{fn}() needs {type(module).__name__}.{stage.step}(batch, batch_idx).")
+            raise MissingStepError(f"No `{stage.step}()` method defined: Trainer.{fn}() needs "
+                                   f"{type(module).__name__}.{stage.step}(batch, batch_idx).")
         return module
 
     # -- data modules -----------------------------------------------------------------------------------------------

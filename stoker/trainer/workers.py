@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from .iterables import CombinedLoader
-from ..user_frame import user_stacklevel
+from ..user_frame import PossibleUserWarning, user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -83,4 +83,5 @@ def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
         warnings.warn(f"The '{stage.loader_hook}' does not have many workers: DataLoader(num_workers="
                       f"{leaf.num_workers}) loads its batches in the training process, between steps, while this "
                       f"process has CPUs to spare. Pass DataLoader(num_workers={suggested}) to load them in the "
-                      "background (or ignore this when loading is cheap).", UserWarning, stacklevel=user_stacklevel())
+                      "background (or ignore this when loading is cheap).", PossibleUserWarning,
+                      stacklevel=user_stacklevel())

@@ -4,6 +4,8 @@ logs being visible to callbacks at that same epoch end."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
@@ -108,6 +110,40 @@ def test_validation_step_set_to_none_turns_validation_off(tmp_path):
     with pytest.warns(UserWarning, match="has no validation_step"):
         t.fit(module, *loaders())
     assert t.num_val_batches == [] and module.val_x == [] and t.global_step == 4
+
+
+def test_a_validation_step_without_val_loaders_and_the_reverse_warn_in_lightnings_words(tmp_path):
+    train, val = loaders()
+    with pytest.warns(UserWarning, match=r"^You defined a `validation_step` but have no `val_dataloader`\. Skipping"):
+        quiet(tmp_path, max_epochs=1).fit(Seen(), train)
+
+    class HookOnly(Seen):
+        validation_step = None
+
+        def val_dataloader(self):
+            return val
+
+    with pytest.warns(UserWarning, match=r"^You passed in a `val_dataloader` but have no `validation_step`\. Skip"):
+        quiet(tmp_path, max_epochs=1).fit(HookOnly(), train)
+    with warnings.catch_warnings(record=True) as caught:  # overfit_batches validates on the train loader
+        warnings.simplefilter("always")
+        quiet(tmp_path, max_epochs=1, overfit_batches=2).fit(Seen(), loaders(shuffle=False)[0])
+        quiet(tmp_path, max_epochs=1).fit(Seen(), train, val)
+    assert not [w for w in caught if "Skipping val loop" in str(w.message)]
+
+
+def test_a_missing_step_method_is_caught_as_either_error_in_lightnings_words(tmp_path):
+    class NoStep(Regressor):
+        training_step = None
+
+    class NoVal(Regressor):
+        validation_step = None
+
+    for error in (TypeError, ValueError):  # TypeError by stoker's rule; ValueError: MisconfigurationException's
+        with pytest.raises(error, match=r"^No `training_step\(\)` method defined: NoStep does not define"):
+            quiet(tmp_path, max_epochs=1).fit(NoStep(), loaders()[0])
+        with pytest.raises(error, match=r"^No `validation_step\(\)` method defined: Trainer.validate\(\) needs"):
+            quiet(tmp_path).validate(NoVal(), loaders()[1])
 
 
 @pytest.mark.parametrize("value, expected", [(True, True), (1, True), (3, 3), (False, False), (0, 0)])

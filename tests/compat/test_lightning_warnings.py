@@ -1,0 +1,38 @@
+"""``PossibleUserWarning`` (Lightning's ``utilities.warnings``): the category of stoker's warnings about settings that may
+be intended, so that a renamed script's ``filterwarnings(..., category=PossibleUserWarning)`` silences the same ones."""
+
+from __future__ import annotations
+
+import warnings
+
+from torch.utils.data import DataLoader
+
+from stoker.utilities.warnings import PossibleUserWarning
+from tests.helpers.models import Regressor, make_regression_data
+from tests.helpers.trainers import quiet_trainer
+
+
+def test_the_warnings_about_intended_settings_are_possible_user_warnings(tmp_path, monkeypatch):
+    import stoker.trainer.workers as workers
+
+    monkeypatch.setattr(workers, "suggested_workers", lambda processes: 2)  # as on a machine with CPUs to spare
+    from stoker.loggers import CSVLogger
+
+    train = DataLoader(list(make_regression_data(16)), batch_size=8)  # a list, not a TensorDataset: not "in memory"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), logger=CSVLogger(str(tmp_path))).fit(
+            Regressor(), train)
+    kinds = {w.category for w in caught if any(text in str(w.message) for text in (
+        "does not have many workers", "smaller than the logging interval", "but have no `val_dataloader`"))}
+    assert kinds == {PossibleUserWarning}
+    messages = [str(w.message) for w in caught if w.category is PossibleUserWarning]
+    assert len(messages) == 3, messages
+    assert issubclass(PossibleUserWarning, UserWarning)
+
+    with warnings.catch_warnings(record=True) as caught:  # a Lightning user's filter silences exactly those
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=PossibleUserWarning)
+        quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), logger=CSVLogger(str(tmp_path))).fit(
+            Regressor(), train)
+    assert not [w for w in caught if w.category is PossibleUserWarning]
