@@ -21,6 +21,9 @@ from .accelerator import (
 from .compat.accelerate import Accelerator  # the core Accelerator plus Accelerate's arguments and methods
 
 from .version import __version__  # noqa: E402 - one place for the version
+from .user_frame import silence_possible_user_warnings
+
+silence_possible_user_warnings()  # POSSIBLE_USER_WARNINGS=off, as in Lightning
 
 _LAZY = {
     "Trainer": "stoker.compat.lightning",  # the core stoker.trainer.Trainer plus Lightning's names

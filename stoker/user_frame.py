@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from types import FrameType
 
-__all__ = ["PossibleUserWarning", "user_stacklevel"]
+__all__ = ["PossibleUserWarning", "silence_possible_user_warnings", "user_stacklevel"]
 
 
 class PossibleUserWarning(UserWarning):
@@ -21,6 +22,17 @@ class PossibleUserWarning(UserWarning):
     than an epoch, a ``validation_step`` without val loaders): silence these alone with
     ``warnings.filterwarnings("ignore", category=PossibleUserWarning)``. Lightning's class of the same name and use
     (``stoker.utilities.warnings``)."""
+
+
+def silence_possible_user_warnings(environ: Mapping[str, str] = os.environ) -> bool:
+    """With ``POSSIBLE_USER_WARNINGS=0`` or ``off`` in ``environ`` (Lightning's variable), ignores every
+    `PossibleUserWarning`; ``import stoker`` calls it. Returns whether it did."""
+    if environ.get("POSSIBLE_USER_WARNINGS", "").strip().lower() not in ("0", "off"):
+        return False
+    import warnings
+
+    warnings.filterwarnings("ignore", category=PossibleUserWarning)
+    return True
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PASS_THROUGH = ("contextlib.py", "functools.py")  # the stdlib frames between stoker's own (with-blocks, partials)

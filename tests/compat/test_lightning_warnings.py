@@ -36,3 +36,16 @@ def test_the_warnings_about_intended_settings_are_possible_user_warnings(tmp_pat
         quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), logger=CSVLogger(str(tmp_path))).fit(
             Regressor(), train)
     assert not [w for w in caught if w.category is PossibleUserWarning]
+
+
+def test_possible_user_warnings_off_in_the_environment_silences_them():
+    from stoker.user_frame import silence_possible_user_warnings
+
+    for value, silenced in (("0", True), ("off", True), ("OFF ", True), ("1", False), ("", False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert silence_possible_user_warnings({"POSSIBLE_USER_WARNINGS": value}) is silenced
+            warnings.warn("may be intended", PossibleUserWarning)
+            warnings.warn("a plain UserWarning stays", UserWarning)
+        assert [str(w.message) for w in caught] == ["a plain UserWarning stays"] * silenced + (
+            [] if silenced else ["may be intended", "a plain UserWarning stays"])
