@@ -89,6 +89,11 @@ class RunSetup:
         if stage.step_required and not defines_hook(module, stage.step, TrainingModule):
             raise MissingStepError(f"No `{stage.step}()` method defined: Trainer.{fn}() needs "
                                    f"{type(module).__name__}.{stage.step}(batch, batch_idx).")
+        checks = [(stage.step, "a method")] + [("forward", "self(batch) in predict_step")] * (fn == "predict")
+        for name, needed in checks:
+            if getattr(module, name, True) is None:  # set to None on the instance or class: Lightning's rule
+                raise MissingStepError(f"`{name}` cannot be None: Trainer.{fn}() needs {name} ({needed}) of "
+                                       f"{type(module).__name__}.")
         return module
 
     # -- data modules -----------------------------------------------------------------------------------------------

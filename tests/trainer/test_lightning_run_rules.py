@@ -144,6 +144,12 @@ def test_a_missing_step_method_is_caught_as_either_error_in_lightnings_words(tmp
             quiet(tmp_path, max_epochs=1).fit(NoStep(), loaders()[0])
         with pytest.raises(error, match=r"^No `validation_step\(\)` method defined: Trainer.validate\(\) needs"):
             quiet(tmp_path).validate(NoVal(), loaders()[1])
+        inputs = DataLoader(torch.randn(8, 8), batch_size=4)
+        for name in ("predict_step", "forward"):
+            module = Regressor()
+            setattr(module, name, None)
+            with pytest.raises(error, match=rf"^`{name}` cannot be None: Trainer.predict\(\) needs {name}"):
+                quiet(tmp_path).predict(module, inputs)
 
 
 @pytest.mark.parametrize("value, expected", [(True, True), (1, True), (3, 3), (False, False), (0, 0)])
