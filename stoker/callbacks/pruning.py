@@ -58,9 +58,9 @@ __all__ = ["ModelPruning"]
 log = logging.getLogger(__name__)
 
 # torch's pruning functions by name (pruning layer by layer) and their method classes (pruning globally)
-_FUNCTIONS: dict[str, Callable[..., Any]] = {"ln_structured": torch_prune.ln_structured, "l1_unstructured": torch_prune.l1_unstructured,
-              "random_structured": torch_prune.random_structured,
-              "random_unstructured": torch_prune.random_unstructured}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "ln_structured": torch_prune.ln_structured, "l1_unstructured": torch_prune.l1_unstructured,
+    "random_structured": torch_prune.random_structured, "random_unstructured": torch_prune.random_unstructured}
 _METHODS = {"ln_structured": torch_prune.LnStructured, "l1_unstructured": torch_prune.L1Unstructured,
             "random_structured": torch_prune.RandomStructured, "random_unstructured": torch_prune.RandomUnstructured}
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -146,6 +146,7 @@ class ModelPruning(Callback):
         self._trainer: TrainerView | None = None
         self._hooks: list[Any] = []
         self._view_hook: Any = None  # during a save that folds: module.state_dict() folds too (the hooks' view)
+        self._keys: list[str] = []  # each target's state-dict name in the module (``layer.mlp_1.weight``)
 
     @property
     def state_key(self) -> str:
@@ -233,14 +234,16 @@ class ModelPruning(Callback):
         self._module, self._trainer = module, trainer
         targets = self.sanitize_parameters_to_prune(module, self._requested, self._parameter_names)
         self._parameters_to_prune = list(self.filter_parameters_to_prune(targets))
-        flat = [key for key, (m, n) in zip(self._keys(), self._parameters_to_prune) if trained_values(m, n).dim() < 2]
+        prefixes = {id(m): name for name, m in module.named_modules()}  # pruning never adds modules: found once
+        self._keys = [f"{prefixes[id(m)]}.{n}" if prefixes[id(m)] else n for m, n in self._parameters_to_prune]
+        flat = [key for key, (m, n) in zip(self._keys, self._parameters_to_prune) if trained_values(m, n).dim() < 2]
         if self._structured and flat:
             raise ValueError(f"ModelPruning({self._method_name!r}): structured pruning removes whole rows or columns, "
                              f"so it needs parameters of 2 or more dimensions; {flat} have 1. Pass "
                              "parameter_names=['weight'] or choose parameters_to_prune.")
         if self._use_lottery_ticket_hypothesis is not False and not self._resample_parameters:
             self._initial = {key: trained_values(m, n).detach().clone()
-                             for key, (m, n) in zip(self._keys(), self._parameters_to_prune)}
+                             for key, (m, n) in zip(self._keys, self._parameters_to_prune)}
         if self._resample_parameters:  # plain copies to initialise afresh (their values are drawn again each time)
             self._layers = {id(m): copy.deepcopy(m) for m, _ in self._parameters_to_prune
                             if callable(getattr(m, "reset_parameters", None))}
@@ -253,12 +256,6 @@ class ModelPruning(Callback):
             handle.remove()
         self._hooks = []
         self._end_folded_view()
-
-    def _keys(self) -> list[str]:
-        """Each target's state-dict name in the module (``layer.mlp_1.weight``)."""
-        assert self._module is not None
-        prefixes = {id(m): name for name, m in self._module.named_modules()}
-        return [f"{prefixes[id(m)]}.{n}" if prefixes[id(m)] else n for m, n in self._parameters_to_prune]
 
     # -- pruning ------------------------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
@@ -281,7 +278,7 @@ class ModelPruning(Callback):
 
     def apply_pruning(self, amount: float, report: bool = True) -> None:
         """Prunes ``amount`` more of ``parameters_to_prune`` now (logging the sparsity with ``verbose``)."""
-        before = self._sparsity() if self._verbose else []
+        before = self._sparsity() if self._verbose and report else []
         if self._use_global_unstructured:
             accepted = set(inspect.signature(self.pruning_fn).parameters) - {"self"}
             kwargs = {"amount": amount} if "amount" in accepted else {}
@@ -300,7 +297,7 @@ class ModelPruning(Callback):
         """Resets the targets' surviving entries to their values at the fit's start (``resample_parameters``: to a
         fresh ``reset_parameters()`` of a copy of each layer, drawn layer by layer in the targets' order)."""
         fresh: dict[int, nn.Module] = {}
-        for key, (m, n) in zip(self._keys(), self._parameters_to_prune):
+        for key, (m, n) in zip(self._keys, self._parameters_to_prune):
             if id(m) in self._layers:
                 if id(m) not in fresh:  # a copy of the layer from the fit's start, initialised afresh
                     fresh[id(m)] = layer = copy.deepcopy(self._layers[id(m)])
@@ -353,9 +350,9 @@ class ModelPruning(Callback):
         if not self._trainer.window_closed and any(getattr(m, n + "_orig").grad is not None
                                                    for m, n in self._parameters_to_prune if is_pruned(m, n)):
             return
-        fold(weights[index], self._keys())
+        fold(weights[index], self._keys)
         if self._view_hook is None and self._module is not None:  # the hooks' checkpoint["state_dict"] shows it too
-            keys = self._keys()
+            keys = self._keys
 
             def fold_view(module: nn.Module, state_dict: dict[str, Any], prefix: str, metadata: Any) -> None:
                 fold(state_dict, [prefix + key for key in keys])
@@ -380,14 +377,14 @@ class ModelPruning(Callback):
 
         index = self._model_index(models)
         if index is not None and self._module is not None:
-            reparametrize_saved(self._module, checkpoint_weight_names(input_dir, index), self._keys())
+            reparametrize_saved(self._module, checkpoint_weight_names(input_dir, index), self._keys)
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
         if self._initial:
             state["initial"] = dict(self._initial)
         if self._make_pruning_permanent and self._module is not None:
-            state.update(masks_of(self._module, self._keys()))
+            state.update(masks_of(self._module, self._keys))
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

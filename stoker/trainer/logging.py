@@ -103,10 +103,10 @@ def warn_outside_run(owner: str, name: str) -> None:
                   "training_step/validation_step or a hook.", stacklevel=3)
 
 
-def warn_without_logger(name: str, logger: bool | None, loggers: list[Any]) -> None:
-    """An explicit ``logger=True`` on a Trainer without loggers: the value reaches no file (Lightning's words first,
-    so that a warnings filter written for Lightning matches)."""
-    if logger is True and not loggers:
+def warn_without_logger(name: str, loggers: list[Any]) -> None:
+    """``self.log(..., logger=True)`` given explicitly on a Trainer without loggers: the value reaches no file
+    (Lightning's words first, so that a warnings filter written for Lightning matches)."""
+    if not loggers:
         warnings.warn(f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured: the value "
                       "reaches callback_metrics and the progress bar only. Give the Trainer a logger, or log with "
                       "logger=False.", UserWarning, stacklevel=user_stacklevel())

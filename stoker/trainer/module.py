@@ -120,7 +120,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
             return warn_outside_run(type(self).__name__, name)
         if rank_zero_only or sync_dist_group is not None:
             check_log_scope(name, sync_dist, sync_dist_group, rank_zero_only)
-        warn_without_logger(name, logger, trainer.loggers)
+        if logger is True:  # given explicitly (the default is None): nothing more on the per-step path
+            warn_without_logger(name, trainer.loggers)
         trainer.results.log(name, value, on_step, on_epoch, prog_bar, True if logger is None else logger, reduce_fx,
                             sync_dist, batch_size, add_dataloader_idx)
 
