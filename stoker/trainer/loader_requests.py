@@ -313,8 +313,9 @@ def in_order(loader: Any, kind: str) -> Any:
     if not isinstance(loader, DataLoader) or sampler is None or isinstance(sampler, SequentialSampler) or \
             isinstance(loader.dataset, IterableDataset) or type(loader.batch_sampler) not in (BatchSampler, type(None)):
         return loader
-    warnings.warn(f"The {kind} loader shuffles (or samples) but this fit reads its loaders in order (overfit_batches):"
-                  f" its {type(sampler).__name__} is replaced by a SequentialSampler.", UserWarning,
+    warnings.warn(f"You requested to overfit but enabled {kind} dataloader shuffling: this fit reads its loaders in "
+                  f"order (overfit_batches), so its {type(sampler).__name__} is replaced by a SequentialSampler.",
+                  UserWarning,
                   stacklevel=user_stacklevel())
     keep = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
             "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")

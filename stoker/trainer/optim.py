@@ -146,7 +146,8 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool,
 
     if not (manual or own_step) and not isinstance(config.scheduler, (LRScheduler, ReduceLROnPlateau)):
         raise _bad_return(whole, f": the scheduler {type(config.scheduler).__name__} is not a torch LR scheduler "
-                                 "(a scheduler of another kind needs the module's own lr_scheduler_step to step it)")
+                                 "and doesn't follow PyTorch's LRScheduler API (a scheduler of another kind needs "
+                                 "the module's own lr_scheduler_step to step it)")
     if config.interval not in ("step", "epoch"):
         raise ValueError(f"lr_scheduler interval={config.interval!r} is not an interval. Expected 'step' "
                          "(optimizer steps) or 'epoch'.")

@@ -217,6 +217,8 @@ def test_manual_optimization_takes_any_scheduler_and_a_plateau_without_monitor()
     quiet_trainer(max_epochs=1).fit(plateau, loader())
     with pytest.raises(TypeError, match="the scheduler CountsSteps is not a torch LR scheduler"):
         quiet_trainer(max_epochs=1).fit(AutoWithScheduler(), loader())
+    with pytest.raises(ValueError, match="doesn't follow PyTorch's LRScheduler API"):  # Lightning's words and class
+        quiet_trainer(max_epochs=1).fit(AutoWithScheduler(), loader())
 
 
 class AutoWithScheduler(Regressor):
