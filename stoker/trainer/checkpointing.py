@@ -235,6 +235,14 @@ def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
     return path
 
 
+def warn_no_last(trainer: TrainerParts, fn: str) -> None:
+    """``ckpt_path="last"`` found nothing: not an error (a script may pass it before its first run), but a warning
+    whose first sentences are Lightning's, so that a filter written for Lightning matches it."""
+    warnings.warn(f'.{fn}(ckpt_path="last") is set, but there is no last checkpoint available. No checkpoint will be '
+                  f"loaded: stoker found no complete checkpoint under {trainer.default_root_dir} (nor in the "
+                  "ModelCheckpoint's dirpath).", UserWarning, stacklevel=user_stacklevel())
+
+
 def _has_best(trainer: TrainerParts) -> bool:
     callback = trainer.checkpoint_callback
     return callback is not None and bool(callback.best_model_path) and os.path.exists(callback.best_model_path)
@@ -268,6 +276,7 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
+            warn_no_last(trainer, "fit")
             print(f"stoker: ckpt_path={ckpt_path!r} found no complete checkpoint under {trainer.default_root_dir}; "
                   "starting from the beginning.", file=sys.stderr, flush=True)
         trainer.run_setup.continue_position(train_loader)
@@ -345,8 +354,8 @@ def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
         ckpt_path = BEST
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
     if path is None:
-        if ckpt_path == LAST:
-            raise FileNotFoundError(f"ckpt_path='last' found no checkpoint under {trainer.default_root_dir}.")
+        if ckpt_path == LAST and trainer.is_global_zero:  # Lightning's rule: the weights as they are, with a warning
+            warn_no_last(trainer, trainer.state.fn or "validate")
         return
     if trainer.accelerator.strategy.load_checkpoint_shards(path, [model], []):
         return  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards (the strategy reads them)

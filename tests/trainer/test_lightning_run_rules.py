@@ -295,3 +295,18 @@ def test_the_data_module_hears_of_an_exception(tmp_path):
 def test_a_root_dir_under_home_is_expanded(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert quiet_trainer(default_root_dir="~/runs").default_root_dir == str(tmp_path / "runs")
+
+
+def test_ckpt_path_last_with_nothing_saved_warns_and_goes_on(tmp_path):
+    # fit: a fresh start, with Lightning's warning (a script may pass "last" before its first run)
+    t = quiet(tmp_path, max_epochs=1)
+    with pytest.warns(UserWarning, match=r'\.fit\(ckpt_path="last"\) is set, .* No checkpoint will be loaded'):
+        t.fit(Regressor(), make_loader(make_regression_data(32)), ckpt_path="last")
+    assert t.ckpt_path is None and t.global_step == 4
+    # validate: the module's weights as they are (not an error), with the same warning
+    module = Regressor()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    with pytest.warns(UserWarning, match=r'\.validate\(ckpt_path="last"\) is set, .* No checkpoint will be loaded'):
+        (result,) = quiet(tmp_path / "other", max_epochs=1).validate(module, make_loader(make_regression_data(16)), ckpt_path="last")
+    assert "val/loss" in result
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
