@@ -5,18 +5,17 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.helpers.launches import Launches, session_run
+from tests.helpers.forkserver import run_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "custom_callback.py"
 
 
 @session_run("custom_callback", "test_example_crashes_resumes_and_restores_the_callback_state")
 def _run_example(tmp: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(tmp), "--epochs", "2", "--crash-at", "7"],
-                          capture_output=True, text=True, timeout=300), tmp
+    return run_python([str(SCRIPT), "--root", str(tmp), "--epochs", "2", "--crash-at", "7"], timeout=300), tmp
 
 
 def test_example_crashes_resumes_and_restores_the_callback_state(session_launches: Launches) -> None:

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from safetensors.torch import load_file
 
 from tests.helpers.dist_spawn import base_env
 from tests.helpers.launches import Launches, session_run
+from tests.helpers.forkserver import ForkedProcess, popen_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "accelerator_resume.py"
 
 
-def start(project_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(SCRIPT), "--project-dir", str(project_dir), "--cpu", *extra],
-                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start(project_dir: Path, *extra: str) -> ForkedProcess:
+    return popen_python([str(SCRIPT), "--project-dir", str(project_dir), "--cpu", *extra], env=base_env(),
+                        merge_stderr=True)
 
 
-def output(proc: subprocess.Popen) -> str:
+def output(proc: ForkedProcess) -> str:
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     return out

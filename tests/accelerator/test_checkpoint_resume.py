@@ -7,8 +7,6 @@ import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,16 +19,16 @@ from stoker.accelerator.checkpointing.atomic import MANIFEST_NAME, list_checkpoi
 from tests.helpers import ckpt_worker
 from tests.helpers.dist_spawn import base_env
 from tests.helpers.launches import Launches, session_run
+from tests.helpers.forkserver import ForkedProcess, popen_python
 
 WORKER = Path(ckpt_worker.__file__)
 
 
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), *args], env=base_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def start(*args: str) -> ForkedProcess:
+    return popen_python([str(WORKER), *args], env=base_env(), merge_stderr=True)
 
 
-def finish(*procs: subprocess.Popen) -> None:
+def finish(*procs: ForkedProcess) -> None:
     for proc in procs:
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, out

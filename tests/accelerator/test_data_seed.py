@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -12,6 +10,7 @@ import torch
 from stoker import Accelerator, DataLoaderConfiguration, set_seed
 from tests.helpers.data_seed_common import EPOCHS, batches, make_loader, rest_of_run
 from tests.helpers.dist_spawn import REPO, base_env
+from tests.helpers.forkserver import run_python
 
 
 def test_load_state_in_a_new_process_with_another_global_seed_continues_the_same_shuffle(tmp_path: Path) -> None:
@@ -31,8 +30,8 @@ def test_load_state_in_a_new_process_with_another_global_seed_continues_the_same
     assert all(len(epochs) == EPOCHS for epochs in expected)
     assert expected[0][1] != sorted(expected[0][1])  # shuffled: a wrong seed would show
 
-    proc = subprocess.run([sys.executable, str(REPO / "tests/helpers/data_seed_worker.py"), str(tmp_path / "ckpt")],
-                          env=base_env(), cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    proc = run_python([str(REPO / "tests/helpers/data_seed_worker.py"), str(tmp_path / "ckpt")], env=base_env(),
+                      cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     resumed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert resumed["different_seed"] == expected

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from tests.helpers import window_worker
 from tests.helpers.dist_spawn import base_env
 from tests.helpers.models import clone_model, make_mlp, make_regression_data
 from tests.helpers.weights import grads_of, params_of
+from tests.helpers.forkserver import run_python
 
 
 def _wide_batches(steps: int, accumulate: int, items: int = 256) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -128,8 +127,8 @@ def test_save_mid_window_with_summed_losses_resumes_exactly_in_a_new_process(tmp
     expected = {p: window_worker.run(p) for p in precisions}
     for p in precisions:
         window_worker.run(p, save_to=str(tmp_path / p))
-    proc = subprocess.run([sys.executable, window_worker.__file__, str(tmp_path), *precisions],
-                          env=base_env(), capture_output=True, text=True, timeout=120)  # one start-up for both
+    proc = run_python([window_worker.__file__, str(tmp_path), *precisions], env=base_env(),
+                      timeout=120)  # one start-up for both
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for p in precisions:
         resumed = torch.load(tmp_path / f"{p}.pt", weights_only=True)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from stoker import Callback, ModelCheckpoint
 from stoker.accelerator import verify_checkpoint
 from tests.callbacks.modules import loaders, trainer
+from tests.helpers.forkserver import run_python
 from tests.helpers.models import Regressor
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -58,8 +57,7 @@ trainer(root, max_epochs=3, callbacks=[callback]).fit(Regressor(val_scores=[4.0,
 def _killed_run(tmp_path: Path, point: str) -> Path:
     dirpath = tmp_path / "ckpts"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path), str(dirpath), point], env=env, check=False,
-                          capture_output=True, text=True, timeout=300)
+    done = run_python(["-c", KILLED_RUN, str(tmp_path), str(dirpath), point], env=env, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
     return dirpath
 

@@ -20,6 +20,7 @@ pytest.importorskip("jsonargparse")
 
 from stoker.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from tests.cli.cli_script import Injected, RandomData, Regressor, WideRegressor  # noqa: E402
+from tests.helpers.forkserver import run_python
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "max_epochs": 1}
 SCRIPT = Path(__file__).with_name("cli_script.py")
@@ -242,9 +243,9 @@ def test_trainer_defaults_callbacks_are_always_added_and_parser_kwargs_per_subco
 
 def test_a_script_run_as_a_command(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SCRIPT.parents[2]), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(SCRIPT), "fit", "--trainer.max_epochs=1", "--model.lr=0.02",
-                           "--trainer.enable_progress_bar=false", "--trainer.default_root_dir=out"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = run_python([str(SCRIPT), "fit", "--trainer.max_epochs=1", "--model.lr=0.02",
+                       "--trainer.enable_progress_bar=false", "--trainer.default_root_dir=out"], cwd=tmp_path, env=env,
+                      timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     [config] = (tmp_path / "out").rglob("config.yaml")
     assert yaml.safe_load(config.read_text())["model"]["lr"] == 0.02

@@ -15,8 +15,6 @@ when the session starts (``tests/helpers/launches.py``); every case is one test.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from tests.compat.cases import CASES, Case, difference
 from tests.compat.example_cases import EXAMPLES
 from tests.helpers.dist_spawn import base_env, read_results, run_workers
 from tests.helpers.launches import Launches, session_run
+from tests.helpers.forkserver import run_python
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(450)]
 WORKER = Path(__file__).resolve().parent / "run_cases.py"
@@ -40,8 +39,7 @@ def _launch(out: Path, processes: int) -> dict[str, Any]:
         pytest.fail("the compatibility suite runs Accelerate's test scripts: install the test extra, "
                     "pip install -e '.[test]' (accelerate is a test-only dependency)")
     if processes == 1:
-        done = subprocess.run([sys.executable, str(WORKER), str(out)], env=base_env(), capture_output=True, text=True,
-                              timeout=400)
+        done = run_python([str(WORKER), str(out)], env=base_env(), timeout=400)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     else:
         ranks = run_workers(WORKER, [out], nprocs=processes, timeout=400, check=False)

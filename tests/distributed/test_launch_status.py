@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace as Failure
@@ -13,6 +12,7 @@ from types import SimpleNamespace as Failure
 import pytest
 
 from stoker.accelerator import describe_failures, run_outcome
+from tests.helpers.forkserver import run_python
 
 
 def test_a_worker_killed_by_sigkill_gives_137_whatever_its_rank() -> None:
@@ -45,7 +45,7 @@ def _launch(tmp_path: Path, victim: str, sig: str) -> subprocess.CompletedProces
     root = str(Path(__file__).resolve().parents[2])
     script.write_text(textwrap.dedent(SCRIPT.format(root=root, victim=victim, sig=sig)))
     env = {**os.environ, "PYTHONPATH": root}
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    return run_python([str(script)], env=env, timeout=240)
 
 
 @pytest.mark.distributed

@@ -9,7 +9,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import REPO, base_env, run_workers
+from tests.helpers.forkserver import popen_python
 
 WORKER = REPO / "tests" / "helpers" / "signal_worker.py"
 
@@ -47,8 +47,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
 def _signal_run(out: Path, sig: signal.Signals) -> dict:
     """Starts the ``Trainer(devices=2)`` script, sends ``sig`` to the launcher once rank 0 trained 2 steps, and
     returns the launcher's status and output, and which workers were still alive right after it exited."""
-    proc = subprocess.Popen([sys.executable, str(WORKER), str(out)], env=base_env(), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = popen_python([str(WORKER), str(out)], env=base_env(), cwd=REPO, merge_stderr=True)
     pids: list[int] = []
     try:
         _wait_for(out / "ready", proc, 240)

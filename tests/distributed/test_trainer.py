@@ -10,14 +10,13 @@ start (``tests/helpers/launches.py``).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.launches import Launches, session_run
 from tests.helpers.dist_spawn import HELPERS, REPO, base_env, run_workers
+from tests.helpers.forkserver import run_python
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 WORKER = HELPERS / "dist_trainer_worker.py"
@@ -30,8 +29,7 @@ def _read(out: Path, mode: str) -> list[dict]:
 def _full_sigterm_resume(out: Path) -> tuple[Path, str, dict[str, list[dict]], list]:
     """The uninterrupted run, then a preempted run and its resume (in that order: the resume reads its checkpoint)."""
     # No RANK/WORLD_SIZE in the environment: Trainer(devices=2) starts the two processes itself.
-    full = subprocess.run([sys.executable, str(WORKER), str(out), "full"], env=base_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    full = run_python([str(WORKER), str(out), "full"], env=base_env(), cwd=REPO, timeout=300)
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
     preempted = run_workers(WORKER, [out, "sigterm"], timeout=240, check=False)
     assert [r.returncode for r in preempted] == [143, 143], "\n".join(r.output[-2000:] for r in preempted)

@@ -1,8 +1,9 @@
 """Starts a worker script in several local processes the way ``torchrun`` would (its environment variables), with
 gloo on 127.0.0.1, a free port and a hard timeout, and collects what each rank printed and wrote.
 
-Each test pays two interpreter start-ups (about 2 s each on a shared core), so worker scripts run several
-checks per launch and write their findings as JSON under ``out_dir`` for the test to assert on.
+Each rank is forked from a server that has already imported torch (``forkserver.py``), so a job costs no
+interpreter start-up; worker scripts still run several checks per launch and write their findings as JSON under
+``out_dir`` for the test to assert on.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers.forkserver import popen_python
 
 HELPERS = Path(__file__).resolve().parent
 REPO = HELPERS.parent.parent
@@ -73,9 +75,7 @@ def run_workers(script: str | Path, args: Sequence[str] = (), nprocs: int = 2, t
         rank_env = base_env(env)
         rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, str(path), *map(str, args)], env=rank_env, cwd=str(REPO),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
+        procs.append(popen_python([str(path), *map(str, args)], env=rank_env, cwd=REPO, merge_stderr=True))
     if on_start is not None:
         on_start(procs)
     return collect(procs, timeout, check)

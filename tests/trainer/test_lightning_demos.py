@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import torch
 
 from tests.helpers.dist_spawn import base_env
 from tests.helpers.launches import Launches, session_run
+from tests.helpers.forkserver import run_python
 
 SCRIPT = Path(__file__).with_name("lightning_demo_script.py")
 
@@ -31,9 +30,8 @@ TEST = "test_lightnings_demos_train_to_the_same_weights"
 def train(framework: str, demo: str, out: Path, epochs: int, dropout: bool) -> dict:
     # base_env: one thread per process. These runs overlap other work, where two threads each mostly spin (the
     # LSTM runs took twice their CPU time); both frameworks run with the same setting, so they still agree bit for bit.
-    done = subprocess.run([sys.executable, str(SCRIPT), framework, demo, str(out), str(epochs),
-                           "dropout" if dropout else "none"], capture_output=True, text=True, env=base_env(),
-                          timeout=240)
+    done = run_python([str(SCRIPT), framework, demo, str(out), str(epochs), "dropout" if dropout else "none"],
+                      env=base_env(), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

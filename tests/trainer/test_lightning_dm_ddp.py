@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.dist_spawn import REPO, base_env
+from tests.helpers.forkserver import run_python
 
 SCRIPT = Path(__file__).with_name("lightning_dm_ddp_script.py")
 
@@ -17,8 +16,7 @@ SCRIPT = Path(__file__).with_name("lightning_dm_ddp_script.py")
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_datamodule_in_two_processes(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "per_node"], env=base_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=200)
+    done = run_python([str(SCRIPT), str(tmp_path), "per_node"], env=base_env(), cwd=REPO, timeout=200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "prepared.txt").read_text().split() == ["0", "0"]  # once per call, on rank 0 only
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

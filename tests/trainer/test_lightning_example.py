@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.forkserver import run_python
 
 ROOT = Path(__file__).parents[2]
 
@@ -16,8 +15,8 @@ ROOT = Path(__file__).parents[2]
 @pytest.mark.slow
 def test_lightning_style_example(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "lightning_style.py"), "--root", str(tmp_path),
-                           "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
+    done = run_python([str(ROOT / "examples" / "lightning_style.py"), "--root", str(tmp_path), "--epochs", "3"],
+                      env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Trainable params" in done.stdout and "accumulation: 2" in done.stdout  # the model summary
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -6,8 +6,6 @@ same operations in the same order: plain backward, Adam steps, clip_grad_norm_ o
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 import torch
 
 from tests.helpers.dist_spawn import base_env
+from tests.helpers.forkserver import run_python
 
 SCRIPT = Path(__file__).with_name("lightning_gan_script.py")
 RENAMES = [("pytorch_lightning", "stoker"), ("lightning.pytorch", "stoker"), ("LightningDataModule", "DataModule"),
@@ -32,8 +31,7 @@ def rename_imports(source: str) -> str:
 
 def run(script: Path, out: Path) -> dict[str, Any]:
     # base_env: one thread per process (two run at once, beside other work), the repository importable.
-    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=base_env(),
-                          timeout=240)
+    done = run_python([str(script), str(out)], env=base_env(), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
