@@ -110,8 +110,9 @@ class SummaryTable:
             def hook(layer: nn.Module, args: tuple, kwargs: dict, out: Any, row: LayerRow = rows[id(m)]) -> None:
                 inputs = (*args, *kwargs.values())
                 if row.in_size == UNKNOWN_SIZE:  # a layer called twice keeps its first shapes
-                    row.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs)
-                    row.out_size = _shape(out)
+                    # no input, or a 0-dim one, has no size to show (as in Lightning: "?")
+                    row.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs) or UNKNOWN_SIZE
+                    row.out_size = _shape(out) or UNKNOWN_SIZE
             if not isinstance(m, torch.jit.ScriptModule):  # which takes no hooks: its shapes stay unknown
                 handles.append(m.register_forward_hook(hook, with_kwargs=True))
         device = next((p.device for p in self.module.parameters()), torch.device("cpu"))

@@ -56,3 +56,28 @@ def test_lightning_module_paths():
     import stoker.utilities.model_summary.model_summary as path
 
     assert path.ModelSummary is ModelSummary and path.UNKNOWN_SIZE == "?"
+
+
+class AnyInput(TrainingModule):
+    """A layer that takes any arguments, fed the example input as it is."""
+
+    def __init__(self, example) -> None:
+        super().__init__()
+        self.layer = Passes()
+        self.example_input_array = example
+
+    def forward(self, *args, **kwargs):
+        return self.layer(*args, **kwargs)
+
+
+class Passes(nn.Module):
+    def forward(self, *args, **kwargs):
+        return None
+
+
+def test_an_input_with_no_size_shows_as_unknown_as_in_lightning():
+    # no argument at all ([] is called with none), a 0-dim tensor: "?", not an empty list
+    for example in ([], torch.tensor(0.0)):
+        assert summarize(AnyInput(example)).in_sizes == [UNKNOWN_SIZE]
+    assert summarize(AnyInput(torch.zeros(2, 3))).in_sizes == [[2, 3]]
+    assert summarize(AnyInput((torch.zeros(2, 3), torch.zeros(4, 5)))).in_sizes == [[[2, 3], [4, 5]]]
