@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,6 +143,7 @@ class ForkedProcess:
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike, merge: bool) -> None:
         self.args = list(argv)
         folder = tempfile.mkdtemp(prefix="stoker-forked-")
+        weakref.finalize(self, shutil.rmtree, folder, True)  # the output files go with this object
         self._stdout, self._stderr, self._status = (os.path.join(folder, n) for n in ("out", "err", "status"))
         self._merged = merge
         if merge:  # stderr=subprocess.STDOUT
