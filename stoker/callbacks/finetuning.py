@@ -220,6 +220,7 @@ class BaseFinetuning(Callback):
         kept = [p for p in params if id(p) not in present]
         if len(kept) < len(params):
             warnings.warn(
+                "The provided params to be frozen already exist within another group of this optimizer: "
                 f"{len(params) - len(kept)} of the parameters to thaw are already optimized by this "
                 f"{type(getattr(optimizer, 'optimizer', optimizer)).__name__} and are left out of the new param "
                 "group. Did you init your optimizer in configure_optimizers with all the module's parameters, frozen "

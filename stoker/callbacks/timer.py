@@ -10,6 +10,7 @@ Cost: one ``time.monotonic()`` call per training batch; no device work.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -19,6 +20,8 @@ from typing import Any
 from stoker.callbacks._fit_progress import agreed_any
 from stoker.callbacks.base import Callback, TrainerView
 from stoker.loggers.layout import default_checkpoint_dir
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Timer"]
 
@@ -195,6 +198,9 @@ class Timer(Callback):
         self.stopping_reason = f"duration {self.duration} reached after {self.time_elapsed('train'):.1f}s of training"
         trainer.should_stop = True
         _save_last(trainer)
+        if trainer.is_global_zero:  # Lightning's record, for a script's logging set-up (silent without a handler)
+            log.info(f"Time limit reached. Elapsed time is {timedelta(seconds=int(self.time_elapsed('train')))}. "
+                     "Signaling Trainer to stop.")
         if self.verbose and trainer.is_global_zero:
             print(f"Timer: duration {self.duration} reached after {self.time_elapsed('train'):.1f}s of "
                   f"training (step {trainer.global_step}); stopped with a checkpoint.")

@@ -62,7 +62,9 @@ class ExperimentWriter:
         if resume_after is None and os.path.isfile(self.metrics_file_path):
             warnings.warn(
                 f"CSVLogger: {self.metrics_file_path!r} exists already (a version reused): new rows are appended "
-                "after its rows. Pass no version (the next free one) or a new one for a fresh file.",
+                "after its rows. Pass no version (the next free one) or a new one for a fresh file. (Experiment "
+                f"logs directory {self.log_dir} exists and is not empty; unlike Lightning, nothing there is "
+                "deleted.)",
                 UserWarning, stacklevel=3,
             )
         os.makedirs(self.log_dir, exist_ok=True)

@@ -162,8 +162,9 @@ def _hparams_of(owner: object, caller: Any, names: tuple[Any, ...], ignore: Sequ
     for name, value in values.items():
         if isinstance(value, torch.nn.Module):
             warnings.warn(f"save_hyperparameters: the argument {name!r} is an nn.Module, whose weights are in the "
-                          f"checkpoint already; keeping the object in hparams stores it twice. Leave it out with "
-                          f"save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=4)
+                          f"checkpoint already; keeping the object in hparams stores it twice (Attribute {name!r} is "
+                          f"an instance of `nn.Module` and is already saved during checkpointing). Leave it out "
+                          f"with save_hyperparameters(ignore=[{name!r}]).", UserWarning, stacklevel=4)
     return values
 
 

@@ -49,3 +49,41 @@ def test_possible_user_warnings_off_in_the_environment_silences_them():
             warnings.warn("a plain UserWarning stays", UserWarning)
         assert [str(w.message) for w in caught] == ["a plain UserWarning stays"] * silenced + (
             [] if silenced else ["may be intended", "a plain UserWarning stays"])
+
+
+# -- Lightning's words inside stoker's messages, so that filters and log handlers written for Lightning match -------
+def test_lightnings_sentences_appear_in_the_matching_messages(tmp_path, caplog):
+    import logging
+    from datetime import timedelta
+
+    import pytest
+    import torch
+    from torch import nn
+
+    from stoker import TrainingModule
+    from stoker.callbacks import BaseFinetuning, Timer
+    from stoker.loggers import CSVLogger
+
+    layer = nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match="The provided params to be frozen already exist"):
+        BaseFinetuning.unfreeze_and_add_param_group(layer, optimizer=torch.optim.SGD(layer.parameters(), lr=0.1))
+
+    class WithEncoder(TrainingModule):
+        def __init__(self, encoder: nn.Module) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    with pytest.warns(UserWarning, match="is an instance of `nn.Module` and is already saved"):
+        WithEncoder(nn.Linear(1, 1))
+
+    (tmp_path / "exp" / "version_0").mkdir(parents=True)
+    (tmp_path / "exp" / "version_0" / "metrics.csv").write_text("step,a\n0,1\n")
+    with pytest.warns(UserWarning, match="Experiment logs directory .* exists and is not empty"):
+        CSVLogger(str(tmp_path), name="exp", version=0).log_metrics({"a": 2.0}, step=1)
+    assert (tmp_path / "exp" / "version_0" / "metrics.csv").read_text().startswith("step,a\n0,1\n")  # kept
+
+    timer = Timer(duration=timedelta(0), interval="step")
+    with caplog.at_level(logging.INFO, logger="stoker"):
+        quiet_trainer(max_epochs=2, callbacks=[timer], default_root_dir=str(tmp_path / "run")).fit(
+            Regressor(), DataLoader(make_regression_data(16), batch_size=8))
+    assert "Time limit reached." in caplog.text and "Signaling Trainer to stop." in caplog.text
