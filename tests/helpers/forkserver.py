@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _SERVER = r'''
-import builtins, json, os, select, signal, sys, types
+import builtins, json, os, select, sys, types
 
 BASE_PATH = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 import torch  # noqa: F401  the cost every child would pay again
@@ -50,9 +50,7 @@ def child(req):
     buffering = 1 if req["env"].get("PYTHONUNBUFFERED") else -1
     sys.stdout = sys.__stdout__ = open(1, "w", buffering=buffering, closefd=False)
     sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)
-    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The signal dispositions are the server's, which are a fresh interpreter's (it changes none).
     os.environ.clear()
     os.environ.update(req["env"])
     os.chdir(req["cwd"])
