@@ -315,8 +315,7 @@ def in_order(loader: Any, kind: str) -> Any:
         return loader
     warnings.warn(f"You requested to overfit but enabled {kind} dataloader shuffling: this fit reads its loaders in "
                   f"order (overfit_batches), so its {type(sampler).__name__} is replaced by a SequentialSampler.",
-                  UserWarning,
-                  stacklevel=user_stacklevel())
+                  UserWarning, stacklevel=user_stacklevel())
     keep = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
             "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
     options = {name: getattr(loader, name) for name in keep}
