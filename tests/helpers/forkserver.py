@@ -8,8 +8,9 @@ session, the requested environment, working directory, ``sys.argv``, ``sys.path`
 states, standard output and error in files, standard input empty; the script's end (or ``sys.exit``) is the
 interpreter's normal exit, with ``atexit`` handlers and the threading shutdown.
 
-What a child does not get fresh: the environment torch read while it was imported (the server's, which is
-:func:`tests.helpers.dist_spawn.base_env`'s) and torch's modules already in ``sys.modules``. Tests that check what
+What a child does not get fresh: the environment torch read while it was imported and the interpreter read at its
+start (``PYTHON*`` variables other than ``PYTHONPATH`` and ``PYTHONUNBUFFERED``), both the server's, which is
+:func:`tests.helpers.dist_spawn.base_env`'s; and torch's modules already in ``sys.modules``. Tests that check what
 an import loads, or a fresh interpreter's exit, start real interpreters instead.
 
 :func:`popen_python` returns an object with ``Popen``'s methods the tests use (``pid``, ``poll``, ``wait``,
