@@ -54,7 +54,7 @@ class DeviceStatsMonitor(Callback):
             ``psutil`` is needed). None: only when the run's device is the CPU.
 
     Raises:
-        NoLoggerError: when a fit starts on a Trainer without loggers (``logger=False``).
+        NoLoggerError: when a fit starts on a Trainer without loggers (``logger=False``; not in a ``fast_dev_run``).
         ModuleNotFoundError: when a fit starts, CPU figures are wanted and ``psutil`` is not installed.
 
     Example:
@@ -73,7 +73,7 @@ class DeviceStatsMonitor(Callback):
     def setup(self, trainer: TrainerView, module: Any, stage: str) -> None:
         if stage != "fit":
             return
-        if not trainer.loggers:
+        if not trainer.loggers and not trainer.dry_run:  # a debugging run (fast_dev_run) logs nothing anyway
             raise NoLoggerError("DeviceStatsMonitor has no logger to write to: the Trainer was built with "
                                 "logger=False. Pass logger=True (TensorBoard), a stoker Logger, or drop the callback.")
         if self._wants_cpu(trainer.accelerator.device) and importlib.util.find_spec("psutil") is None:

@@ -88,7 +88,9 @@ class LearningRateMonitor(Callback):
             self._restored_steps, self._epoch_logged = None, None
 
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
-        if not trainer.loggers and trainer.is_global_zero:
+        # A debugging run (fast_dev_run) logs nothing anyway: the values are still kept in `lrs`, as in Lightning,
+        # where such a run's loggers are replaced by a DummyLogger.
+        if not trainer.loggers and not trainer.dry_run and trainer.is_global_zero:
             raise NoLoggerError(
                 "LearningRateMonitor has no logger to write to: the Trainer was built with logger=False. "
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."

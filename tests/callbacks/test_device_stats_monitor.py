@@ -105,6 +105,19 @@ def test_a_trainer_without_logger_is_refused_when_the_fit_starts() -> None:
         trainer.fit(Regressor(), make_loader(make_regression_data(n=16)))
 
 
+def test_a_fast_dev_run_asked_to_log_runs_the_monitors_without_a_logger(tmp_path: Path) -> None:
+    # Lightning swaps the loggers for a DummyLogger in a debugging run, so its monitors find one and log nothing
+    from stoker import Trainer
+    from stoker.callbacks import LearningRateMonitor
+
+    lr = LearningRateMonitor()
+    trainer = Trainer(fast_dev_run=True, logger=CSVLogger(str(tmp_path)), enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[DeviceStatsMonitor(cpu_stats=False), lr])
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=16)))
+    assert trainer.global_step == 1 and trainer.loggers == [] and list(lr.lrs) == ["lr-SGD"]
+    assert not list(tmp_path.rglob("metrics.csv"))  # nothing written
+
+
 def test_without_psutil_the_cpu_figures_are_refused_but_cpu_stats_false_runs(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
