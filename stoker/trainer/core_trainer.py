@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..accelerator import Accelerator, check_accumulation_steps, parse_precision, set_seed
+from ..accelerator import Accelerator, SingleDevice, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
 from .checkpointing import (NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights, restore,
                             save_weights)
@@ -97,14 +97,14 @@ class Trainer:
     def __init__(
         self, *, max_epochs: int | None = None, max_steps: int | None = None, accumulate: int = 1,
         precision: str = "fp32", clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
-        callbacks: list[Callback] | Callback | None = None, logger: bool | str | Logger | list | None = True,
+        callbacks: list[Callback] | Callback | None = None, logger: Logger | list[Logger] | bool | str | None = True,
         default_root_dir: str | os.PathLike = ".", enable_checkpointing: bool = True,
         enable_progress_bar: bool = True, enable_model_summary: bool = True, val_check_interval: int | float = 1.0,
         check_val_every_n_epoch: int | None = 1, limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None, limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None, log_every_n_steps: int = 50, seed: int | None = None,
         deterministic: bool = False, accelerator: str = "auto", devices: int | str | list[int] = "auto",
-        strategy: Any = "auto", on_nonfinite_loss: str = "raise", options: RunOptions | None = None,
+        strategy: str | SingleDevice = "auto", on_nonfinite_loss: str = "raise", options: RunOptions | None = None,
     ) -> None:
         self._check_limits(max_epochs, max_steps, clip_grad_norm, clip_grad_value, val_check_interval,
                            check_val_every_n_epoch)

@@ -157,6 +157,19 @@ def test_lazily_exported_callbacks_and_loggers_are_found_by_short_name():
     assert type(run.trainer.logger).__name__ == "MLFlowLogger"
 
 
+def test_a_strategy_and_a_profiler_take_their_own_arguments_from_the_command_line():
+    # The Trainer's `strategy` and `profiler` are typed with their base classes, so jsonargparse builds them from a
+    # class path and `--trainer.strategy.<argument>` (not a NestedArg the Trainer would refuse)
+    run = cli("--trainer.strategy=stoker.strategies.DDPStrategy", "--trainer.strategy.find_unused_parameters=true",
+              "--trainer.strategy.process_group_backend=gloo", "--trainer.profiler=PyTorchProfiler",
+              "--trainer.profiler.row_limit=5", "--trainer.logger=false", run=False)
+    strategy = run.trainer.accelerator.strategy
+    assert type(strategy).__name__ == "DDPStrategy" and strategy.backend == "gloo"
+    assert strategy.ddp_kwargs["find_unused_parameters"] is True
+    assert type(run.trainer.profiler).__name__ == "PyTorchProfiler" and run.trainer.profiler.row_limit == 5
+    assert cli("--trainer.strategy=single", "--trainer.profiler=simple", run=False).trainer.profiler is not None
+
+
 def test_fit_ckpt_path_resumes_and_predict_reads_the_saved_hyperparameters():
     first = cli("fit", "--model.lr=0.05", "--trainer.default_root_dir=runs")
     [ckpt] = Path(first.trainer.log_dir, "checkpoints").glob("*.ckpt")

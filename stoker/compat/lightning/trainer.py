@@ -21,7 +21,7 @@ import torch
 from ..accelerate import Accelerator
 from ...loggers.foreign import first_log_dir
 from ...trainer.options import RunOptions
-from ...trainer.profilers import make_profiler
+from ...trainer.profilers import Profiler, make_profiler
 from ...trainer.iterables import CombinedLoader
 from ...trainer.stages import PREDICT, TEST, TRAIN, VALIDATE
 from ...trainer.core_trainer import Trainer as CoreTrainer
@@ -74,7 +74,7 @@ class Trainer(RunFacts, CoreTrainer):
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
         num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
-        float32_matmul_precision: str | None = None, profiler: Any = None,
+        float32_matmul_precision: str | None = None, profiler: str | Profiler | None = None,
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
         core = check.core_arguments(core, _CORE, list(inspect.signature(Trainer.__init__).parameters)[1:-1])
