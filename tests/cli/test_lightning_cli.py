@@ -164,6 +164,7 @@ def test_a_strategy_and_a_profiler_take_their_own_arguments_from_the_command_lin
               "--trainer.strategy.process_group_backend=gloo", "--trainer.profiler=PyTorchProfiler",
               "--trainer.profiler.row_limit=5", "--trainer.logger=false", run=False)
     strategy = run.trainer.accelerator.strategy
+    run.trainer.accelerator.end_training()  # the one-process group it opened (a later fork must not inherit it)
     assert type(strategy).__name__ == "DDPStrategy" and strategy.backend == "gloo"
     assert strategy.ddp_kwargs["find_unused_parameters"] is True
     assert type(run.trainer.profiler).__name__ == "PyTorchProfiler" and run.trainer.profiler.row_limit == 5

@@ -157,3 +157,18 @@ def test_two_nodes_meet_at_master_addr_and_use_port(tmp_path: Path) -> None:
     # rank, local rank, world, local world, node; every rank saw 4 processes and the sum 0+1+2+3
     assert [(tmp_path / str(r)).read_text() for r in range(4)] == [
         "0 0 4 2 0 4 6.0", "1 1 4 2 0 4 6.0", "2 0 4 2 1 4 6.0", "3 1 4 2 1 4 6.0"]
+
+
+def test_a_process_group_left_open_here_is_refused_before_forking() -> None:
+    # Forked workers would inherit it (and its store) instead of forming their own group: they would hang
+    import torch.distributed as dist
+
+    from stoker.accelerator.distributed.spawn import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="still has a torch.distributed process group open"):
+            notebook_launcher(print, ("never",), num_processes=2)
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()

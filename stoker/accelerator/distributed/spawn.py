@@ -76,7 +76,9 @@ def check_can_start(what: str, start_method: str) -> None:
     """Refuses to start workers inside a process that already is one rank, or to fork after CUDA was initialized.
 
     Raises:
-        RuntimeError: ``WORLD_SIZE`` is set (a launcher started this process), or "fork" with CUDA initialized.
+        RuntimeError: ``WORLD_SIZE`` is set (a launcher started this process), or "fork" with CUDA initialized or
+            with a process group of this process still open (the forked workers would inherit it and meet in it
+            instead of their own: a hang).
     """
     if "WORLD_SIZE" in os.environ:
         raise RuntimeError(f"{what} starts its own processes, but this process is already one rank of "
@@ -86,6 +88,14 @@ def check_can_start(what: str, start_method: str) -> None:
         raise RuntimeError(f"{what} forks its processes, but CUDA was already initialized in this one, and a forked "
                            "process cannot use it. Restart the notebook (or the program) and touch no GPU before "
                            "the launch: build models, tensors on 'cuda' and the Accelerator inside the function.")
+    import torch.distributed as dist
+
+    if start_method == "fork" and dist.is_available() and dist.is_initialized():
+        raise RuntimeError(f"{what} forks its processes, but this process still has a torch.distributed process group "
+                           "open (an Accelerator or Trainer with a distributed strategy built here), and forked "
+                           "workers would inherit it instead of forming their own. End it first "
+                           "(accelerator.end_training() or torch.distributed.destroy_process_group()), or build the "
+                           "Accelerator inside the launched function only.")
 
 
 @dataclass
