@@ -97,7 +97,8 @@ class Trainer:
     def __init__(
         self, *, max_epochs: int | None = None, max_steps: int | None = None, accumulate: int = 1,
         precision: str = "fp32", clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
-        callbacks: list[Callback] | Callback | None = None, logger: Logger | list[Logger] | bool | str | None = True,
+        callbacks: list[Callback] | Callback | None = None,
+        logger: Logger | list[Logger | str] | bool | str | None = True,
         default_root_dir: str | os.PathLike = ".", enable_checkpointing: bool = True,
         enable_progress_bar: bool = True, enable_model_summary: bool = True, val_check_interval: int | float = 1.0,
         check_val_every_n_epoch: int | None = 1, limit_train_batches: int | float | None = None,
