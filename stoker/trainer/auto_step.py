@@ -77,7 +77,7 @@ class AutomaticStep:
         self.clip, self.step_hook = _own(module, "configure_gradient_clipping"), _own(module, "optimizer_step")
         self.scheduler_hook = _own(module, "lr_scheduler_step")
         # Each prepared optimizer with the one it wraps (read per epoch: the accumulation may change between epochs).
-        self.optimizers = [(opt, getattr(opt, "optimizer", opt)) for opt in trainer.optimizers]
+        self.optimizers = [(opt, getattr(opt, "optimizer", opt)) for opt in trainer.prepared_optimizers]
         self.single_batch_windows = trainer.accelerator.gradient_accumulation_steps == 1
         # The one autocast of a Trainer step (the module is prepared without the engine's forward wrapper): the
         # precision wraps training_step once (full precision: training_step itself, nothing per step).
@@ -129,12 +129,12 @@ class AutomaticStep:
         return outputs
 
     def _zero_grad(self, batch_idx: int) -> None:
-        # The hooks get the prepared optimizer (as on_before_optimizer_step does); the clearing itself acts on the
-        # optimizer configure_optimizers returned, since the prepared one only clears at a window's last batch
-        # (with one-batch windows every batch is one: the prepared optimizer's fast path then).
+        # The hooks get the optimizer configure_optimizers returned (as in Lightning: trainer.optimizers); the
+        # clearing acts on it too, since the prepared one only clears at a window's last batch (with one-batch
+        # windows every batch is one: the prepared optimizer's fast path then).
         for optimizer, inner in self.optimizers:
             for hook in self.before_zero_grad:
-                hook(optimizer)
+                hook(inner)
             if self.zero_grad is not None:
                 self.zero_grad(self.epoch, batch_idx, inner)
             else:
@@ -143,19 +143,19 @@ class AutomaticStep:
     def optimizer_step(self, batch_idx: int) -> None:
         """The window is complete: its hooks, clipping, the step, the per-step schedulers."""
         t = self.trainer
-        acc, run, optimizers = t.accelerator, self.run, t.optimizers
+        acc, run, optimizers = t.accelerator, self.run, t.prepared_optimizers
         self.zero_due = True
         if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(acc):
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
             return
         if self.before_optimizer_step or self.clip is not None:
-            for optimizer in optimizers:
-                acc.unscale_gradients(optimizer)  # hooks and clipping see true (unscaled, normalised) gradients
+            for _, inner in self.optimizers:  # the hooks get the optimizers as configure_optimizers returned them
+                acc.unscale_gradients(inner)  # hooks and clipping see true (unscaled, normalised) gradients
                 for hook in self.before_optimizer_step:
-                    hook(optimizer)
+                    hook(inner)
                 if self.clip is not None:
-                    self.clip(optimizer, **self._clip_arguments())
+                    self.clip(inner, **self._clip_arguments())
         if self.clip is None:
             if t.clip_grad_norm is not None:
                 acc.clip_grad_norm_(self._clipped(), t.clip_grad_norm)

@@ -97,7 +97,7 @@ def build_payload(trainer: TrainerParts) -> dict[str, Any]:
         checkpoint["datamodule_hyper_parameters"] = storable(dict(getattr(datamodule, "hparams", {}) or {}))
         checkpoint.update(container_keys(datamodule, "datamodule_"))
     if trainer.hooks is not None and trainer.hooks.has("on_save_checkpoint"):  # the views only for a hook to read
-        add_views(checkpoint, module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
+        add_views(checkpoint, module, trainer.prepared_optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_save_checkpoint", checkpoint)
         checkpoint = without_views(checkpoint, "on_save_checkpoint")
     own = {
@@ -157,7 +157,7 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     if datamodule is not None and "datamodule" in checkpoint:
         datamodule.load_state_dict(checkpoint["datamodule"])
     if trainer.hooks.has("on_load_checkpoint"):  # the views only for a hook to read
-        add_views(checkpoint, trainer.module, trainer.optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
+        add_views(checkpoint, trainer.module, trainer.prepared_optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_load_checkpoint", checkpoint)
 
 

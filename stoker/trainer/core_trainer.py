@@ -39,6 +39,7 @@ from .stages import PREDICT, STAGES, TRAIN, StageRecord
 from .states import TrainerState
 
 if TYPE_CHECKING:
+    from ..accelerator import AcceleratedOptimizer
     from ..callbacks import Callback, ModelCheckpoint
     from ..loggers import Logger
     from .datamodule import DataModule
@@ -110,16 +111,14 @@ class Trainer:
         self._check_limits(max_epochs, max_steps, clip_grad_norm, clip_grad_value, val_check_interval,
                            check_val_every_n_epoch)
         precision = parse_precision(precision, argument="Trainer(precision=...)")
-        for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
-                            ("limit_test_batches", limit_test_batches),
-                            ("limit_predict_batches", limit_predict_batches)):
+        limits = (limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches)
+        for name, value in zip(("limit_train_batches", "limit_val_batches", "limit_test_batches",
+                                "limit_predict_batches"), limits):
             setattr(self, name, check.batch_limit(name, value))
         self.log_every_n_steps = check.positive_int("log_every_n_steps", log_every_n_steps)
-        self.seed = check.seed_value(seed)
-        self.deterministic = bool(deterministic)
+        self.seed, self.deterministic = check.seed_value(seed), bool(deterministic)
         self.on_nonfinite_loss = check_nonfinite_mode(on_nonfinite_loss)
-        self.default_root_dir = os.path.expanduser(os.fspath(default_root_dir))  # "~/runs" as the shell reads it
-        self.devices = devices
+        self.default_root_dir, self.devices = os.path.expanduser(os.fspath(default_root_dir)), devices  # "~/runs"
         self.profiler: Profiler | None = None  # stoker.Trainer(profiler=...) sets it (profilers.py); None: not profiled
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"Trainer(options={options!r}) must be a stoker.trainer.RunOptions or None.")
@@ -155,15 +154,15 @@ class Trainer:
     def _init_run_state(self) -> None:
         self.state = TrainerState()
         self.fit_loop = FitLoop(self)
-        self.should_stop = False
-        self.sanity_checking = False  # True during the num_sanity_val_steps validation before training
+        self.should_stop, self.sanity_checking = False, False  # sanity_checking: the validation before training
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
         self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
         self.eval_log_steps: dict[tuple[str, int], int] = {}  # (stage, loader) -> per-step values sent
         self.module: TrainingModule | None = None
         self.datamodule: DataModule | None = None
-        self.optimizers: list[Any] = []
+        self.prepared_optimizers: list[AcceleratedOptimizer] = []  # wrapping configure_optimizers' optimizers:
+        self.optimizers: list[torch.optim.Optimizer] = []  # those, as it returned them (Lightning's trainer.optimizers)
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.num_training_batches: int | float = float("inf")
         self.num_val_batches: list[int | float] = []

@@ -87,7 +87,7 @@ class ManualOptimizer(torch.optim.Optimizer):
         self.sync()
         if t.hooks.has("on_before_optimizer_step"):
             acc.unscale_gradients(self.optimizer)  # the hooks see true (unscaled) gradients
-            t.hooks.call("on_before_optimizer_step", self.optimizer)
+            t.hooks.call("on_before_optimizer_step", self.optimizer.optimizer)  # the user's optimizer, as Lightning
         # Every applied step counts, also a second optimizer stepping on the same backward (Lightning's rule).
         self.optimizer.count_next_step()
         if closure is None or acc.precision.scales_loss:
@@ -170,7 +170,7 @@ def wrap_optimizers(trainer: TrainerParts, model: torch.nn.Module) -> list[Manua
     """The prepared optimizers wrapped for manual optimization (built once per fit; ``model``: the prepared
     model)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-    return [ManualOptimizer(opt, trainer, ddp) for opt in trainer.optimizers]
+    return [ManualOptimizer(opt, trainer, ddp) for opt in trainer.prepared_optimizers]
 
 
 def manual_training_step(run: FitRun, accelerator: Accelerator, batch: Any, batch_idx: int) -> Any:

@@ -233,8 +233,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         trainer = self.trainer
         run = getattr(trainer, "fit_run", None)  # the fit's run (trainer/run.py) holds the wrappers
         opts = run.manual_optimizers if use_pl_optimizer and run is not None else None
-        if opts is None or len(opts) != len(trainer.optimizers):
-            opts = list(trainer.optimizers)
+        if opts is None or len(opts) != len(trainer.prepared_optimizers):
+            opts = list(trainer.prepared_optimizers if use_pl_optimizer else trainer.optimizers)
         return opts[0] if len(opts) == 1 else opts
 
     def lr_schedulers(self) -> Any:

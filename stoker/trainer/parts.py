@@ -122,7 +122,8 @@ class TrainerParts(Protocol):
     datamodule: StatefulDataModule | None
     callbacks: list[Callback]
     loggers: list[Logger]
-    optimizers: list[AcceleratedOptimizer]
+    prepared_optimizers: list[AcceleratedOptimizer]
+    optimizers: list[torch.optim.Optimizer]
     lr_scheduler_configs: list[LRSchedulerConfig]
     hooks: HookCalls
     results: Results

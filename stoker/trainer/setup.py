@@ -159,7 +159,8 @@ class RunSetup:
                 "training_step (manual optimization, as in Lightning 2); for one loss, return one optimizer, with "
                 "several parameter groups if they need different settings."
             )
-        t.optimizers = [acc.prepare_optimizer(o) for o in optimizers]
+        t.prepared_optimizers = [acc.prepare_optimizer(o) for o in optimizers]
+        t.optimizers = [o.optimizer for o in t.prepared_optimizers]
         for config in configs:  # a scheduler of another kind (manual optimization) is the module's own business
             if config.is_torch_scheduler:
                 config.scheduler = acc.prepare_scheduler(config.scheduler)

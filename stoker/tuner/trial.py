@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # as they were) after.
 _KEPT = ("callbacks", "loggers", "profiler", "run_report", "max_steps", "max_epochs", "limit_train_batches",
          "limit_val_batches", "limit_test_batches", "limit_predict_batches", "options", "nonfinite", "fit_loop",
-         "state", "should_stop", "optimizers", "lr_scheduler_configs", "fit_run", "hooks",
+         "state", "should_stop", "prepared_optimizers", "optimizers", "lr_scheduler_configs", "fit_run", "hooks",
          "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches", "callback_metrics",
          "logged_metrics", "progress_bar_values", "eval_log_steps", "results", "train_results")
 
