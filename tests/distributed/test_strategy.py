@@ -31,6 +31,18 @@ def test_ddp_timeout_is_validated(bad: object) -> None:
         DDPStrategy(timeout=bad)
 
 
+@pytest.mark.parametrize(("bad", "error"), [("group", ValueError), ("", ValueError), ("cpu:gloo,cuda:nccc", ValueError),
+                                          (3, TypeError)])
+def test_ddp_backend_is_checked_when_the_strategy_is_built(bad: object, error: type) -> None:
+    # torch's own init_process_group answers an unknown name with a bare AssertionError, later
+    with pytest.raises(error, match=r"DDPStrategy\(backend="):
+        DDPStrategy(backend=bad)
+    with pytest.raises(error, match=r"FSDPStrategy\(backend="):
+        FSDPStrategy(backend=bad)
+    assert DDPStrategy(backend="cpu:gloo,cuda:nccl").backend == "cpu:gloo,cuda:nccl"
+    assert DDPStrategy(backend="gloo").backend == "gloo" and DDPStrategy().backend is None
+
+
 def test_fsdp_policy_is_validated() -> None:
     with pytest.raises(TypeError, match=r"auto_wrap_policy=42.*set of module classes"):
         FSDPStrategy(auto_wrap_policy=42)

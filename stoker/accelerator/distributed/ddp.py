@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .backends import check_backend
+
 
 def default_device(cpu: bool = False, local_rank: int = 0) -> torch.device:
     """CUDA (this process's local GPU), then MPS, then CPU; ``cpu=True`` forces CPU."""
@@ -158,7 +160,7 @@ class DDPStrategy(SingleDevice):
                                  "timedelta, or None (torch's default).")
             timeout = timedelta(seconds=float(timeout))
         self.timeout = timeout
-        self.backend = backend  # None: NCCL on CUDA, gloo on CPU
+        self.backend = check_backend(backend, type(self).__name__)  # None: NCCL on CUDA, gloo on CPU
         self.comm_hook = comm_hook  # called with each DistributedDataParallel wrapper (registers a comm hook)
         self.ddp_kwargs = ddp_kwargs
         self._group: Any = None  # the WORLD group this strategy created (and so must destroy)
