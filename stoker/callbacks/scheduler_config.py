@@ -22,7 +22,8 @@ class LRSchedulerConfig:
     """One scheduler and when it steps (``trainer.lr_scheduler_configs`` holds these).
 
     Attributes:
-        scheduler: The scheduler (after ``prepare``, an ``AcceleratedScheduler`` wrapping the user's).
+        scheduler: The scheduler, as ``configure_optimizers`` returned it (the Trainer's Accelerator also holds it,
+            prepared, for its checkpoints).
         interval: ``"step"`` (optimizer steps) or ``"epoch"``.
         frequency: Step every this many intervals.
         monitor: For ``ReduceLROnPlateau``: the ``callback_metrics`` name whose value it gets.

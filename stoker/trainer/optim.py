@@ -194,6 +194,5 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
 
 def _users(scheduler: Any) -> Any:
     """The scheduler as ``configure_optimizers`` returned it, for the module's ``lr_scheduler_step`` (its own
-    ``isinstance`` checks): the Trainer's schedulers are prepared with ``step_scheduler_with_optimizer=False``, so
-    the wrapper's ``step`` only passes the call on."""
+    ``isinstance`` checks; the Trainer's configs hold that one, a callback's config may hold a prepared one)."""
     return scheduler.scheduler if isinstance(scheduler, AcceleratedScheduler) else scheduler

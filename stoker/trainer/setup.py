@@ -161,9 +161,13 @@ class RunSetup:
             )
         t.prepared_optimizers = [acc.prepare_optimizer(o) for o in optimizers]
         t.optimizers = [o.optimizer for o in t.prepared_optimizers]
-        for config in configs:  # a scheduler of another kind (manual optimization) is the module's own business
+        # Prepared (so the Accelerator's checkpoints hold them), and kept in the configs as the module returned them,
+        # as in Lightning: the Trainer's Accelerator prepares schedulers with step_scheduler_with_optimizer=False,
+        # so the wrapper's step would only pass the call on. A scheduler of another kind (manual optimization) is
+        # the module's own business.
+        for config in configs:
             if config.is_torch_scheduler:
-                config.scheduler = acc.prepare_scheduler(config.scheduler)
+                acc.prepare_scheduler(config.scheduler)
         t.lr_scheduler_configs = configs
         run.step_schedulers = [c for c in configs if c.interval == "step"]
         run.manual_optimizers = wrap_optimizers(t, model)

@@ -81,7 +81,7 @@ def test_skip_never_reaches_the_optimizer_or_the_scheduler() -> None:
     assert "global_step 2 (epoch 0, batch_idx 2)" in skipped[0] and "global_step 12 (epoch 1, batch_idx 5)" in \
         skipped[1]
     assert trainer.global_step == 14  # 16 batches, 2 skipped
-    assert trainer.lr_scheduler_configs[0].scheduler.scheduler.last_epoch == 14
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 14  # the user's scheduler (Lightning's config)
 
     # The same as a loop that never saw those two batches (SGD with momentum: any stray step would show).
     expected = make_mlp(seed=0)

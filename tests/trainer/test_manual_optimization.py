@@ -150,8 +150,8 @@ def test_schedulers_are_not_stepped_for_the_user(tmp_path: Any) -> None:
 
     module = Stepping(scheduler=True)
     trainer = fit(module, make_regression_data(n=16), default_root_dir=tmp_path)
-    # the user's own scheduler, as in Lightning (the Trainer keeps its wrapper, which steps straight through)
-    assert module.lrs is trainer.lr_scheduler_configs[0].scheduler.scheduler
+    # the user's own scheduler, as in Lightning (the Trainer's configs hold it as configure_optimizers returned it)
+    assert module.lrs is trainer.lr_scheduler_configs[0].scheduler
     assert type(module.lrs).__module__ == "torch.optim.lr_scheduler"
     assert module.lrs.get_last_lr() == [0.05]  # two epochs, never stepped by the Trainer
 

@@ -68,3 +68,22 @@ def test_module_optimizers_hands_out_the_stepping_wrapper_or_the_user_optimizer(
     trainer.fit(Manual(), make_loader(make_regression_data(n=16), batch_size=8))
     assert got["raw"] is trainer.optimizers[0] and type(got["raw"]) is torch.optim.Adam
     assert got["wrapped"] is not got["raw"] and trainer.global_step == 2
+
+
+def test_scheduler_configs_hold_the_configured_scheduler_which_steps_and_resumes(tmp_path: Any) -> None:
+    class Scheduled(AdamRegressor):
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.Adam(self.parameters(), lr=0.01)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, 0.5),
+                                                       "interval": "step"}}
+
+    data = make_loader(make_regression_data(n=32), batch_size=8)
+    first = quiet_trainer(max_steps=2, default_root_dir=tmp_path, enable_checkpointing=True)
+    first.fit(Scheduled(), data)
+    (config,) = first.lr_scheduler_configs
+    assert type(config.scheduler) is torch.optim.lr_scheduler.StepLR and config.scheduler.last_epoch == 2
+    assert config.scheduler.optimizer is first.optimizers[0]
+    resumed = quiet_trainer(max_steps=4, default_root_dir=tmp_path)
+    resumed.fit(Scheduled(), data, ckpt_path="last")
+    assert resumed.lr_scheduler_configs[0].scheduler.last_epoch == 4
+    assert resumed.optimizers[0].param_groups[0]["lr"] == 0.01 * 0.5 ** 4
