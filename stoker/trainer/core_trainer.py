@@ -25,6 +25,7 @@ from .hooks import HookDispatcher, clear_gradients, defines_hook
 from .loader_requests import flat_loaders
 from .hparams import log_hyperparams
 from .logging import Results
+from .manual import manual_backward
 from .loops import FitLoop
 from .module import TrainingModule
 from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
@@ -87,10 +88,7 @@ class Trainer:
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate=2, precision="bf16", clip_grad_norm=1.0)
-        >>> trainer.fit(module, train_loader, val_loader)          # doctest: +SKIP
-        >>> trainer.fit(module, train_loader, val_loader, ckpt_path="last")  # resume after a preemption
-        >>> trainer.test(module, test_loader)                      # doctest: +SKIP
-        [{'test/acc': 0.97}]
+        >>> trainer.fit(module, train_loader, val_loader, ckpt_path="last")  # doctest: +SKIP
     """
 
     accelerator_class: type[Accelerator] = Accelerator  # what trainer.accelerator is (stoker.Trainer: Accelerate's)
@@ -390,6 +388,10 @@ class Trainer:
     def accumulate(self, value: int) -> None:
         self.accelerator.gradient_accumulation_steps = check_accumulation_steps(
             value, argument="trainer.accumulate = ...")
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``module.manual_backward(loss)``: the backward hooks around the module's ``backward`` (manual.py)."""
+        manual_backward(self.module, loss, *args, **kwargs)
 
     def find_last_checkpoint(self) -> str | None:
         """The newest complete checkpoint for ``ckpt_path="last"``, or None: the one saved last (ties: ``last``, then

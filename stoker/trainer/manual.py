@@ -184,8 +184,9 @@ def manual_training_step(run: FitRun, accelerator: Accelerator, batch: Any, batc
     return outputs
 
 
-def manual_backward(module: ModuleInFit, loss: torch.Tensor, **kwargs: Any) -> None:
-    """``on_before_backward`` hooks, backward through the Accelerator (fp16 scaling), ``on_after_backward``."""
+def manual_backward(module: ModuleInFit, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    """``on_before_backward`` hooks, the module's ``backward`` (default: through the Accelerator, with fp16
+    scaling), ``on_after_backward``. What ``Trainer.manual_backward`` runs."""
     t = module.trainer
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"manual_backward(loss) needs a tensor, got {type(loss).__name__}.")
@@ -200,7 +201,7 @@ def manual_backward(module: ModuleInFit, loss: torch.Tensor, **kwargs: Any) -> N
         wrapper.gradients_changed()
     hooks = t.hooks
     hooks.call("on_before_backward", loss)
-    module.backward(loss, **kwargs)  # the module's backward hook (default: through the Accelerator)
+    module.backward(loss, *args, **kwargs)  # the module's backward hook (default: through the Accelerator)
     hooks.call("on_after_backward")
 
 

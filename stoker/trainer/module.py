@@ -247,11 +247,11 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
-    def manual_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backward of ``loss`` through the Accelerator (fp16 scaling), with the backward hooks around it."""
-        from .manual import manual_backward
-
-        manual_backward(self, loss, **kwargs)
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward of ``loss`` through the Accelerator (fp16 scaling), with the backward hooks around it; ``args``
+        and ``kwargs`` go to :meth:`backward`. Runs ``Trainer.manual_backward`` (``stoker.Trainer``: through
+        ``trainer.strategy.backward``, as in Lightning)."""
+        self.trainer.manual_backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (GAN generator/critic)."""

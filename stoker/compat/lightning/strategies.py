@@ -25,8 +25,8 @@ from ...accelerator import DDPStrategy as _EngineDDP
 from ...accelerator import FSDPStrategy
 
 if TYPE_CHECKING:
-    from ...accelerator import Accelerator
     from ...trainer import TrainingModule
+    from .trainer import Trainer
 
 _REFUSED = {
     "accelerator": "Trainer(accelerator=...)",
@@ -76,9 +76,11 @@ class Strategy:
         device(type='cpu')
     """
 
-    def __init__(self, accelerator: Accelerator, module: TrainingModule | None) -> None:
-        self.accelerator = accelerator
-        self.lightning_module = module
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer  # read when asked: a strategy taken before fit sees the module fit attaches
+
+    accelerator = property(lambda self: self.trainer.accelerator, doc="The run's Accelerator.")
+    lightning_module = property(lambda self: self.trainer.module, doc="The module being run (None before a run).")
 
     @property
     def root_device(self) -> torch.device:
@@ -103,6 +105,16 @@ class Strategy:
     @property
     def is_global_zero(self) -> bool:
         return self.accelerator.is_main_process
+
+    def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Lightning's backward entry (``module.manual_backward`` calls it): the backward hooks around the module's
+        ``backward``, through the Accelerator. ``optimizer`` is Lightning's argument; stoker's backward needs none."""
+        from ...trainer.core_trainer import Trainer as CoreTrainer
+
+        if self.lightning_module is None:
+            raise RuntimeError("Strategy.backward: no module is attached to this Trainer (call it inside a fit).")
+        CoreTrainer.manual_backward(self.trainer, closure_loss, *args, **kwargs)
+        return closure_loss
 
     def barrier(self, name: str | None = None) -> None:
         self.accelerator.wait_for_everyone()

@@ -205,13 +205,18 @@ class Trainer(RunFacts, CoreTrainer):
             return None
         return loaders[0] if len(loaders) == 1 else list(loaders)
 
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """As Lightning routes ``module.manual_backward``: through ``trainer.strategy.backward`` (which runs the
+        core's hooks and the module's ``backward``), so a patched or subclassed ``Strategy.backward`` sees it."""
+        self.strategy.backward(loss, None, *args, **kwargs)
+
     @property
     def strategy(self) -> Strategy:
         """Lightning's ``trainer.strategy`` (``root_device``, ``world_size``, ``barrier``, ``broadcast``, ``reduce``)
         over this Trainer's Accelerator."""
         from .strategies import Strategy
 
-        return Strategy(self.accelerator, self.module)
+        return Strategy(self)
 
     @property
     def enable_validation(self) -> bool:
