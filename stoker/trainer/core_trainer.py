@@ -164,8 +164,7 @@ class Trainer:
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.num_training_batches: int | float = float("inf")
         self.num_val_batches: list[int | float] = []
-        self.num_test_batches: list[int | float] = []
-        self.num_predict_batches: list[int | float] = []
+        self.num_test_batches, self.num_predict_batches = [], []  # per loader, as num_val_batches
         self.stage_record = StageRecord()  # what the latest validate/test/predict read and returned
         # The run's collaborators, public so that the loops, evaluation and checkpointing need no private name.
         self.hooks: HookDispatcher = HookDispatcher(self, None, ())  # rebuilt per run with the module

@@ -23,10 +23,11 @@ import torch
 
 from ...accelerator import DDPStrategy as _EngineDDP
 from ...accelerator import FSDPStrategy
+from ...accelerator.distributed.backends import check_backend
 
 if TYPE_CHECKING:
     from ...trainer import TrainingModule
-    from .trainer import Trainer
+    from ...trainer.core_trainer import Trainer  # stoker.Trainer's base: its accelerator and module are read here
 
 _REFUSED = {
     "accelerator": "Trainer(accelerator=...)",
@@ -54,7 +55,7 @@ class DDPStrategy(_EngineDDP):
         if process_group_backend is not None:
             if kwargs.get("backend") not in (None, process_group_backend):
                 raise TypeError("DDPStrategy: pass process_group_backend or backend, not both.")
-            kwargs["backend"] = process_group_backend
+            kwargs["backend"] = check_backend(process_group_backend, "DDPStrategy", "process_group_backend")
         super().__init__(*args, **kwargs)
 
 
