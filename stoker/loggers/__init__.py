@@ -25,11 +25,12 @@ from stoker.loggers.csv import CSVLogger
 from stoker.loggers.tensorboard import TensorBoardLogger
 
 __all__ = [
-    "CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger", "available_loggers",
+    "CometLogger", "CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger", "available_loggers",
     "build_loggers", "logger_class", "logger_from_name", "logger_name", "make_logger", "resolve_logger_spec",
 ]
 
-_LAZY = {"WandbLogger": "stoker.loggers.wandb", "MLFlowLogger": "stoker.loggers.mlflow"}
+_LAZY = {"WandbLogger": "stoker.loggers.wandb", "MLFlowLogger": "stoker.loggers.mlflow",
+         "CometLogger": "stoker.loggers.comet"}  # Lightning's; not a registry name (Accelerate's "comet_ml")
 
 # Lightning's module paths under this package (stoker.loggers.csv_logs) are faces kept in stoker/faces/loggers/,
 # found through this __path__ entry: the core itself imports nothing from them.
@@ -219,5 +220,6 @@ def _entry(name: Any, argument: str) -> _Entry:
 
 
 if TYPE_CHECKING:  # type checkers and the docs' API reference cannot see PEP 562 lazy names: `X as X` re-exports
+    from stoker.loggers.comet import CometLogger as CometLogger
     from stoker.loggers.mlflow import MLFlowLogger as MLFlowLogger
     from stoker.loggers.wandb import WandbLogger as WandbLogger
