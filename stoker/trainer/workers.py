@@ -9,6 +9,10 @@ for the process itself: its *spare* CPUs. A ``DataLoader`` with fewer workers th
 ``DataLoader`` (its workers are not ours to count), or data already in memory as tensors (a ``TensorDataset``, a
 tensor, or a ``random_split`` of one: workers would only add copying).
 
+A ``DataLoader`` with workers started by the ``"spawn"`` method (its ``multiprocessing_context``, else the process's
+start method) and no ``persistent_workers`` gets Lightning's advice instead ("Consider setting
+`persistent_workers=True`"): each epoch would start its workers as new interpreters, importing torch again.
+
 A ``DataLoader`` over an ``IterableDataset`` that defines ``__len__`` warns at each request: the loader's length,
 which counts the stage's batches (progress, ``limit_*_batches`` fractions, when an epoch ends), comes from that
 ``__len__`` and not from what the iterator yields, so it is only right when the dataset yields exactly that many
@@ -17,6 +21,7 @@ samples per process (with worker processes, each one its own share).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import warnings
 import weakref
@@ -76,8 +81,16 @@ def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
     leaves = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
     suggested = suggested_workers(trainer.accelerator.num_processes)
     for leaf in leaves:
-        if not isinstance(leaf, DataLoader) or leaf.num_workers >= suggested or in_memory(leaf.dataset) or \
-                stage.name in _WARNED.setdefault(leaf, set()):
+        if not isinstance(leaf, DataLoader) or stage.name in _WARNED.setdefault(leaf, set()):
+            continue
+        if leaf.num_workers > 0 and not leaf.persistent_workers and _start_method(leaf) == "spawn":
+            _WARNED[leaf].add(stage.name)
+            warnings.warn(f"Consider setting `persistent_workers=True` in '{stage.loader_hook}' to speed up the "
+                          "dataloader worker initialization: its workers are started with the 'spawn' method, so "
+                          "each epoch starts them as new interpreters that import torch again.", UserWarning,
+                          stacklevel=user_stacklevel())
+            continue
+        if leaf.num_workers >= suggested or in_memory(leaf.dataset):
             continue
         _WARNED[leaf].add(stage.name)
         warnings.warn(f"The '{stage.loader_hook}' does not have many workers: DataLoader(num_workers="
@@ -85,3 +98,14 @@ def warn_few_workers(trainer: TrainerParts, loader: Any, stage: Stage) -> None:
                       f"process has CPUs to spare. Pass DataLoader(num_workers={suggested}) to load them in the "
                       "background (or ignore this when loading is cheap).", PossibleUserWarning,
                       stacklevel=user_stacklevel())
+
+
+def _start_method(loader: DataLoader) -> str:
+    """How ``loader``'s workers are started: its ``multiprocessing_context``'s method, else this process's (without
+    fixing it: the platform's default when none was set)."""
+    context = loader.multiprocessing_context
+    if isinstance(context, str):
+        return context
+    if context is not None:
+        return context.get_start_method()
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]

@@ -292,6 +292,20 @@ def test_few_workers_rule_counts_the_processes_sharing_the_machine(monkeypatch):
     assert [workers.suggested_workers(n) for n in (1, 2, 3, 4, 8)] == [3, 3, 1, 1, 0]
 
 
+@pytest.mark.parametrize("context, persistent, expected", [("spawn", False, True), ("spawn", True, False),
+                                                            ("fork", False, False)])
+def test_spawned_workers_without_persistent_workers_get_lightnings_advice(tmp_path, recwarn, context, persistent,
+                                                                         expected):
+    loader = DataLoader(Rows(), batch_size=4, num_workers=2, multiprocessing_context=context,
+                        persistent_workers=persistent)
+    workers.warn_few_workers(quiet(tmp_path), loader, TRAIN)
+    workers.warn_few_workers(quiet(tmp_path), loader, TRAIN)  # once per loader and stage
+    advice = [str(w.message) for w in recwarn if "Consider setting `persistent_workers=True`" in str(w.message)]
+    assert advice == (["Consider setting `persistent_workers=True` in 'train_dataloader' to speed up the dataloader "
+                       "worker initialization: its workers are started with the 'spawn' method, so each epoch starts "
+                       "them as new interpreters that import torch again."] if expected else [])
+
+
 def test_overfit_batches_validates_on_the_train_batches(tmp_path):
     seen: dict[str, list[torch.Tensor]] = {"train": [], "val": []}
 
