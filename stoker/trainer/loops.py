@@ -16,6 +16,7 @@ batch; in the epoch's end -> its end hooks unless begun, the epoch schedulers un
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from time import monotonic  # the clock of a time-based val_check_interval (a test replaces this name)
 from collections.abc import Callable, Mapping
@@ -38,6 +39,8 @@ from ..user_frame import user_stacklevel
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
+
+log = logging.getLogger("stoker.trainer.trainer")  # the Trainer's records, on Lightning's module path (a face)
 
 
 class FitLoop:
@@ -106,6 +109,8 @@ class FitLoop:
             return True
         if not self.min_warned:
             self.min_warned = True
+            log.info(f"Trainer was signaled to stop but the required `min_epochs={options.min_epochs!r}` or "
+                     f"`min_steps={options.min_steps!r}` has not been met. Training will continue...")
             warnings.warn(f"Trainer was asked to stop at global_step {t.global_step} (epoch {self.epoch}), but "
                           f"min_epochs={options.min_epochs} / min_steps={options.min_steps} are not reached yet; "
                           "training goes on until they are.", stacklevel=user_stacklevel())

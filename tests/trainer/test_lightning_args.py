@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -100,6 +101,20 @@ def test_fast_dev_run_runs_n_batches_writes_nothing(tmp_path: Any) -> None:
     assert trainer.loggers == [] and trainer.checkpoint_callback is None
     assert list(tmp_path.iterdir()) == []  # no checkpoints, no logs
     assert bare(fast_dev_run=True).fast_dev_run == 1
+
+
+def test_a_held_stop_request_is_also_lightnings_info_record(caplog: Any) -> None:
+    class StopAtOnce(Callback):
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            trainer.should_stop = True
+
+    with caplog.at_level(logging.INFO, logger="stoker.trainer.trainer"), pytest.warns(UserWarning, match="min_epochs"):
+        bare(max_epochs=5, min_epochs=2, callbacks=[StopAtOnce()]).fit(
+            Regressor(), make_loader(make_regression_data(n=32), batch_size=8))
+    records = [r for r in caplog.records if r.name == "stoker.trainer.trainer"]
+    assert [r.getMessage() for r in records] == [  # once, in Lightning's words, for a script's logging set-up
+        "Trainer was signaled to stop but the required `min_epochs=2` or `min_steps=None` has not been met. "
+        "Training will continue..."]
 
 
 def test_min_epochs_and_min_steps_hold_a_stop_request() -> None:
