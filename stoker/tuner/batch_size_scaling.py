@@ -148,7 +148,8 @@ def _warn_if_twice(module: TrainingModule, holders: list[Any], name: str) -> Non
     read one, and the other then holds a value no loader uses; say so, so that the user keeps one."""
     hparams = getattr(module, "hparams", None)
     if any(h is module for h in holders) and any(h is hparams for h in holders):
-        warnings.warn(f"scale_batch_size: {type(module).__name__} has both `{name}` as an attribute and "
+        warnings.warn(f"Field `model.{name}` and `model.hparams.{name}` are mutually exclusive! "  # Lightning's words
+                      f"scale_batch_size: {type(module).__name__} has both `{name}` as an attribute and "
                       f"hparams[{name!r}]; each size tried is written to both, yet only the one its loader hooks "
                       "read takes effect. Keep one of them.", UserWarning, stacklevel=4)
 

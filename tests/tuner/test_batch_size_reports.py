@@ -89,3 +89,16 @@ def test_max_val_defaults_to_8192_and_its_cap_is_said(caplog: pytest.LogCaptureF
 def test_max_val_none_leaves_only_the_dataset_length_as_limit(caplog: pytest.LogCaptureFixture) -> None:
     size, lines = _search(caplog, Sized(n=40), init_val=16, max_val=None)
     assert size == 40 and not any("max_val" in line for line in lines)
+
+
+def test_the_twice_held_batch_size_warning_begins_with_lightnings_sentence() -> None:
+    class Twice(Sized):
+        def __init__(self, batch_size: int = 2) -> None:
+            super().__init__(batch_size=batch_size, fits=16)
+            self.save_hyperparameters("batch_size")
+
+    with pytest.warns(UserWarning) as seen:
+        Tuner(quiet_trainer(max_epochs=1)).scale_batch_size(Twice(), steps_per_trial=1)
+    (message,) = [str(w.message) for w in seen if "mutually exclusive" in str(w.message)]
+    assert message.startswith("Field `model.batch_size` and `model.hparams.batch_size` are mutually exclusive! "
+                              "scale_batch_size: Twice has both")
