@@ -233,7 +233,6 @@ def _config_for(optimizer: Any, configs: list[Any]) -> Any:
     """The scheduler config whose scheduler drives ``optimizer``, or ``None``."""
     for config in configs:
         scheduler = getattr(config, "scheduler", None)
-        scheduler = getattr(scheduler, "scheduler", scheduler)  # an AcceleratedScheduler wraps the real one
         target = getattr(scheduler, "optimizer", None)
         if target is not None and _same_optimizer(optimizer, target):
             return config

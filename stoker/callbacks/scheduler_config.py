@@ -47,12 +47,12 @@ class LRSchedulerConfig:
     reduce_on_plateau: bool | None = None
 
     def __post_init__(self) -> None:
-        # Decided once, on the user's scheduler (prepare wraps it later): the loop reads a plain attribute.
-        inner = getattr(self.scheduler, "scheduler", self.scheduler)
+        # Decided once: the loop reads a plain attribute.
+        scheduler = self.scheduler
         if self.reduce_on_plateau is None:
-            self.reduce_on_plateau = isinstance(inner, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            self.reduce_on_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         # False only for a scheduler of another kind, which manual optimization allows (the module steps it)
-        self.is_torch_scheduler = self.reduce_on_plateau or isinstance(inner, torch.optim.lr_scheduler.LRScheduler)
+        self.is_torch_scheduler = self.reduce_on_plateau or isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler)
 
     def __getitem__(self, key: str) -> Any:  # dict-style access, as some callbacks expect
         return getattr(self, key)

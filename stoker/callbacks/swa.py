@@ -314,7 +314,7 @@ def _announce_swap(trainer: TrainerView, config: LRSchedulerConfig, swa_schedule
     the averaging epochs on, a per-step schedule silently becomes a per-epoch one."""
     if not trainer.is_global_zero:
         return
-    old = getattr(config.scheduler, "scheduler", config.scheduler)  # the user's scheduler inside the prepared one
+    old = config.scheduler
     name, new = type(old).__name__, type(swa_scheduler).__name__
     if config.interval != "epoch" or config.frequency != 1:
         warnings.warn(f"StochasticWeightAveraging replaces {name} (interval={config.interval!r}, "

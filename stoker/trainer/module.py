@@ -241,8 +241,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
         """The scheduler (one), a list of them, or None; under manual optimization step them yourself.
 
         Your own scheduler objects, as in Lightning, so ``isinstance(sch, ReduceLROnPlateau)`` holds (the Trainer's
-        wrappers step them straight through and only add them to checkpoints)."""
-        schedulers = [getattr(c.scheduler, "scheduler", c.scheduler) for c in self.trainer.lr_scheduler_configs]
+        configs hold them as ``configure_optimizers`` returned them)."""
+        schedulers = [c.scheduler for c in self.trainer.lr_scheduler_configs]
         if not schedulers:
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from ..accelerator import AcceleratedScheduler
 from ..user_frame import user_stacklevel
 
 # Built here from configure_optimizers, read and replaced by callbacks: defined below both (see its module).
@@ -185,14 +184,9 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
             if step is None:
                 config.scheduler.step(float(value))
             else:
-                step(_users(config.scheduler), float(value))
+                step(config.scheduler, float(value))
         elif step is None:
             config.scheduler.step()
         else:
-            step(_users(config.scheduler), None)
+            step(config.scheduler, None)
 
-
-def _users(scheduler: Any) -> Any:
-    """The scheduler as ``configure_optimizers`` returned it, for the module's ``lr_scheduler_step`` (its own
-    ``isinstance`` checks; the Trainer's configs hold that one, a callback's config may hold a prepared one)."""
-    return scheduler.scheduler if isinstance(scheduler, AcceleratedScheduler) else scheduler
