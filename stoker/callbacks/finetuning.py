@@ -112,8 +112,7 @@ class BaseFinetuning(Callback):
         if epoch == self._finetuned_epoch:  # a resume inside this epoch: its start ran before the checkpoint
             return
         names = {p: n for n, p in pl_module.named_parameters()}
-        for index, prepared in enumerate(trainer.optimizers):
-            optimizer = getattr(prepared, "optimizer", prepared)  # the one configure_optimizers returned (an SGD...)
+        for index, optimizer in enumerate(trainer.optimizers):  # as configure_optimizers returned them
             before = len(optimizer.param_groups)
             self.finetune_function(pl_module, epoch, optimizer)
             known = self._internal_optimizer_metadata.get(index)

@@ -116,7 +116,7 @@ class LearningRateMonitor(Callback):
         targets = []
         for optimizer in trainer.optimizers:
             config = _config_for(optimizer, configs)
-            class_name = type(getattr(optimizer, "optimizer", optimizer)).__name__
+            class_name = type(optimizer).__name__
             prefix = getattr(config, "name", None) if config is not None else None
             if not prefix:
                 prefix = f"lr-{class_name}"
@@ -219,7 +219,7 @@ def _group_names(optimizer: Any) -> list[str | None]:
     names = [group.get("name") for group in optimizer.param_groups]
     given = [n for n in names if n]
     if len(set(given)) < len(given):
-        kind = type(getattr(optimizer, "optimizer", optimizer)).__name__  # the user's class, not the wrapper
+        kind = type(optimizer).__name__
         raise ValueError(f"LearningRateMonitor: the param groups of {kind} share a name "
                          f"({names}); give each group its own 'name' so that each has its own metric.")
     return names

@@ -152,8 +152,7 @@ class StochasticWeightAveraging(Callback):
     def _switch_scheduler(self, trainer: TrainerView) -> None:
         from torch.optim.swa_utils import SWALR
 
-        optimizer = trainer.optimizers[0]
-        optimizer = getattr(optimizer, "optimizer", optimizer)  # the user's optimizer inside the prepared one
+        optimizer = trainer.optimizers[0]  # the user's optimizer (trainer.optimizers are those)
         groups = len(optimizer.param_groups)
         lrs = self.swa_lrs if isinstance(self.swa_lrs, list) else [self.swa_lrs] * groups
         if len(lrs) != groups:
