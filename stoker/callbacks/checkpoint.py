@@ -351,11 +351,14 @@ class ModelCheckpoint(CheckpointRecord):
                last: bool = False) -> None:
         # Set before saving, so that the checkpoint's own copy of this state knows it is saved.
         self._last_save_step, self._changed_since_save = int(trainer.global_step), False
+        # A logger that uploads checkpoints (log_model) reads them when told: this save is then complete on return.
+        wait = wait or any(getattr(logger, "uploads_checkpoints", False) is True for logger in trainer.loggers)
         CheckpointWriter(self.dirpath, bool(self.save_last) or last, self.export_weights, self.save_weights_only,
                          self.async_save, os.path.basename(self.last_model_path) or LAST_NAME + EXTENSION,
                          self.state_key).write(trainer, topk_path, evicted, wait)
-        for logger in trainer.loggers:  # Lightning's logger hook (e.g. to record or upload the new checkpoint)
-            logger.after_save_checkpoint(self)
+        if trainer.is_global_zero:  # Lightning's logger hook (to record or upload the new checkpoint), main process
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
 
     def __repr__(self) -> str:
         return (f"ModelCheckpoint(dirpath={self._dirpath_arg!r}, filename={self.filename!r}, monitor={self.monitor!r}, "

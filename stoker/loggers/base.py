@@ -6,7 +6,7 @@ next free version is found, and the names a logger answers to as one of an Accel
 formats are the TensorBoard and CSV loggers'.
 
 Loggers never look at process ranks. In a multi-process run the caller (the Trainer or `Accelerator.log`) calls them
-only on the main process (``after_save_checkpoint`` excepted), so a logger writes files without coordinating.
+only on the main process, so a logger writes files without coordinating.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Logger:
     # own __init__ forgets to call super().__init__().
     _save_dir: str | None = None
     writes_files = False  # a logger that writes files of its own needs a save_dir (None is a TypeError there)
+    uploads_checkpoints = False  # True: ModelCheckpoint saves in the foreground, so after_save_checkpoint can read
     _name: str = "stoker_logs"
     _version: int | str | None = None
     _version_given: bool = False
@@ -248,9 +249,10 @@ class Logger:
         """Write buffered data to disk. The default does nothing."""
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Called by ``ModelCheckpoint`` after each save, on every process (its ``best_model_path`` and
-        ``last_model_path`` name the folders; without ``wait`` the commit may still finish in the background). The
-        default does nothing."""
+        """Called by ``ModelCheckpoint`` after each save, on the main process (as Lightning's; its
+        ``best_model_path`` and ``last_model_path`` name the folders). The folders are in place when
+        :attr:`uploads_checkpoints` is True; otherwise a commit may still finish in the background. The default
+        does nothing."""
 
     def finalize(self, status: str) -> None:
         """Finish the run; ``status`` is ``"success"``, ``"failed"`` or ``"interrupted"``.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
+from stoker.loggers.model_uploads import ModelUploads, Upload
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -55,8 +57,10 @@ class MLFlowLogger(Logger):
         tracking_uri: The store (``"sqlite:///path/mlflow.db"``, ``"http://host:5000"``, ``"file:./mlruns"``).
         tags: Tags for a new run.
         save_dir: Folder of the default SQLite store (used when no ``tracking_uri`` and no ``MLFLOW_TRACKING_URI``).
-        log_model: Only ``False`` is supported: stoker does not upload checkpoints to MLflow (log them with
-            ``logger.experiment.log_artifact(logger.run_id, path)``).
+        log_model: Copy checkpoints of ``ModelCheckpoint`` into the run's artifacts: ``True`` the kept ones when the
+            run ends (each as it is saved with ``save_top_k=-1``), ``"all"`` each as it is saved, ``False`` none.
+            A checkpoint ``{name}.ckpt`` goes to ``{name}/{name}.ckpt/`` with ``{name}/metadata.yaml`` and
+            ``{name}/aliases.txt`` beside it (Lightning's layout).
         prefix: Prepended to every metric name as ``"{prefix}-{name}"``.
         artifact_location: Artifact root for a new experiment.
         run_id: Log into this existing run.
@@ -94,11 +98,7 @@ class MLFlowLogger(Logger):
     ) -> None:
         if not is_installed("mlflow"):
             raise missing_package_error("MLFlowLogger", "mlflow", "stoker[mlflow]")
-        if log_model:
-            raise ValueError(
-                f"MLFlowLogger(log_model={log_model!r}) is not supported: stoker does not upload checkpoints to "
-                "MLflow. Use log_model=False and log files with logger.experiment.log_artifact(logger.run_id, path)."
-            )
+        self._uploads = ModelUploads(log_model, "MLFlowLogger")
         super().__init__(save_dir if save_dir is not None else "./mlruns", experiment_name, version)
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         self._default_store = not tracking_uri
@@ -121,6 +121,11 @@ class MLFlowLogger(Logger):
         state = self.__dict__.copy()
         state["_client"] = None  # a client holds a database engine; a pickled copy makes its own
         return state
+
+    @property
+    def uploads_checkpoints(self) -> bool:  # type: ignore[override]
+        """Whether ``log_model`` uploads checkpoints (then `ModelCheckpoint` saves in the foreground)."""
+        return self._uploads.active
 
     @property
     def tracking_uri(self) -> str:
@@ -237,8 +242,30 @@ class MLFlowLogger(Logger):
         """Saves a matplotlib or plotly ``figure`` as the artifact ``artifact_file`` (``"plots/loss.png"``)."""
         self.experiment.log_figure(self._open_run_id(), figure, artifact_file, save_kwargs=save_kwargs or None)
 
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """With ``log_model``: uploads what the save made due (``"all"``), or remembers the callback for the end."""
+        self._upload(self._uploads.after_save(checkpoint_callback))
+
+    def _upload(self, uploads: list[Upload]) -> None:
+        if not uploads:
+            return
+        import yaml
+
+        for upload in uploads:
+            name = os.path.basename(upload.path)
+            folder = Path(name).stem
+            self.log_artifacts(upload.path, f"{folder}/{name}")
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(tmp, "metadata.yaml"), "w") as file:
+                    yaml.safe_dump(upload.metadata("Checkpoint"), file, default_flow_style=False)
+                with open(os.path.join(tmp, "aliases.txt"), "w") as file:
+                    file.write(str(upload.aliases))
+                self.log_artifacts(tmp, folder)
+
     def finalize(self, status: str) -> None:
-        """End the run (FINISHED for ``"success"``, FAILED, or KILLED for ``"interrupted"``); safe to repeat."""
+        """Upload the checkpoints ``log_model=True`` keeps for the end, then end the run (FINISHED for
+        ``"success"``, FAILED, or KILLED for ``"interrupted"``); safe to repeat."""
+        self._upload(self._uploads.at_end())
         if self._run_id is None or self._finished:
             return
         self.experiment.set_terminated(self._run_id, status=_STATUS.get(status, "FINISHED"))

@@ -18,6 +18,7 @@ import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, prefixed
+from stoker.loggers.model_uploads import ModelUploads, Upload
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -49,11 +50,13 @@ class WandbLogger(Logger):
         id: The run id (resumes that run when it exists). Same as a string ``version``.
         anonymous: Passed to W&B as ``anonymous="allow"``.
         project: The W&B project, also the sub-folder of ``save_dir``; ``"stoker_logs"`` when None.
-        log_model: Only ``False`` is supported: stoker does not upload checkpoints to W&B (log them with
-            ``logger.experiment.log_artifact(...)``).
+        log_model: Upload checkpoints of ``ModelCheckpoint`` as W&B model artifacts: ``True`` the kept ones when the
+            run ends (each as it is saved with ``save_top_k=-1``), ``"all"`` each as it is saved, ``False`` none.
+            An artifact holds the checkpoint folder as ``model.ckpt/``, with aliases ``latest`` (and ``best``) and
+            Lightning's metadata. Offline, W&B keeps a staged copy until ``wandb sync`` uploads it.
         experiment: An existing W&B run to log into instead of starting one; it is not finished by ``finalize``.
         prefix: Prepended to every metric name as ``"{prefix}-{name}"``.
-        checkpoint_name: Accepted for Lightning compatibility (checkpoint uploads are not supported).
+        checkpoint_name: The artifact's name (``model-{run id}`` when None).
         **kwargs: Passed to ``wandb.init`` (``entity``, ``tags``, ``group``, ``notes``, ``settings``, ...).
 
     Raises:
@@ -86,11 +89,7 @@ class WandbLogger(Logger):
     ) -> None:
         if not is_installed("wandb"):
             raise missing_package_error("WandbLogger", "wandb", "stoker[wandb]")
-        if log_model:
-            raise ValueError(
-                f"WandbLogger(log_model={log_model!r}) is not supported: stoker does not upload checkpoints to W&B. "
-                "Use log_model=False and log the files you want with logger.experiment.log_artifact(...)."
-            )
+        self._uploads = ModelUploads(log_model, "WandbLogger")
         if id is not None and version is not None and str(version) != str(id):
             raise ValueError(f"WandbLogger(version={version!r}, id={id!r}) disagree; both name the run id. Pass one.")
         for key in ("project", "name", "id", "dir", "resume", "reinit"):
@@ -116,6 +115,11 @@ class WandbLogger(Logger):
         if self._owns_run:
             state["_run"] = None
         return state
+
+    @property
+    def uploads_checkpoints(self) -> bool:  # type: ignore[override]
+        """Whether ``log_model`` uploads checkpoints (then `ModelCheckpoint` saves in the foreground)."""
+        return self._uploads.active
 
     @property
     def project(self) -> str:
@@ -231,8 +235,25 @@ class WandbLogger(Logger):
         """``run.watch(model, ...)``: gradient/parameter histograms (Lightning's ``WandbLogger.watch``)."""
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """With ``log_model``: uploads what the save made due (``"all"``), or remembers the callback for the end."""
+        self._upload(self._uploads.after_save(checkpoint_callback))
+
+    def _upload(self, uploads: list[Upload]) -> None:
+        if not uploads:
+            return
+        import wandb
+
+        for upload in uploads:
+            artifact = wandb.Artifact(name=self._checkpoint_name or f"model-{self.experiment.id}", type="model",
+                                      metadata=upload.metadata())
+            artifact.add_dir(upload.path, name="model.ckpt")  # Lightning's file name, here a folder
+            self.experiment.log_artifact(artifact, aliases=upload.aliases)
+
     def finalize(self, status: str) -> None:
-        """Finish the run: exit code 0 for ``"success"``, 1 otherwise. Safe to call repeatedly."""
+        """Upload the checkpoints ``log_model=True`` keeps for the end, then finish the run: exit code 0 for
+        ``"success"``, 1 otherwise. Safe to call repeatedly."""
+        self._upload(self._uploads.at_end())
         run, self._run = self._run, None
         if run is None or not self._owns_run:
             self._run = run

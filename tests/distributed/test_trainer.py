@@ -99,6 +99,8 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     assert rows[0].startswith("step,") and len(rows) > 6  # a second writer would have made version_1
     checkpoints = root / "stoker_logs" / "version_0" / "checkpoints"  # the run's checkpoints live under its version
     assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch=1-step=6.ckpt"]
+    # The loggers hear of each save on the main process only (Lightning's rule; an uploading logger relies on it).
+    assert [r["saves_heard"] for r in runs[2]["full"]] == [2, 0]
     files = sorted(p.name for p in (checkpoints / "epoch=1-step=6.ckpt").iterdir())
     assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(files)
     for stem in ("dataloader", "custom_checkpoint"):  # every process saved its own loader and Trainer state

@@ -70,10 +70,20 @@ class Trigger(Callback):
             self.action = "done"
 
 
+class CountingCSVLogger(CSVLogger):
+    """Counts the ``after_save_checkpoint`` calls this process gets (Lightning: the main process only)."""
+
+    saves_heard = 0
+
+    def after_save_checkpoint(self, checkpoint_callback) -> None:
+        self.saves_heard += 1
+
+
 def main() -> None:
     callbacks = [Trigger(4, "sigterm")] if MODE == "sigterm" else [Trigger(2, "die")] if MODE == "die" else []
+    logger = CountingCSVLogger(ROOT)
     trainer = Trainer(devices=2, accelerator="cpu", max_epochs=2, accumulate=2, seed=0, default_root_dir=ROOT,
-                      logger=CSVLogger(ROOT), callbacks=callbacks, enable_progress_bar=False, log_every_n_steps=1,
+                      logger=logger, callbacks=callbacks, enable_progress_bar=False, log_every_n_steps=1,
                       strategy="fsdp" if MODE == "fsdp" else "auto")
     module = Regressor()
     train = DataLoader(make_regression_data(n=48), batch_size=4, shuffle=True)
@@ -88,6 +98,7 @@ def main() -> None:
         common.write_result(OUT, result, f"rank{result['rank']}-{MODE}.json")
         raise
     result["global_step"] = trainer.global_step
+    result["saves_heard"] = logger.saves_heard
     result["log_dir"] = trainer.log_dir  # read after the main process created its version folder
     result["weights"] = common.flat(trainer.accelerator.unwrap_model(module))
     metrics = trainer.callback_metrics

@@ -55,6 +55,8 @@ class WandbRun:
     config: dict[str, Any] = field(default_factory=dict)
     history: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (step, user values)
     exit_code: int | None = None
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # logged artifacts: name, type, aliases, metadata,
+    # files ({path in the artifact: (size, base64 md5, the staged copy W&B uploads at sync)})
 
 
 def wandb_runs(root: str | os.PathLike) -> list[WandbRun]:
@@ -86,6 +88,11 @@ def read_wandb_run(run_dir: str | os.PathLike) -> WandbRun:
             run.history.append((int(body.get("step", {}).get("num", 0)), values))
         elif kind == "exit":
             run.exit_code = int(body.get("exit_code", 0))
+        elif kind == "artifact":
+            files = {c["path"]: (int(c.get("size", 0)), c.get("digest", ""), c.get("local_path", ""))
+                     for c in body.get("manifest", {}).get("contents", [])}  # W&B's own (media tables) too
+            run.artifacts.append({"name": body["name"], "type": body["type"], "aliases": sorted(body.get("aliases", [])),
+                                  "metadata": json.loads(body.get("metadata") or "{}"), "files": files})
     return run
 
 

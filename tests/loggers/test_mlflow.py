@@ -106,8 +106,8 @@ def test_construction_touches_nothing_and_the_logger_pickles_without_its_client(
 
 
 def test_unsupported_arguments_and_missing_mlflow_are_clear_errors(monkeypatch, tmp_path):
-    with pytest.raises(ValueError, match=r"log_model=True\) is not supported.*log_artifact"):
-        MLFlowLogger(save_dir=tmp_path, log_model=True)
+    with pytest.raises(ValueError, match=r"log_model='best'\) is not a choice"):  # True and 'all' upload
+        MLFlowLogger(save_dir=tmp_path, log_model="best")
     monkeypatch.setitem(sys.modules, "mlflow", None)
     with pytest.raises(ModuleNotFoundError,
                        match=r"MLFlowLogger needs the 'mlflow' package.*pip install 'stoker\[mlflow\]'"):

@@ -82,8 +82,8 @@ def test_construction_starts_nothing_and_the_logger_pickles_without_its_run(tmp_
 
 
 def test_unsupported_arguments_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"log_model=True\) is not supported.*log_artifact"):
-        WandbLogger(save_dir=tmp_path, log_model=True)
+    with pytest.raises(ValueError, match=r"log_model='best'\) is not a choice"):  # True and 'all' upload
+        WandbLogger(save_dir=tmp_path, log_model="best")
     with pytest.raises(TypeError, match="'resume'.*pass id="):
         WandbLogger(save_dir=tmp_path, resume="must")
     with pytest.raises(ValueError, match="disagree"):
