@@ -133,9 +133,16 @@ class MLFlowLogger(Logger):
         return self._tracking_uri
 
     @property
-    def log_dir(self) -> str:
+    def save_dir(self) -> str | None:
+        """The folder of the default local store; None with a ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``), where
+        ``save_dir`` has no effect, as in Lightning: the run's checkpoints and files then go under the Trainer's
+        ``default_root_dir`` (``{default_root_dir}/{experiment_name}/version_{n}/checkpoints``)."""
+        return self._save_dir if self._default_store else None
+
+    @property
+    def log_dir(self) -> str | None:
         """``save_dir``: the folder of the default local store (MLflow keeps runs in its store, not in folders)."""
-        return self._save_dir
+        return self.save_dir
 
     @property
     def experiment(self) -> MlflowClient:

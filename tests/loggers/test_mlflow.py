@@ -96,6 +96,23 @@ def test_default_store_is_sqlite_under_save_dir(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
 
 
+def test_with_a_tracking_uri_the_run_folder_is_under_default_root_dir_not_the_working_directory(file_store, tmp_path,
+                                                                                                  monkeypatch):
+    from tests.helpers.models import Regressor, make_loader, make_regression_data
+    from tests.helpers.trainers import quiet_trainer
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # save_dir's default "./mlruns" has no effect with a tracking URI
+    logger = MLFlowLogger("exp", tracking_uri=file_store)
+    assert logger.save_dir is None and logger.log_dir is None
+    trainer = quiet_trainer(max_epochs=1, logger=logger, enable_checkpointing=True, default_root_dir=tmp_path / "root")
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=16)))
+    assert trainer.checkpoint_callback.best_model_path == str(tmp_path / "root" / "exp" / "version_0" / "checkpoints"
+                                                              / "epoch=0-step=2.ckpt")
+    assert list((tmp_path / "cwd").iterdir()) == []
+    assert MLFlowLogger("exp", save_dir=tmp_path / "store").save_dir == str(tmp_path / "store")  # the default store
+
+
 def test_construction_touches_nothing_and_the_logger_pickles_without_its_client(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     logger = MLFlowLogger("exp", save_dir=tmp_path / "store")
