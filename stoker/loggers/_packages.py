@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 __all__ = ["is_installed", "missing_package_error"]
 
 
 def is_installed(package: str) -> bool:
-    """Whether ``package`` can be imported, without importing it (``sys.modules[package] = None`` counts as no)."""
+    """Whether ``package`` can be imported, without importing it (``sys.modules[package] = None`` counts as no; a
+    module already in ``sys.modules`` without a spec, such as a test's stand-in module, counts as yes)."""
     try:
         return importlib.util.find_spec(package) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module without a spec
-        return False
+        return sys.modules.get(package) is not None
 
 
 def missing_package_error(owner: str, package: str, install: str) -> ModuleNotFoundError:

@@ -250,10 +250,31 @@ class WandbLogger(Logger):
             artifact.add_dir(upload.path, name="model.ckpt")  # Lightning's file name, here a folder
             self.experiment.log_artifact(artifact, aliases=upload.aliases)
 
+    def use_artifact(self, artifact: str, artifact_type: str | None = None) -> Any:
+        """``run.use_artifact(artifact, type=artifact_type)``: the artifact, recorded as this run's input
+        (Lightning's method; e.g. ``logger.use_artifact("model-abc123:best").download()``)."""
+        return self.experiment.use_artifact(artifact, type=artifact_type)
+
+    @staticmethod
+    def download_artifact(artifact: str, save_dir: str | os.PathLike | None = None,
+                          artifact_type: str | None = None, use_artifact: bool | None = True) -> str:
+        """Downloads ``artifact`` (``"entity/project/name:alias"``) into ``save_dir`` (W&B's default folder when
+        None) and returns the folder: through the active run (``use_artifact``, recorded as its input) when there is
+        one and ``use_artifact``, else through ``wandb.Api()``. A checkpoint that ``log_model`` uploaded comes back
+        as ``{folder}/model.ckpt``, for ``ckpt_path=``. Lightning's static method; it needs the W&B server."""
+        import wandb
+
+        if wandb.run is not None and use_artifact:
+            found = wandb.run.use_artifact(artifact)
+        else:
+            found = wandb.Api().artifact(artifact, type=artifact_type)
+        return found.download(root=None if save_dir is None else os.fspath(save_dir))
+
     def finalize(self, status: str) -> None:
-        """Upload the checkpoints ``log_model=True`` keeps for the end, then finish the run: exit code 0 for
-        ``"success"``, 1 otherwise. Safe to call repeatedly."""
-        self._upload(self._uploads.at_end())
+        """Upload the checkpoints ``log_model=True`` keeps for the end (on success, as Lightning), then finish the
+        run: exit code 0 for ``"success"``, 1 otherwise. Safe to call repeatedly."""
+        if status == "success":
+            self._upload(self._uploads.at_end())
         run, self._run = self._run, None
         if run is None or not self._owns_run:
             self._run = run

@@ -76,9 +76,11 @@ def _end_run(t: TrainerParts, fn: str, module: TrainingModule, datamodule: DataM
         t.state.fn = t.state.stage = None
         t.state.status = "finished" if status == "success" else status
         t.run_setup.teardown(module)
-        if t.is_global_zero:
-            for logger in t.loggers:
-                logger.finalize(status)
-        # Folders that checkpoints replaced are deleted in the background: gone when fit returns; the
-        # checkpoint folders this run held are free for the next run.
-        t.accelerator.release_checkpoint_folders()
+        try:
+            if t.is_global_zero:
+                for logger in t.loggers:
+                    logger.finalize(status)
+        finally:
+            # Folders that checkpoints replaced are deleted in the background: gone when fit returns; the
+            # checkpoint folders this run held are free for the next run (also when a logger's finalize raised).
+            t.accelerator.release_checkpoint_folders()

@@ -126,3 +126,17 @@ def test_a_logger_without_files_puts_the_runs_checkpoints_under_default_root_dir
     assert recorder.logged and recorder.logged[-1][0] == 2
     assert "run_summary.json" not in os.listdir(tmp_path)  # the end-of-run summary has no folder to go to
     assert os.path.dirname(trainer.find_last_checkpoint()) == str(tmp_path / "rec" / "a" / "checkpoints")
+
+
+def test_a_logger_whose_finalize_raises_still_frees_the_runs_checkpoint_folders(tmp_path):
+    import threading
+
+    class Failing(Recorder):
+        def finalize(self, status):
+            raise RuntimeError("the backend is down")
+
+    with pytest.raises(RuntimeError, match="the backend is down"):
+        _fit(tmp_path, Regressor(), [Failing()])  # its checkpoint is committed by a background thread
+    assert [t.name for t in threading.enumerate() if t.name.startswith("stoker-")] == []
+    trainer = _fit(tmp_path, Regressor(), [Recorder()])  # the folder is free for the next run
+    assert trainer.checkpoint_callback.best_model_path

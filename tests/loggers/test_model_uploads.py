@@ -155,3 +155,75 @@ def test_a_log_model_that_is_not_a_choice_is_refused(logger_class, tmp_path):
         logger_class(save_dir=tmp_path, log_model=1)
     assert logger_class(save_dir=tmp_path).uploads_checkpoints is False
     assert logger_class(save_dir=tmp_path, log_model="all").uploads_checkpoints is True
+
+
+class StandInRun:
+    """A W&B run that records the calls the logger makes (for what needs the W&B server, or a failed run)."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls, self.id = calls, "run1"
+
+    def log_artifact(self, artifact, aliases=None):
+        self.calls.append(("log_artifact", artifact.name, artifact.files, aliases))
+
+    def use_artifact(self, name, type=None):
+        self.calls.append(("run.use_artifact", name, type))
+        return StandInArtifact(self.calls)
+
+
+class StandInArtifact:
+    def __init__(self, calls: list, name: str = "", type: str = "", metadata=None) -> None:
+        self.calls, self.name, self.files = calls, name, []
+
+    def add_dir(self, path, name=None):
+        self.files.append((os.path.basename(path), name))
+
+    def download(self, root=None):
+        self.calls.append(("download", root))
+        return root or "artifacts/model-run1:v0"
+
+
+def stand_in_wandb(monkeypatch: pytest.MonkeyPatch, calls: list, run) -> None:
+    import sys
+    import types
+
+    module = types.ModuleType("wandb")
+    module.run = run
+    module.Artifact = lambda **kwargs: StandInArtifact(calls, **kwargs)
+    module.Api = lambda: types.SimpleNamespace(artifact=lambda name, type=None: (
+        calls.append(("api.artifact", name, type)), StandInArtifact(calls))[1])
+    monkeypatch.setitem(sys.modules, "wandb", module)
+
+
+def test_wandb_log_model_true_uploads_at_the_end_of_a_successful_run_only(tmp_path, monkeypatch):
+    calls: list = []
+    stand_in_wandb(monkeypatch, calls, None)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path)
+    (tmp_path / "epoch=0-step=4.ckpt").mkdir()
+    checkpoint.best_model_path = str(tmp_path / "epoch=0-step=4.ckpt")
+    logger = WandbLogger(save_dir=tmp_path / "logs", log_model=True, experiment=StandInRun(calls))
+    logger.after_save_checkpoint(checkpoint)
+    assert calls == []  # True: at the end
+    logger.finalize("failed")  # Lightning uploads on success only
+    assert calls == []
+    logger.finalize("success")
+    assert calls == [("log_artifact", "model-run1", [("epoch=0-step=4.ckpt", "model.ckpt")], ["latest", "best"])]
+
+
+def test_wandb_download_artifact_and_use_artifact_go_through_the_run_or_the_public_api(tmp_path, monkeypatch):
+    calls: list = []
+    stand_in_wandb(monkeypatch, calls, None)
+    assert WandbLogger.download_artifact("e/p/model-run1:best", tmp_path, artifact_type="model") == str(tmp_path)
+    assert calls == [("api.artifact", "e/p/model-run1:best", "model"), ("download", str(tmp_path))]
+    calls.clear()
+    import wandb
+
+    wandb.run = StandInRun(calls)  # an active run: the artifact is recorded as its input
+    WandbLogger.download_artifact("e/p/model-run1:v0")
+    WandbLogger.download_artifact("e/p/model-run1:v0", use_artifact=False, artifact_type="model")
+    assert calls == [("run.use_artifact", "e/p/model-run1:v0", None), ("download", None),
+                     ("api.artifact", "e/p/model-run1:v0", "model"), ("download", None)]
+    calls.clear()
+    logger = WandbLogger(save_dir=tmp_path / "logs", experiment=StandInRun(calls))
+    logger.use_artifact("model-run1:best", "model").download(tmp_path)
+    assert calls == [("run.use_artifact", "model-run1:best", "model"), ("download", tmp_path)]

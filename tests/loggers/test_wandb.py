@@ -101,3 +101,14 @@ def test_missing_wandb_is_a_clear_error_at_construction(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "wandb", None)  # what an environment without wandb looks like to imports
     with pytest.raises(ModuleNotFoundError, match=r"WandbLogger needs the 'wandb' package.*pip install 'stoker\[wandb\]'"):
         WandbLogger(save_dir=tmp_path)
+
+
+def test_a_stand_in_wandb_module_counts_as_installed(tmp_path, monkeypatch):
+    import types
+
+    # A test's stand-in module (no import spec), as Lightning's W&B tests install one: the logger can be built.
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
+    assert WandbLogger(save_dir=tmp_path).project == "stoker_logs"
+    monkeypatch.setitem(sys.modules, "wandb", None)  # Python's "cannot be imported"
+    with pytest.raises(ModuleNotFoundError, match="WandbLogger needs the 'wandb' package"):
+        WandbLogger(save_dir=tmp_path)
