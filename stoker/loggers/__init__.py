@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, share_version
+from stoker.loggers.base import DummyExperiment, Logger, main_process_experiment, share_version
 from stoker.loggers.csv import CSVLogger
 from stoker.loggers.tensorboard import TensorBoardLogger
 
 __all__ = [
-    "CometLogger", "CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger", "available_loggers",
-    "build_loggers", "logger_class", "logger_from_name", "logger_name", "make_logger", "resolve_logger_spec",
+    "CometLogger", "CSVLogger", "DummyExperiment", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger",
+    "available_loggers", "build_loggers", "logger_class", "logger_from_name", "logger_name", "main_process_experiment",
+    "make_logger", "resolve_logger_spec",
 ]
 
 _LAZY = {"WandbLogger": "stoker.loggers.wandb", "MLFlowLogger": "stoker.loggers.mlflow",

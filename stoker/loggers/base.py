@@ -6,15 +6,19 @@ next free version is found, and the names a logger answers to as one of an Accel
 formats are the TensorBoard and CSV loggers'.
 
 Loggers never look at process ranks. In a multi-process run the caller (the Trainer or `Accelerator.log`) calls them
-only on the main process, so a logger writes files without coordinating.
+only on the main process, so a logger writes files without coordinating; the Trainer also tells the loggers of the
+other processes that they are not on the main one (`Logger.on_main_process`), so that a script's own
+``self.logger.experiment.add_image(...)`` in a step gets a `DummyExperiment` there (Lightning's rule) instead of
+starting a second writer or run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
@@ -23,7 +27,34 @@ from stoker.loggers.hparams_yaml import HPARAMS_YAML, write_hparams_yaml  # noqa
 from stoker.loggers.values import (  # noqa: F401 - re-exported: the logger modules import them from here
     Scalar, flatten_params, jsonable_params, numbers_only, params_to_dict, prefixed, to_scalars)
 
-__all__ = ["HPARAMS_YAML", "Logger", "jsonable_params", "write_hparams_yaml"]
+__all__ = ["DummyExperiment", "HPARAMS_YAML", "Logger", "jsonable_params", "main_process_experiment",
+           "write_hparams_yaml"]
+
+T = TypeVar("T")
+
+
+class DummyExperiment:
+    """Answers every method call with None and forgets item assignments, so code written for a backend's experiment
+    object runs unchanged where nothing may be written (another process than the main one; ``fast_dev_run``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+    def __getitem__(self, index: Any) -> DummyExperiment:
+        return self  # Lightning's experiment may be indexed as a list (one per logger)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Accepted and forgotten (``run["params"] = ...`` in Neptune-style code)."""
+
+
+def main_process_experiment(getter: Callable[[Any], T]) -> Callable[[Any], T | DummyExperiment]:
+    """Wraps a logger's ``experiment`` getter: a `DummyExperiment` where the logger is not on the run's main process
+    (:attr:`Logger.on_main_process`), so nothing starts or writes there (Lightning's ``rank_zero_experiment``)."""
+    @functools.wraps(getter)
+    def experiment(self: Any) -> T | DummyExperiment:
+        return getter(self) if self.on_main_process else DummyExperiment()
+
+    return experiment
 
 
 class Logger:
@@ -59,6 +90,7 @@ class Logger:
     _save_dir: str | None = None
     writes_files = False  # a logger that writes files of its own needs a save_dir (None is a TypeError there)
     uploads_checkpoints = False  # True: ModelCheckpoint saves in the foreground, so after_save_checkpoint can read
+    on_main_process = True  # the Trainer sets False on a multi-process run's other processes (the module docstring)
     _name: str = "stoker_logs"
     _version: int | str | None = None
     _version_given: bool = False

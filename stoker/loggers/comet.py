@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger
+from stoker.loggers.base import Logger, main_process_experiment
 from stoker.loggers.values import params_to_dict, to_scalars
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class CometLogger(Logger):
         return os.fspath(folder) if folder is not None and self._online is False else None
 
     @property
+    @main_process_experiment
     def experiment(self) -> CometExperiment:
         """The Comet experiment, started on first access (``logger.experiment.log_image(...)`` and the rest of
         Comet's API for what the logger does not wrap)."""

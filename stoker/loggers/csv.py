@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, params_to_dict, prefixed,
-                                 to_scalars)
+from stoker.loggers.base import (HPARAMS_YAML, Logger, check_log_folder, jsonable_params, main_process_experiment,
+                                 params_to_dict, prefixed, to_scalars)
 from stoker.loggers.csv_writer import ExperimentWriter
 from stoker.loggers.hparams_yaml import ensure_hparams_yaml
 
@@ -99,6 +99,7 @@ class CSVLogger(Logger):
         self._resume_after: int | None = None  # continue_run: the step the next writer drops the file's rows after
 
     @property
+    @main_process_experiment
     def experiment(self) -> ExperimentWriter:
         """The run's `ExperimentWriter` (what writes ``metrics.csv`` and ``hparams.yaml``), created with the run's
         folder on first access: ``logger.experiment.log_metrics({"loss": 0.5}, step=3)``."""

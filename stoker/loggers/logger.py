@@ -7,23 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stoker.loggers.base import Logger
+from stoker.loggers.base import DummyExperiment, Logger
 
 __all__ = ["DummyExperiment", "DummyLogger", "Logger"]
-
-
-class DummyExperiment:
-    """Answers every method call with None and forgets item assignments, so code written for a backend's experiment
-    object runs unchanged."""
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-    def __getitem__(self, index: Any) -> DummyExperiment:
-        return self  # Lightning's experiment may be indexed as a list (one per logger)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        """Accepted and forgotten (``run["params"] = ...`` in Neptune-style code)."""
 
 
 class DummyLogger(Logger):

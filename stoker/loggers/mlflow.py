@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, flatten_params, params_to_dict, prefixed, to_scalars
+from stoker.loggers.base import Logger, flatten_params, main_process_experiment, params_to_dict, prefixed, to_scalars
 from stoker.loggers.model_uploads import ModelUploads, Upload
 
 if TYPE_CHECKING:
@@ -145,6 +145,7 @@ class MLFlowLogger(Logger):
         return self.save_dir
 
     @property
+    @main_process_experiment
     def experiment(self) -> MlflowClient:
         """The logger's ``MlflowClient`` (for what the logger does not wrap: ``log_artifact``, ``set_tag``...)."""
         if self._client is None:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed
-from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, params_to_dict,
-                                 prefixed, to_scalars, write_hparams_yaml)
+from stoker.loggers.base import (Logger, check_log_folder, flatten_params, jsonable_params, main_process_experiment,
+                                 params_to_dict, prefixed, to_scalars, write_hparams_yaml)
 from stoker.loggers.hparams_yaml import HPARAMS_YAML, ensure_hparams_yaml
 
 if TYPE_CHECKING:
@@ -163,6 +163,7 @@ class TensorBoardLogger(Logger):
         return self._sub_dir
 
     @property
+    @main_process_experiment
     def experiment(self) -> SummaryWriter:
         """The underlying ``SummaryWriter``, created (with the run folder) on first access.
 

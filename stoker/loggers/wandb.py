@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
-from stoker.loggers.base import Logger, check_log_folder, flatten_params, params_to_dict, prefixed
+from stoker.loggers.base import (Logger, check_log_folder, flatten_params, main_process_experiment, params_to_dict,
+                                 prefixed)
 from stoker.loggers.model_uploads import ModelUploads, Upload
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class WandbLogger(Logger):
         return self._name
 
     @property
+    @main_process_experiment
     def experiment(self) -> Run:
         """The W&B run, started on first access (``logger.experiment.log({...})`` for what the logger does not wrap)."""
         if self._run is None:

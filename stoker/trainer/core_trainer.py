@@ -18,8 +18,8 @@ from ..accelerator import Accelerator, SingleDevice, check_accumulation_steps, p
 from . import args as check
 from .checkpointing import (NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights, restore,
                             save_weights)
-from .components import (agree_on_log_dirs, build_callbacks, build_loggers, checkpoint_search_folders,
-                         continue_logged_run, make_accelerator)
+from .components import (build_callbacks, build_loggers, checkpoint_search_folders, continue_logged_run,
+                         make_accelerator, settle_loggers)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
 from .hooks import HookDispatcher, clear_gradients, defines_hook
 from .loader_requests import flat_loaders
@@ -128,7 +128,7 @@ class Trainer:
         self.accelerator.register_for_checkpointing(self.checkpoint_state)
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, enable_model_summary)
         self.loggers = build_loggers(logger, self.default_root_dir)
-        agree_on_log_dirs(self.accelerator, self.loggers)
+        settle_loggers(self.accelerator, self.loggers)
         self._init_run_state()
 
     # -- construction helpers -------------------------------------------------------------------------------------

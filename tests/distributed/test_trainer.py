@@ -101,6 +101,8 @@ def test_only_the_main_process_writes_logs_and_checkpoint_folders(runs: tuple) -
     assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch=1-step=6.ckpt"]
     # The loggers hear of each save on the main process only (Lightning's rule; an uploading logger relies on it).
     assert [r["saves_heard"] for r in runs[2]["full"]] == [2, 0]
+    # A script's own logger.experiment calls write on the main process only (Lightning's rule).
+    assert [r["experiment"] for r in runs[2]["full"]] == ["ExperimentWriter", "DummyExperiment"]
     files = sorted(p.name for p in (checkpoints / "epoch=1-step=6.ckpt").iterdir())
     assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(files)
     for stem in ("dataloader", "custom_checkpoint"):  # every process saved its own loader and Trainer state

@@ -99,6 +99,7 @@ def main() -> None:
         raise
     result["global_step"] = trainer.global_step
     result["saves_heard"] = logger.saves_heard
+    result["experiment"] = type(trainer.logger.experiment).__name__  # another process's: a DummyExperiment
     result["log_dir"] = trainer.log_dir  # read after the main process created its version folder
     result["weights"] = common.flat(trainer.accelerator.unwrap_model(module))
     metrics = trainer.callback_metrics

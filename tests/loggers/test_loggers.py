@@ -436,3 +436,18 @@ def test_tensorboard_log_graph_traces_the_example_input(tmp_path):
 def test_tensorboard_lightning_options_are_checked(tmp_path, kwargs, match):
     with pytest.raises(TypeError, match=match):
         TensorBoardLogger(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("logger_class", [TensorBoardLogger, CSVLogger])
+def test_a_logger_off_the_main_process_answers_experiment_with_a_dummy_that_writes_nothing(tmp_path, logger_class):
+    from stoker.loggers.logger import DummyExperiment
+
+    logger = logger_class(tmp_path)
+    logger.on_main_process = False  # what the Trainer sets on the other processes of a multi-process run
+    experiment = logger.experiment
+    assert isinstance(experiment, DummyExperiment)
+    experiment.add_scalar("direct", 1.0, 0)  # a script's own call: accepted, nothing written
+    experiment.log_metrics({"direct": 1.0}, 0)
+    assert list(tmp_path.iterdir()) == []
+    logger.on_main_process = True
+    assert not isinstance(logger.experiment, DummyExperiment) and list(tmp_path.iterdir())
