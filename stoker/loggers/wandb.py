@@ -145,10 +145,14 @@ class WandbLogger(Logger):
     def _start(self) -> Run:
         import wandb  # lazy on purpose: see the module docstring
 
-        os.makedirs(self.log_dir, exist_ok=True)  # W&B falls back to a temp dir when `dir` does not exist
+        # Absolute: W&B's service process, started by the first run, resolves a relative `dir` against its own
+        # working directory, so a later run's console log would land there. W&B falls back to a temp dir when `dir`
+        # does not exist.
+        folder = os.path.abspath(self.log_dir)
+        os.makedirs(folder, exist_ok=True)
         run_id = self._version if isinstance(self._version, str) else self._last_run_id
         options: dict[str, Any] = dict(
-            project=self._name, name=self._display_name, dir=self.log_dir, reinit="create_new", **self._init_kwargs
+            project=self._name, name=self._display_name, dir=folder, reinit="create_new", **self._init_kwargs
         )
         if run_id is not None:
             options.update(id=run_id, resume="allow")

@@ -112,3 +112,22 @@ def test_a_stand_in_wandb_module_counts_as_installed(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # Python's "cannot be imported"
     with pytest.raises(ModuleNotFoundError, match="WandbLogger needs the 'wandb' package"):
         WandbLogger(save_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_relative_save_dir_keeps_the_whole_run_there_after_the_working_directory_changed(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = WandbLogger(save_dir="runs", project="p")
+    first.log_metrics({"x": 1.0}, step=0)  # starts W&B's service, in this working directory
+    first.finalize("success")
+    monkeypatch.chdir(tmp_path / "b")
+    second = WandbLogger(save_dir="runs", project="p")
+    second.log_metrics({"x": 2.0}, step=0)
+    print("console output, which W&B's service copies into the run's files/output.log")
+    second.finalize("success")
+    (run,) = wandb_runs(tmp_path / "b" / "runs")
+    assert run.history == [(0, {"x": 2.0})]
+    # W&B's service resolved a relative dir against its own working directory (a): nothing of this run is there.
+    assert list((tmp_path / "a").rglob(f"*{run.run_id}*")) == []
