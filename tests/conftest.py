@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("stress")])
         items[:] = kept
+
+
+_ROOT_ENTRIES: set[str] = set()  # what the repository's top folder held when the session started
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _ROOT_ENTRIES.update(os.listdir(session.config.rootpath))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run whose tests wrote into the repository's top folder (a Trainer without ``default_root_dir`` saves under
+    the working directory; a relative path) fails, naming what appeared: tests write under their ``tmp_path``."""
+    new = sorted(set(os.listdir(session.config.rootpath)) - _ROOT_ENTRIES - {".pytest_cache", "__pycache__"})
+    if new and exitstatus == pytest.ExitCode.OK:
+        session.config.get_terminal_writer().line(
+            f"FAILED: the tests left {new} in {session.config.rootpath}; give each Trainer default_root_dir=tmp_path "
+            "(it saves under the working directory otherwise).", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session", autouse=True)

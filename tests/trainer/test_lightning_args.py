@@ -145,8 +145,8 @@ def test_max_time_adds_a_timer() -> None:
     assert [c.duration for c in t.callbacks if isinstance(c, Timer)] == [timedelta(hours=2)]
 
 
-def test_max_time_zero_stops_after_the_first_step() -> None:
-    t = bare(max_time=timedelta(0), max_epochs=3)
+def test_max_time_zero_stops_after_the_first_step(tmp_path) -> None:
+    t = bare(max_time=timedelta(0), max_epochs=3, default_root_dir=tmp_path)  # the Timer saves `last` there
     t.fit(Regressor(), make_loader(make_regression_data(n=32), batch_size=8))
     assert t.global_step == 1
 

@@ -350,7 +350,7 @@ def test_fast_dev_run_with_a_model_checkpoint_creates_no_folder(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] in ([], ["run_summary.json"])
 
 
-def test_run_facts_under_lightnings_names() -> None:
+def test_run_facts_under_lightnings_names(tmp_path) -> None:
     import signal
 
     seen: dict[str, list[Any]] = {"last": [], "evaluating": [], "sanity": []}
@@ -367,8 +367,8 @@ def test_run_facts_under_lightnings_names() -> None:
             if trainer.sanity_checking:  # its loaders are known from here (asked for after on_sanity_check_start)
                 seen["sanity"].append(list(trainer.num_sanity_val_batches))
 
-    trainer = quiet_trainer(max_epochs=3, num_sanity_val_steps=3, callbacks=[Facts()])
-    assert trainer.num_sanity_val_batches == [] and not trainer.received_sigterm
+    trainer = quiet_trainer(max_epochs=3, num_sanity_val_steps=3, callbacks=[Facts()], default_root_dir=tmp_path)
+    assert trainer.num_sanity_val_batches == [] and not trainer.received_sigterm  # (SIGTERM saves under it)
     with pytest.raises(SystemExit):
         trainer.fit(Regressor(), loader(32), loader(16))  # 4 train batches, 2 val batches
     assert seen["sanity"] == [[2]]  # 3 asked, 2 in the loader

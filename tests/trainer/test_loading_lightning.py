@@ -205,7 +205,8 @@ def test_hyperparameters_given_in_one_argument_are_given_back_in_it(tmp_path: An
     assert dict(trained.hparams) == {"lr": 0.02, "width": 3}
     path = fit_once(tmp_path, trained)
     if weights_only:  # the export beside its hparams.json keeps the same record
-        trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          default_root_dir=tmp_path / "attach")
         trainer.fit(trained, make_loader(make_regression_data(n=8)))  # a Trainer attached, to save through it
         trainer.save_checkpoint(tmp_path / "weights", weights_only=True)
         path = tmp_path / "weights"
