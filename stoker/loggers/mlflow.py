@@ -25,7 +25,7 @@ import torch
 
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import Logger, flatten_params, main_process_experiment, params_to_dict, prefixed, to_scalars
-from stoker.loggers.model_uploads import ModelUploads, Upload
+from stoker.loggers.model_uploads import ModelUploads, Upload, UploadsCheckpoints
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -38,7 +38,7 @@ _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_LEN = 1000, 100, 6000  # MLflow's per-requ
 _STATUS = {"success": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(UploadsCheckpoints, Logger):
     """Logs to an MLflow run; Lightning's ``MLFlowLogger`` arguments.
 
     The experiment is found (or created) and the run started on the first write or the first access to
@@ -121,11 +121,6 @@ class MLFlowLogger(Logger):
         state = self.__dict__.copy()
         state["_client"] = None  # a client holds a database engine; a pickled copy makes its own
         return state
-
-    @property
-    def uploads_checkpoints(self) -> bool:  # type: ignore[override]
-        """Whether ``log_model`` uploads checkpoints (then `ModelCheckpoint` saves in the foreground)."""
-        return self._uploads.active
 
     @property
     def tracking_uri(self) -> str:
@@ -250,11 +245,8 @@ class MLFlowLogger(Logger):
         """Saves a matplotlib or plotly ``figure`` as the artifact ``artifact_file`` (``"plots/loss.png"``)."""
         self.experiment.log_figure(self._open_run_id(), figure, artifact_file, save_kwargs=save_kwargs or None)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """With ``log_model``: uploads what the save made due (``"all"``), or remembers the callback for the end."""
-        self._upload(self._uploads.after_save(checkpoint_callback))
-
     def _upload(self, uploads: list[Upload]) -> None:
+        """The backend's transfer of ``log_model``'s checkpoints (see `UploadsCheckpoints`)."""
         if not uploads:
             return
         import yaml

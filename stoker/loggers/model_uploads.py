@@ -6,7 +6,8 @@ owns the record of what went up (a name is uploaded again only when a new folder
 each save) and the description sent with each: the score, the original name, the callback's settings, and the
 aliases ``latest`` and ``best``. It does not own the upload itself (each logger's), nor when a checkpoint is
 complete: `ModelCheckpoint` notifies the loggers on the main process once a save is in place, and saves in the
-foreground while a logger uploads (`Logger.uploads_checkpoints`).
+foreground while a logger uploads (`Logger.uploads_checkpoints`). `UploadsCheckpoints` is the part the W&B and
+MLflow loggers share: the hook that asks `ModelUploads` what is due and hands it to the logger's own transfer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ModelUploads", "Upload"]
+__all__ = ["ModelUploads", "Upload", "UploadsCheckpoints"]
 
 # The callback's settings sent with each upload, under the keys Lightning's artifacts carry (a tool that reads those
 # finds them): (key, the attribute of ModelCheckpoint).
@@ -103,3 +104,22 @@ class ModelUploads:
             aliases = ["latest", "best"] if path == best else ["latest"]
             uploads.append(Upload(path, aliases, value, settings, type(callback).__name__))
         return uploads
+
+
+class UploadsCheckpoints:
+    """The ``log_model`` part of a logger (W&B's, MLflow's): the logger builds ``self._uploads = ModelUploads(...)``
+    and defines ``_upload(uploads)``, the backend's own transfer."""
+
+    _uploads: ModelUploads
+
+    @property
+    def uploads_checkpoints(self) -> bool:
+        """Whether ``log_model`` uploads checkpoints (then `ModelCheckpoint` saves in the foreground)."""
+        return self._uploads.active
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """With ``log_model``: uploads what the save made due (``"all"``), or remembers the callback for the end."""
+        self._upload(self._uploads.after_save(checkpoint_callback))
+
+    def _upload(self, uploads: list[Upload]) -> None:
+        raise NotImplementedError(f"{type(self).__name__}._upload(uploads): the backend's transfer of the checkpoints")

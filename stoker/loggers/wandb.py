@@ -19,7 +19,7 @@ import torch
 from stoker.loggers._packages import is_installed, missing_package_error
 from stoker.loggers.base import (Logger, check_log_folder, flatten_params, main_process_experiment, params_to_dict,
                                  prefixed)
-from stoker.loggers.model_uploads import ModelUploads, Upload
+from stoker.loggers.model_uploads import ModelUploads, Upload, UploadsCheckpoints
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["WandbLogger"]
 
 
-class WandbLogger(Logger):
+class WandbLogger(UploadsCheckpoints, Logger):
     """Logs to a Weights & Biases run; Lightning's ``WandbLogger`` arguments.
 
     The run starts on the first write (or the first access to ``experiment``), with ``wandb.init(project=project,
@@ -116,11 +116,6 @@ class WandbLogger(Logger):
         if self._owns_run:
             state["_run"] = None
         return state
-
-    @property
-    def uploads_checkpoints(self) -> bool:  # type: ignore[override]
-        """Whether ``log_model`` uploads checkpoints (then `ModelCheckpoint` saves in the foreground)."""
-        return self._uploads.active
 
     @property
     def project(self) -> str:
@@ -241,11 +236,8 @@ class WandbLogger(Logger):
         """``run.watch(model, ...)``: gradient/parameter histograms (Lightning's ``WandbLogger.watch``)."""
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """With ``log_model``: uploads what the save made due (``"all"``), or remembers the callback for the end."""
-        self._upload(self._uploads.after_save(checkpoint_callback))
-
     def _upload(self, uploads: list[Upload]) -> None:
+        """The backend's transfer of ``log_model``'s checkpoints (see `UploadsCheckpoints`)."""
         if not uploads:
             return
         import wandb
