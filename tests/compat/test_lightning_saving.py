@@ -51,3 +51,20 @@ def test_entries_yaml_cannot_read_back_are_left_out_with_a_warning(tmp_path):
                                                               "Skipping 'nested' parameter"]
     # a path is its text, an enum member its name (Lightning's form), a numpy scalar its number
     assert load_hparams_from_yaml(path) == {"lr": 0.1, "root": "/data", "mode": "FAST", "scale": 2.5}
+
+
+def test_legacy_meta_tags_csv_reads_back_what_was_saved(tmp_path):
+    from stoker.core.saving import load_hparams_from_tags_csv, save_hparams_to_tags_csv
+
+    hparams = {"batch_size": 32, "learning_rate": 0.008, "optimizer_name": "adam", "layers": [2, 3],
+               "flag": True, "note": "a, quoted \"text\""}
+    path = tmp_path / "meta_tags.csv"
+    save_hparams_to_tags_csv(path, argparse.Namespace(**hparams))
+    assert path.read_text().splitlines()[:2] == ["key,value", "batch_size,32"]
+    assert load_hparams_from_tags_csv(path) == hparams
+    (tmp_path / "code.csv").write_text("key,value\nx,__import__('os').getcwd()\n")
+    assert load_hparams_from_tags_csv(tmp_path / "code.csv") == {"x": "__import__('os').getcwd()"}  # text, not run
+    with pytest.warns(RuntimeWarning, match="No hyperparameter file"):
+        assert load_hparams_from_tags_csv(tmp_path / "missing.csv") == {}
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save_hparams_to_tags_csv(tmp_path / "no" / "meta_tags.csv", hparams)
