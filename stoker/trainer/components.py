@@ -83,14 +83,19 @@ def build_loggers(logger: Any, root: str) -> list[Any]:
     return [next(mine) if isinstance(item, (str, loggers.Logger)) else item for item in items]
 
 
+def mark_main_process(loggers: list[Any], is_main_process: bool) -> None:
+    """Tells each stoker logger whether it is on the run's main process (``Logger.on_main_process``)."""
+    for logger in loggers:
+        if owns_folder(logger):
+            logger.on_main_process = is_main_process
+
+
 def settle_loggers(accelerator: Accelerator, loggers: list[Logger]) -> None:
     """Every process takes the main process's logger versions, so ``trainer.log_dir`` is one folder (another
     process would otherwise count the main's new ``version_{n}`` folder and pick ``n + 1``); and the loggers of the
     other processes are told they are not on the main one (``Logger.on_main_process``: their ``experiment`` is a
     ``DummyExperiment``, so a step's own ``self.logger.experiment...`` calls write once, as in Lightning)."""
-    for logger in loggers:
-        if owns_folder(logger):
-            logger.on_main_process = accelerator.is_main_process
+    mark_main_process(loggers, accelerator.is_main_process)
     # a foreign logger has no version of ours; a subclass that answers `version` itself keeps its answer
     loggers = [lg for lg in loggers if owns_folder(lg) and type(lg).version is Logger.version]
     if accelerator.num_processes > 1 and loggers:

@@ -451,3 +451,16 @@ def test_a_logger_off_the_main_process_answers_experiment_with_a_dummy_that_writ
     assert list(tmp_path.iterdir()) == []
     logger.on_main_process = True
     assert not isinstance(logger.experiment, DummyExperiment) and list(tmp_path.iterdir())
+
+
+def test_a_logger_given_to_the_trainer_later_is_told_whether_it_is_on_the_main_process(tmp_path, monkeypatch):
+    from stoker import Trainer
+    from stoker.loggers import DummyExperiment
+
+    trainer = Trainer(default_root_dir=tmp_path, logger=False, enable_progress_bar=False)
+    monkeypatch.setattr(type(trainer), "is_global_zero", property(lambda self: False))  # as on another process
+    trainer.logger = TensorBoardLogger(tmp_path)
+    assert trainer.logger.on_main_process is False and isinstance(trainer.logger.experiment, DummyExperiment)
+    monkeypatch.undo()
+    trainer.logger = CSVLogger(tmp_path)
+    assert trainer.logger.on_main_process is True

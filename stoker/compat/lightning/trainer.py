@@ -20,6 +20,7 @@ import torch
 
 from ..accelerate import Accelerator
 from ...loggers.foreign import first_log_dir
+from ...trainer.components import mark_main_process
 from ...trainer.options import RunOptions
 from ...trainer.profilers import Profiler, make_profiler
 from ...trainer.iterables import CombinedLoader
@@ -235,8 +236,10 @@ class Trainer(RunFacts, CoreTrainer):
 
     @logger.setter
     def logger(self, logger: Logger | None) -> None:
-        """``trainer.logger = x`` makes ``x`` the only logger (None: no logger)."""
+        """``trainer.logger = x`` makes ``x`` the only logger (None: no logger), told whether it is on the main
+        process as the Trainer's own are."""
         self.loggers = [] if logger is None else [logger]
+        mark_main_process(self.loggers, self.is_global_zero)
         self.dev_run_logger = None
 
     @property
