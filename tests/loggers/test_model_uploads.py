@@ -227,3 +227,34 @@ def test_wandb_download_artifact_and_use_artifact_go_through_the_run_or_the_publ
     logger = WandbLogger(save_dir=tmp_path / "logs", experiment=StandInRun(calls))
     logger.use_artifact("model-run1:best", "model").download(tmp_path)
     assert calls == [("run.use_artifact", "model-run1:best", "model"), ("download", tmp_path)]
+
+
+def test_the_upload_rule_when_and_what_again(tmp_path):
+    from types import SimpleNamespace
+
+    from stoker.loggers.model_uploads import ModelUploads
+
+    def folder(name: str) -> str:
+        path = tmp_path / name
+        path.mkdir(exist_ok=True)
+        (path / "model.safetensors").write_bytes(b"x")
+        return str(path)
+
+    callback = SimpleNamespace(save_top_k=-1, last_model_path=folder("last.ckpt"), current_score=0.5,
+                               best_model_path=folder("a.ckpt"), best_model_score=0.25,
+                               best_k_models={str(tmp_path / "a.ckpt"): 0.25, str(tmp_path / "gone.ckpt"): 0.75})
+    os.utime(callback.last_model_path, ns=(10**18, 10**18))  # saved first
+    os.utime(callback.best_model_path, ns=(10**18 + 1, 10**18 + 1))
+    at_once = ModelUploads(True, "L")  # True with save_top_k=-1: as each is saved
+    first = at_once.after_save(callback)
+    assert [(os.path.basename(u.path), u.aliases, u.score) for u in first] == [
+        ("last.ckpt", ["latest"], 0.5), ("a.ckpt", ["latest", "best"], 0.25)]  # oldest first; gone.ckpt left out
+    assert at_once.after_save(callback) == []  # nothing new
+    os.utime(callback.last_model_path, ns=(10**18 + 2, 10**18 + 2))  # a new folder under the same name
+    assert [os.path.basename(u.path) for u in at_once.after_save(callback)] == ["last.ckpt"]  # a new `last`
+    callback.save_top_k = 1
+    at_end = ModelUploads(True, "L")
+    assert at_end.after_save(callback) == [] and at_end.after_save(callback) == []
+    assert sorted(os.path.basename(u.path) for u in at_end.at_end()) == ["a.ckpt", "last.ckpt"]  # once, at the end
+    assert at_end.at_end() == []
+    assert ModelUploads(False, "L").after_save(callback) == [] and not ModelUploads(False, "L").active
