@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 _LAZY = {"WandbLogger": "stoker.loggers.wandb", "MLFlowLogger": "stoker.loggers.mlflow",
-         "CometLogger": "stoker.loggers.comet"}  # Lightning's; not a registry name (Accelerate's "comet_ml")
+         "CometLogger": "stoker.loggers.comet"}
 
 # Lightning's module paths under this package (stoker.loggers.csv_logs) are faces kept in stoker/faces/loggers/,
 # found through this __path__ entry: the core itself imports nothing from them.
@@ -45,6 +45,8 @@ class _Entry:
     package: str  # the import name that must be installed
     install: str  # what to pip install when it is not
     name_arg: str  # the constructor argument that takes the experiment (project) name
+    in_all: bool = True  # part of "all" when installed
+    dir_arg: str = "save_dir"  # the constructor argument that takes the folder
 
 
 _REGISTRY: dict[str, _Entry] = {
@@ -52,6 +54,9 @@ _REGISTRY: dict[str, _Entry] = {
     "csv": _Entry("stoker.loggers.csv", "CSVLogger", "csv", "", "name"),
     "wandb": _Entry("stoker.loggers.wandb", "WandbLogger", "wandb", "stoker[wandb]", "project"),
     "mlflow": _Entry("stoker.loggers.mlflow", "MLFlowLogger", "mlflow", "stoker[mlflow]", "experiment_name"),
+    # Accelerate's name. Not in "all": an online Comet experiment needs an account, and reaches the network at once.
+    "comet_ml": _Entry("stoker.loggers.comet", "CometLogger", "comet_ml", "stoker[comet]", "project", in_all=False,
+                       dir_arg="offline_directory"),
 }
 
 LoggerSpec = str | Logger | None | Sequence[str | Logger]
@@ -71,13 +76,14 @@ def __dir__() -> list[str]:
 
 
 def available_loggers() -> list[str]:
-    """The registered logger names whose packages are installed: what ``"all"`` stands for.
+    """The registered logger names whose packages are installed, Comet's (``"comet_ml"``) aside: what ``"all"`` stands
+    for.
 
     Example:
         >>> "csv" in available_loggers()
         True
     """
-    return [key for key, entry in _REGISTRY.items() if is_installed(entry.package)]
+    return [key for key, entry in _REGISTRY.items() if entry.in_all and is_installed(entry.package)]
 
 
 def logger_class(name: str, *, argument: str = "log_with") -> type[Logger]:
@@ -108,11 +114,13 @@ def make_logger(key: str, save_dir: str | os.PathLike, experiment: str = "stoker
     """Builds the logger registered under ``key``: ``make_logger("csv", "runs", "mnist")``.
 
     ``experiment`` goes to the argument that names a run's experiment: ``name`` for TensorBoard and CSV,
-    ``project`` for W&B, ``experiment_name`` for MLflow. ``kwargs`` go to the constructor as they are.
+    ``project`` for W&B and Comet, ``experiment_name`` for MLflow; ``save_dir`` to ``save_dir`` (Comet's
+    ``offline_directory``) unless ``kwargs`` gives it. ``kwargs`` go to the constructor as they are.
     """
     entry = _entry(key, "logger")
     kwargs.setdefault(entry.name_arg, experiment)
-    return logger_class(key)(save_dir=save_dir, **kwargs)
+    kwargs.setdefault(entry.dir_arg, save_dir)
+    return logger_class(key)(**kwargs)
 
 
 def logger_from_name(spec: str, save_dir: str | os.PathLike, name: str, argument: str = "log_with") -> Logger:
@@ -123,7 +131,7 @@ def logger_from_name(spec: str, save_dir: str | os.PathLike, name: str, argument
         ModuleNotFoundError: its package is not installed.
     """
     entry = _entry(spec, argument)
-    return logger_class(spec, argument=argument)(save_dir=save_dir, **{entry.name_arg: name})
+    return logger_class(spec, argument=argument)(**{entry.dir_arg: save_dir, entry.name_arg: name})
 
 
 def resolve_logger_spec(spec: LoggerSpec, *, argument: str = "log_with") -> list[str | Logger]:

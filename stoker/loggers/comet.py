@@ -140,6 +140,30 @@ class CometLogger(Logger):
         if self._experiment is not None:
             self._experiment.flush()
 
+    # Accelerate's CometMLTracker (``log_with="comet_ml"``): the experiment as ``tracker``/``writer``, ``log`` of
+    # numbers, text and dicts, and ``end_training()`` ending the experiment (offline: writing its archive).
+    tracker = writer = experiment
+
+    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Accelerate's ``tracker.log``: numbers (and one-element tensors) as metrics at ``step``, text as Comet's
+        "other" values, a dict as metrics of its own; ``kwargs`` go to Comet's ``log_metrics``."""
+        at, numbers = self._resolve_step(step), {}
+        for key, value in values.items():
+            if isinstance(value, str):
+                self.experiment.log_other(key, value)
+            elif isinstance(value, Mapping):
+                self.experiment.log_metrics(to_scalars(value), step=at, **kwargs)
+            else:
+                numbers[key] = value
+        if numbers:
+            self.experiment.log_metrics(to_scalars(numbers), step=at, **kwargs)
+
+    def finish(self) -> None:
+        """Accelerate's ``end_training()``: ends the experiment (Comet writes the offline archive then)."""
+        if self._experiment is not None:
+            self._experiment.end()
+            self._experiment = None
+
 
 def _current_names(project: str | None, online: bool | None, kwargs: dict[str, Any]
                    ) -> tuple[str | None, bool | None, dict[str, Any]]:

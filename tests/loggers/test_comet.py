@@ -110,3 +110,33 @@ def test_missing_comet_is_a_clear_error_at_construction(monkeypatch: Any) -> Non
     monkeypatch.setitem(sys.modules, "comet_ml", None)
     with pytest.raises(ModuleNotFoundError, match=r"CometLogger needs the 'comet_ml' package.*stoker\[comet\]"):
         CometLogger()
+
+
+def test_accelerates_comet_ml_tracker_logs_numbers_text_and_config_and_ends_the_experiment(tmp_path: Any) -> None:
+    from stoker import Accelerator
+    from stoker.loggers import available_loggers
+
+    offline = tmp_path / "comet"
+    accelerator = Accelerator(cpu=True, log_with="comet_ml", project_dir=str(tmp_path / "out"))
+    accelerator.init_trackers("proj", config={"lr": 0.1, "layers": 2},
+                              init_kwargs={"comet_ml": {"online": False, "offline_directory": str(offline), **QUIET}})
+    tracker = accelerator.get_tracker("comet_ml")
+    assert isinstance(tracker, CometLogger) and tracker.name == "comet_ml" and tracker.run_name == "proj"
+    assert accelerator.get_tracker("comet_ml", unwrap=True) is tracker.experiment is tracker.writer
+    accelerator.log({"loss": 0.5, "note": "first", "val": {"acc": 0.75}}, step=3)
+    accelerator.log({"loss": torch.tensor(0.25)})  # no step: one past the last
+    accelerator.end_training()  # Accelerate's writer.end(): the offline archive is written now
+
+    messages, experiment = archive(offline)
+    assert experiment["project_name"] == "proj"
+    metrics = [(m["metricName"], m["metricValue"], m["step"]) for m in payloads(messages, "metric_msg", "metric")]
+    assert sorted(metrics) == [("acc", 0.75, 3), ("loss", 0.25, 4), ("loss", 0.5, 3)]
+    others = {m["payload"]["key"]: m["payload"]["value"] for m in messages if m["type"] == "log_other"}
+    assert others["note"] == "first"
+    params = {p["paramName"]: p["paramValue"] for p in payloads(messages, "parameter_msg", "param")}
+    assert params["lr"] == 0.1 and params["layers"] == 2
+    assert "comet_ml" not in available_loggers()  # "all" leaves Comet out: it needs an account or offline settings
+    from stoker.tracking import CometMLTracker  # Accelerate's class, for a script that builds its tracker itself
+
+    built = CometMLTracker("other", online=False, offline_directory=str(tmp_path / "c2"), **QUIET)
+    assert isinstance(built, CometLogger) and (built.name, built.run_name) == ("comet_ml", "other")

@@ -285,7 +285,7 @@ def test_build_loggers_error_quotes_the_bad_value(tmp_path):
         build_loggers("neptune", tmp_path)
     assert str(info.value) == (
         "log_with='neptune' is not a supported logger. Expected one of: 'tensorboard', 'csv', 'wandb', 'mlflow', "
-        "'all', a stoker Logger instance, or a list of these."
+        "'comet_ml', 'all', a stoker Logger instance, or a list of these."
     )
     with pytest.raises(ValueError, match="'csv' twice"):
         build_loggers(["csv", "CSV"], tmp_path)

@@ -108,7 +108,7 @@ def test_a_named_tracker_that_is_not_installed_fails_at_construction(monkeypatch
         Accelerator(log_with=["csv", package])
     with pytest.raises(ModuleNotFoundError, match=rf"logger='{package}' needs"):
         build_loggers(package, tmp_path, argument="logger")
-    with pytest.raises(ValueError, match="'wandbb' is not a supported logger.*'wandb', 'mlflow', 'all'"):
+    with pytest.raises(ValueError, match="'wandbb' is not a supported logger.*'wandb', 'mlflow', 'comet_ml', 'all'"):
         Accelerator(log_with="wandbb")
 
 

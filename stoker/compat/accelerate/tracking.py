@@ -15,11 +15,11 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...loggers import MLFlowLogger, TensorBoardLogger, WandbLogger, available_loggers
+from ...loggers import CometLogger, MLFlowLogger, TensorBoardLogger, WandbLogger, available_loggers
 from .other import process_ranks
 
-__all__ = ["GeneralTracker", "MLflowTracker", "TensorBoardTracker", "WandBTracker", "get_available_trackers",
-           "on_main_process"]
+__all__ = ["CometMLTracker", "GeneralTracker", "MLflowTracker", "TensorBoardTracker", "WandBTracker",
+           "get_available_trackers", "on_main_process"]
 
 _REQUIRED = ("name", "requires_logging_directory", "tracker")
 
@@ -98,6 +98,15 @@ class MLflowTracker(MLFlowLogger):
         super().__init__(experiment_name, run_name=run_name, tags=tags, run_id=os.environ.get("MLFLOW_RUN_ID", run_id),
                          save_dir=logging_dir if logging_dir is not None else "./mlruns", **kwargs)
         self.name_by_kind("mlflow")
+
+
+class CometMLTracker(CometLogger):
+    """``CometMLTracker(run_name, **kwargs)``: a `CometLogger` for Comet project ``run_name``, named ``"comet_ml"``;
+    ``kwargs`` are `CometLogger`'s (``api_key``, ``online``, ``offline_directory``, ...)."""
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__(project=run_name, **kwargs)
+        self.name_by_kind("comet_ml")
 
 
 def get_available_trackers() -> list[str]:
