@@ -14,6 +14,7 @@ or at the interpreter's exit).
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import uuid
 from collections.abc import Mapping
@@ -59,7 +60,9 @@ class CometLogger(Logger):
         online: False keeps the experiment offline, in ``offline_directory``; None: Comet's configuration decides.
         prefix: Put before every metric name by Comet (``"{prefix}_{name}"``).
         **kwargs: ``comet_ml.ExperimentConfig`` settings: ``name``, ``offline_directory``, ``tags``, ``log_code``,
-            ``disabled``... Lightning's earlier names are taken too: ``experiment_name`` (``name``),
+            ``disabled``... (or ``experiment_config=`` the object itself, as ``comet_ml.start`` takes it; keywords
+            beside it change a copy).
+            Lightning's earlier names are taken too: ``experiment_name`` (``name``),
             ``project_name`` (``project``), ``save_dir`` (``offline_directory``), ``offline`` (``not online``).
 
     Raises:
@@ -90,7 +93,15 @@ class CometLogger(Logger):
         os.environ.setdefault("COMET_DISABLE_AUTO_LOGGING", "1")  # before comet_ml's first import: see module doc
         import comet_ml
 
-        self._config = comet_ml.ExperimentConfig(**kwargs)  # an unknown setting fails here, not at the first log
+        config = kwargs.pop("experiment_config", None)  # Accelerate's init_kwargs pass comet_ml.start's own object
+        if config is None:
+            self._config = comet_ml.ExperimentConfig(**kwargs)  # an unknown setting fails here, not at the first log
+        else:  # keywords beside it change a copy of it
+            self._config = copy.copy(config)
+            for key, value in kwargs.items():
+                if not hasattr(self._config, key):
+                    raise TypeError(f"CometLogger({key}=...) is not a comet_ml.ExperimentConfig setting.")
+                setattr(self._config, key, value)
         super().__init__(None, project or "stoker_logs", experiment_key or uuid.uuid4().hex)
         self._api_key, self._workspace, self._project = api_key, workspace, project
         self._mode, self._online, self._prefix = mode, online, prefix

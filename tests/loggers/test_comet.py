@@ -140,3 +140,10 @@ def test_accelerates_comet_ml_tracker_logs_numbers_text_and_config_and_ends_the_
 
     built = CometMLTracker("other", online=False, offline_directory=str(tmp_path / "c2"), **QUIET)
     assert isinstance(built, CometLogger) and (built.name, built.run_name) == ("comet_ml", "other")
+    import comet_ml  # comet_ml.start's own settings object, as Accelerate's init_kwargs may pass it
+
+    given = comet_ml.ExperimentConfig(name="given", tags=["a"])
+    built = CometLogger(online=False, experiment_config=given, offline_directory=str(tmp_path / "c3"))
+    assert built.save_dir == str(tmp_path / "c3") and given.offline_directory != str(tmp_path / "c3")  # a copy
+    with pytest.raises(TypeError, match="no_such_setting=...\\) is not a comet_ml.ExperimentConfig setting"):
+        CometLogger(online=False, experiment_config=given, no_such_setting=1)
