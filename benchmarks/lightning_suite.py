@@ -15,8 +15,9 @@ demos its tests build on), makes two copies of it in a scratch folder and runs t
   function) fails only the tests that use it, not the whole file at collection.
 
 Every test's outcome under both is written to ``--out`` (JSON), with the table per file printed at the end.
-A test is *public* unless its source reads Lightning's internals (``PRIVATE_HINTS``: the loops' and connectors'
-insides, private names, mocks of Lightning's modules or ``torch.save``); those are counted apart, since a
+A test is *public* unless its source, or a ``conftest.py`` fixture it asks for, reads Lightning's internals
+(``PRIVATE_HINTS``: the loops' and connectors' insides, private names, mocks of Lightning's modules or ``torch.save``;
+``FIXTURE_HINT``: a patched private name of Lightning's modules); those are counted apart, since a
 different framework cannot be expected to pass them, and so is a test that fails on stoker only because its
 ``pytest.raises(..., match=...)`` got the expected kind of error in stoker's words (the ``wording`` outcome).
 
@@ -209,11 +210,37 @@ def outcomes(xml: Path) -> dict[str, str]:
     return result
 
 
+# A fixture that patches a private name of Lightning's modules (``monkeypatch.setattr("lightning.pytorch.loggers.
+# wandb._WANDB_AVAILABLE", True)``): every test that asks for it reads Lightning's internals.
+FIXTURE_HINT = re.compile(r"setattr\(\s*[\"'](lightning|pytorch_lightning|stoker)[\w.]*\._\w")
+
+
+def private_fixtures(path: Path) -> set[str]:
+    """Names of the fixtures in the ``conftest.py`` files above ``path`` (up to ``tests_pytorch``) whose source reads
+    Lightning's internals (``PRIVATE_HINTS``, ``FIXTURE_HINT``)."""
+    found: set[str] = set()
+    for folder in path.parents:
+        conftest = folder / "conftest.py"
+        if conftest.is_file():
+            source = conftest.read_text(encoding="utf-8")
+            lines = source.splitlines(keepends=True)
+            for node in ast.parse(source).body:
+                if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+                    body = "".join(lines[node.lineno - 1:node.end_lineno])
+                    if PRIVATE_HINTS.search(body) or FIXTURE_HINT.search(body):
+                        found.add(node.name)
+        if folder.name == "tests_pytorch":
+            break
+    return found
+
+
 def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals, also through the module's
     own helpers: a module-level function or class the test names (directly or through another helper) counts as
     part of its source (``mock_training_epoch_loop(trainer)`` reads ``fit_loop.epoch_loop``), and so does a private
-    function of Lightning's imported by name (``_request_dataloader``)."""
+    function of Lightning's imported by name (``_request_dataloader``) and a ``conftest.py`` fixture that patches
+    Lightning's private names (`private_fixtures`)."""
+    fixtures = private_fixtures(path)
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
     tree = ast.parse(source)
@@ -237,7 +264,7 @@ def private_tests(path: Path) -> set[str]:
 
     return {node.name for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
-            and reads_internals(node, {node.name})}
+            and (reads_internals(node, {node.name}) or {a.arg for a in node.args.args} & fixtures)}
 
 
 def main() -> int:

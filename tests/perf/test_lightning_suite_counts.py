@@ -64,6 +64,27 @@ def test_a_test_reaching_internals_through_a_helper_is_private(suite: object, tm
                                          "test_private_function"}
 
 
+def test_a_test_asking_for_a_fixture_that_patches_lightnings_private_names_is_private(suite: object,
+                                                                                        tmp_path: Path) -> None:
+    root = tmp_path / "tests_pytorch"
+    (root / "loggers").mkdir(parents=True)
+    (root / "conftest.py").write_text(textwrap.dedent("""
+        import pytest
+        @pytest.fixture
+        def wandb_mock(monkeypatch):
+            monkeypatch.setattr("lightning.pytorch.loggers.wandb._WANDB_AVAILABLE", True)
+        @pytest.fixture
+        def data(tmp_path):
+            return tmp_path
+    """))
+    (root / "loggers" / "test_x.py").write_text(textwrap.dedent("""
+        def test_mocked(wandb_mock, tmp_path): pass
+        def test_public(data): pass
+    """))
+    assert suite.private_fixtures(root / "loggers" / "test_x.py") == {"wandb_mock"}
+    assert suite.private_tests(root / "loggers" / "test_x.py") == {"test_mocked"}
+
+
 def test_wording_only_failures_are_counted_apart(suite: object, tmp_path: Path) -> None:
     xml = tmp_path / "r.xml"
     xml.write_text(
