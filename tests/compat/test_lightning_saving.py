@@ -68,3 +68,5 @@ def test_legacy_meta_tags_csv_reads_back_what_was_saved(tmp_path):
         assert load_hparams_from_tags_csv(tmp_path / "missing.csv") == {}
     with pytest.raises(FileNotFoundError, match="does not exist"):
         save_hparams_to_tags_csv(tmp_path / "no" / "meta_tags.csv", hparams)
+    with pytest.raises(TypeError, match="save_hparams_to_tags_csv needs a mapping or a Namespace, got int"):
+        save_hparams_to_tags_csv(tmp_path / "bad.csv", 3)

@@ -36,9 +36,7 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, A
     left out with a warning, as in Lightning: read back, it would be a string where the object was expected."""
     from ...loggers.hparams_yaml import yaml_text
 
-    values = vars(hparams) if not isinstance(hparams, Mapping) and hasattr(hparams, "__dict__") else hparams
-    if not isinstance(values, Mapping):
-        raise TypeError(f"save_hparams_to_yaml needs a mapping or a Namespace, got {type(hparams).__name__}.")
+    values = _mapping_of(hparams, "save_hparams_to_yaml")
     kept = {}
     for key, value in values.items():
         if _holds_an_object(value):
@@ -48,6 +46,14 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, A
             kept[key] = value
     with open(config_yaml, "w", encoding="utf-8") as f:
         f.write(yaml_text(kept))
+
+
+def _mapping_of(hparams: Any, caller: str) -> Mapping[str, Any]:
+    """``hparams`` as a mapping: itself, or an object's attributes (an ``argparse.Namespace``)."""
+    values = vars(hparams) if not isinstance(hparams, Mapping) and hasattr(hparams, "__dict__") else hparams
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{caller} needs a mapping or a Namespace, got {type(hparams).__name__}.")
+    return values
 
 
 def _holds_an_object(value: Any) -> bool:
@@ -66,7 +72,7 @@ def save_hparams_to_tags_csv(tags_csv: str | os.PathLike, hparams: Mapping[str, 
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"save_hparams_to_tags_csv({os.fspath(tags_csv)!r}): the folder {folder!r} does not "
                                 "exist.")
-    values = vars(hparams) if not isinstance(hparams, Mapping) and hasattr(hparams, "__dict__") else hparams
+    values = _mapping_of(hparams, "save_hparams_to_tags_csv")
     with open(tags_csv, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["key", "value"])
