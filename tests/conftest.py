@@ -6,8 +6,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from tests.helpers.launches import Launches, session_launches_for
+
+# One intra-op thread in the test process, as in every process the tests launch (tests/helpers/dist_spawn.base_env):
+# the models are tiny, and while the session's background launches keep both cores busy a second thread mostly spins.
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,13 +7,20 @@ import os
 import pytest
 
 from tests.helpers.dist_spawn import read_results, run_workers
+from tests.helpers.launches import session_run
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 WORKER = os.path.join(os.path.dirname(__file__), "dist_callbacks_worker.py")
 
 
-def test_checkpoint_early_stopping_and_timer_agree_across_ranks(tmp_path):
+@session_run("distributed_callbacks", "test_checkpoint_early_stopping_and_timer_agree_across_ranks")
+def _launch(tmp_path):
     run_workers(WORKER, [tmp_path], timeout=150)
+    return tmp_path
+
+
+def test_checkpoint_early_stopping_and_timer_agree_across_ranks(session_launches):
+    tmp_path = session_launches.result("distributed_callbacks")  # a background run of the session
     results = read_results(tmp_path)
     assert results[0] == results[1]
     result = results[0]

@@ -65,6 +65,7 @@ tests/distributed/test_clean_exit.py`` over the 13 cases then listed (all above 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -76,6 +77,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.dist_spawn import REPO, base_env, free_port
+from tests.helpers.launches import Launches, session_run
 
 WORKER = REPO / "tests" / "helpers" / "exit_worker.py"
 ENDINGS = ("destroy", "end", "both", "neither")
@@ -180,16 +182,25 @@ def test_two_process_runs_always_exit_cleanly(tmp_path: Path) -> None:
         f"run {i} {case}: {problems}\n" + "\n".join(outputs) for i, case, problems, outputs in failures[:3])
 
 
+PROXY_CASES = [("stateful", "end"), ("trainer", "neither"), ("second", "end"), ("own-group", "destroy"),
+               ("kept", "neither")]
+PROXY_TEST = "test_gloo_threads_are_gone_before_interpreter_exit"
+# Each case's two processes are a background run of the session (tests/helpers/launches.py).
+for _case, _ending in PROXY_CASES:
+    session_run(f"clean_exit_{_case}_{_ending}", f"{PROXY_TEST}[{_case}-{_ending}]", module=__name__)(
+        functools.partial(lambda tmp, case, ending: _run(case, ending, tmp / "run", timeout=180),
+                          case=_case, ending=_ending))
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
-@pytest.mark.parametrize("case,ending", [("stateful", "end"), ("trainer", "neither"), ("second", "end"),
-                                         ("own-group", "destroy"), ("kept", "neither")])
-def test_gloo_threads_are_gone_before_interpreter_exit(tmp_path: Path, case: str, ending: str) -> None:
+@pytest.mark.parametrize("case,ending", PROXY_CASES)
+def test_gloo_threads_are_gone_before_interpreter_exit(session_launches: Launches, case: str, ending: str) -> None:
     """The mechanism behind the abort, checked on every run: by the last exit handler the group is destroyed and
     gloo's threads joined, so the thread count returns to what it was before the group existed (within the
     worker's bounded wait for threads already ending). ``kept`` is the control: the script keeps the group in a
     global, so gloo's threads must still be there (this is what the count detects)."""
-    codes = _run(case, ending, tmp_path / "run", timeout=180)
+    codes = session_launches.result(f"clean_exit_{case}_{ending}")
     reports = [report for _, output in codes for report in thread_counts(output)]
     assert len(reports) == (3 if case == "trainer" else 2), [output[-2000:] for _, output in codes]
     if case == "kept":

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.launches import Launches, session_run
+
 ROOT = Path(__file__).resolve().parents[2]
 USER_FILE = Path(__file__).parent / "typing" / "user_train.py"
 NOT_FOLLOWED = ["torch", "numpy", "safetensors", "torchdata", "torchmetrics", "tensorboard", "tqdm", "yaml", "wandb",
@@ -42,11 +44,13 @@ def _wheel(tmp: Path) -> Path:
     return next((tmp / "dist").glob("stoker-*.whl"))
 
 
-@pytest.mark.slow
-def test_the_wheel_ships_py_typed_and_a_users_file_passes_mypy_strict(tmp_path: Path) -> None:
+@session_run("mypy_strict", "test_the_wheel_ships_py_typed_and_a_users_file_passes_mypy_strict")
+def _build_and_check(tmp_path: Path) -> tuple[list[str], subprocess.CompletedProcess]:
+    """The wheel's file names and mypy's run on the user's file: subprocesses only, so a background run of the
+    session (tests/helpers/launches.py)."""
     wheel = _wheel(tmp_path)
     with zipfile.ZipFile(wheel) as archive:
-        assert "stoker/py.typed" in archive.namelist()
+        names = archive.namelist()
         archive.extractall(tmp_path / "site")
     shutil.copy(USER_FILE, tmp_path / "user_train.py")
     (tmp_path / "mypy.ini").write_text(
@@ -61,6 +65,13 @@ def test_the_wheel_ships_py_typed_and_a_users_file_passes_mypy_strict(tmp_path: 
          "user_train.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
+    return names, proc
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_py_typed_and_a_users_file_passes_mypy_strict(session_launches: Launches) -> None:
+    names, proc = session_launches.result("mypy_strict")
+    assert "stoker/py.typed" in names
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found in 1 source file" in proc.stdout
 

@@ -2,7 +2,8 @@
 
 ``import torch`` costs about 3 s of CPU here, more than most of the scripts the tests start do (a worker of a
 two-process job, a run killed with SIGKILL, an example). The server pays it once per test session: it starts with
-the tests' base environment (one thread per process, the repo importable), imports torch and nothing else, and forks
+the tests' base environment (one thread per process, the repo importable), imports torch and nothing else (a second
+server also imports ``pytorch_lightning``, for the reference runs under Lightning: ``preload``), and forks
 one child per request. The child becomes what ``python script.py args`` or ``python -c code args`` would be: its own
 session, the requested environment, working directory, ``sys.argv``, ``sys.path`` and ``__main__``, fresh random
 states, standard output and error in files, standard input empty; the script's end (or ``sys.exit``) is the
@@ -38,6 +39,8 @@ import builtins, json, os, select, sys, types
 
 BASE_PATH = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 import torch  # noqa: F401  the cost every child would pay again
+for name in sys.argv[1:]:  # more modules a kind of script always imports (a peer's package for its reference runs)
+    __import__(name)
 
 
 def child(req):
@@ -121,25 +124,27 @@ while True:
 
 # STOKER_TESTS_FORK=0: every process is a fresh interpreter (subprocess.Popen), to compare or to rule the server out
 FORKED = os.environ.get("STOKER_TESTS_FORK", "1") != "0"
-_server: subprocess.Popen | None = None
+_servers: dict[tuple[str, ...], subprocess.Popen] = {}  # one per set of preloaded modules
 _lock = threading.Lock()  # one request at a time (the session's background launches start from threads)
 
 
-def _start_server() -> subprocess.Popen:
-    global _server
-    if _server is None or _server.poll() is not None:
+def _start_server(preload: tuple[str, ...] = ()) -> subprocess.Popen:
+    server = _servers.get(preload)
+    if server is None or server.poll() is not None:
         from tests.helpers.dist_spawn import REPO, base_env
 
-        _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env=base_env(), cwd=str(REPO))
-        assert _server.stdout.readline() == b"ready\n", "the fork server did not start"
-    return _server
+        server = _servers[preload] = subprocess.Popen([sys.executable, "-c", _SERVER, *preload],
+                                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=base_env(),
+                                                      cwd=str(REPO))
+        assert server.stdout.readline() == b"ready\n", f"the fork server (preloading {preload}) did not start"
+    return server
 
 
 class ForkedProcess:
     """A child of the fork server, with the ``subprocess.Popen`` methods the tests use."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike, merge: bool) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike, merge: bool,
+                 preload: tuple[str, ...] = ()) -> None:
         self.args = list(argv)
         folder = tempfile.mkdtemp(prefix="stoker-forked-")
         weakref.finalize(self, shutil.rmtree, folder, True)  # the output files go with this object
@@ -152,7 +157,7 @@ class ForkedProcess:
         request = {"argv": self.args, "env": dict(env), "cwd": os.fspath(cwd), "stdout": self._stdout,
                    "stderr": self._stderr, "status": self._status}
         with _lock:
-            server = _start_server()
+            server = _start_server(preload)
             server.stdin.write(json.dumps(request).encode() + b"\n")
             server.stdin.flush()
             self.pid = int(server.stdout.readline())
@@ -194,23 +199,26 @@ class ForkedProcess:
 
 
 def popen_python(argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-                 merge_stderr: bool = False) -> ForkedProcess | subprocess.Popen:
+                 merge_stderr: bool = False, preload: tuple[str, ...] = ()) -> ForkedProcess | subprocess.Popen:
     """``subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd, start_new_session=True)``, forked: ``argv`` is a
     script and its arguments, or ``-c``, the code and its arguments. ``env`` is the whole environment (default:
-    this process's); ``merge_stderr``: standard error goes with standard output (``stderr=subprocess.STDOUT``)."""
+    this process's); ``merge_stderr``: standard error goes with standard output (``stderr=subprocess.STDOUT``);
+    ``preload``: modules the script imports anyway, imported once by the server it is forked from (e.g.
+    ``pytorch_lightning``, seconds of imports, for a reference run under Lightning; never for a stoker run, whose
+    process must not hold the peer)."""
     if not FORKED:
         return subprocess.Popen([sys.executable, *map(os.fspath, argv)], env=env, cwd=cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True,
                                 start_new_session=True)
     return ForkedProcess([os.fspath(a) for a in argv], dict(os.environ) if env is None else env,
-                         os.getcwd() if cwd is None else cwd, merge_stderr)
+                         os.getcwd() if cwd is None else cwd, merge_stderr, tuple(preload))
 
 
 def run_python(argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-               timeout: float | None = None) -> subprocess.CompletedProcess:
+               timeout: float | None = None, preload: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=...)``,
-    forked (the child is killed when the timeout expires)."""
-    proc = popen_python(argv, env, cwd)
+    forked (the child is killed when the timeout expires); ``preload`` as in :func:`popen_python`."""
+    proc = popen_python(argv, env, cwd, preload=preload)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ WikiText2 (a download) is replaced by generated token ids of the same shape.
 
 import importlib.util
 import json
+import os
 import sys
 import types
 
@@ -21,15 +22,17 @@ from torch.utils.data import DataLoader, Dataset
 
 FRAMEWORK, DEMO, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 EPOCHS, DROPOUT = int(sys.argv[4]), sys.argv[5] == "dropout"
-SPEC = importlib.util.find_spec(f"pytorch_lightning.demos.{DEMO}")
 if FRAMEWORK == "lightning":
     import pytorch_lightning as pl
 
-    demo = importlib.import_module(SPEC.name)
+    demo = importlib.import_module(f"pytorch_lightning.demos.{DEMO}")
 else:
     import stoker as pl
 
-    with open(SPEC.origin) as f:
+    # The demo's file, found without importing pytorch_lightning (seconds of imports the stoker run never uses).
+    ORIGIN = os.path.join(importlib.util.find_spec("pytorch_lightning").submodule_search_locations[0], "demos",
+                          f"{DEMO}.py")
+    with open(ORIGIN) as f:
         source = f.read()
     renames = {"lstm": (("from pytorch_lightning.core import LightningModule", "from stoker import LightningModule"),
                         ("from pytorch_lightning.demos.transformer import WikiText2", "WikiText2 = None")),
@@ -39,13 +42,13 @@ else:
         assert old in source, old
         source = source.replace(old, new)
     demo = types.ModuleType(f"{DEMO}_demo_on_stoker")
-    exec(compile(source, SPEC.origin, "exec"), demo.__dict__)  # noqa: S102 - the peer's own demo, ported
+    exec(compile(source, ORIGIN, "exec"), demo.__dict__)  # noqa: S102 - the peer's own demo, ported
 
 
 class Tokens(Dataset):
     """WikiText2's shape: blocks of 35 token ids, the target shifted by one."""
 
-    def __init__(self, vocab: int = 200, block: int = 35, blocks: int = 200) -> None:
+    def __init__(self, vocab: int = 200, block: int = 35, blocks: int = 60) -> None:
         g = torch.Generator().manual_seed(0)
         self.data, self.block = torch.randint(0, vocab, (block * blocks + 1,), generator=g), block
 
@@ -66,7 +69,7 @@ def local(base: type) -> type:
             if DEMO == "lstm":
                 data = Tokens()
                 return DataLoader(data, batch_sampler=demo.SequenceSampler(data, batch_size=20))
-            return DataLoader(Tokens(blocks=48))  # the demo's loader: one sequence per batch
+            return DataLoader(Tokens(blocks=20))  # the demo's loader: one sequence per batch
 
     return Local
 

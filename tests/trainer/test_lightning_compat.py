@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.test_manual_port import both, rename_imports, run
+from tests.trainer.test_manual_port import LIGHTNING, both, rename_imports, run
 
 SCRIPT = Path(__file__).with_name("lightning_port_script.py")
 
@@ -22,7 +22,7 @@ def test_lightning_datamodule_script_same_steps_validations_and_checkpoints(tmp_
     assert "pytorch_lightning" not in ported.read_text()
     (tmp_path / "pl").mkdir()
     (tmp_path / "st").mkdir()
-    lightning, stoker = both(run, (SCRIPT, tmp_path / "pl"), (ported, tmp_path / "st"))
+    lightning, stoker = both(run, (SCRIPT, tmp_path / "pl", LIGHTNING), (ported, tmp_path / "st"))
     assert lightning["global_step"] == 3 * 4  # 8 batches per epoch, accumulate 2
     assert lightning["val_runs"] == 3 and lightning["sanity"] == 1
     assert stoker == lightning

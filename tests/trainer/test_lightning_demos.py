@@ -19,11 +19,12 @@ import torch
 from tests.helpers.dist_spawn import base_env
 from tests.helpers.launches import Launches, session_run
 from tests.helpers.forkserver import run_python
+from tests.trainer.test_manual_port import LIGHTNING
 
 SCRIPT = Path(__file__).with_name("lightning_demo_script.py")
 
 
-CASES = [("lstm", 2, False, 18), ("lstm", 2, True, 18), ("transformer", 1, True, 47)]
+CASES = [("lstm", 2, False, 4), ("lstm", 2, True, 4), ("transformer", 1, True, 19)]
 TEST = "test_lightnings_demos_train_to_the_same_weights"
 
 
@@ -31,7 +32,7 @@ def train(framework: str, demo: str, out: Path, epochs: int, dropout: bool) -> d
     # base_env: one thread per process. These runs overlap other work, where two threads each mostly spin (the
     # LSTM runs took twice their CPU time); both frameworks run with the same setting, so they still agree bit for bit.
     done = run_python([str(SCRIPT), framework, demo, str(out), str(epochs), "dropout" if dropout else "none"],
-                      env=base_env(), timeout=240)
+                      env=base_env(), timeout=240, preload=LIGHTNING if framework == "lightning" else ())
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -44,8 +45,8 @@ def _train_in(tmp: Path, framework: str, demo: str, epochs: int, dropout: bool) 
     return train(framework, demo, tmp / f"{framework}.pt", epochs, dropout), tmp / f"{framework}.pt"
 
 
-# Each training is a background run of the session (tests/helpers/launches.py): the six subprocesses (minutes of
-# LSTM on a CPU) overlap the in-process tests instead of running one after another inside the test.
+# Each training is a background run of the session (tests/helpers/launches.py): the six subprocesses (about 10 s
+# of CPU each) overlap the in-process tests instead of running one after another inside the test.
 for _case in CASES:
     for _framework in ("lightning", "stoker"):
         session_run(_run_name(_framework, *_case), f"{TEST}[{'-'.join(map(str, _case))}]", module=__name__)(

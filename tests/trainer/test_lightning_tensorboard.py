@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.test_manual_port import both, rename_imports, run
+from tests.trainer.test_manual_port import LIGHTNING, both, rename_imports, run
 
 SCRIPT = Path(__file__).with_name("lightning_tensorboard_script.py")
 
@@ -25,7 +25,7 @@ def test_tensorboard_logging_reads_back_the_same_under_both(tmp_path: Path) -> N
     ported.write_text(rename_imports(SCRIPT.read_text()))
     (tmp_path / "pl").mkdir()
     (tmp_path / "st").mkdir()
-    lightning, stoker = both(run, (SCRIPT, tmp_path / "pl"), (ported, tmp_path / "st"))
+    lightning, stoker = both(run, (SCRIPT, tmp_path / "pl", LIGHTNING), (ported, tmp_path / "st"))
     assert stoker["histograms"] == lightning["histograms"] == {"weight": [0, 1, 2]}
     assert stoker["texts"] == lightning["texts"] == ["note/text_summary"]
     # Written by the script itself through the SummaryWriter: the same steps.
