@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import stoker.utils as su
+from tests.helpers.dist_spawn import base_env
+from tests.helpers.forkserver import run_python
 from tests.helpers.models import make_mlp
 
 NAMES = ("DistributedDataParallelKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "AutocastKwargs",
@@ -36,7 +36,7 @@ def test_every_name_is_importable_and_stoker_utils_stays_light() -> None:
     assert set(NAMES) <= set(dir(su)) and set(NAMES) <= set(su.__all__)
     with pytest.raises(AttributeError, match="no attribute 'warp'"):
         su.warp  # noqa: B018
-    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    out = run_python(["-c", _PROBE], env=base_env(), timeout=120)  # a process without stoker loaded
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,8 @@ from rich.console import Console
 
 from stoker.callbacks import ProgressBar, RichProgressBar, RichProgressBarTheme
 from tests.callbacks.modules import loaders, trainer
+from tests.helpers.dist_spawn import base_env
+from tests.helpers.forkserver import run_python
 from tests.helpers.models import Regressor
 
 
@@ -34,7 +35,8 @@ def test_importing_the_bar_and_its_lightning_path_leaves_rich_unloaded():
             "as ls\nfrom stoker.callbacks import RichProgressBar, RichModelSummary, RichProgressBarTheme\n"
             "assert lp.RichProgressBar is RichProgressBar and lp.RichProgressBarTheme is RichProgressBarTheme\n"
             "assert ls.RichModelSummary is RichModelSummary\nRichProgressBar()\nassert 'rich' not in sys.modules\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    done = run_python(["-c", code], env=base_env(), timeout=120)  # a process without stoker or rich loaded
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("kind", ["RichProgressBar", "RichModelSummary"])

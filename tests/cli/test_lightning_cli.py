@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -269,7 +268,6 @@ def test_import_stoker_does_not_import_jsonargparse_and_its_absence_names_the_ex
     code = ("import sys; import stoker, stoker.cli; assert 'jsonargparse' not in sys.modules\n"
             "sys.modules['jsonargparse'] = None\n"
             "try:\n    from stoker.cli import LightningCLI\nexcept ModuleNotFoundError as e:\n    print(e)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(SCRIPT.parents[2])))
+    done = run_python(["-c", code], env=dict(os.environ, PYTHONPATH=str(SCRIPT.parents[2])), timeout=120)
     assert done.returncode == 0, done.stderr
     assert "pip install 'stoker[cli]'" in done.stdout

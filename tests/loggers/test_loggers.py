@@ -1,8 +1,6 @@
 import argparse
 import csv
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +8,7 @@ import torch
 import yaml
 
 from stoker.loggers import CSVLogger, Logger, TensorBoardLogger, build_loggers
+from tests.helpers.forkserver import run_python
 from tests.helpers.trackers_readback import tensorboard_events, tensorboard_scalars
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -302,7 +301,7 @@ def test_importing_loggers_does_not_import_tensorboard():
         "assert not bad, bad\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = run_python(["-c", code], env=env, timeout=120)  # a process without stoker or tensorboard loaded
     assert result.returncode == 0, result.stderr
 
 

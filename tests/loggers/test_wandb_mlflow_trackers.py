@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import enum
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from stoker.compat.accelerate.trackers import NullTracker, find_tracker
 from stoker.loggers import (
     CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger, available_loggers, build_loggers, resolve_logger_spec,
 )
+from tests.helpers.forkserver import run_python
 from tests.helpers.trackers_readback import mlflow_history, mlflow_runs, tensorboard_scalars, wandb_runs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_import_and_construction_do_not_import_wandb_or_mlflow(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("MLFLOW_TRACKING_URI", None)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = run_python(["-c", code], env=env, timeout=120)  # a process without stoker, wandb or mlflow loaded
     assert result.returncode == 0, result.stderr
 
 
