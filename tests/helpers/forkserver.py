@@ -11,8 +11,10 @@ interpreter's normal exit, with ``atexit`` handlers and the threading shutdown.
 
 What a child does not get fresh: the environment torch read while it was imported and the interpreter read at its
 start (``PYTHON*`` variables other than ``PYTHONPATH`` and ``PYTHONUNBUFFERED``), both the server's, which is
-:func:`tests.helpers.dist_spawn.base_env`'s; and torch's modules already in ``sys.modules``. Tests that check what
-an import loads, or a fresh interpreter's exit, start real interpreters instead.
+:func:`tests.helpers.dist_spawn.base_env`'s; and torch's modules already in ``sys.modules`` (``tqdm`` among them:
+torch's hub imports it). A check of what importing stoker loads may fork when it asks about modules torch does not
+load (stoker's own, ``rich``, ``tensorboard``, ``jsonargparse``, ``wandb``, ``mlflow``); tests of what comes with
+``import torch``, or of a fresh interpreter's exit, start real interpreters instead.
 
 :func:`popen_python` returns an object with ``Popen``'s methods the tests use (``pid``, ``poll``, ``wait``,
 ``communicate``, ``send_signal``, ``kill``, ``terminate``, ``returncode``: negative for a signal); :func:`run_python`
