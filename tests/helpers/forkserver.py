@@ -41,8 +41,10 @@ import builtins, json, os, select, sys, types
 
 BASE_PATH = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 import torch  # noqa: F401  the cost every child would pay again
-for name in sys.argv[1:]:  # more modules a kind of script always imports (a peer's package for its reference runs)
-    __import__(name)
+import contextlib
+with contextlib.redirect_stdout(sys.stderr):  # standard output is the protocol's: a word printed at import would break it
+    for name in sys.argv[1:]:  # more modules a kind of script always imports (a peer's package for its reference runs)
+        __import__(name)
 
 
 def child(req):
