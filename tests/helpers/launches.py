@@ -68,6 +68,21 @@ def session_run(name: str, *tests: str, module: str | None = None) -> Callable[[
     return register
 
 
+def session_script(name: str, test: str, script: Path, *args: str, module: str,
+                   timeout: float = 200) -> None:
+    """Registers the background run ``name``, read by ``test`` in ``module``: ``python script <folder> *args``, forked
+    (tests/helpers/forkserver.py) with the tests' base environment in the repository. Its result is ``(the completed
+    process, the run's folder)``."""
+
+    def run(folder: Path) -> tuple[Any, Path]:
+        from tests.helpers.dist_spawn import REPO, base_env
+        from tests.helpers.forkserver import run_python
+
+        return run_python([str(script), str(folder), *args], env=base_env(), cwd=REPO, timeout=timeout), folder
+
+    session_run(name, test, module=module)(run)
+
+
 def session_launches_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) \
         -> Iterator[Launches]:
     """The body of the session fixture: queues the registered runs that selected tests use, yields the

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.dist_spawn import REPO, base_env
-from tests.helpers.forkserver import run_python
-from tests.helpers.launches import Launches, session_run
+from tests.helpers.launches import Launches, session_script
 
 SCRIPT = Path(__file__).with_name("lightning_dm_ddp_script.py")
 
 
-@session_run("datamodule_ddp", "test_datamodule_in_two_processes")
-def _launch(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    return run_python([str(SCRIPT), str(tmp_path), "per_node"], env=base_env(), cwd=REPO, timeout=200), tmp_path
+session_script("datamodule_ddp", "test_datamodule_in_two_processes", SCRIPT, "per_node", module=__name__)
 
 
 @pytest.mark.distributed

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.dist_spawn import REPO, base_env
-from tests.helpers.forkserver import run_python
-from tests.helpers.launches import Launches, session_run
+from tests.helpers.launches import Launches, session_script
 
 SCRIPT = Path(__file__).with_name("manual_ddp_script.py")
 
 
-@session_run("manual_ddp", "test_two_optimizers_in_two_processes_stay_identical")
-def _launch(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    return run_python([str(SCRIPT), str(tmp_path)], env=base_env(), cwd=REPO, timeout=200), tmp_path
+session_script("manual_ddp", "test_two_optimizers_in_two_processes_stay_identical", SCRIPT, module=__name__)
 
 
 @pytest.mark.distributed
