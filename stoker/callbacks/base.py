@@ -225,7 +225,8 @@ class Callback:
         """An exception (including ``KeyboardInterrupt``) is leaving ``fit``/``validate``/``test``/``predict``."""
 
     def on_sanity_check_start(self, trainer: Any, module: Any) -> None:
-        """Before the ``num_sanity_val_steps`` validation that precedes training (none by default)."""
+        """Before the ``num_sanity_val_steps`` validation that precedes training (2 batches of each val loader by
+        default)."""
 
     def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
         """After that validation."""
@@ -351,6 +352,9 @@ class Checkpoint(Callback):
 #: Every hook, in the order ``Callback`` defines them: ``setup``/``teardown`` and the ``on_*`` hooks. Both a
 #: ``TrainingModule`` and a ``Callback`` may define them (callbacks get ``(trainer, module, ...)`` first).
 HOOKS: tuple[str, ...] = _hook_names(Callback)
+#: The hooks ``TrainingModule`` has no default of (Lightning's module has neither): a module is called only if it
+#: defines them.
+CALLBACK_ONLY_HOOKS: tuple[str, ...] = ("on_sanity_check_start", "on_sanity_check_end")
 
 
 def evaluation_hooks(stage: str) -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:

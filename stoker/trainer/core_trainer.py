@@ -152,7 +152,7 @@ class Trainer:
     def _init_run_state(self) -> None:
         self.state = TrainerState()
         self.fit_loop = FitLoop(self)
-        self.should_stop, self.sanity_checking = False, False  # sanity_checking: the validation before training
+        self.should_stop = False
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, Any] = {}
         self.progress_bar_values: dict[str, Any] = {}  # prog_bar values as logged: device tensors, no sync
@@ -330,11 +330,9 @@ class Trainer:
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
 
     training = property(lambda self: self.state.stage == TRAIN.name, doc="True while training batches run.")
+    sanity_checking = property(lambda self: self.state.stage == "sanity_check", doc="True during the sanity check.")
 
-    @property
-    def fitting(self) -> bool:
-        """True while a ``fit()`` call runs (from its ``setup`` hook to its ``teardown`` hook)."""
-        return self.state.fn == "fit"
+    fitting = property(lambda self: self.state.fn == "fit", doc="True while a ``fit()`` call runs (setup to teardown).")
 
     @property
     def window_closed(self) -> bool:

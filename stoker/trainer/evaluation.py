@@ -85,9 +85,10 @@ def _run_steps(trainer: TrainerParts, stage: str, loaders: list[Any], step_fn: C
     def end(outputs: Any, *args: Any) -> None:
         call(batch_end, outputs, *args)
         if results.step_values:  # self.log(on_step=True) here: a point per batch, on its loader's own axis
-            key = (stage, current[0])
-            trainer.send_to_loggers(results.pop_step_values(), step=trainer.eval_log_steps.get(key, 0))
-            trainer.eval_log_steps[key] = trainer.eval_log_steps.get(key, 0) + 1
+            values, key = results.pop_step_values(), (stage, current[0])
+            if not trainer.sanity_checking:  # the sanity check logs nothing and leaves the axes as they are
+                trainer.send_to_loggers(values, step=trainer.eval_log_steps.get(key, 0))
+                trainer.eval_log_steps[key] = trainer.eval_log_steps.get(key, 0) + 1
 
     for loader in loaders:
         _follow_epoch(loader, trainer.current_epoch)
@@ -228,7 +229,7 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     states = capture_rng_state()
     loaders: list[Any] = []
     limits: list[Any] = []
-    t.sanity_checking, t.state.stage = True, VALIDATE.name  # send_to_loggers sends nothing meanwhile
+    t.state.stage = "sanity_check"  # trainer.sanity_checking; send_to_loggers sends nothing meanwhile
     try:
         t.hooks.call("on_sanity_check_start")
         loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
@@ -240,7 +241,7 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
             run_evaluation(t, VALIDATE.name, loaders)
         t.hooks.call("on_sanity_check_end")
     finally:
-        t.sanity_checking, t.state.stage = False, TRAIN.name
+        t.state.stage = TRAIN.name
         for loader, limit in zip(loaders, limits):
             loader.limit_batches(limit)
         restore_rng_state(states)

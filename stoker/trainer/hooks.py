@@ -229,7 +229,7 @@ def overrides(module: object, name: str) -> bool:
 def _transfer_owner(module: object, datamodule: object | None, name: str) -> object | None:
     """Whose transfer hook ``name`` runs: the data module's when it defines it (Lightning's rule, with a warning
     when the module defines it too), else the module's when it overrides it, else nobody's (None)."""
-    if datamodule is not None and defines_hook(datamodule, name, BatchTransfer):
+    if datamodule is not None and defines_hook(datamodule, name, BatchTransfer, unwrap=True):
         if overrides(module, name):
             warnings.warn(f"{type(module).__name__} and {type(datamodule).__name__} both define {name}: the data "
                           "module's runs, as in Lightning. Keep one of them.", UserWarning,

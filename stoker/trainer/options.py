@@ -75,7 +75,8 @@ class RunOptions:
     Args:
         min_epochs: A stop request (``should_stop``) waits until this many epochs are done (None: no minimum).
         min_steps: Likewise in applied optimizer steps.
-        num_sanity_val_steps: Batches of each val loader to run before training (0: none; None: every batch).
+        num_sanity_val_steps: Batches of each val loader to run before training (Lightning's default 2; 0: none;
+            None: every batch).
         reload_dataloaders_every_n_epochs: Ask the module's / data module's loader hooks again every n epochs.
         use_distributed_sampler: False keeps the user's own sampler (one process only).
         nonfinite_skip_limit: With ``on_nonfinite_loss="skip"``, this many skipped optimizer steps in a row end the
@@ -97,7 +98,7 @@ class RunOptions:
 
     min_epochs: int | None = None
     min_steps: int | None = None
-    num_sanity_val_steps: int | None = 0
+    num_sanity_val_steps: int | None = 2
     reload_dataloaders_every_n_epochs: int = 0
     use_distributed_sampler: bool = True
     nonfinite_skip_limit: int = 100

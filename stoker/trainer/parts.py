@@ -152,7 +152,6 @@ class TrainerParts(Protocol):
     clip_grad_value: float | None
     on_nonfinite_loss: str
     should_stop: bool
-    sanity_checking: bool
     num_training_batches: int | float
     num_val_batches: list[int | float]
     num_test_batches: list[int | float]
@@ -162,6 +161,9 @@ class TrainerParts(Protocol):
 
     @property
     def global_step(self) -> int: ...
+
+    @property
+    def sanity_checking(self) -> bool: ...
 
     @property
     def current_epoch(self) -> int: ...

@@ -40,7 +40,8 @@ def test_a_step_trigger_every_step_ranks_each_mid_epoch_validation(tmp_path):
     cb = ModelCheckpoint(dirpath=tmp_path, monitor="val/score", mode="max", every_n_train_steps=1, save_top_k=-1,
                          filename="{step}-{val/score:.1f}")
     with pytest.warns(RuntimeWarning, match="Saving only `last`"):
-        trainer(tmp_path, max_epochs=1, val_check_interval=0.5, callbacks=[cb]).fit(TwoValidations(), *loaders())
+        trainer(tmp_path, max_epochs=1, val_check_interval=0.5, callbacks=[cb],
+            num_sanity_val_steps=0).fit(TwoValidations(), *loaders())
     # Each value is ranked once, with the state at its validation; the steps between wait for the next one.
     assert _names(tmp_path) == ["step=2-val_score=0.2.ckpt", "step=4-val_score=0.9.ckpt"]
     assert cb.best_model_score == pytest.approx(0.9)

@@ -12,7 +12,8 @@ from tests.callbacks.test_stopping_fit import EpochLoss
 
 def _fit(tmp_path, stop, scores, **kw):
     module = Regressor(val_scores=scores)
-    t = trainer(tmp_path, max_epochs=len(scores), callbacks=[stop], enable_checkpointing=False, **kw)
+    t = trainer(tmp_path, max_epochs=len(scores), callbacks=[stop], enable_checkpointing=False, num_sanity_val_steps=0,
+                **kw)
     t.fit(module, *loaders())
     return t, module
 

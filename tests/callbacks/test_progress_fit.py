@@ -16,7 +16,7 @@ class _Terminal(io.StringIO):
 
 
 def test_default_bar_off_a_terminal_prints_clean_lines(tmp_path, capsys):
-    t = trainer(tmp_path, max_epochs=2, enable_progress_bar=True)
+    t = trainer(tmp_path, max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=0)
     assert any(isinstance(c, ProgressBar) for c in t.callbacks)
     t.fit(Regressor(prog_bar=True), *loaders())
     t.validate(dataloaders=loaders()[1])
@@ -131,7 +131,7 @@ def test_a_validation_end_reads_the_metrics_once_for_its_line_and_the_epoch_bar(
             return super().get_metrics(trainer, module)
 
     bar = Counting(refresh_rate=3600.0)  # no read on time: only the validation's end and the epoch's end read
-    trainer(tmp_path, max_epochs=2, callbacks=[bar]).fit(Regressor(prog_bar=True), *loaders())
+    trainer(tmp_path, max_epochs=2, callbacks=[bar], num_sanity_val_steps=0).fit(Regressor(prog_bar=True), *loaders())
     assert Counting.reads == 2 * 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Validation")]
     assert len(lines) == 2 and all("val/loss=" in line for line in lines)

@@ -67,7 +67,7 @@ def test_enabled_before_a_run_unless_refresh_rate_is_zero_or_disabled():
 
 def test_a_fit_on_a_terminal_draws_the_epoch_bar_with_its_values(tmp_path, screen):
     bar = RichProgressBar()
-    t = trainer(tmp_path, max_epochs=2, callbacks=[bar])
+    t = trainer(tmp_path, max_epochs=2, callbacks=[bar], num_sanity_val_steps=0)
     assert t.progress_bar_callback is bar
     t.fit(Regressor(prog_bar=True), *loaders())
     text = screen.getvalue()
@@ -85,7 +85,7 @@ def test_a_fit_on_a_terminal_draws_the_epoch_bar_with_its_values(tmp_path, scree
 
 def test_off_a_terminal_it_prints_plain_lines_and_still_counts(tmp_path, capsys):
     bar = RichProgressBar()
-    t = trainer(tmp_path, max_epochs=1, callbacks=[bar], enable_model_summary=False)
+    t = trainer(tmp_path, max_epochs=1, callbacks=[bar], enable_model_summary=False, num_sanity_val_steps=0)
     t.fit(Regressor(prog_bar=True), *loaders())
     captured = capsys.readouterr()
     assert "\x1b" not in captured.out + captured.err and "━" not in captured.out + captured.err
@@ -228,7 +228,7 @@ def test_each_batch_and_each_hidden_validation_bar_is_one_rich_update(tmp_path, 
     calls = _count_updates(bar, monkeypatch)
     bar.on_train_start(None, None)  # a display started before the fit is the one the fit uses
     display = bar.progress
-    trainer(tmp_path, max_epochs=2, callbacks=[bar]).fit(Regressor(prog_bar=True), *loaders())
+    trainer(tmp_path, max_epochs=2, callbacks=[bar], num_sanity_val_steps=0).fit(Regressor(prog_bar=True), *loaders())
     # 4 training and 2 validation batches per epoch, and the finished validation bar hidden: titles, totals and
     # shown values are set without an update
     assert len(calls) == 2 * (4 + 2 + 1)

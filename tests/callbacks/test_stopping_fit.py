@@ -20,7 +20,7 @@ class EpochLoss(Regressor):
 def test_early_stopping_stops_after_patience_validations(tmp_path):
     stop = EarlyStopping("val/score", patience=2)
     module = Regressor(val_scores=[1.0, 0.5, 0.6, 0.7, 0.4, 0.3])
-    t = trainer(tmp_path, max_epochs=6, callbacks=[stop])
+    t = trainer(tmp_path, max_epochs=6, callbacks=[stop], num_sanity_val_steps=0)
     t.fit(module, *loaders())
     assert module.validations == 4 and t.current_epoch == 4  # epochs 0-3 ran; stopped after epoch 3's check
     assert stop.stopped_epoch == 3 and stop.best_score == 0.5 and t.should_stop

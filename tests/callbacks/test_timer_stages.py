@@ -18,7 +18,7 @@ def test_validation_time_counts_the_sanity_check_and_test_time_starts_with_test(
             callbacks=[checked]).fit(module, *loaders())  # stops after 2 of 4 batches: no validation but the check
     assert checked.time_elapsed("train") > 0 and checked.time_elapsed("validate") > 0
     unchecked = Timer()
-    t = trainer(tmp_path, max_steps=2, enable_checkpointing=False, callbacks=[unchecked])
+    t = trainer(tmp_path, max_steps=2, enable_checkpointing=False, callbacks=[unchecked], num_sanity_val_steps=0)
     t.fit(module, *loaders())
     assert unchecked.time_elapsed("validate") == 0 and unchecked.start_time("validate") is None
     assert unchecked.time_elapsed("test") == 0

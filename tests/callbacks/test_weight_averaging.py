@@ -53,7 +53,8 @@ def test_validation_runs_with_the_average_and_training_goes_on_with_its_own_weig
     averaging = WeightAveraging()  # the plain mean of the weights after each step
     record = _Recorder()  # after the averaging callback: sees what validation sees
     module = Regressor()
-    t = trainer(tmp_path, max_epochs=2, callbacks=[averaging, record], enable_checkpointing=False)
+    t = trainer(tmp_path, max_epochs=2, callbacks=[averaging, record], enable_checkpointing=False,
+                num_sanity_val_steps=0)
     t.fit(module, *loaders())
     first_epoch = record.after_steps[:4]
     mean = {k: sum(w[k] for w in first_epoch) / 4 for k in first_epoch[0]}
@@ -97,7 +98,8 @@ def test_nothing_averaged_leaves_the_weights_alone(tmp_path):
     never = EMAWeightAveraging(update_starting_at_step=1000)
     record = _Recorder()
     module = Regressor()
-    trainer(tmp_path, max_epochs=1, callbacks=[record, never], enable_checkpointing=False).fit(module, *loaders())
+    trainer(tmp_path, max_epochs=1, callbacks=[record, never], enable_checkpointing=False,
+            num_sanity_val_steps=0).fit(module, *loaders())
     assert state_of(module).keys() and all(torch.equal(v.detach(), record.after_steps[-1][k])
                                            for k, v in module.named_parameters())
     assert all(torch.equal(record.at_validation[0][k], record.after_steps[-1][k]) for k in record.at_validation[0])

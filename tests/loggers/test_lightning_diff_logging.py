@@ -83,7 +83,7 @@ def test_evaluation_step_values_reach_the_loggers_but_never_callback_metrics() -
             seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("v_")})
 
     logger = ListLogger()
-    trainer = _trainer(logger=logger, max_epochs=2, callbacks=[Reads()])
+    trainer = _trainer(logger=logger, max_epochs=2, callbacks=[Reads()], num_sanity_val_steps=0)
     trainer.fit(StepOnlyValidation(), _data(), make_loader(make_regression_data(n=8), batch_size=4))
     # during the first validation nothing of it is a callback metric yet; during the second, the first's epoch mean
     assert seen == [{}, {}, {"v_both": 1.5, "v_both_epoch": 1.5}, {"v_both": 1.5, "v_both_epoch": 1.5}]

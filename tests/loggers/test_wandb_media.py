@@ -35,7 +35,7 @@ def test_media_logged_from_a_module_reach_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     logger = WandbLogger(project="media", save_dir=tmp_path)
     trainer = Trainer(max_epochs=2, logger=logger, enable_progress_bar=False, enable_model_summary=False,
-                      enable_checkpointing=False)
+                      enable_checkpointing=False, num_sanity_val_steps=0)
     data = make_regression_data(n=16)
     module = Illustrated()
     module.wav = str(tmp_path / "beep.wav")

@@ -73,7 +73,7 @@ def test_every_training_epoch_reads_each_loader_from_its_start(mode, per_epoch):
 @pytest.mark.parametrize("limit", [None, 3])
 def test_every_validation_reads_each_loader_from_its_start(limit):
     module = Recorder()
-    trainer = quiet_trainer(max_epochs=2, limit_val_batches=limit)
+    trainer = quiet_trainer(max_epochs=2, limit_val_batches=limit, num_sanity_val_steps=0)
     trainer.fit(module, combined("min_size"), combined("min_size"))
     runs = by_epoch(module.val_seen)
     assert runs[0] == runs[1] == [(4 * i, 4 * i) for i in range(limit or 6)]

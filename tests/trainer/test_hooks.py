@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stoker import Callback, Trainer
+from stoker import Callback, Trainer, TrainingModule
 from tests.helpers.hooks import HookRecorder, record_hooks
 from tests.helpers.models import Regressor, make_loader, make_regression_data
 
@@ -36,7 +36,8 @@ def expand(names: list[str]) -> list[str]:
 def fit_with_recording(accumulate: int = 1, n: int = 24) -> list[str]:
     calls: list[str] = []
     trainer = Trainer(max_epochs=2, accumulate=accumulate, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, callbacks=[HookRecorder(calls, "a"), HookRecorder(calls, "b")])
+                      enable_progress_bar=False, callbacks=[HookRecorder(calls, "a"), HookRecorder(calls, "b")],
+                      num_sanity_val_steps=0)
     data = make_regression_data(n=n)
     trainer.fit(RecordingModule(calls), make_loader(data, batch_size=8), make_loader(make_regression_data(n=16), batch_size=8))
     return calls
@@ -57,6 +58,31 @@ def test_hook_counts_with_accumulation() -> None:
     assert counts["a:on_validation_batch_end"] == 4 and counts["b:on_validation_end"] == 2
     assert counts["m:on_train_epoch_end"] == counts["m:on_train_epoch_start"] == 2
     assert counts["a:setup"] == counts["a:teardown"] == 1
+
+
+def test_a_default_fit_first_runs_lightnings_sanity_check_of_two_val_batches() -> None:
+    calls: list[str] = []
+    stages: list[tuple[str, bool, bool]] = []
+
+    class Stage(Callback):
+        def on_validation_batch_start(self, trainer: Any, module: Any, *args: Any) -> None:
+            stages.append((str(trainer.state.stage), trainer.sanity_checking, trainer.validating))
+
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      callbacks=[HookRecorder(calls, "a"), Stage()])
+    trainer.fit(RecordingModule(calls), make_loader(make_regression_data(n=8), batch_size=8),
+                make_loader(make_regression_data(n=32), batch_size=8))  # one train batch, four val batches
+    # The module records every hook, so it gets the two sanity hooks as well; Lightning's module has no default of
+    # them, and a module that does not define them is not asked.
+    def both(names: list[str]) -> list[str]:
+        return [f"{who}:{name}" for name in names for who in ("a", "m")]
+
+    sanity = both(["on_sanity_check_start", *VALIDATION, "on_sanity_check_end"])
+    assert calls[:4] == both(["setup", "on_fit_start"]) and calls[4:4 + len(sanity)] == sanity
+    assert calls[4 + len(sanity):][:2] == both(["on_train_start"])
+    assert stages == [("sanity_check", True, False)] * 2 + [("validate", False, True)] * 4
+    assert trainer.num_sanity_val_batches == [2] and not trainer.sanity_checking
+    assert "on_sanity_check_start" not in vars(TrainingModule) and "on_sanity_check_start" in vars(Callback)
 
 
 def test_validate_test_predict_hooks() -> None:

@@ -193,8 +193,49 @@ def test_a_data_modules_transfer_hooks_run_instead_of_the_modules() -> None:
             return batch
 
     with pytest.warns(UserWarning, match="Seeing and Data both define on_after_batch_transfer: the data module's runs"):
-        quiet().fit(Seeing(), datamodule=Data())
+        quiet(num_sanity_val_steps=0).fit(Seeing(), datamodule=Data())
     assert calls == ["data.before", "data.after"] * 3 and "module.after" not in calls  # 2 train batches, 1 val
     calls.clear()
     quiet().fit(Regressor(), make_loader(make_regression_data(n=16)))  # no data module: nothing of its runs
     assert calls == []
+
+
+def test_a_data_modules_wrapper_of_a_default_transfer_hook_does_not_take_the_modules_place() -> None:
+    import functools
+
+    import pytest
+
+    from stoker import DataModule
+
+    calls: list[str] = []
+
+    class Data(DataModule):
+        def train_dataloader(self) -> Any:
+            return make_loader(make_regression_data(n=16))
+
+    class Own(Data):
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            calls.append("data.after")
+            return batch
+
+    def wrapped(data: DataModule) -> DataModule:  # what a recorder or profiler does: wrap, then call through
+        inner = data.on_after_batch_transfer
+
+        @functools.wraps(inner)
+        def hook(*args: Any) -> Any:
+            calls.append("wrapper")
+            return inner(*args)
+        data.on_after_batch_transfer = hook  # type: ignore[method-assign]
+        return data
+
+    class Module(Regressor):
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            calls.append("module.after")
+            return batch
+
+    quiet().fit(Module(), datamodule=wrapped(Data()))  # the default, wrapped: the module's hook runs (Lightning)
+    assert calls == ["module.after"] * 2
+    calls.clear()
+    with pytest.warns(UserWarning, match="both define on_after_batch_transfer"):
+        quiet().fit(Module(), datamodule=wrapped(Own()))  # an override, wrapped: the data module's
+    assert calls == ["wrapper", "data.after"] * 2

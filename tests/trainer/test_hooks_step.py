@@ -59,7 +59,7 @@ def names(calls: list[Any]) -> list[str]:
 def test_the_step_hooks_run_in_order_with_their_arguments() -> None:
     module = Recording(scheduler="epoch")  # StepLR per epoch: steps at the epoch's last batch
     data = make_regression_data(n=16)
-    quiet(gradient_clip_val=0.5).fit(module, make_loader(data), make_loader(data))
+    quiet(gradient_clip_val=0.5, num_sanity_val_steps=0).fit(module, make_loader(data), make_loader(data))
     batch = ["optimizer_zero_grad", "backward", "clip", "optimizer_step"]
     assert names(module.calls) == [*batch, "on_train_batch_end", *batch, "lr_scheduler_step", "on_train_batch_end",
                                    "on_validation_start"]
@@ -119,7 +119,8 @@ def test_an_epoch_scheduler_has_stepped_when_the_epochs_validation_runs() -> Non
             seen.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     data = make_regression_data(n=16)
-    quiet(callbacks=[Reads()]).fit(Regressor(lr=0.1, scheduler="epoch"), make_loader(data), make_loader(data))
+    quiet(callbacks=[Reads()], num_sanity_val_steps=0).fit(Regressor(lr=0.1, scheduler="epoch"), make_loader(data),
+                                                         make_loader(data))
     assert seen and seen[0] < 0.1
 
 

@@ -166,7 +166,11 @@ def test_num_sanity_val_steps_runs_a_short_validation_before_training_without_si
     count = Count()
     bare(max_epochs=1, callbacks=[count]).fit(Regressor(), make_loader(data, batch_size=8),
                                               make_loader(val, batch_size=8))
-    assert count.sanity == 0 and count.val_runs == 1  # stoker's default: no sanity check
+    assert count.sanity == 1 and count.val_runs == 2  # the default: Lightning's sanity check of 2 batches
+    count = Count()
+    bare(max_epochs=1, num_sanity_val_steps=0, callbacks=[count]).fit(Regressor(), make_loader(data, batch_size=8),
+                                                                      make_loader(val, batch_size=8))
+    assert count.sanity == 0 and count.val_runs == 1  # 0: no sanity check
 
 
 def test_reload_dataloaders_every_n_epochs_asks_the_hook_again() -> None:
@@ -296,7 +300,7 @@ def test_inference_mode_for_stages_run_on_their_own_and_no_grad_inside_fit(infer
         def on_test_start(self) -> None:
             self._look("test")
 
-    trainer = quiet_trainer(max_steps=2, inference_mode=inference)
+    trainer = quiet_trainer(max_steps=2, inference_mode=inference, num_sanity_val_steps=0)
     module = Looks()
     data = make_loader(make_regression_data(n=16), batch_size=8)
     trainer.fit(module, data, data)

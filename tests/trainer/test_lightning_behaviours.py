@@ -277,11 +277,12 @@ def test_time_based_val_check_interval(monkeypatch, interval):
     clock = Clock()
     monkeypatch.setattr(loops, "monotonic", clock)  # the loop's clock only: threads of earlier tests read theirs
     module = Regressor()
-    trainer = quiet_trainer(max_epochs=2, val_check_interval=interval)
+    trainer = quiet_trainer(max_epochs=2, val_check_interval=interval, num_sanity_val_steps=0)
     trainer.fit(module, loader(n=64), loader())  # 8 batches an epoch, one clock call per check
     assert trainer.val_check_seconds == 3.0 and module.validations == 5
     gated = Regressor()
-    gated_trainer = quiet_trainer(max_epochs=2, val_check_interval=interval, check_val_every_n_epoch=2)
+    gated_trainer = quiet_trainer(max_epochs=2, val_check_interval=interval, check_val_every_n_epoch=2,
+                                  num_sanity_val_steps=0)
     gated_trainer.fit(gated, loader(n=64), loader())
     monkeypatch.undo()
     assert gated.validations == 2  # the first epoch does not validate, the second every third second

@@ -117,7 +117,7 @@ def test_on_train_batch_start_returning_minus_one_ends_the_epoch_there_without_i
             ends.append((trainer.global_step, trainer.is_last_batch))
 
     module = EndsFirstEpochEarly()
-    trainer = quiet_trainer(max_epochs=2, limit_val_batches=1, callbacks=[LastBatch()])
+    trainer = quiet_trainer(max_epochs=2, limit_val_batches=1, callbacks=[LastBatch()], num_sanity_val_steps=0)
     trainer.fit(module, indices(10), indices(2, 100))
     trained = [(epoch, batch[0]) for epoch, _, _, batch in module.steps("train")]
     assert trained == [(0, 0), (0, 2)] + [(1, i) for i in range(0, 10, 2)]  # epoch 1 reads its loader from the start

@@ -90,7 +90,7 @@ class StopDuringSanityCheck(Callback):
 @pytest.mark.parametrize("settings", [dict(max_epochs=0), dict(max_steps=0, max_epochs=-1)])
 def test_a_fit_with_no_epoch_or_step_to_run_skips_the_training_hooks(settings):
     calls, module = Calls(), Small()
-    trainer = quiet_trainer(callbacks=[calls], enable_model_summary=False, **settings)
+    trainer = quiet_trainer(callbacks=[calls], enable_model_summary=False, num_sanity_val_steps=0, **settings)
     trainer.fit(module)
     assert calls.names == ["on_fit_start", "on_fit_end"]
     assert module.asked == ["train"]  # the train loader is still asked for; the val loaders are not

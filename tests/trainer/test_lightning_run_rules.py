@@ -44,7 +44,7 @@ def test_overfit_batches_reads_the_same_first_batches_in_order_every_epoch(tmp_p
     data = make_regression_data(64)
     train = DataLoader(data, batch_size=8, shuffle=True)
     module = Seen()
-    t = quiet(tmp_path, max_epochs=3, overfit_batches=2)
+    t = quiet(tmp_path, max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)
     with pytest.warns(UserWarning, match="RandomSampler is replaced by a SequentialSampler") as caught:
         t.fit(module, train, DataLoader(make_regression_data(32, seed=1), batch_size=8))
     # Lightning's words begin the warning, so a filter or a test written for Lightning's warning matches it

@@ -79,7 +79,7 @@ def test_fit_asks_for_val_at_the_first_validation_and_train_after_the_sanity_che
 
 def test_without_a_sanity_check_val_is_asked_right_after_train_when_the_first_epoch_validates(tmp_path):
     journal: list[str] = []
-    t = quiet(tmp_path, max_epochs=2, callbacks=[Journal(journal)])
+    t = quiet(tmp_path, max_epochs=2, num_sanity_val_steps=0, callbacks=[Journal(journal)])
     t.fit(Asking(journal))
     assert journal[:4] == ["on_fit_start", "train@0", "val@0", "on_train_start"]
     assert journal.count("val@0") == 1 and "val@1" not in journal
@@ -93,7 +93,8 @@ def test_val_is_asked_at_the_first_validation_when_the_first_epoch_does_not_vali
         def on_train_epoch_end(self, trainer, module):
             counts.append(list(trainer.num_val_batches))
 
-    t = quiet(tmp_path, max_epochs=2, check_val_every_n_epoch=2, callbacks=[Journal(journal), Counts()])
+    t = quiet(tmp_path, max_epochs=2, check_val_every_n_epoch=2, num_sanity_val_steps=0,
+              callbacks=[Journal(journal), Counts()])
     t.fit(Asking(journal))
     assert journal[:4] == ["on_fit_start", "train@0", "on_train_start", "val@1"]
     assert counts == [[float("inf")], [1]]  # not known until asked for
@@ -201,7 +202,7 @@ def test_a_bad_loader_from_a_hook_is_an_error_when_it_is_asked_for(tmp_path):
     with pytest.raises(TypeError, match="Loader #0 is a Tensor"):
         t.fit(BadVal())
     assert t.global_step == 0  # asked with the train loader, before training (the first epoch validates)
-    t = quiet(tmp_path, max_epochs=2, check_val_every_n_epoch=2)
+    t = quiet(tmp_path, max_epochs=2, check_val_every_n_epoch=2, num_sanity_val_steps=0)
     with pytest.raises(TypeError, match="Loader #0 is a Tensor"):
         t.fit(BadVal())
     assert t.global_step == 4  # epoch 0 trained: the val hook was asked at the first validation, in epoch 1
@@ -260,7 +261,7 @@ class Rows(Dataset):
 def test_few_workers_warning_once_per_loader_and_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(workers, "available_cpus", lambda: 8)
     train, val = DataLoader(Rows(), batch_size=4), DataLoader(Rows(), batch_size=4)
-    t = quiet(tmp_path, max_epochs=2)
+    t = quiet(tmp_path, max_epochs=2, num_sanity_val_steps=0)
     with pytest.warns(UserWarning) as seen:
         t.fit(Regressor(), train, val)
         t.fit(Regressor(), train, val)
@@ -319,7 +320,7 @@ def test_overfit_batches_validates_on_the_train_batches(tmp_path):
             return super().validation_step(batch, batch_idx)
 
     journal: list[str] = []
-    quiet(tmp_path, max_epochs=2, overfit_batches=1).fit(Both(journal))
+    quiet(tmp_path, max_epochs=2, overfit_batches=1, num_sanity_val_steps=0).fit(Both(journal))
     assert len(seen["val"]) == 2 and all(torch.equal(v, seen["train"][0]) for v in seen["train"] + seen["val"])
     assert not [j for j in journal if j.startswith("val")]  # the val loaders are not asked for
 

@@ -72,7 +72,7 @@ def test_torchmetrics_epoch_values_equal_a_manual_computation() -> None:
     module = Classifier()
     train = make_loader(make_regression_data(n=60, seed=1), batch_size=8, shuffle=True)  # last batch of 4
     val_data = make_regression_data(n=28, seed=2)
-    trainer = bare(max_epochs=3, seed=0)
+    trainer = bare(max_epochs=3, seed=0, num_sanity_val_steps=0)
     trainer.fit(module, train, make_loader(val_data, batch_size=8))
     assert len(module.per_epoch) == 3 and len(set(module.per_epoch)) > 1  # reset between epochs
     assert len(module.val_per_epoch) == 3 and len(set(module.val_per_epoch)) > 1

@@ -37,7 +37,7 @@ class Where(Callback):
 
 def validations(n: int = 56, **kwargs: Any) -> Where:
     where = Where()
-    trainer = bare(callbacks=[where], **kwargs)
+    trainer = bare(callbacks=[where], num_sanity_val_steps=0, **kwargs)
     trainer.fit(Regressor(), make_loader(make_regression_data(n=n), batch_size=8),
                 make_loader(make_regression_data(n=24), batch_size=8))
     return where
@@ -61,7 +61,8 @@ def test_limits_count_batches_and_the_last_kept_batch_closes_the_window() -> Non
     module = Regressor()
     reference = raw_loop(clone_model(module.net), batches(data, 8)[:5], epochs=2, accumulate=2)
     where = Where()
-    trainer = bare(max_epochs=2, accumulate=2, limit_train_batches=5, limit_val_batches=0.5, callbacks=[where])
+    trainer = bare(max_epochs=2, accumulate=2, limit_train_batches=5, limit_val_batches=0.5, callbacks=[where],
+                   num_sanity_val_steps=0)
     trainer.fit(module, make_loader(data, batch_size=8), make_loader(make_regression_data(n=32), batch_size=8))
     for got, want in zip(params_of(module.net), params_of(reference)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -73,7 +73,7 @@ class Recorder(Regressor):
 def test_the_eval_hook_runs_before_the_stage_and_modes_come_back_after_it() -> None:
     module = Recorder()
     module.net[0].eval()  # a frozen layer: the default restores each sub-module's own mode, not train() for all
-    trainer = quiet(max_epochs=1)
+    trainer = quiet(max_epochs=1, num_sanity_val_steps=0)
     trainer.fit(module, loader(), loader())
     trainer.test(module, loader())
     trainer.predict(module, loader())

@@ -35,7 +35,7 @@ def test_properties_inside_steps(capsys: pytest.CaptureFixture) -> None:
     assert (module.global_step, module.current_epoch, module.device.type) == (0, 0, "cpu")
     with pytest.raises(RuntimeError, match="not attached to a Trainer"):
         module.trainer
-    trainer = bare(max_epochs=2, accumulate=2)
+    trainer = bare(max_epochs=2, accumulate=2, num_sanity_val_steps=0)
     trainer.fit(module, make_loader(make_regression_data(n=32), batch_size=8),
                 make_loader(make_regression_data(n=8), batch_size=8))
     train = [s for s in module.seen if s[0] != "val"]

@@ -15,7 +15,7 @@ from tests.helpers.models import Regressor
 
 
 def _fit(tmp_path, profiler):
-    t = trainer(tmp_path, max_epochs=2, profiler=profiler, enable_checkpointing=False)
+    t = trainer(tmp_path, max_epochs=2, profiler=profiler, enable_checkpointing=False, num_sanity_val_steps=0)
     t.fit(Regressor(), *loaders())
     return t
 

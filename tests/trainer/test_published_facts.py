@@ -81,7 +81,7 @@ def test_max_steps_in_the_middle_of_an_epoch_is_not_a_finished_epoch() -> None:
 
 def test_fitting_is_true_only_inside_fit_and_validation_count_restarts_with_each_fit() -> None:
     facts = Facts()
-    trainer = fit(facts, max_epochs=2)
+    trainer = fit(facts, max_epochs=2, num_sanity_val_steps=0)
     assert [s[2] for s in facts.seen if s[0] == "val"] == [1, 2]
     assert ("setup", "fit", True) in facts.seen and not trainer.fitting
     trainer.validate(dataloaders=make_loader(make_regression_data(n=16), batch_size=8))

@@ -100,7 +100,7 @@ def test_the_state_reads_as_lightnings_members_and_prints_as_stokers_strings() -
         def on_validation_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
             seen.append((trainer.state.fn, trainer.state.stage, trainer.state.status))
 
-    trainer = quiet_trainer(max_epochs=1, callbacks=[Record()])
+    trainer = quiet_trainer(max_epochs=1, callbacks=[Record()], num_sanity_val_steps=0)
     assert isinstance(trainer.state, TrainerState) and trainer.state.status is TrainerStatus.INITIALIZING
     trainer.fit(Regressor(), *loaders())
     assert seen[0] == (TrainerFn.FITTING, RunningStage.TRAINING, TrainerStatus.RUNNING)
@@ -139,7 +139,7 @@ def test_val_check_batch_is_infinite_for_a_loader_without_length() -> None:
 
 
 def test_num_sanity_val_batches_is_a_fact_of_a_fits_sanity_check_only() -> None:
-    without = quiet_trainer(max_epochs=1)
+    without = quiet_trainer(max_epochs=1, num_sanity_val_steps=0)
     without.fit(Regressor(), *loaders())
     assert without.num_val_batches == [2] and without.num_sanity_val_batches == []  # none asked for
     checked = quiet_trainer(max_epochs=1, num_sanity_val_steps=1)

@@ -41,7 +41,7 @@ class NoIndex(Regressor):
 def test_steps_without_batch_idx_are_called_with_the_batch_alone() -> None:
     module = NoIndex()
     data = make_regression_data(n=32)
-    trainer = bare(max_epochs=1)
+    trainer = bare(max_epochs=1, num_sanity_val_steps=0)
     trainer.fit(module, make_loader(data), make_loader(data))
     trainer.test(module, make_loader(data))
     predictions = trainer.predict(module, make_loader(data))

@@ -162,7 +162,7 @@ def test_eval_loaders_samplers_get_the_fit_epoch(tmp_path):
     sampler = _EpochSampler(data)
     val = DataLoader(data, batch_size=8, sampler=sampler)
     trainer = Trainer(default_root_dir=tmp_path, max_epochs=2, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, use_distributed_sampler=False)
+                      enable_progress_bar=False, use_distributed_sampler=False, num_sanity_val_steps=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(Regressor(), make_loader(make_regression_data(32), 8), val)

@@ -175,7 +175,7 @@ def sanity_steps(value: Any) -> int | None:
         return None
     if not is_int(value) or value < 0:
         raise ValueError(f"Trainer(num_sanity_val_steps={value!r}) must be an int >= 0 (batches per val loader to "
-                         "run before training; 0: none, stoker's default) or -1 (every batch).")
+                         "run before training; 0: none; 2 by default) or -1 (every batch).")
     return value
 
 

@@ -49,8 +49,8 @@ class Trainer(RunFacts, CoreTrainer):
     ``gradient_clip_val`` + ``gradient_clip_algorithm`` ("norm" | "value": ``clip_grad_norm`` / ``clip_grad_value``),
     ``num_nodes`` (checked against the launcher), ``min_epochs`` / ``min_steps`` (a stop request waits for them),
     ``max_time`` ("DD:HH:MM:SS", timedelta or dict: a ``Timer``), ``fast_dev_run`` (True or n: n batches of
-    training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (stoker's default 0:
-    no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
+    training and validation, one epoch, no checkpoints or loggers), ``num_sanity_val_steps`` (2 by default, as in
+    Lightning; 0: no sanity check; -1: every val batch), ``detect_anomaly``, ``benchmark`` (``cudnn.benchmark``),
     ``reload_dataloaders_every_n_epochs``, ``use_distributed_sampler`` (False only in one process: stoker always
     shards; False keeps your ``RandomSampler``, as Lightning does), ``float32_matmul_precision`` ("highest" |
     "high" | "medium": ``torch.set_float32_matmul_precision``), ``inference_mode`` (True: ``validate``/``test``/
@@ -73,7 +73,7 @@ class Trainer(RunFacts, CoreTrainer):
         self, *, accumulate_grad_batches: int | None = None, gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
-        num_sanity_val_steps: int = 0, detect_anomaly: bool = False, benchmark: bool | None = None,
+        num_sanity_val_steps: int | None = None, detect_anomaly: bool = False, benchmark: bool | None = None,
         reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
         float32_matmul_precision: str | None = None, profiler: str | Profiler | None = None,
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
@@ -359,7 +359,8 @@ def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any
     return RunOptions(
         min_epochs=check.optional_int("min_epochs", min_epochs, 0),
         min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
-        num_sanity_val_steps=0 if dev_run else check.sanity_steps(num_sanity_val_steps),
+        num_sanity_val_steps=0 if dev_run or barebones else RunOptions.num_sanity_val_steps
+        if num_sanity_val_steps is None else check.sanity_steps(num_sanity_val_steps),
         reload_dataloaders_every_n_epochs=check.optional_int(
             "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
         use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
