@@ -17,9 +17,9 @@ def defines_hook(obj: Any, name: str, base: type, *, unwrap: bool = False) -> bo
     data modules.
 
     ``unwrap``: a wrapper set on the instance (``functools.wraps`` / ``update_wrapper``, ``functools.partial``) counts
-    as what it wraps, so wrapping the default does not define the hook. Lightning's rule where the answer picks whose
-    hook runs instead of whose (a data module's transfer hooks); where it only decides whether to call, a wrapper is
-    called (it may record or time the call).
+    as what it wraps, so wrapping the default does not define the hook. Lightning's rule where the answer decides
+    whose hook runs (a data module's transfer hooks, or else the module's); where it only decides whether to call, a
+    wrapper is called (it may record or time the call).
 
     Example:
         >>> defines_hook(my_module, "validation_step", TrainingModule)   # doctest: +SKIP

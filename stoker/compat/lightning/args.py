@@ -169,8 +169,10 @@ def overfit_batches(value: Any) -> int | float:
                      "val loaders, read in order) or a float in [0.0, 1.0] (that fraction of them); 0 turns it off.")
 
 
-def sanity_steps(value: Any) -> int | None:
-    """``num_sanity_val_steps``: an int >= 0, or -1 (None here) for every validation batch."""
+def sanity_steps(value: Any, default: int | None) -> int | None:
+    """``num_sanity_val_steps``: an int >= 0, or -1 (None here) for every validation batch; None: ``default``."""
+    if value is None:
+        return default
     if is_int(value) and value == -1:
         return None
     if not is_int(value) or value < 0:

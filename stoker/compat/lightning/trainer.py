@@ -355,12 +355,12 @@ def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any
                  reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, inference_mode: Any,
                  barebones: bool) -> RunOptions:
     """The core's run options from Lightning's arguments (checked, with Lightning's spellings: ``min_steps=-1``
-    is None; ``fast_dev_run`` runs no sanity check)."""
+    is None; ``num_sanity_val_steps=None`` is the core's default; none under ``fast_dev_run`` or ``barebones``)."""
+    sanity = check.sanity_steps(num_sanity_val_steps, default=RunOptions.num_sanity_val_steps)
     return RunOptions(
         min_epochs=check.optional_int("min_epochs", min_epochs, 0),
         min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
-        num_sanity_val_steps=0 if dev_run or barebones else RunOptions.num_sanity_val_steps
-        if num_sanity_val_steps is None else check.sanity_steps(num_sanity_val_steps),
+        num_sanity_val_steps=0 if dev_run or barebones else sanity,
         reload_dataloaders_every_n_epochs=check.optional_int(
             "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
         use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
