@@ -37,7 +37,7 @@ from .run_scope import run_scope
 from .setup import RunSetup
 from .spawn import runs_in_workers
 from .stages import PREDICT, STAGES, TRAIN, StageRecord
-from .states import TrainerState
+from .states import RunningStage, TrainerState
 
 if TYPE_CHECKING:
     from ..accelerator import AcceleratedOptimizer
@@ -330,7 +330,7 @@ class Trainer:
         return next((c for c in self.callbacks if isinstance(c, ModelCheckpoint)), None)
 
     training = property(lambda self: self.state.stage == TRAIN.name, doc="True while training batches run.")
-    sanity_checking = property(lambda self: self.state.stage == "sanity_check", doc="True during the sanity check.")
+    sanity_checking = property(lambda self: self.state.stage is RunningStage.SANITY_CHECKING, doc="In the sanity check.")
 
     fitting = property(lambda self: self.state.fn == "fit", doc="True while a ``fit()`` call runs (setup to teardown).")
 

@@ -23,6 +23,7 @@ from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
 from .mode_hooks import overrides_train_hook
 from .stages import PREDICT, STAGES, TRAIN, VALIDATE
+from .states import RunningStage
 from .batch_iter import check_predict, run_eval_steps
 from .iterables import batch_count
 from .step_args import stage_step, takes_iterator
@@ -229,7 +230,7 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     states = capture_rng_state()
     loaders: list[Any] = []
     limits: list[Any] = []
-    t.state.stage = "sanity_check"  # trainer.sanity_checking; send_to_loggers sends nothing meanwhile
+    t.state.stage = RunningStage.SANITY_CHECKING  # trainer.sanity_checking; send_to_loggers sends nothing meanwhile
     try:
         t.hooks.call("on_sanity_check_start")
         loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)

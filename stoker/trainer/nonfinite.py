@@ -144,7 +144,6 @@ class NonFiniteLoss:
         acc = accelerator
         if not pending and acc.num_processes == 1:
             return None
-        index = len(pending)
         if pending:
             losses = _stacked([p[0] for p in pending])
             if acc.num_processes == 1:

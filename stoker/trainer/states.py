@@ -60,6 +60,11 @@ class RunningStage(_Name):
         """The prefix of this stage's loader hook (``"val"`` for ``val_dataloader``); None for the sanity check."""
         return {"sanity_check": None, "validate": "val"}.get(self.value, self.value)
 
+    @property
+    def evaluating(self) -> bool:
+        """The sanity check, a validation or a test (Lightning's ``RunningStage.evaluating``)."""
+        return self in (RunningStage.SANITY_CHECKING, RunningStage.VALIDATING, RunningStage.TESTING)
+
 
 _MEMBERS: dict[str, type[_Name]] = {"fn": TrainerFn, "stage": RunningStage, "status": TrainerStatus}
 

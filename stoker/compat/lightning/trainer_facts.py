@@ -156,7 +156,7 @@ class RunFacts:
     @property
     def evaluating(self) -> bool:
         """Lightning's name: a validation (the sanity check's too) or a test is running."""
-        return self.state.stage in ("sanity_check", "validate", "test")
+        return self.state.stage is not None and self.state.stage.evaluating
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
