@@ -20,6 +20,7 @@ import torch
 from ..version import __version__
 from .hook_checkpoint import VERSION_KEY
 from .loading import trainer_checkpoint, trainer_own
+from .torch_file import is_torch_file, read_torch_file
 
 # Accelerate's file names for the objects saved once for all processes: optimizer.safetensors, optimizer_1...
 _SHARED_STATE = re.compile(r"(optimizer|scheduler)(?:_(\d+))?\.safetensors")
@@ -34,8 +35,9 @@ def _folder(path: Any) -> str:
     folder = os.fspath(path)
     if os.path.isfile(folder):
         raise ValueError(f"read_checkpoint: {folder} is a file; a stoker checkpoint is a folder (written by "
-                         "Trainer.save_checkpoint, ModelCheckpoint or Accelerator.save_state). Read a .safetensors "
-                         "weights file with safetensors.torch.load_file.")
+                         "Trainer.save_checkpoint, ModelCheckpoint or Accelerator.save_state), and this file is not "
+                         "a torch.save checkpoint either. Read a .safetensors weights file with "
+                         "safetensors.torch.load_file.")
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"read_checkpoint: no checkpoint folder at {folder!r}.")
     if not os.path.isfile(os.path.join(folder, STATE_NAME)):
@@ -65,7 +67,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     """A checkpoint folder as the dict a Lightning ``.ckpt`` holds.
 
     Args:
-        path: A folder written by ``Trainer.save_checkpoint``, ``ModelCheckpoint`` or ``Accelerator.save_state``.
+        path: A folder written by ``Trainer.save_checkpoint``, ``ModelCheckpoint`` or ``Accelerator.save_state``;
+            or a single-file PyTorch checkpoint (a Lightning ``.ckpt``), returned as ``torch.load`` gives it
+            (read with ``weights_only=True``).
         map_location: The device every tensor goes to (None: the CPU, where the files are read).
 
     Returns:
@@ -90,6 +94,8 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     if map_location is not None and not isinstance(map_location, (str, torch.device)):
         raise TypeError(f"read_checkpoint(map_location={map_location!r}): expected a device ('cpu', 'cuda:0', a "
                         "torch.device) or None.")
+    if isinstance(path, (str, os.PathLike)) and is_torch_file(os.fspath(path)):
+        return read_torch_file(os.fspath(path), "read_checkpoint", map_location)  # e.g. Lightning's .ckpt, as saved
     folder = _folder(path)
     payload = trainer_checkpoint(folder)  # checks every file against the manifest once, then reads the Trainer's part
     names = sorted(verify_checkpoint(folder, files=[])["files"])  # the manifest's names (no second checksum)

@@ -39,6 +39,7 @@ from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
 from .hparams import container_keys, not_checkpointable
 from .iterables import IterableLoader
+from .torch_file import is_torch_file
 
 if TYPE_CHECKING:
     from .parts import TrainerParts
@@ -229,9 +230,10 @@ def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
     if ckpt_path == BEST:
         return best_checkpoint(trainer)
     path = os.fspath(ckpt_path)
-    if not os.path.isdir(path):
+    if not os.path.isdir(path) and not is_torch_file(path):
         raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
-                                "Trainer.save_checkpoint / ModelCheckpoint, 'last', 'best', or None.")
+                                "Trainer.save_checkpoint / ModelCheckpoint, 'last', 'best', None, or (validate, "
+                                "test, predict) a single-file PyTorch checkpoint such as a Lightning .ckpt.")
     return path
 
 
@@ -281,6 +283,12 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
                   "starting from the beginning.", file=sys.stderr, flush=True)
         trainer.run_setup.continue_position(train_loader)
         return
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"fit(ckpt_path={path!r}): a single-file PyTorch checkpoint (e.g. a Lightning .ckpt) holds the weights and "
+            "optimizer states, not what an exact resume needs (the loaders' positions, every random state), so a fit "
+            "resumes only from a stoker checkpoint folder. To start from its weights, build the module with "
+            "MyModule.load_from_checkpoint(path) and fit it without ckpt_path.")
     trainer.checkpoint_state.loaded = None
     try:
         restore_param_groups(trainer, path)
@@ -357,7 +365,7 @@ def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
         if ckpt_path == LAST and trainer.is_global_zero:  # Lightning's rule: the weights as they are, with a warning
             warn_no_last(trainer, trainer.state.fn or "validate")
         return
-    if trainer.accelerator.strategy.load_checkpoint_shards(path, [model], []):
+    if os.path.isdir(path) and trainer.accelerator.strategy.load_checkpoint_shards(path, [model], []):
         return  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards (the strategy reads them)
     from ..accelerator import load_checkpoint_in_model
 

@@ -7,7 +7,9 @@ format of the ``hparams.json`` written beside exported weights is ``stoker.callb
   Trainer state's ``hyper_parameters``;
 * a weights folder (``Accelerator.save_model``, ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a
   ``.safetensors`` file, with ``hparams.json`` beside them (written by ``export_weights`` and
-  :func:`write_hparams`).
+  :func:`write_hparams`);
+* a single-file PyTorch checkpoint (a Lightning ``.ckpt``, read by ``torch_file``): its ``state_dict`` and
+  ``hyper_parameters``.
 
 Hyperparameters a checkpoint cannot hold (a sub-model, an arbitrary object: stored as their ``repr``) are listed
 as such; loading needs them passed again as overrides. Hyperparameters saved from one container argument come back
@@ -31,6 +33,7 @@ from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write
 from stoker.user_frame import user_stacklevel
 
 from .hparams import as_container_argument, not_checkpointable
+from .torch_file import is_torch_file, read_torch_file
 
 __all__ = ["HPARAMS_NAME", "INSTANTIATOR", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 
@@ -64,10 +67,11 @@ def trainer_own(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return checkpoint, {k: checkpoint.pop(k) for k in _OWN if k in checkpoint}
 
 
-def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, Any] | None, dict[str, Any]]:
-    """``(weights, hparams or None, names not stored, trainer checkpoint or None, the record the hparams came
-    with)`` of a saved module (the record: the checkpoint or the hparams file, which may name a container
-    argument, ``hparams.container_keys``)."""
+def locate(path: str, weights_only: bool | None = None) -> tuple[str | dict[str, torch.Tensor], dict[str, Any] | None,
+                                                                 list[str], dict[str, Any] | None, dict[str, Any]]:
+    """``(weights: their file or folder, or the tensors themselves; hparams or None, names not stored, trainer
+    checkpoint or None, the record the hparams came with)`` of a saved module (the record: the checkpoint or the
+    hparams file, which may name a container argument, ``hparams.container_keys``)."""
     from ..accelerator import STATE_NAME
 
     if os.path.isdir(path):
@@ -94,10 +98,14 @@ def locate(path: str) -> tuple[str, dict[str, Any] | None, list[str], dict[str, 
                 "ModelCheckpoint: it would hold stoker_state.json) nor a weights folder (save_model / "
                 "ModelCheckpoint(export_weights=True): model.safetensors). Pass one of those, or a .safetensors file."
             )
+    elif os.path.isfile(path) and not path.endswith(".safetensors") and is_torch_file(path):
+        checkpoint = read_torch_file(path, "load_from_checkpoint", weights_only=weights_only)  # e.g. Lightning's .ckpt
+        return checkpoint["state_dict"], checkpoint.get("hyper_parameters"), [], checkpoint, checkpoint
     elif os.path.isfile(path):
         if not path.endswith(".safetensors"):
-            raise ValueError(f"load_from_checkpoint: {path} is not a .safetensors file. Pass a checkpoint folder, a "
-                             "weights folder or a .safetensors file.")
+            raise ValueError(f"load_from_checkpoint: {path} is neither a .safetensors file nor a torch.save file. "
+                             "Pass a checkpoint folder, a weights folder, a .safetensors file or a single-file "
+                             "PyTorch checkpoint (a Lightning .ckpt).")
         weights, beside = path, os.path.join(os.path.dirname(path), HPARAMS_NAME)
     else:
         raise FileNotFoundError(f"load_from_checkpoint: nothing at {path!r}. Pass a checkpoint folder "
@@ -235,13 +243,16 @@ def _check_path(cls: type, checkpoint_path: Any, weights_only: Any = None) -> No
                          "(e.g. with the storage's own copy tool) and pass its local path.")
 
 
-def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
+def load_weights(module: torch.nn.Module, weights: str | dict[str, torch.Tensor], strict: bool) -> None:
     """Loads the saved weights through the module's own ``load_state_dict(state_dict, strict=...)`` (as Lightning
     does: a module that overrides it, e.g. to rename old keys, sees every load), then says which keys a loose load
     left out. A strict load that fails on the keys says which ones, in stoker's words."""
     from ..accelerator import MismatchedKeysError, key_mismatch, read_state_dict, strip_compile_prefix
 
-    state = read_state_dict(weights)
+    if isinstance(weights, dict):  # a single-file checkpoint's state_dict, already read
+        state, label = {strip_compile_prefix(k): v for k, v in weights.items()}, "the checkpoint's state_dict"
+    else:
+        state, label = read_state_dict(weights), weights
     missing, unexpected, groups = key_mismatch(module, set(state))
     for group in groups.values():  # weights the module ties are saved once: give each of its names the tensor
         given = next((state[n] for n in group if n in state), None)
@@ -251,7 +262,7 @@ def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
     actual = {strip_compile_prefix(k): k for k in target}  # a part compiled in __init__ keeps its prefix
     state = {actual.get(k, k): v for k, v in state.items()}
     if not state:
-        warnings.warn(f"load_from_checkpoint: {weights} holds no weights; {type(module).__name__} keeps the "
+        warnings.warn(f"load_from_checkpoint: {label} holds no weights; {type(module).__name__} keeps the "
                       "parameters its __init__ made.", UserWarning, stacklevel=user_stacklevel())
     assign = any(t.is_meta for t in target.values())  # layers built on the meta device take the tensors as they are
     if assign:
@@ -262,7 +273,7 @@ def load_weights(module: torch.nn.Module, weights: str, strict: bool) -> None:
         if not strict or not (missing or unexpected):
             raise
         raise MismatchedKeysError(
-            f"Error(s) loading {weights!r} into {type(module).__name__}: missing keys {missing}, unexpected keys "
+            f"Error(s) loading {label!r} into {type(module).__name__}: missing keys {missing}, unexpected keys "
             f"{unexpected}. Pass strict=False to load the matching keys (or set the module's strict_loading=False). "
             f"(torch's load_state_dict: {error})"
         ) from error
@@ -291,7 +302,7 @@ def load_module(cls: type, checkpoint_path: Any, map_location: Any, strict: bool
                         "MyModule.load_from_checkpoint(path).")
     path = os.path.abspath(os.fspath(checkpoint_path))
     device = _device(map_location)
-    weights, hparams, not_stored, checkpoint, record = locate(path)
+    weights, hparams, not_stored, checkpoint, record = locate(path, weights_only)
     if hparams_file is not None:  # Lightning's rule: the file's hyperparameters replace the checkpoint's
         hparams = read_hparams_file_for_loading(hparams_file)
         not_stored = [n for n in not_stored if n not in hparams]

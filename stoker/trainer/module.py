@@ -293,15 +293,17 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
 
         Args:
             checkpoint_path: A Trainer/ModelCheckpoint checkpoint folder, a ``save_model`` weights folder (e.g.
-                ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a ``.safetensors`` file beside
-                ``hparams.json``.
+                ``ModelCheckpoint(export_weights=True)``'s ``weights/...``), a ``.safetensors`` file beside
+                ``hparams.json``, or a single-file PyTorch checkpoint (a ``.ckpt`` written by Lightning: its
+                ``state_dict`` and ``hyper_parameters``).
             map_location: Device for the weights (``"cpu"``, ``"cuda:0"``, a ``torch.device``); default: CPU.
             strict: Fail on missing or unexpected keys; None: the module's ``strict_loading`` (a value that
                 contradicts a ``strict_loading`` the module sets is a ``ValueError``).
             hparams_file: Hyperparameters to build the module from instead of the saved ones, as in Lightning: a
                 ``.yaml``/``.yml`` (e.g. the CSV logger's ``hparams.yaml``), ``.json`` or ``key,value`` ``.csv``.
-            weights_only: Lightning's switch for ``torch.load``; taken for its signature: a stoker checkpoint holds
-                no pickled objects, so it is always read as plain data (True, False and None load the same).
+            weights_only: Lightning's switch for ``torch.load``. A stoker checkpoint holds no pickled objects and
+                is always read as plain data; a single-file checkpoint is read with ``torch.load(weights_only=True)``
+                unless this is False (a full unpickle: only for a file you trust).
             **hparam_overrides: Constructor arguments that replace the saved ones.
 
         Example:

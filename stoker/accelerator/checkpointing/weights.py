@@ -248,6 +248,8 @@ def read_weight_file(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]
             f"{path} is not a plain file of tensors: torch.load(weights_only=True) refused it ({e}). stoker never "
             "unpickles arbitrary objects; re-export the weights as safetensors with save_model()."
         ) from e
+    if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
+        data = data["state_dict"]  # a training checkpoint (e.g. a Lightning .ckpt): the weights in it
     if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
         raise ValueError(f"{path} does not hold a dict of tensors (found {type(data).__name__}).")
     return data, {}
