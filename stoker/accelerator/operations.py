@@ -18,16 +18,17 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
-def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any, movable: Callable[[Any], Any] | None = None) -> Any:
     """Applies ``fn`` to every tensor in ``obj``, rebuilding dicts, lists, tuples, namedtuples and dataclasses.
 
     Containers keep their type (a ``UserDict`` subclass, a namedtuple, a dataclass instance); other leaves are
-    returned unchanged.
+    returned unchanged, except that with ``movable`` an object with a ``to`` method (outside lists, tuples and
+    mappings: a batch class of its own, a graph) is given to ``movable`` whole.
     """
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, (list, tuple)):
-        items = [apply_to_tensors(fn, o) for o in obj]
+        items = [apply_to_tensors(fn, o, movable) for o in obj]
         if _is_namedtuple(obj):
             return type(obj)(*items)
         try:
@@ -35,21 +36,25 @@ def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
         except TypeError:
             return items if isinstance(obj, list) else tuple(items)
     if isinstance(obj, Mapping):
-        items = {k: apply_to_tensors(fn, v) for k, v in obj.items()}
+        items = {k: apply_to_tensors(fn, v, movable) for k, v in obj.items()}
         if type(obj) is dict:
             return items
         try:
             return type(obj)(items)
         except TypeError:
             return items
+    if movable is not None and not isinstance(obj, type) and callable(getattr(obj, "to", None)):
+        return movable(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: apply_to_tensors(fn, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        changes = {f.name: apply_to_tensors(fn, getattr(obj, f.name), movable) for f in dataclasses.fields(obj)
+                   if f.init}
         return dataclasses.replace(obj, **changes)
     return obj
 
 
 def send_to_device(obj: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Moves every tensor in a (nested) batch to ``device``; other values pass through."""
+    """Moves every tensor in a (nested) batch to ``device``, and every object with a ``to`` method (as Accelerate and
+    Lightning do: a batch class of its own, a graph); other values pass through."""
     # Fast paths for the usual batches (a tensor, (x, y), a flat dict of tensors): this runs once per batch, and
     # the generic tree walk below costs several microseconds more.
     if isinstance(obj, torch.Tensor):
@@ -71,7 +76,18 @@ def send_to_device(obj: Any, device: torch.device, non_blocking: bool = False) -
             moved[k] = v.to(device, non_blocking=non_blocking)
         else:
             return moved
-    return apply_to_tensors(lambda t: t.to(device, non_blocking=non_blocking), obj)
+    return apply_to_tensors(lambda t: t.to(device, non_blocking=non_blocking), obj,
+                            lambda o: _move_object(o, device, non_blocking))
+
+
+def _move_object(obj: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``obj.to(device)`` for an object with its own ``to``; a ``to`` that takes no ``non_blocking`` is called
+    without it, and one that returns None (it moved ``obj`` in place) leaves ``obj``."""
+    try:
+        moved = obj.to(device, non_blocking=non_blocking)
+    except TypeError:
+        moved = obj.to(device)
+    return obj if moved is None else moved
 
 
 def convert_to_fp32(obj: Any) -> Any:

@@ -60,6 +60,34 @@ def test_send_to_device_moves_every_tensor_and_keeps_every_container_type() -> N
     assert isinstance(moved["pair"], Pair) and isinstance(moved["dc"], Batch) and moved["dc"].name == "batch"
 
 
+class Graph:
+    """A batch class of its own with a ``to`` (as a graph library's data object has): moved whole, as Accelerate and
+    Lightning move it."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+
+    def to(self, device: torch.device) -> Graph:  # takes no non_blocking
+        return Graph(self.x.to(device))
+
+
+@dataclasses.dataclass
+class InPlace:
+    x: torch.Tensor
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> None:  # moves itself, returns nothing
+        self.x = self.x.to(device, non_blocking=non_blocking)
+
+
+def test_send_to_device_moves_objects_that_have_their_own_to() -> None:
+    moved = send_to_device({"g": Graph(torch.ones(2)), "rest": [InPlace(torch.ones(1)), "label"]},
+                           torch.device("meta"))
+    assert isinstance(moved["g"], Graph) and moved["g"].x.device.type == "meta"
+    assert isinstance(moved["rest"][0], InPlace) and moved["rest"][0].x.device.type == "meta"
+    assert moved["rest"][1] == "label"
+    assert send_to_device(Graph(torch.ones(1)), torch.device("meta")).x.device.type == "meta"
+
+
 def test_send_to_device_fast_paths_for_a_tensor_and_a_pair() -> None:
     x, y = torch.ones(2), torch.zeros(2)
     assert send_to_device(x, torch.device("meta")).device.type == "meta"
