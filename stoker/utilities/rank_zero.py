@@ -82,3 +82,8 @@ def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning
     """``warnings.warn`` on the global-zero process only."""
     if rank_zero_only.rank == 0:
         warnings.warn(message, category, stacklevel=stacklevel, **kwargs)
+
+
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
+    """A ``DeprecationWarning`` on the global-zero process only."""
+    rank_zero_warn(message, DeprecationWarning, stacklevel=stacklevel, **kwargs)

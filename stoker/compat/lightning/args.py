@@ -32,6 +32,9 @@ NOT_SUPPORTED = {
 # spells its defaults out (plugins=None, sync_batchnorm=False) runs unchanged.
 _INERT = {"plugins": (None, [], ()), "sync_batchnorm": (False,), "enable_autolog_hparams": (True,),
           "model_registry": (None,)}
+# Core arguments whose default Lightning spells None (a config file's null, `Trainer(default_root_dir=args.root)`):
+# None given for one of them means its default, as in Lightning.
+_NONE_IS_DEFAULT = ("default_root_dir", "val_check_interval", "log_every_n_steps")
 
 
 def core_arguments(given: dict[str, Any], core_names: list[str], lightning_names: list[str]) -> dict[str, Any]:
@@ -42,7 +45,8 @@ def core_arguments(given: dict[str, Any], core_names: list[str], lightning_names
                            for inert in _INERT.get(name, ()))}
     if unknown:
         raise unknown_arguments(unknown, core_names + lightning_names)
-    return {name: value for name, value in given.items() if name in core_names}
+    return {name: value for name, value in given.items()
+            if name in core_names and not (value is None and name in _NONE_IS_DEFAULT)}
 
 
 def _close(name: str, candidates: list[str]) -> str:
