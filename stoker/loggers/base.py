@@ -91,6 +91,9 @@ class Logger:
     writes_files = False  # a logger that writes files of its own needs a save_dir (None is a TypeError there)
     uploads_checkpoints = False  # True: ModelCheckpoint saves in the foreground, so after_save_checkpoint can read
     on_main_process = True  # the Trainer sets False on a multi-process run's other processes (the module docstring)
+    # Lightning's contract: the Trainer calls save() after each log_metrics, so a logger that holds values and
+    # writes them in save() writes as it goes. Loggers that write on a rule of their own (CSV, TensorBoard) say False.
+    save_after_log = True
     _name: str = "stoker_logs"
     _version: int | str | None = None
     _version_given: bool = False
@@ -274,8 +277,9 @@ class Logger:
         """Record the model's graph; the Trainer calls it when ``fit`` starts. The default does nothing."""
 
     def save(self) -> None:
-        """Write what describes the run beside its logs; the Trainer calls it when ``fit`` starts, after
-        :meth:`log_hyperparams` and :meth:`log_graph`. The default does nothing."""
+        """Write what describes the run beside its logs, and what the logger holds; the Trainer calls it when ``fit``
+        starts, after :meth:`log_hyperparams` and :meth:`log_graph`, after each :meth:`log_metrics` (unless
+        ``save_after_log`` is False) and from the default :meth:`finalize`. The default does nothing."""
 
     def flush(self) -> None:
         """Write buffered data to disk. The default does nothing."""
@@ -289,8 +293,9 @@ class Logger:
     def finalize(self, status: str) -> None:
         """Finish the run; ``status`` is ``"success"``, ``"failed"`` or ``"interrupted"``.
 
-        The default flushes. Implementations must be safe to call twice.
+        The default saves and flushes (Lightning's saves). Implementations must be safe to call twice.
         """
+        self.save()
         self.flush()
 
     def _resolve_step(self, step: int | None) -> int:

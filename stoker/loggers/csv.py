@@ -60,6 +60,7 @@ class CSVLogger(Logger):
     """
 
     keeps_numbers_only = True  # Accelerate's tracker.log leaves text and media out (Logger.log)
+    save_after_log = False  # rows are written on flush_every_n_steps's rule (log_metrics), not at every log
 
     METRICS_FILE = ExperimentWriter.NAME_METRICS_FILE
     HPARAMS_FILE = HPARAMS_YAML

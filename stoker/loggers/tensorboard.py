@@ -101,6 +101,7 @@ class TensorBoardLogger(Logger):
 
     writes_files = True
     requires_logging_directory = True
+    save_after_log = False  # the event file writes itself; save() only writes hparams.yaml, once
 
     def __init__(
         self,

@@ -140,3 +140,52 @@ def test_a_logger_whose_finalize_raises_still_frees_the_runs_checkpoint_folders(
     assert [t.name for t in threading.enumerate() if t.name.startswith("stoker-")] == []
     trainer = _fit(tmp_path, Regressor(), [Recorder()])  # the folder is free for the next run
     assert trainer.checkpoint_callback.best_model_path
+
+
+class Buffered(Logger):
+    """A logger written to Lightning's contract: it holds values in ``log_metrics`` and writes them in ``save``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(name="buffered", version="a")
+        self.path, self.held, self.logs, self.saves = path, [], 0, 0
+
+    @property
+    def save_dir(self) -> None:
+        return None
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.logs += 1
+        self.held.append(f"{step},{float(metrics['train/loss']) if 'train/loss' in metrics else ''}")
+
+    def save(self) -> None:
+        self.saves += 1
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in self.held)
+        self.held = []
+
+
+def test_a_logger_that_writes_in_save_is_saved_after_each_log_and_at_the_end(tmp_path) -> None:
+    logger = Buffered(str(tmp_path / "rows.txt"))
+    trainer = Trainer(max_epochs=2, logger=logger, log_every_n_steps=1, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(Regressor(), loaders(n=32, batch_size=8)[0])
+    assert logger.logs == 8 and logger.held == []  # 4 steps an epoch, each logged, each written at once
+    assert logger.saves == 1 + logger.logs + 1  # when fit starts, after each log, and by finalize's default
+    assert len((tmp_path / "rows.txt").read_text().splitlines()) == 8
+
+
+def test_the_csv_logger_keeps_its_own_flush_rule_in_a_fit(tmp_path) -> None:
+    from stoker.callbacks import Callback
+    from stoker.loggers import CSVLogger
+
+    seen: list[bool] = []
+
+    class Look(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+            seen.append(os.path.exists(trainer.logger.metrics_file_path))
+
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1000)
+    trainer = Trainer(max_epochs=1, logger=logger, log_every_n_steps=1, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Look()])
+    trainer.fit(Regressor(), loaders(n=32, batch_size=8)[0])
+    assert seen == [False] * 4 and os.path.exists(logger.metrics_file_path)  # held until the end of the run
