@@ -266,8 +266,8 @@ class Trainer:
             step = (self.global_step if logged_step is None else int(logged_step)) if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(values, step=step)
-                if logger.save_after_log:  # Lightning's contract (Logger.save_after_log)
-                    logger.save()
+                if getattr(logger, "save_after_log", True) and hasattr(logger, "save"):  # Lightning's contract;
+                    logger.save()  # a duck-typed logger may lack both (Logger.save_after_log)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the main process only; while a progress bar is drawn it goes above the bar (the bar

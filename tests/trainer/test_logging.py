@@ -321,3 +321,32 @@ def test_numbers_are_kept_as_exact_tensors_and_a_loaders_suffix_stays_last() -> 
     results = trainer.test(module, [data, data])
     assert results[1] == {"t_epoch/dataloader_idx_1": 1.0}
     assert {"t_step/dataloader_idx_0", "t_epoch/dataloader_idx_0"} <= set(trainer.logged_metrics)
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "fit"])
+def test_the_epoch_end_hooks_read_this_evaluations_values(stage: str) -> None:
+    """A callback's ``on_validation_epoch_end`` (``on_test_epoch_end``) reads the values the steps of this evaluation
+    logged, as in Lightning: not the previous validation's, and on the first one too."""
+    name, hook = ("test/loss", "on_test_epoch_end") if stage == "test" else ("val/loss", "on_validation_epoch_end")
+    seen: list[float | None] = []
+    after: list[float] = []
+
+    class Read(Callback):
+        def on_validation_end(self, trainer: Any, module: Any) -> None:
+            after.append(float(trainer.callback_metrics[name]))
+
+        on_test_end = on_validation_end
+
+    def read(self: Any, trainer: Any, module: Any) -> None:
+        value = trainer.callback_metrics.get(name)
+        seen.append(None if value is None else float(value))
+
+    setattr(Read, hook, read)
+    trainer = bare(max_epochs=2, num_sanity_val_steps=0, enable_model_summary=False, callbacks=[Read()])
+    module, loader = Regressor(), make_loader(make_regression_data(n=32))
+    if stage == "fit":
+        trainer.fit(module, loader, make_loader(make_regression_data(n=16, seed=1)))
+    else:
+        getattr(trainer, stage)(module, make_loader(make_regression_data(n=16, seed=1)))
+    assert len(seen) == len(after) == (2 if stage == "fit" else 1)
+    assert seen == after  # the same value the end hooks read, computed before the epoch-end hooks ran
