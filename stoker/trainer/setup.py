@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..user_frame import user_stacklevel
 from .datamodule import DataModule, prepare_data_once
 from .hooks import defines_hook, overrides
 from .loader_requests import LoaderRequests, validates_in
@@ -254,6 +256,11 @@ class RunSetup:
     def estimated_steps(self) -> int | float:
         t = self.trainer
         run = self.requests.run
+        if t.state.fn == "fit" and run is None:  # setup() / configure_model(): fit has prepared nothing yet
+            warnings.warn("trainer.estimated_stepping_batches is read before fit has prepared its train loader (in "
+                          "setup or configure_model), so it is unknown there and reads inf. Read it in "
+                          "configure_optimizers or later, as a scheduler's total steps.", UserWarning,
+                          stacklevel=user_stacklevel())
         if t.state.fn == "fit" and run is not None and run.train_loader is None:
             self.train_loader(run)  # its length is needed now (e.g. a scheduler's total steps)
         n = t.num_training_batches

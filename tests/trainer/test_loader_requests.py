@@ -230,6 +230,18 @@ def test_estimated_stepping_batches_asks_for_the_train_loader_early(tmp_path):
     assert journal[:2] == ["train@0", "steps=6"] and journal.count("train@0") == 1
 
 
+def test_estimated_stepping_batches_read_in_setup_warns_that_it_is_not_known_yet(tmp_path):
+    seen: list[float] = []
+
+    class Early(Asking):
+        def setup(self, stage):
+            seen.append(self.trainer.estimated_stepping_batches)
+
+    with pytest.warns(UserWarning, match="before fit has prepared its train loader.*configure_optimizers"):
+        quiet(tmp_path, max_epochs=3).fit(Early([]))
+    assert seen == [float("inf")]
+
+
 def test_resuming_from_checkpoints_saved_before_and_after_the_first_validation(tmp_path):
     def run(max_steps: int, ckpt: Any = None) -> Regressor:
         module = Regressor()
