@@ -22,11 +22,15 @@ def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any, movable: Calla
     """Applies ``fn`` to every tensor in ``obj``, rebuilding dicts, lists, tuples, namedtuples and dataclasses.
 
     Containers keep their type (a ``UserDict`` subclass, a namedtuple, a dataclass instance); other leaves are
-    returned unchanged, except that with ``movable`` an object with a ``to`` method (outside lists, tuples and
-    mappings: a batch class of its own, a graph) is given to ``movable`` whole.
+    returned unchanged. With ``movable``, an object with a ``to`` method of its own (anything but a plain list,
+    tuple or dict: a batch class, a graph, a ``PackedSequence``, whose ``to`` keeps its sizes on the CPU) is given to
+    ``movable`` whole instead, as Lightning moves it.
     """
     if isinstance(obj, torch.Tensor):
         return fn(obj)
+    if movable is not None and type(obj) not in (list, tuple, dict) and not isinstance(obj, type) \
+            and callable(getattr(obj, "to", None)):
+        return movable(obj)
     if isinstance(obj, (list, tuple)):
         items = [apply_to_tensors(fn, o, movable) for o in obj]
         if _is_namedtuple(obj):
@@ -43,8 +47,6 @@ def apply_to_tensors(fn: Callable[[torch.Tensor], Any], obj: Any, movable: Calla
             return type(obj)(items)
         except TypeError:
             return items
-    if movable is not None and not isinstance(obj, type) and callable(getattr(obj, "to", None)):
-        return movable(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: apply_to_tensors(fn, getattr(obj, f.name), movable) for f in dataclasses.fields(obj)
                    if f.init}

@@ -86,6 +86,10 @@ def test_send_to_device_moves_objects_that_have_their_own_to() -> None:
     assert isinstance(moved["rest"][0], InPlace) and moved["rest"][0].x.device.type == "meta"
     assert moved["rest"][1] == "label"
     assert send_to_device(Graph(torch.ones(1)), torch.device("meta")).x.device.type == "meta"
+    # A PackedSequence (a namedtuple) moves by its own to(), which keeps its batch sizes on the CPU as torch needs.
+    packed = torch.nn.utils.rnn.pack_sequence([torch.ones(3, 2), torch.ones(2, 2)])
+    moved = send_to_device({"seq": packed}, torch.device("meta"))["seq"]
+    assert moved.data.device.type == "meta" and moved.batch_sizes.device.type == "cpu"
 
 
 def test_send_to_device_fast_paths_for_a_tensor_and_a_pair() -> None:
