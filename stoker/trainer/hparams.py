@@ -193,6 +193,7 @@ def as_container_argument(hparams: dict[str, Any], record: Mapping[str, Any], pr
     if not isinstance(name, str):
         return hparams
     kind = record.get(f"{prefix}hparams_type")
+    kind = kind.__name__ if isinstance(kind, type) else kind  # a Lightning .ckpt stores the class (DictConfig)
     if kind == _NAMESPACE:
         return {name: argparse.Namespace(**hparams)}
     if kind == _DICTCONFIG:  # a Hydra config comes back as one, so cfg.model.width reads as it did

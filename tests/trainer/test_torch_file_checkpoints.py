@@ -123,6 +123,46 @@ def test_fit_does_not_resume_from_a_single_file_and_says_what_to_do(lightning_ck
         _trainer(tmp_path).fit(StokerNet(hidden=5), _data(), ckpt_path=path)
 
 
+class LightningConfigured(pl.LightningModule):
+    """A Lightning module given its settings in one argument (Lightning records its name in the checkpoint)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.save_hyperparameters(config)
+        self.net = _layers(config["hidden"])
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return F.mse_loss(self.net(batch[0]), batch[1])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class StokerConfigured(TrainingModule):
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.net = _layers(config["hidden"])
+
+
+@pytest.mark.parametrize("container", ["dict", "omegaconf"])
+def test_settings_saved_from_one_argument_come_back_in_it(tmp_path, container: str) -> None:
+    from omegaconf import DictConfig, OmegaConf
+
+    config = {"hidden": 6, "lr": 0.01}
+    module = LightningConfigured(OmegaConf.create(config) if container == "omegaconf" else config)
+    path = os.path.join(tmp_path, "configured.ckpt")
+    pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+               max_steps=1, accelerator="cpu", devices=1).fit(module, _data())
+    module.trainer.save_checkpoint(path)
+    # Lightning stores an OmegaConf container's class, which only a full unpickle rebuilds
+    trusted = {"weights_only": False} if container == "omegaconf" else {}
+    loaded = StokerConfigured.load_from_checkpoint(path, **trusted)
+    assert loaded.config["hidden"] == 6 and loaded.config["lr"] == 0.01
+    assert isinstance(loaded.config, DictConfig) == (container == "omegaconf")
+    assert torch.equal(loaded.net[0].weight, module.net[0].weight)
+
+
 class Opaque:
     """An object only a full unpickle rebuilds."""
 
