@@ -91,6 +91,8 @@ class RunOptions:
             ``fit`` always runs under ``torch.no_grad``.
         record_logged_values: False: ``self.log`` / ``self.log_dict`` record nothing (each call warns), for runs
             that measure the loop's own speed (Lightning's ``barebones``).
+        sync_batchnorm: In a fit on several processes (on GPUs), batch-norm layers normalize with the statistics of
+            every process's batch (torch's ``SyncBatchNorm``); the module's own layers come back when the fit ends.
 
     Example:
         >>> Trainer(max_epochs=5, options=RunOptions(min_epochs=2, num_sanity_val_steps=2))  # doctest: +SKIP
@@ -106,6 +108,7 @@ class RunOptions:
     dry_run: bool = False
     inference_mode: bool = False
     record_logged_values: bool = True
+    sync_batchnorm: bool = False
 
     def __post_init__(self) -> None:
         check.optional_int("min_epochs", self.min_epochs, 0)
@@ -118,3 +121,4 @@ class RunOptions:
         check.flag("dry_run", self.dry_run)
         check.flag("inference_mode", self.inference_mode)
         check.flag("record_logged_values", self.record_logged_values)
+        check.flag("sync_batchnorm", self.sync_batchnorm)

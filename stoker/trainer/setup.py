@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..user_frame import user_stacklevel
+from .batchnorm_sync import check_device, restore_batchnorm, sync_batchnorm
 from .datamodule import DataModule, prepare_data_once
 from .hooks import defines_hook, overrides
 from .loader_requests import LoaderRequests, validates_in
@@ -48,6 +49,7 @@ class RunSetup:
         self.trainer = trainer
         self.last_model: Any = None  # the model prepared last (fit or evaluation): a new module frees it first
         self._routed: tuple[Any, Any] | None = None
+        self._batchnorm: dict[str, Any] = {}  # the layers sync_batchnorm swapped out during the current fit
         self.requests = LoaderRequests(trainer)  # when the loaders are asked for, and their preparation
         self.resumed = False  # the current fit restored a checkpoint (its train loader's position came with it)
         self.ckpt_path: str | None = None  # the checkpoint the current (or last) stage loaded, None: none
@@ -144,6 +146,9 @@ class RunSetup:
         t.apply_seed()  # before the loaders are prepared: their shuffle seeds are drawn from the global RNG then
         if acc.holds_prepared:  # a previous stage's objects (a first fit has none: skip free_memory's gc.collect)
             acc.free_memory(reset_step=False)  # a second fit continues its step count
+        if t.options.sync_batchnorm and acc.num_processes > 1:  # before DDP wraps it (batchnorm_sync.py)
+            check_device(acc.device)
+            self._batchnorm = sync_batchnorm(module)
         # autocast_forward=False: the loops enter the precision's autocast around each step themselves (one mechanism)
         model = self.last_model = acc.prepare_model(module, autocast_forward=False)
         run = self.requests.run = FitRun(
@@ -317,7 +322,8 @@ class RunSetup:
 
     def teardown(self, module: Any = None) -> None:
         """Gives ``module`` back as it came: without the training-step route and without the autocast wrapper
-        that preparing put on its forward, so the precision of this run does not leak into the next one."""
+        that preparing put on its forward, so the precision of this run does not leak into the next one, and with
+        the batch-norm layers a ``sync_batchnorm`` fit swapped."""
         if self._routed is not None:
             routed, inner = self._routed
             self._routed = None
@@ -327,6 +333,8 @@ class RunSetup:
                 routed.forward = inner
         if module is not None:
             self.trainer.accelerator.unwrap_model(module, keep_fp32_wrapper=False)
+            restore_batchnorm(module, self._batchnorm)
+        self._batchnorm = {}
 
 
 def from_compiled(module: Any) -> Any:

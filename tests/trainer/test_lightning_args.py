@@ -76,9 +76,10 @@ def test_unknown_argument_names_a_close_match_from_both_name_sets() -> None:
         bare(accumulate_grad_batch=2)
     with pytest.raises(TypeError, match=r"Did you mean 'clip_grad_norm'"):
         bare(clip_grad_nrm=1.0)
-    with pytest.raises(TypeError, match="Lightning argument stoker does not take: convert the module with "
-                                        "torch.nn.SyncBatchNorm"):
-        bare(sync_batchnorm=True)  # (profiler= and overfit_batches=, refused here before, are taken now)
+    with pytest.raises(TypeError, match="Lightning argument stoker does not take: precision and strategy are "
+                                        "Trainer"):
+        bare(plugins=["an environment"])  # (profiler=, overfit_batches= and sync_batchnorm=, refused here
+        # before, are taken now)
 
 
 def test_precision_names_of_lightning() -> None:

@@ -22,15 +22,14 @@ ALIASES = {"accumulate_grad_batches": "accumulate", "gradient_clip_val": "clip_g
 # Lightning arguments stoker does not take, with what to do instead (an unknown name gets a did-you-mean).
 NOT_SUPPORTED = {
     "plugins": "precision and strategy are Trainer(precision=...) and Trainer(strategy=...)",
-    "sync_batchnorm": "convert the module with torch.nn.SyncBatchNorm.convert_sync_batchnorm before fit",
     "enable_autolog_hparams": "hyperparameters are logged when the module has hparams",
     "model_registry": "not supported",
 }
 
 
 # The values of those arguments that ask for nothing (Lightning's defaults): taken and ignored, so a script that
-# spells its defaults out (plugins=None, sync_batchnorm=False) runs unchanged.
-_INERT = {"plugins": (None, [], ()), "sync_batchnorm": (False,), "enable_autolog_hparams": (True,),
+# spells its defaults out (plugins=None, enable_autolog_hparams=True) runs unchanged.
+_INERT = {"plugins": (None, [], ()), "enable_autolog_hparams": (True,),
           "model_registry": (None,)}
 # Core arguments whose default Lightning spells None (a config file's null, `Trainer(default_root_dir=args.root)`):
 # None given for one of them means its default, as in Lightning.

@@ -56,9 +56,9 @@ class Trainer(RunFacts, CoreTrainer):
     "high" | "medium": ``torch.set_float32_matmul_precision``), ``inference_mode`` (True: ``validate``/``test``/
     ``predict`` on their own run under ``torch.inference_mode``; stoker's default False is ``torch.no_grad``,
     Lightning's default is True), ``barebones`` (True: no checkpoints, loggers, progress bar, model summary, sanity
-    check or ``self.log``; arguments that would switch one on are refused). ``PL_TRAINER_<ARGUMENT>`` environment
-    variables are the arguments' defaults. An alias together with its stoker name is an
-    error; an unknown name gets a did-you-mean over both sets.
+    check or ``self.log``; arguments that would switch one on are refused), ``sync_batchnorm`` (``RunOptions``).
+    ``PL_TRAINER_<ARGUMENT>`` environment variables are the arguments' defaults. An alias together with its stoker
+    name is an error; an unknown name gets a did-you-mean over both sets.
 
     Example:
         >>> trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, gradient_clip_val=1.0, fast_dev_run=2)
@@ -74,7 +74,7 @@ class Trainer(RunFacts, CoreTrainer):
         gradient_clip_algorithm: str | None = None, num_nodes: int = 1, min_epochs: int | None = None,
         min_steps: int | None = None, max_time: Any = None, fast_dev_run: int | bool = False,
         num_sanity_val_steps: int | None = None, detect_anomaly: bool = False, benchmark: bool | None = None,
-        reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True,
+        reload_dataloaders_every_n_epochs: int = 0, use_distributed_sampler: bool = True, sync_batchnorm: bool = False,
         float32_matmul_precision: str | None = None, profiler: str | Profiler | None = None,
         overfit_batches: int | float = 0.0, inference_mode: bool = False, barebones: bool = False, **core: Any,
     ) -> None:
@@ -102,7 +102,8 @@ class Trainer(RunFacts, CoreTrainer):
         options = _run_options(n, bool(self.overfit_batches), min_epochs=min_epochs, min_steps=min_steps,
                                num_sanity_val_steps=num_sanity_val_steps, inference_mode=inference_mode,
                                reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
-                               use_distributed_sampler=use_distributed_sampler, barebones=self.barebones)
+                               use_distributed_sampler=use_distributed_sampler, barebones=self.barebones,
+                               sync_batchnorm=sync_batchnorm)
         if self.fast_dev_run:  # Lightning's debugging run writes nothing (a user's ModelCheckpoint stays, inert)
             self.dev_run_logger = _dev_run_logger(core)  # what trainer.logger answers; nothing is logged
             core.update(logger=False, enable_checkpointing=_has_checkpoint(core.get("callbacks")))
@@ -236,8 +237,7 @@ class Trainer(RunFacts, CoreTrainer):
 
     @logger.setter
     def logger(self, logger: Logger | None) -> None:
-        """``trainer.logger = x`` makes ``x`` the only logger (None: no logger), told whether it is on the main
-        process as the Trainer's own are."""
+        """``trainer.logger = x``: the only logger (None: none), told if it runs on the main process, as ours are."""
         self.loggers = [] if logger is None else [logger]
         mark_main_process(self.loggers, self.is_global_zero)
         self.dev_run_logger = None
@@ -353,7 +353,7 @@ def _model_alias(fn: str, module: TrainingModule | None, model: TrainingModule |
 
 def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any, num_sanity_val_steps: Any,
                  reload_dataloaders_every_n_epochs: Any, use_distributed_sampler: Any, inference_mode: Any,
-                 barebones: bool) -> RunOptions:
+                 barebones: bool, sync_batchnorm: Any) -> RunOptions:
     """The core's run options from Lightning's arguments (checked, with Lightning's spellings: ``min_steps=-1``
     is None; ``num_sanity_val_steps=None`` is the core's default; none under ``fast_dev_run`` or ``barebones``)."""
     sanity = check.sanity_steps(num_sanity_val_steps, default=RunOptions.num_sanity_val_steps)
@@ -364,7 +364,7 @@ def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any
         reload_dataloaders_every_n_epochs=check.optional_int(
             "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
         use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
-        in_order_fit_loaders=overfit, dry_run=bool(dev_run),
+        in_order_fit_loaders=overfit, dry_run=bool(dev_run), sync_batchnorm=sync_batchnorm,  # RunOptions checks it
         inference_mode=check.flag("inference_mode", inference_mode), record_logged_values=not barebones)
 
 
