@@ -136,18 +136,12 @@ def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None
 
 
 def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
-    """Restores loop position, callback states and epoch accumulators; then the ``on_load_checkpoint`` hooks."""
+    """Restores loop position and epoch accumulators; then the ``on_load_checkpoint`` hooks and the callbacks'
+    states (Lightning's order: a callback's hook runs before its ``load_state_dict``)."""
     from .loading import trainer_own
 
     checkpoint, own = trainer_own(payload)
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
-    saved = checkpoint.get("callbacks", {})
-    states = {_same_key(key): state for key, state in saved.items()}
-    present = {_same_key(callback.state_key): callback for callback in trainer.callbacks}
-    for key, callback in present.items():
-        if key in states:
-            callback.load_state_dict(states[key])
-    _warn_missing_callbacks(saved, set(present))
     others = [c.scheduler for c in trainer.lr_scheduler_configs if not c.is_torch_scheduler]
     for scheduler, state in zip(others, own.get("other_schedulers", [])):
         if state is not None and callable(getattr(scheduler, "load_state_dict", None)):
@@ -160,6 +154,13 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     if trainer.hooks.has("on_load_checkpoint"):  # the views only for a hook to read
         add_views(checkpoint, trainer.module, trainer.prepared_optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
         trainer.hooks.call("on_load_checkpoint", checkpoint)
+    saved = checkpoint.get("callbacks", {})
+    states = {_same_key(key): state for key, state in saved.items()}
+    present = {_same_key(callback.state_key): callback for callback in trainer.callbacks}
+    for key, callback in present.items():
+        if key in states:
+            callback.load_state_dict(states[key])
+    _warn_missing_callbacks(saved, set(present))
 
 
 def restore_param_groups(trainer: TrainerParts, path: str) -> None:

@@ -91,3 +91,35 @@ def test_a_checkpoint_with_the_bookkeeping_inside_still_reads(tmp_path: Any) -> 
     checkpoint, own = trainer_own(old)
     assert checkpoint == {"epoch": 1, "global_step": 4, "hyper_parameters": {"lr": 0.1}}
     assert own == {"results": {"a": 1}, "other_schedulers": [], "hyper_parameters_not_stored": ["f"]}
+
+
+def test_a_callbacks_load_hook_runs_before_its_state_is_loaded(tmp_path: Any) -> None:
+    """Lightning's order on resume: a callback's ``on_load_checkpoint`` sees the checkpoint before its
+    ``load_state_dict`` brings the state back (so the hook can prepare for, or adapt, that state)."""
+    calls: list[tuple[str, int]] = []
+
+    class Counting(Callback):
+        def __init__(self) -> None:
+            self.batches = 0
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            self.batches += 1
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"batches": self.batches}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            calls.append(("load_state_dict", self.batches))
+            self.batches = state["batches"]
+
+        def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            calls.append(("on_load_checkpoint", self.batches))
+
+    data = make_loader(make_regression_data(n=16))
+    first = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, callbacks=[Counting()])
+    first.fit(Regressor(), data)
+    path = os.path.join(tmp_path, "one.ckpt")
+    first.save_checkpoint(path)
+    second = Counting()
+    quiet_trainer(max_epochs=2, default_root_dir=tmp_path, callbacks=[second]).fit(Regressor(), data, ckpt_path=path)
+    assert calls == [("on_load_checkpoint", 0), ("load_state_dict", 0)] and second.batches == 4
