@@ -21,6 +21,7 @@ from typing import Any, Callable, Union
 import yaml
 from torch.optim import Optimizer
 
+from ..compat.lightning.args import INERT_DEFAULTS
 from ..compat.lightning.seed import seed_everything
 from ..compat.lightning.trainer import Trainer
 from ..trainer import TrainingModule
@@ -137,6 +138,11 @@ class LightningCLI:
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Adds the ``trainer``, ``model`` and ``data`` groups."""
         parser.add_lightning_class_args(self.trainer_class, "trainer")
+        if isinstance(self.trainer_class, type) and issubclass(self.trainer_class, Trainer):
+            for name, default in INERT_DEFAULTS.items():  # Lightning's arguments stoker takes only at these values:
+                # a config written by Lightning's --print_config loads unchanged (another value: the Trainer's error)
+                kind = Any if default is None else type(default)
+                parser.add_argument(f"--trainer.{name}", type=kind, default=default)
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self.model_base, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self.datamodule_base, "data", subclass_mode=self.subclass_mode_data,

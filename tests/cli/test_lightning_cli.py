@@ -99,6 +99,35 @@ def test_print_config_is_a_config_file_that_runs():
     assert run.model.hparams.lr == 0.05 and run.trainer.global_step == 4
 
 
+def test_a_config_that_lightnings_print_config_wrote_runs_unchanged():
+    """``python main.py fit --print_config > run.yaml`` under Lightning, then ``--config run.yaml`` after the rename:
+    Lightning's Trainer keys stoker takes only at their inert values (``plugins: null``, ...) and the entry points'
+    ``weights_only`` are accepted."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.cli import LightningCLI as PLCLI
+
+    class PLRegressor(pl.LightningModule):  # the same arguments as the script's classes, under Lightning
+        def __init__(self, width: int = 4, lr: float = 0.1) -> None:
+            super().__init__()
+
+    class PLData(pl.LightningDataModule):
+        def __init__(self, width: int = 4, size: int = 16, batch_size: int = 4) -> None:
+            super().__init__()
+
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit):
+        PLCLI(PLRegressor, PLData, args=["fit", "--model.lr=0.05", "--trainer.max_epochs=1", "--trainer.logger=false",
+                                         "--trainer.enable_progress_bar=false", "--print_config"])
+    printed = yaml.safe_load(out.getvalue())
+    assert printed["trainer"]["plugins"] is None and "weights_only" in printed  # what made stoker's CLI refuse it
+    Path("lightning.yaml").write_text(out.getvalue())
+    run = cli("fit", "--config=lightning.yaml")
+    assert run.model.hparams.lr == 0.05 and run.trainer.global_step == 4
+    Path("other.yaml").write_text(out.getvalue().replace("plugins: null", "plugins: [an environment]"))
+    with pytest.raises(TypeError, match=r"Trainer\(plugins=\.\.\.\) is a Lightning argument stoker does not take"):
+        cli("fit", "--config=other.yaml")
+
+
 def test_config_saved_in_the_log_dir_is_reused_and_never_overwritten():
     run = cli("fit", "--model.width=2", "--data.width=2", "--trainer.default_root_dir=runs")
     log_dir = Path(run.trainer.log_dir)

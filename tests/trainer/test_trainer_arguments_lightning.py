@@ -9,6 +9,7 @@ import os
 import warnings
 
 import pytest
+import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from stoker import Trainer
@@ -271,3 +272,15 @@ def test_an_evaluation_without_any_module_is_a_type_error_and_a_value_error(tmp_
     for kind in (TypeError, ValueError):
         with pytest.raises(kind, match=rf"Trainer.{fn}\(\) needs a module: pass it, or call fit first"):
             getattr(trainer, fn)()
+
+
+def test_the_entry_points_take_lightnings_weights_only(tmp_path):
+    trainer = Trainer(default_root_dir=tmp_path, logger=False, max_epochs=1, enable_progress_bar=False,
+                      enable_model_summary=False, enable_checkpointing=False)
+    module, (train, val) = Regressor(), _data()
+    trainer.fit(module, train, val, weights_only=None)
+    assert trainer.validate(module, val, weights_only=True) and trainer.test(module, val, weights_only=False)
+    inputs = torch.utils.data.DataLoader(torch.randn(8, 8), batch_size=4)
+    assert len(trainer.predict(module, inputs, weights_only=None)) == 2
+    with pytest.raises(TypeError, match=r"Trainer\.validate\(weights_only='yes'\) must be True, False or None"):
+        trainer.validate(module, val, weights_only="yes")

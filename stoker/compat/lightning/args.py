@@ -31,6 +31,8 @@ NOT_SUPPORTED = {
 # spells its defaults out (plugins=None, enable_autolog_hparams=True) runs unchanged.
 _INERT = {"plugins": (None, [], ()), "enable_autolog_hparams": (True,),
           "model_registry": (None,)}
+# The value of each that a config written by Lightning's `--print_config` holds (stoker's CLI takes the keys).
+INERT_DEFAULTS = {name: values[0] for name, values in _INERT.items()}
 # Core arguments whose default Lightning spells None (a config file's null, `Trainer(default_root_dir=args.root)`):
 # None given for one of them means its default, as in Lightning.
 _NONE_IS_DEFAULT = ("default_root_dir", "val_check_interval", "log_every_n_steps")
@@ -238,3 +240,13 @@ def note_ambiguous_values(values: dict[str, Any]) -> None:
     if value == 1 and not isinstance(value, bool):
         when = "after every batch" if isinstance(value, int) else "at the end of the training epoch"
         rank_zero_info(f"`Trainer(val_check_interval={value!r})` was configured so validation will run {when}.")
+
+
+def entry_flags(fn: str, verbose: Any = False, weights_only: Any = None) -> None:
+    """``verbose`` and ``weights_only`` of ``Trainer.fit/validate/test/predict``: bools (``weights_only`` may be None).
+    ``weights_only`` is Lightning's ``torch.load`` switch: taken for its signature (a stoker checkpoint is never
+    unpickled; a single-file checkpoint given to an evaluation is read with ``weights_only=True``)."""
+    if not isinstance(verbose, bool):
+        raise TypeError(f"Trainer.{fn}(verbose={verbose!r}) must be True or False.")
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise TypeError(f"Trainer.{fn}(weights_only={weights_only!r}) must be True, False or None.")

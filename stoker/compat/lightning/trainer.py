@@ -291,9 +291,10 @@ class Trainer(RunFacts, CoreTrainer):
     # -- entry points with Lightning's keywords (model=, verbose=) --------------------------------------------------
     def fit(self, module: TrainingModule | None = None, train_dataloaders: Any = None, val_dataloaders: Any = None,
             ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
-            model: TrainingModule | None = None) -> None:
-        """:meth:`stoker.trainer.Trainer.fit`; ``model=`` is Lightning's name for ``module``; under
-        ``detect_anomaly=True`` it runs in ``torch.autograd.detect_anomaly`` (slow; for debugging)."""
+            model: TrainingModule | None = None, weights_only: bool | None = None) -> None:
+        """:meth:`stoker.trainer.Trainer.fit`; ``model=`` is Lightning's name for ``module``; ``detect_anomaly=True``
+        runs it in ``torch.autograd.detect_anomaly`` (slow); ``weights_only`` (all four): ``args.entry_flags``."""
+        check.entry_flags("fit", weights_only=weights_only)
         module = _model_alias("fit", module, model)
         anomaly = torch.autograd.detect_anomaly(check_nan=True) if self.detect_anomaly else contextlib.nullcontext()
         with anomaly:
@@ -301,26 +302,30 @@ class Trainer(RunFacts, CoreTrainer):
 
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
                  ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
-                 verbose: bool = False, model: TrainingModule | None = None) -> list[dict[str, float]]:
+                 verbose: bool = False, model: TrainingModule | None = None,
+                 weights_only: bool | None = None) -> list[dict[str, float]]:
         """:meth:`stoker.trainer.Trainer.validate`; ``verbose=True`` prints the metrics (Lightning's default;
         stoker's is quiet)."""
-        _check_verbose("validate", verbose)
+        check.entry_flags("validate", verbose, weights_only)
         module = _model_alias("validate", module, model)
         return self._report("validate", verbose, super().validate(module, dataloaders, ckpt_path,
                                                                   datamodule=datamodule))
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
              ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
-             verbose: bool = False, model: TrainingModule | None = None) -> list[dict[str, float]]:
+             verbose: bool = False, model: TrainingModule | None = None,
+             weights_only: bool | None = None) -> list[dict[str, float]]:
         """:meth:`stoker.trainer.Trainer.test`, with ``verbose`` and ``model=`` as in :meth:`validate`."""
-        _check_verbose("test", verbose)
+        check.entry_flags("test", verbose, weights_only)
         module = _model_alias("test", module, model)
         return self._report("test", verbose, super().test(module, dataloaders, ckpt_path, datamodule=datamodule))
 
     def predict(self, module: TrainingModule | None = None, dataloaders: Any = None,
                 ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None,
-                return_predictions: bool | None = None, model: TrainingModule | None = None) -> list[Any] | None:
+                return_predictions: bool | None = None, model: TrainingModule | None = None,
+                weights_only: bool | None = None) -> list[Any] | None:
         """:meth:`stoker.trainer.Trainer.predict`, with ``model=``."""
+        check.entry_flags("predict", weights_only=weights_only)
         module = _model_alias("predict", module, model)
         return super().predict(module, dataloaders, ckpt_path, datamodule=datamodule,
                                return_predictions=return_predictions)
@@ -336,11 +341,6 @@ class Trainer(RunFacts, CoreTrainer):
                     print(f"  {name:<{width}}  {value:.6g}")
             self.run_report.say(fn)  # the closing line, as fit's, after the metrics
         return results
-
-
-def _check_verbose(fn: str, verbose: Any) -> None:
-    if not isinstance(verbose, bool):
-        raise TypeError(f"Trainer.{fn}(verbose={verbose!r}) must be True or False.")
 
 
 def _model_alias(fn: str, module: TrainingModule | None, model: TrainingModule | None) -> TrainingModule | None:
