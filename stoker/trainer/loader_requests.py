@@ -68,6 +68,8 @@ class LoaderRequests:
         # stage name -> the loaders its latest run was given (before preparation): Lightning's
         # trainer.val_dataloaders / test_dataloaders / predict_dataloaders
         self.stage_loaders: dict[str, list[Any]] = {}
+        self.stage_shapes: dict[str, Any] = {}  # stage name -> the dict or CombinedLoader it was given, if one
+        self._requested: Any = None  # what the latest loaders() call was given, as given
         self.given: tuple[Any, Any] = (None, None)  # fit's train / val arguments (None: the hooks are asked)
         self.module: TrainingModule | None = None
         self.run: FitRun | None = None  # the fit being set up or run
@@ -101,7 +103,8 @@ class LoaderRequests:
         """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
         list, a dict (in order) or a sequential ``CombinedLoader`` (its iterables, one after the other) gives
         several; a ``CombinedLoader`` of another mode is one loader of combined batches."""
-        return flat_loaders(self.requested(value, module, hook, required))
+        self._requested = self.requested(value, module, hook, required)
+        return flat_loaders(self._requested)
 
     def train_value(self, value: Any, module: Any, argument: str = "train_dataloaders") -> Any:
         """The train loader; several (a list or dict) are read together, each batch holding one of each
@@ -192,6 +195,10 @@ class LoaderRequests:
         iterables one by one)."""
         t = self.trainer
         self.stage_loaders[stage.name] = list(loaders)
+        shaped = self._requested  # the same loaders given as a dict or a CombinedLoader: Lightning gives that back
+        same = isinstance(shaped, (Mapping, CombinedLoader)) and \
+            list(map(id, flat_loaders(shaped))) == list(map(id, loaders))
+        self.stage_shapes[stage.name] = shaped if same else None
         # new loaders: their per-step values start their step axes at 0 again (Lightning's rule)
         t.eval_log_steps = {key: n for key, n in t.eval_log_steps.items() if key[0] != stage.name}
         for loader in loaders:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..user_frame import user_stacklevel
 from .batchnorm_sync import check_device, restore_batchnorm, sync_batchnorm
 from .datamodule import DataModule, prepare_data_once
+from .iterables import CombinedLoader
 from .hooks import defines_hook, overrides
 from .loader_requests import LoaderRequests, validates_in
 from .manual import check_manual, wrap_optimizers
@@ -60,6 +61,16 @@ class RunSetup:
         """Stage name -> the loaders its latest run was given (before preparation): Lightning's
         ``trainer.val_dataloaders`` / ``test_dataloaders`` / ``predict_dataloaders``."""
         return self.requests.stage_loaders
+
+    def given_loaders(self, stage: str) -> Any:
+        """What the latest run of ``stage`` was given, as Lightning's ``trainer.val_dataloaders`` & co. give it back:
+        the loader, the list of several, the dict (a ``CombinedLoader``'s iterables); None before a run."""
+        loaders, shaped = self.requests.stage_loaders.get(stage), self.requests.stage_shapes.get(stage)
+        if isinstance(shaped, CombinedLoader):
+            return shaped.iterables
+        if shaped is not None or not loaders:
+            return shaped
+        return loaders[0] if len(loaders) == 1 else list(loaders)
 
     def begin_fit(self, module: TrainingModule, train: Any, vals: Any) -> None:
         """A new fit's loaders: those passed are checked now, the hooks are asked later (``loader_requests.py``)."""

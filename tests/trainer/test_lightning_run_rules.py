@@ -89,6 +89,21 @@ def test_stage_loaders_are_the_loaders_each_run_was_given(tmp_path):
     assert t.test_dataloaders is other and t.predict_dataloaders is other
 
 
+def test_loaders_given_in_a_dict_or_a_combined_loader_come_back_in_it(tmp_path):
+    from stoker.utilities import CombinedLoader
+
+    train, val = loaders()
+    other = DataLoader(make_regression_data(8, seed=2), batch_size=4)
+    t = quiet(tmp_path, max_epochs=1)
+    named = {"a": val, "b": other}
+    t.fit(TwoVal(), train, named)
+    assert t.val_dataloaders is named  # as Lightning gives it back
+    t.validate(TwoVal(), CombinedLoader([val, other], "sequential"))
+    assert t.val_dataloaders == [val, other]  # a CombinedLoader's iterables
+    t.validate(Regressor(), val)
+    assert t.val_dataloaders is val  # the latest run's, not the dict of an earlier one
+
+
 def test_the_module_is_attached_while_its_loader_hooks_run(tmp_path):
     class FromHooks(Regressor):
         def train_dataloader(self):

@@ -202,10 +202,7 @@ class Trainer(RunFacts, CoreTrainer):
         return self._given_loaders(PREDICT.name)
 
     def _given_loaders(self, stage: str) -> Any:
-        loaders = self.run_setup.stage_loaders.get(stage)
-        if not loaders:
-            return None
-        return loaders[0] if len(loaders) == 1 else list(loaders)
+        return self.run_setup.given_loaders(stage)
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """As Lightning routes ``module.manual_backward``: through ``trainer.strategy.backward`` (which runs the
