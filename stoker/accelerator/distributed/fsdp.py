@@ -73,7 +73,7 @@ class FSDPStrategy(DDPStrategy):
     def setup_precision(self, precision: Any) -> None:
         """Adopts the Accelerator's precision: FSDP's mixed-precision policy and, for fp16, a sharded scaler."""
         self._precision = precision
-        if getattr(precision, "scaler", None) is not None:
+        if precision.scaler is not None:
             # Each process sees only its shard's gradients: the inf check must be all-reduced, or ranks diverge.
             precision.scaler = _sharded_grad_scaler(self.device.type)
 

@@ -87,6 +87,8 @@ class Precision:
     # True when :meth:`state_dict` holds something to checkpoint (fp16's grad scaler): ``save_state`` writes
     # ``scaler.safetensors`` only then, as Accelerate writes ``scaler.pt`` only with a scaler.
     has_state = False
+    # fp16's loss scaler (torch.amp.GradScaler, or FSDP's sharded one); None for the precisions that need none.
+    scaler: torch.amp.GradScaler | None = None
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

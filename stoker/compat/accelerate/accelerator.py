@@ -110,6 +110,10 @@ class Accelerator(CoreAccelerator):
     split_batches = property(lambda self: self.dataloader_config.split_batches)
     even_batches = property(lambda self: self.dataloader_config.even_batches,
                             lambda self, value: setattr(self.dataloader_config, "even_batches", value))
+    use_seedable_sampler = property(lambda self: self.dataloader_config.use_seedable_sampler)
+    use_stateful_dataloader = property(lambda self: self.dataloader_config.use_stateful_dataloader)
+    non_blocking = property(lambda self: self.dataloader_config.non_blocking)
+    scaler = property(lambda self: self.precision.scaler, doc="The fp16 run's GradScaler; None for other precisions.")
 
     # Accelerate's names of the prepared objects (scripts and Accelerate's tests read them).
     _models = property(lambda self: self._prepared.models)

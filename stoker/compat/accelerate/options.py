@@ -147,7 +147,7 @@ class AcceleratorOptions:
 
     def setup_precision(self, precision: Precision) -> None:
         """Applies ``GradScalerKwargs`` (fp16 only, as in Accelerate) and ``AutocastKwargs``."""
-        scaler = getattr(precision, "scaler", None)
+        scaler = precision.scaler
         if self.scaler is not None and scaler is not None:
             precision.scaler = type(scaler)(precision.device.type, **self.scaler.to_kwargs())
         if self.autocast is not None and hasattr(precision, "autocast_kwargs"):

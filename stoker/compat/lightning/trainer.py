@@ -66,6 +66,7 @@ class Trainer(RunFacts, CoreTrainer):
 
     # trainer.accelerator answers Accelerate's names too (distributed_type, gather_for_metrics, ...), as before
     accelerator_class = Accelerator
+    scaler = property(lambda self: self.accelerator.scaler, doc="The fp16 run's GradScaler (None otherwise).")
     dev_run_logger: Logger | None = None
 
     @check.defaults_from_environment(_CORE)  # PL_TRAINER_* variables
