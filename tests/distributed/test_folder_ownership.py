@@ -97,7 +97,9 @@ def test_a_second_accelerator_run_on_the_same_project_dir_is_refused(tmp_path: P
     finally:
         _stop(first)
     kept = _complete(tmp_path / "checkpoints")
-    assert 1 <= len(kept) <= 3 and all(name.startswith("checkpoint_") for name in kept)
+    # total_limit=3, plus one when the kill fell between a save's commit and its rotation (the next save of the
+    # folder rotates then: checkpoint.py's _make_room); a bound of 3 failed on that race once (CI, 7 December)
+    assert 1 <= len(kept) <= 4 and all(name.startswith("checkpoint_") for name in kept)
 
 
 @pytest.mark.timeout(180)
