@@ -58,7 +58,8 @@ def run_evaluation(trainer: TrainerParts, stage: str, loaders: list[Any],
             call(table.hook("epoch_start"))
             _run_steps(trainer, stage, loaders, step_fn, results, iterator)
             results.suffix, results.in_batch = "", False
-            results.publish_epoch()  # the steps' epoch values visible to the epoch-end hooks (Lightning's)
+            if trainer.hooks.has(table.hook("epoch_end")):  # values read there: published first (Lightning's)
+                results.publish_epoch()
             call(table.hook("epoch_end"))
             values = results.publish_epoch()  # again: with what those hooks logged
             trainer.send_to_loggers(values)

@@ -58,9 +58,10 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
 def suggested_max_num_workers(local_world_size: int) -> int:
     """An upper bound for a ``DataLoader``'s ``num_workers`` when ``local_world_size`` processes share this
     machine: its CPUs divided among them, one left to each process itself, at least 1."""
+    from stoker.trainer.args import is_int
     from stoker.trainer.workers import available_cpus
 
-    if isinstance(local_world_size, bool) or not isinstance(local_world_size, int):
+    if not is_int(local_world_size):
         raise TypeError(f"suggested_max_num_workers(local_world_size={local_world_size!r}): expected an int, the "
                         "number of processes on this machine.")
     if local_world_size < 1:
