@@ -10,6 +10,7 @@ from .checkpointing.atomic import CheckpointError, remove_checkpoint, verify_che
 from .checkpointing.folder_lock import FolderInUseError, check_folder_free
 from .checkpointing.state_file import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
 from .checkpointing.rng import capture_rng_state, restore_rng_state
+from .checkpointing.torch_file import is_torch_file, read_torch_file
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
 from .checkpointing.weights import MismatchedKeysError, key_mismatch, strip_compile_prefix
@@ -38,6 +39,8 @@ __all__ = [
     "CheckpointError", "FolderInUseError", "STATE_NAME", "check_folder_free", "checkpoint_step",
     "checkpoint_written", "checkpoints_in",
     "load_tree", "read_state", "remove_checkpoint", "verify_checkpoint", "wait_for_checkpoints",
+    # ... single-file torch.save checkpoints (a Lightning .ckpt) ...
+    "is_torch_file", "read_torch_file",
     # ... exported weights' file names and contents, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "MismatchedKeysError", "key_mismatch",
     "read_state_dict", "checkpoint_weight_names", "strip_compile_prefix", "capture_rng_state", "describe_failures",

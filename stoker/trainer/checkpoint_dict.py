@@ -20,7 +20,7 @@ import torch
 from ..version import __version__
 from .hook_checkpoint import VERSION_KEY
 from .loading import trainer_checkpoint, trainer_own
-from .torch_file import is_torch_file, read_torch_file
+from ..accelerator import is_torch_file, read_torch_file
 
 # Accelerate's file names for the objects saved once for all processes: optimizer.safetensors, optimizer_1...
 _SHARED_STATE = re.compile(r"(optimizer|scheduler)(?:_(\d+))?\.safetensors")

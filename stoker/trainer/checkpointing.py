@@ -39,7 +39,7 @@ from ..user_frame import user_stacklevel
 from .hook_checkpoint import add_views, without_views
 from .hparams import container_keys, not_checkpointable
 from .iterables import IterableLoader
-from .torch_file import is_torch_file
+from ..accelerator import is_torch_file
 
 if TYPE_CHECKING:
     from .parts import TrainerParts

@@ -69,7 +69,6 @@ class LoaderRequests:
         # trainer.val_dataloaders / test_dataloaders / predict_dataloaders
         self.stage_loaders: dict[str, list[Any]] = {}
         self.stage_shapes: dict[str, Any] = {}  # stage name -> the dict or CombinedLoader it was given, if one
-        self._requested: Any = None  # what the latest loaders() call was given, as given
         self.given: tuple[Any, Any] = (None, None)  # fit's train / val arguments (None: the hooks are asked)
         self.module: TrainingModule | None = None
         self.run: FitRun | None = None  # the fit being set up or run
@@ -98,13 +97,6 @@ class LoaderRequests:
         datamodule = self.trainer.datamodule
         return value is not None or (datamodule is not None and defines(datamodule, hook)) or \
             defines_hook(module, hook, TrainingModule)
-
-    def loaders(self, value: Any, module: Any, hook: str, required: bool = False) -> list[Any]:
-        """The loaders passed, else those of the data module's ``hook`` (when it defines it), else the module's: a
-        list, a dict (in order) or a sequential ``CombinedLoader`` (its iterables, one after the other) gives
-        several; a ``CombinedLoader`` of another mode is one loader of combined batches."""
-        self._requested = self.requested(value, module, hook, required)
-        return flat_loaders(self._requested)
 
     def train_value(self, value: Any, module: Any, argument: str = "train_dataloaders") -> Any:
         """The train loader; several (a list or dict) are read together, each batch holding one of each
@@ -182,23 +174,23 @@ class LoaderRequests:
             train = self.stage_loaders[TRAIN.name][0]  # several train loaders: validated one after the other
             vals = flat_loaders(train.flattened if isinstance(train, CombinedLoader) else train)
         else:
-            vals = self.loaders(self.given[1], self.module, VALIDATE.loader_hook)
+            vals = self.requested(self.given[1], self.module, VALIDATE.loader_hook)
         run.val_loaders = self.prepare(VALIDATE, vals)
         run.val_batches = list(t.num_val_batches)
         run.val_enabled = bool(run.val_loaders) and any(t.stage_record.loader_batches[VALIDATE.name])
         return run.val_loaders if run.val_enabled else []
 
-    def prepare(self, stage: Stage, loaders: list[Any]) -> list[Any]:
-        """``stage``'s ``loaders`` prepared (not registered for checkpointing: read from their start each time),
-        limited and counted: the batches each loader reads (``trainer.stage_record.loader_batches``) and, as
-        Lightning counts them, each iterable's (``num_val_batches`` & co.: a non-sequential ``CombinedLoader``'s
-        iterables one by one)."""
+    def prepare(self, stage: Stage, given: Any) -> list[Any]:
+        """``stage``'s loaders as ``given`` (one, a list, a dict in order or a sequential ``CombinedLoader``: its
+        iterables one after the other; a ``CombinedLoader`` of another mode is one loader of combined batches),
+        prepared (not registered for checkpointing: read from their start each time), limited and counted: the
+        batches each loader reads (``trainer.stage_record.loader_batches``) and, as Lightning counts them, each
+        iterable's (``num_val_batches`` & co.: a non-sequential ``CombinedLoader``'s iterables one by one)."""
         t = self.trainer
+        loaders = flat_loaders(given)
         self.stage_loaders[stage.name] = list(loaders)
-        shaped = self._requested  # the same loaders given as a dict or a CombinedLoader: Lightning gives that back
-        same = isinstance(shaped, (Mapping, CombinedLoader)) and \
-            list(map(id, flat_loaders(shaped))) == list(map(id, loaders))
-        self.stage_shapes[stage.name] = shaped if same else None
+        # given as a dict or a CombinedLoader: trainer.val_dataloaders & co. give that back (Lightning's rule)
+        self.stage_shapes[stage.name] = given if isinstance(given, (Mapping, CombinedLoader)) else None
         # new loaders: their per-step values start their step axes at 0 again (Lightning's rule)
         t.eval_log_steps = {key: n for key, n in t.eval_log_steps.items() if key[0] != stage.name}
         for loader in loaders:

@@ -8,7 +8,7 @@ format of the ``hparams.json`` written beside exported weights is ``stoker.callb
 * a weights folder (``Accelerator.save_model``, ``ModelCheckpoint(export_weights=True)``'s ``weights/...``) or a
   ``.safetensors`` file, with ``hparams.json`` beside them (written by ``export_weights`` and
   :func:`write_hparams`);
-* a single-file PyTorch checkpoint (a Lightning ``.ckpt``, read by ``torch_file``): its ``state_dict`` and
+* a single-file PyTorch checkpoint (a Lightning ``.ckpt``, read by the engine): its ``state_dict`` and
   ``hyper_parameters``.
 
 Hyperparameters a checkpoint cannot hold (a sub-model, an arbitrary object: stored as their ``repr``) are listed
@@ -33,7 +33,7 @@ from stoker.callbacks.hparams_file import HPARAMS_NAME, read_hparams_file, write
 from stoker.user_frame import user_stacklevel
 
 from .hparams import as_container_argument, not_checkpointable
-from .torch_file import is_torch_file, read_torch_file
+from ..accelerator import is_torch_file, read_torch_file
 
 __all__ = ["HPARAMS_NAME", "INSTANTIATOR", "load_module", "locate", "not_checkpointable", "trainer_checkpoint", "write_hparams"]
 

@@ -309,7 +309,7 @@ class RunSetup:
             self.trainer.stage_record.loader_batches[stage.name] = []
             run.loaders = []
             return run.loaders
-        run.loaders = self.requests.prepare(stage, self.requests.loaders(value, module, stage.loader_hook, True))
+        run.loaders = self.requests.prepare(stage, self.requests.requested(value, module, stage.loader_hook, True))
         return run.loaders
 
     # -- several processes ------------------------------------------------------------------------------------------

@@ -284,3 +284,19 @@ def test_accelerator_save_model_unwraps_and_shards(tmp_path):
     fresh = Tied(seed=9)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
     assert_same_weights(accelerator.unwrap_model(model), fresh)
+
+
+def test_a_training_checkpoint_file_gives_load_checkpoint_in_model_its_weights(tmp_path):
+    """A ``torch.save`` of a training checkpoint (a Lightning ``.ckpt``: weights under ``state_dict`` beside the
+    counters) is read by the same reader as the Trainer's ``load_from_checkpoint``: its weights load, and a file
+    whose ``state_dict`` holds more than tensors is refused, naming the file."""
+    source, target = Tied(seed=1), Tied(seed=2)
+    torch.save({"epoch": 3, "global_step": 12, "state_dict": source.state_dict()}, tmp_path / "run.ckpt")
+    load_checkpoint_in_model(target, tmp_path / "run.ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))
+    torch.save({"state_dict": {"body.weight": torch.zeros(16, 16), "note": "text"}}, tmp_path / "mixed.ckpt")
+    with pytest.raises(ValueError, match="mixed.ckpt.*other values"):
+        load_checkpoint_in_model(Tied(), tmp_path / "mixed.ckpt")
+    torch.save([torch.zeros(1)], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="list.pt.*state_dict"):
+        load_checkpoint_in_model(Tied(), tmp_path / "list.pt")

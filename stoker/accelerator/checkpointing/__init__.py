@@ -12,4 +12,5 @@ It never sees the Accelerator: the facade describes what to save in a :class:`~.
 - ``tree.py``: any nested state (dicts, lists, tensors, numbers) as one safetensors file, without pickle
 - ``weights.py``: exported model weights (``save_model`` / ``load_checkpoint_in_model``), sharded and tied
 - ``rng.py``: every random-number generator's state
+- ``torch_file.py``: single-file ``torch.save`` checkpoints (a Lightning ``.ckpt``), read without unpickling code
 """

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -19,6 +18,7 @@ import torch
 from .atomic import contained
 
 from .safetensors_io import fsync_path, read_safetensors, write_buffers, write_safetensors
+from .torch_file import read_torch_file
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -241,17 +241,9 @@ def read_weight_file(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]
     if path.endswith(".safetensors"):
         tensors, meta = read_safetensors(path)
         return tensors, json.loads(meta.get(TIED_KEY, "{}"))
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise ValueError(
-            f"{path} is not a plain file of tensors: torch.load(weights_only=True) refused it ({e}). stoker never "
-            "unpickles arbitrary objects; re-export the weights as safetensors with save_model()."
-        ) from e
-    if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
-        data = data["state_dict"]  # a training checkpoint (e.g. a Lightning .ckpt): the weights in it
-    if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
-        raise ValueError(f"{path} does not hold a dict of tensors (found {type(data).__name__}).")
+    data = read_torch_file(path, "load_checkpoint_in_model")["state_dict"]  # also a training checkpoint's weights
+    if not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise ValueError(f"{path} does not hold a dict of tensors (its state_dict holds other values too).")
     return data, {}
 
 

@@ -1,9 +1,12 @@
 """Single-file PyTorch checkpoints: a ``torch.save`` of a dict holding ``state_dict`` (what Lightning writes as a
-``.ckpt`` file, and many hand-written loops as a ``.pt``), read so that a model trained elsewhere loads into stoker.
+``.ckpt`` file, and many hand-written loops as a ``.pt``), or of the weights alone, read so that a model trained
+elsewhere loads into stoker.
 
-Owns: telling such a file from the other things a checkpoint path may name, and reading it. It is read with
-``torch.load(weights_only=True)`` (tensors, containers and plain values only; nothing in the file runs), unless the
-caller passed Lightning's ``weights_only=False`` for a file it trusts. stoker's own checkpoints stay folders.
+Owns: telling such a file from the other things a checkpoint path may name, and reading it, for every caller
+(``load_checkpoint_in_model``'s weight files, the Trainer's ``load_from_checkpoint`` / ``read_checkpoint`` /
+``ckpt_path``). It is read with ``torch.load(weights_only=True)`` (tensors, containers and plain values only;
+nothing in the file runs), unless the caller passed Lightning's ``weights_only=False`` for a file it trusts.
+stoker's own checkpoints stay folders.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def read_torch_file(path: str, caller: str, map_location: str | torch.device | N
         raise ValueError(
             f"{caller}: {path} holds objects that torch.load(weights_only=True) does not rebuild ({first}). Only a "
             "full unpickle reads it, which runs code from the file: if you trust the file, pass weights_only=False "
-            "to load_from_checkpoint; or save the weights alone (torch.save(model.state_dict(), path))."
+            "to load_from_checkpoint (the one call that takes it); or save the weights alone "
+            "(torch.save(model.state_dict(), path), or save_model() for safetensors)."
         ) from error
     if isinstance(data, dict) and data and all(isinstance(v, torch.Tensor) for v in data.values()):
         return {"state_dict": data}  # torch.save(model.state_dict(), path): the weights alone
