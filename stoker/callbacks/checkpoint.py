@@ -68,7 +68,8 @@ class ModelCheckpoint(CheckpointRecord):
         save_weights_only: Each folder holds only ``model.safetensors`` (for ``load_checkpoint_in_model`` and
             ``validate/test/predict(ckpt_path=...)``), not resumable; ``export_weights``/``async_save`` do nothing.
         train_time_interval: Save when this much wall-clock time has passed since the previous time-triggered save
-            (checked after each optimizer step; every 10 with several processes); turns the epoch trigger off.
+            (checked after each optimizer step; every 10 with several processes; ``timedelta(0)``: at every check);
+            turns the epoch trigger off.
         verbose: Print a line for each checkpoint written (main process).
         async_save: Write each checkpoint in the background from a CPU copy of the state (without it the files are
             written first and only the commit is in the background). The next save and the end of ``fit`` wait for

@@ -44,8 +44,8 @@ def check_options(**options: Any) -> None:
         ("every_n_train_steps", steps is None or count(steps, 0), off),
         ("every_n_epochs", epochs is None or count(epochs, 0), off),
         ("save_on_train_epoch_end", when is None or isinstance(when, bool), "must be True, False or None."),
-        ("train_time_interval", interval is None or (isinstance(interval, timedelta) and interval.total_seconds() > 0),
-         "must be a positive datetime.timedelta, e.g. timedelta(minutes=30), or None."),
+        ("train_time_interval", interval is None or (isinstance(interval, timedelta) and interval.total_seconds() >= 0),
+         "must be a datetime.timedelta >= 0, e.g. timedelta(minutes=30) (0: at every check), or None."),
     )
     for name, ok, rule in rules:
         if not ok:

@@ -105,6 +105,13 @@ def test_train_time_interval_saves_by_wall_clock(tmp_path, monkeypatch):
     assert _folders(tmp_path / "b" / "checkpoints") == ["epoch=0-step=3.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"]
 
 
+def test_a_zero_train_time_interval_saves_at_every_check(tmp_path):
+    """``timedelta(0)`` (Lightning takes it): the wall-clock trigger fires after every optimizer step."""
+    ckpt = ModelCheckpoint(save_top_k=-1, train_time_interval=timedelta(0))
+    trainer(tmp_path, max_epochs=1, callbacks=[ckpt]).fit(Regressor(), *loaders())
+    assert _folders(tmp_path / "checkpoints") == [f"epoch=0-step={n}.ckpt" for n in range(1, 5)]
+
+
 def test_verbose_names_each_save(tmp_path, capsys):
     ckpt = ModelCheckpoint(save_last=True, verbose=True)
     trainer(tmp_path, max_epochs=2, callbacks=[ckpt]).fit(Regressor(), *loaders())
@@ -115,7 +122,7 @@ def test_verbose_names_each_save(tmp_path, capsys):
 @pytest.mark.parametrize("kwargs, message", [
     ({"save_on_train_epoch_end": 1}, "save_on_train_epoch_end=1"),
     ({"train_time_interval": 60}, "train_time_interval=60"),
-    ({"train_time_interval": timedelta(0)}, "train_time_interval=datetime.timedelta\\(0\\)"),
+    ({"train_time_interval": timedelta(seconds=-1)}, "train_time_interval=datetime.timedelta\\(days=-1"),
 ])
 def test_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
