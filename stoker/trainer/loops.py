@@ -116,7 +116,11 @@ class FitLoop:
                           "training goes on until they are.", stacklevel=user_stacklevel())
         return False
 
+    @property
     def done(self) -> bool:
+        """Whether the fit has nothing left to run: a stop was asked for (and the minimums allow it), or the step or
+        epoch limit is reached (Lightning's ``trainer.fit_loop.done``; also before a fit, from the limits alone).
+        Reading it records why in ``stop_reason``."""
         t = self.trainer
         if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
             self.stop_reason = "should_stop"
@@ -134,7 +138,7 @@ class FitLoop:
         # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
         self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
         self.iter_steps = takes_iterator(self.trainer.module.training_step)
-        while not self.done():
+        while not self.done:
             self._run_epoch(run)
 
     def _run_epoch(self, run: FitRun) -> None:

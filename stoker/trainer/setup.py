@@ -205,7 +205,7 @@ class RunSetup:
         (Lightning's order); then False, the val loaders are not asked for and ``num_val_batches`` reads what they
         gave (``[]`` if never asked). Otherwise the loaders of :meth:`training_loaders`, and True."""
         self.train_loader(run)
-        if self.trainer.fit_loop.done():
+        if self.trainer.fit_loop.done:
             self.trainer.num_val_batches = list(run.val_batches)
             return False
         self.training_loaders(run)

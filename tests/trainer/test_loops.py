@@ -261,3 +261,19 @@ def test_a_val_check_interval_past_the_epoch_is_fine_when_nothing_validates(limi
     with pytest.raises(ValueError, match="val_check_interval=10"):  # validating, it would never run: an error
         bare(max_epochs=1, val_check_interval=10).fit(Regressor(), make_loader(make_regression_data(n=40)),
                                                       make_loader(make_regression_data(n=8)))
+
+
+@pytest.mark.parametrize("limits, done", [
+    ({"max_epochs": 3}, False), ({"max_epochs": 0}, True), ({"max_steps": 0}, True), ({"max_steps": 5}, False),
+    ({"max_epochs": -1, "max_steps": 10}, False), ({"max_epochs": -1, "max_steps": 0}, True),
+])
+def test_fit_loop_done_is_a_property_read_from_the_limits_before_a_fit(limits, done):
+    """Lightning's ``trainer.fit_loop.done``: a bool (not a method), also before any fit."""
+    trainer = bare(**limits)
+    assert trainer.fit_loop.done is done
+
+
+def test_fit_loop_done_after_a_fit_names_the_limit_that_ended_it():
+    trainer = bare(max_epochs=2)
+    trainer.fit(Regressor(), make_loader(make_regression_data(n=16), 8))
+    assert trainer.fit_loop.done is True and trainer.fit_loop.stop_reason == "max_epochs"
