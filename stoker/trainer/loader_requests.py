@@ -208,7 +208,7 @@ class LoaderRequests:
     def limit_train(self, loader: Any) -> None:
         t = self.trainer
         n = self.limit(loader, t.limit_train_batches, TRAIN.limit)
-        if n == 0:
+        if n == 0 and t.limit_train_batches != 0:  # limit_train_batches=0 turns training off: the fit loop is done
             reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \
                 else "it is empty"
             raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "

@@ -128,6 +128,8 @@ class FitLoop:
             self.stop_reason = "max_steps"
         elif t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective:
             self.stop_reason = "max_epochs"
+        elif t.limit_train_batches == 0:  # Lightning's switch for a fit without training (an empty loader errs)
+            self.stop_reason = "limit_train_batches=0"
         else:
             self.stop_reason = None
         return self.stop_reason is not None

@@ -277,3 +277,30 @@ def test_fit_loop_done_after_a_fit_names_the_limit_that_ended_it():
     trainer = bare(max_epochs=2)
     trainer.fit(Regressor(), make_loader(make_regression_data(n=16), 8))
     assert trainer.fit_loop.done is True and trainer.fit_loop.stop_reason == "max_epochs"
+
+
+class HookRecorder(Callback):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self.calls.append("train_start")
+
+    def on_sanity_check_end(self, trainer: Any, module: Any) -> None:
+        self.calls.append("sanity_check_end")
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self.calls.append("fit_end")
+
+
+@pytest.mark.parametrize("limit", [0, 0.0])
+def test_limit_train_batches_zero_turns_training_off(limit):
+    """Lightning's switch: ``limit_train_batches=0`` runs a fit that trains nothing (the sanity check still runs),
+    while a train loader that is empty stays an error (``test_errors.py``)."""
+    module, recorder = Regressor(), HookRecorder()
+    before = params_of(module)
+    trainer = bare(max_epochs=2, limit_train_batches=limit, callbacks=[recorder])
+    trainer.fit(module, make_loader(make_regression_data(n=16), 8), make_loader(make_regression_data(n=16), 8))
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(module)))
+    assert (trainer.global_step, trainer.current_epoch, trainer.num_training_batches) == (0, 0, 0)
+    assert recorder.calls == ["sanity_check_end", "fit_end"] and trainer.fit_loop.stop_reason == "limit_train_batches=0"
