@@ -67,14 +67,17 @@ def batch_limit(name: str, value: Any) -> int | float | None:
         return None
     if is_int(value):
         if value < 0:
-            raise ValueError(f"Trainer({name}={value!r}) must be >= 0: a number of batches, or a fraction in [0, 1].")
+            raise ValueError(f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int. "
+                             f"(Trainer({name}={value!r}) must be >= 0: a number of batches, or a fraction in [0, 1].)")
         return value
     if isinstance(value, float) and 0.0 <= value <= 1.0:
         return None if value == 1.0 else value
     if isinstance(value, float) and value > 1.0 and value.is_integer():  # a count written as a float (1e4)
         return int(value)
-    raise ValueError(f"Trainer({name}={value!r}) must be None (all batches), an int number of batches, or a float "
-                     "fraction of the loader in [0.0, 1.0].")
+    # (Lightning's sentence first, so that a test written for Lightning's error matches it)
+    raise ValueError(f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int. "
+                     f"(Trainer({name}={value!r}) must be None (all batches), an int number of batches, or a float "
+                     "fraction of the loader in [0.0, 1.0].)")
 
 
 def resolve_limit(name: str, limit: int | float | None, length: int | None) -> int | None:
@@ -83,8 +86,10 @@ def resolve_limit(name: str, limit: int | float | None, length: int | None) -> i
         return None
     if isinstance(limit, float):
         if length is None:
-            raise ValueError(f"Trainer({name}={limit!r}) is a fraction, but the loader has no length (an iterable "
-                             "dataset). Give an int number of batches instead.")
+            stage = name.removeprefix("limit_").removesuffix("_batches")
+            raise ValueError(f"When using an `IterableDataset`, `Trainer({name})` must be `1.0` or an int. An int "
+                             f"specifies `num_{stage}_batches` to use. (Trainer({name}={limit!r}) is a fraction, but "
+                             "the loader has no length: give an int number of batches instead.)")
         return int(length * limit)
     return limit
 
@@ -103,8 +108,10 @@ def val_check_interval(value: Any) -> int | float | timedelta:
             raise ValueError(f"Trainer(val_check_interval={value!r}): {error}") from error
         if duration is not None and duration.total_seconds() > 0:
             return duration
-    raise ValueError(f"Trainer(val_check_interval={value!r}) must be a float in (0.0, 1.0] (a fraction of the "
-                     "training epoch), an int >= 1 (every that many training batches), or a time > 0 between "
+    lightning = f"You have passed invalid value {value} for val_check_interval, it has to be in [0.0, 1.0] or an int. " \
+        if isinstance(value, (int, float)) else ""  # Lightning's sentence for a number, first
+    raise ValueError(f"{lightning}Trainer(val_check_interval={value!r}) must be a float in (0.0, 1.0] (a fraction of "
+                     "the training epoch), an int >= 1 (every that many training batches), or a time > 0 between "
                      "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")
 
 

@@ -246,9 +246,11 @@ class LoaderRequests:
             return None  # validation by time (the fit loop's clock), not by batch count
         if isinstance(interval, int):
             if validates and t.check_val_every_n_epoch is not None and not math.isinf(n) and interval > n:
-                raise ValueError(f"Trainer(val_check_interval={interval}) is more than the {n} training batches of "
-                                 "an epoch, so validation would never run. Use a smaller int, a fraction such as "
-                                 "1.0, or check_val_every_n_epoch=None to count batches across epochs.")
+                raise ValueError(f"`val_check_interval` ({interval}) must be less than or equal to the number of the "
+                                 f"training batches ({n}): Trainer(val_check_interval={interval}) is more than the "
+                                 f"{n} training batches of an epoch, so validation would never run. Use a smaller "
+                                 "int, a fraction such as 1.0, or check_val_every_n_epoch=None to count batches "
+                                 "across epochs.")
             return interval
         if math.isinf(n):
             if interval != 1.0:

@@ -161,8 +161,9 @@ def fast_dev_run(value: Any) -> int:
     if value is False:
         return 0
     if not is_int(value) or value < 0:
-        raise ValueError(f"Trainer(fast_dev_run={value!r}) must be True (1 batch), False, or an int >= 0 (that many "
-                         "batches of training and validation, without checkpoints or loggers).")
+        raise ValueError(f"fast_dev_run={value!r} is not a valid configuration. It should be >= 0. ("
+                         f"Trainer(fast_dev_run={value!r}) must be True (1 batch), False, or an int >= 0: that many "
+                         "batches of training and validation, without checkpoints or loggers.)")
     return value
 
 

@@ -1,0 +1,48 @@
+"""Errors about Trainer settings begin with Lightning's sentence, then say in stoker's words what to do: a test
+ported from Lightning (``pytest.raises(..., match="passed invalid value")``) matches them, and the user still reads
+which value was wrong and how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader, IterableDataset
+
+from stoker import Trainer
+from tests.helpers.models import Regressor, make_loader, make_regression_data
+from tests.helpers.trainers import quiet_trainer
+
+
+@pytest.mark.parametrize("kwargs, lightning, ours", [
+    ({"limit_train_batches": -0.1}, "You have passed invalid value -0.1 for limit_train_batches, it has to be in "
+                                    "[0.0, 1.0] or an int.", "Trainer(limit_train_batches=-0.1) must be None"),
+    ({"limit_test_batches": 1.2}, "You have passed invalid value 1.2 for limit_test_batches", "fraction"),
+    ({"limit_val_batches": -3}, "You have passed invalid value -3 for limit_val_batches", "must be >= 0"),
+    ({"val_check_interval": 1.2}, "You have passed invalid value 1.2 for val_check_interval", "(0.0, 1.0]"),
+    ({"fast_dev_run": -1}, "fast_dev_run=-1 is not a valid configuration. It should be >= 0.", "int >= 0"),
+])
+def test_a_bad_setting_is_named_in_lightnings_words_then_ours(kwargs: dict[str, Any], lightning: str, ours: str):
+    with pytest.raises(ValueError) as caught:
+        Trainer(**kwargs)
+    message = str(caught.value)
+    assert message.startswith(lightning) and ours in message
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(make_regression_data(n=16))
+
+
+def test_a_fraction_of_a_loader_without_length_and_an_interval_past_the_epoch():
+    with pytest.raises(ValueError) as caught:
+        quiet_trainer(limit_train_batches=0.5, max_steps=2).fit(Regressor(), DataLoader(Stream(), batch_size=4))
+    assert str(caught.value).startswith("When using an `IterableDataset`, `Trainer(limit_train_batches)` must be "
+                                        "`1.0` or an int. An int specifies `num_train_batches` to use.")
+    assert "give an int number of batches instead" in str(caught.value)
+    with pytest.raises(ValueError) as caught:
+        quiet_trainer(val_check_interval=5).fit(Regressor(), make_loader(make_regression_data(n=16), 8),
+                                                make_loader(make_regression_data(n=16), 8))
+    assert str(caught.value).startswith("`val_check_interval` (5) must be less than or equal to the number of the "
+                                        "training batches (2)")
+    assert "check_val_every_n_epoch=None" in str(caught.value)
