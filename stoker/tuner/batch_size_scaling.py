@@ -138,8 +138,9 @@ def _fitted(size: int, length: int | None) -> int | None:
     """Says that ``size`` fitted (and when it holds the whole dataset of ``length`` samples); gives ``length``."""
     log.info("scale_batch_size: batch size %d fits.", size)
     if length is not None and size >= length:
-        log.info("scale_batch_size: batch size %d already holds the whole dataset (%d samples); no larger size is "
-                 "tried.", size, length)
+        # Lightning's sentence first (a script or test that reads the log for it finds it), then what it means
+        log.info("The batch size %d is greater or equal than the length of your dataset: %d. (scale_batch_size: it "
+                 "already holds the whole dataset; no larger size is tried.)", size, length)
     return length
 
 
@@ -156,7 +157,8 @@ def _warn_if_twice(module: TrainingModule, holders: list[Any], name: str) -> Non
 
 def _check(trainer: Trainer, mode: str, steps: Any, init_val: Any, max_trials: Any, margin: Any, max_val: Any) -> None:
     if mode not in MODES:
-        raise ValueError(f"scale_batch_size(mode={mode!r}) is not a search. Expected one of: 'power', 'binsearch'.")
+        raise ValueError(f"`mode` should be either of ('power', 'binsearch'): scale_batch_size(mode={mode!r}) is not "
+                         "a search.")
     for name, value, least in (("steps_per_trial", steps, 1), ("init_val", init_val, 1), ("max_trials", max_trials, 0),
                                ("max_val", 1 if max_val is None else max_val, 1)):
         check_count(f"scale_batch_size({name}=...)", value, least)

@@ -40,7 +40,8 @@ class LRFinder:
 
     def __init__(self, mode: str, lr_min: float, lr_max: float, num_training: int) -> None:
         if mode not in MODES:
-            raise ValueError(f"lr_find(mode={mode!r}) is not a sweep. Expected one of: 'exponential', 'linear'.")
+            raise ValueError(f"`mode` should be either of ('exponential', 'linear'): lr_find(mode={mode!r}) is not a "
+                             "sweep.")
         self.mode, self.lr_min, self.lr_max, self.num_training = mode, lr_min, lr_max, num_training
         self.results: dict[str, list[float]] = {"lr": [], "loss": []}
         self.optimal_index: int | None = None

@@ -64,7 +64,8 @@ class Tuner:
         self._check_no_finder(BatchSizeFinder)
         loaders = _loaders(method, train_dataloaders, val_dataloaders, dataloaders, datamodule)
         if set(loaders) - {"datamodule"}:
-            raise ValueError("scale_batch_size needs the loaders to come from the module's or data module's loader "
+            raise ValueError("The Batch size finder cannot be used with dataloaders passed directly to `.fit()`: "
+                             "scale_batch_size needs the loaders to come from the module's or data module's loader "
                              "hooks, which read the batch size it tries; loaders passed directly keep theirs. Move "
                              "them into train_dataloader() / val_dataloader() (...) or a DataModule.")
         return scale_batch_size(self.trainer, model, method, loaders, mode, steps_per_trial, init_val, max_trials,

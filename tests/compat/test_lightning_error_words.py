@@ -46,3 +46,17 @@ def test_a_fraction_of_a_loader_without_length_and_an_interval_past_the_epoch():
     assert str(caught.value).startswith("`val_check_interval` (5) must be less than or equal to the number of the "
                                         "training batches (2)")
     assert "check_val_every_n_epoch=None" in str(caught.value)
+
+
+def test_the_tuners_refusals_begin_with_lightnings_sentence():
+    from stoker.tuner import Tuner
+
+    tuner, module = Tuner(quiet_trainer()), Regressor()
+    loader = make_loader(make_regression_data(n=16), 8)
+    with pytest.raises(ValueError, match=r"^`mode` should be either of \('power', 'binsearch'\): scale_batch_size"):
+        tuner.scale_batch_size(module, mode="linear")
+    with pytest.raises(ValueError, match=r"^`mode` should be either of \('exponential', 'linear'\): lr_find"):
+        tuner.lr_find(module, loader, mode="power")
+    with pytest.raises(ValueError, match=r"^The Batch size finder cannot be used with dataloaders passed directly to "
+                                         r"`\.fit\(\)`: .* Move them into train_dataloader"):
+        tuner.scale_batch_size(module, train_dataloaders=loader)

@@ -45,7 +45,8 @@ def test_a_size_that_holds_the_whole_dataset_is_said_once_and_ends_the_growth(ca
     size, lines = _search(caplog, Sized(n=64), init_val=64, max_trials=5)
     assert size == 64
     assert [line for line in lines if "whole dataset" in line] == [
-        "scale_batch_size: batch size 64 already holds the whole dataset (64 samples); no larger size is tried."]
+        "The batch size 64 is greater or equal than the length of your dataset: 64. (scale_batch_size: it already "
+        "holds the whole dataset; no larger size is tried.)"]
     assert not any("trying batch size" in line for line in lines)  # nothing tried after the first size
 
 
