@@ -13,13 +13,15 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def optional_int(name: str, value: Any, minimum: int, none_aliases: tuple = ()) -> int | None:
-    """``value`` as an int >= ``minimum``, or None (also for any of ``none_aliases``, e.g. Lightning's -1)."""
+def optional_int(name: str, value: Any, minimum: int, none_aliases: tuple = (), lightning: str = "") -> int | None:
+    """``value`` as an int >= ``minimum``, or None (also for any of ``none_aliases``, e.g. Lightning's -1). The error
+    begins with ``lightning`` (Lightning's sentence for the same mistake, where it has one; ``{value}`` filled in)."""
     if value is None or (none_aliases and is_int(value) and value in none_aliases):
         return None
     if not is_int(value) or value < minimum:
         alias = f" (or {', '.join(map(str, none_aliases))})" if none_aliases else ""
-        raise ValueError(f"Trainer({name}={value!r}) must be None{alias} or an int >= {minimum}.")
+        ours = f"Trainer({name}={value!r}) must be None{alias} or an int >= {minimum}."
+        raise ValueError(f"{lightning.format(value=value)} ({ours})" if lightning else ours)
     return value
 
 

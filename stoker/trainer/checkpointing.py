@@ -255,9 +255,10 @@ def best_checkpoint(trainer: TrainerParts) -> str:
     """``ckpt_path="best"``: the ``best_model_path`` of the Trainer's (first) ``ModelCheckpoint``."""
     callback = trainer.checkpoint_callback
     if callback is None:
-        raise ValueError("ckpt_path='best' needs a ModelCheckpoint callback to know the best checkpoint, and this "
-                         "Trainer has none (enable_checkpointing=False or fast_dev_run). Pass a checkpoint folder, "
-                         "'last', or add ModelCheckpoint(monitor=...).")
+        raise ValueError(f'`.{trainer.state.fn or "fit"}(ckpt_path="best")` is set but `ModelCheckpoint` is not '
+                         "configured: ckpt_path='best' needs a ModelCheckpoint callback to know the best checkpoint, "
+                         "and this Trainer has none (enable_checkpointing=False or fast_dev_run). Pass a checkpoint "
+                         "folder, 'last', or add ModelCheckpoint(monitor=...).")
     path = callback.best_model_path
     if not path and callback.save_top_k == 0:
         raise ValueError("ckpt_path='best': the ModelCheckpoint is not configured to save the best checkpoint "

@@ -31,7 +31,9 @@ class RunLimits:
     max_steps: int | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, check.optional_int(name, value, 0, none_aliases=(-1,)))
+        infinite = " (infinite steps)" if name == "max_steps" else ""
+        super().__setattr__(name, check.optional_int(name, value, 0, none_aliases=(-1,), lightning=f"`{name}` must be "
+                                                     f"a non-negative integer or -1{infinite}. You passed in {{value}}."))
 
     def steps_reached(self, applied: int) -> bool:
         """Whether ``applied`` optimizer steps reach ``max_steps`` (never, without one)."""
@@ -114,7 +116,8 @@ class RunOptions:
         check.optional_int("min_epochs", self.min_epochs, 0)
         check.optional_int("min_steps", self.min_steps, 0)
         check.optional_int("num_sanity_val_steps", self.num_sanity_val_steps, 0)
-        check.optional_int("reload_dataloaders_every_n_epochs", self.reload_dataloaders_every_n_epochs, 0)
+        check.optional_int("reload_dataloaders_every_n_epochs", self.reload_dataloaders_every_n_epochs, 0,
+                           lightning="`reload_dataloaders_every_n_epochs` should be an int >= 0, got {value}.")
         check.flag("use_distributed_sampler", self.use_distributed_sampler)
         check.optional_int("nonfinite_skip_limit", self.nonfinite_skip_limit, 1)
         check.flag("in_order_fit_loaders", self.in_order_fit_loaders)

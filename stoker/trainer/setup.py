@@ -84,8 +84,10 @@ class RunSetup:
             raise TypeError("Trainer.fit() needs the TrainingModule to train: Trainer.fit(module, ...).")
         module = from_compiled(module)
         if not isinstance(module, TrainingModule):
-            raise TypeError(f"Trainer expects a stoker.TrainingModule, got {type(module).__name__}. Subclass "
-                            "TrainingModule and define training_step and configure_optimizers.")
+            raise TypeError(f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got "
+                            f"`{type(module).__qualname__}`: Trainer expects a stoker.TrainingModule, got "
+                            f"{type(module).__name__}. Subclass TrainingModule and define training_step and "
+                            "configure_optimizers.")
         if fit:
             for name, what in (("training_step", "return the loss of a batch"),
                                ("configure_optimizers", "return an optimizer")):

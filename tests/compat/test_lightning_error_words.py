@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from stoker import Trainer
@@ -60,3 +61,27 @@ def test_the_tuners_refusals_begin_with_lightnings_sentence():
     with pytest.raises(ValueError, match=r"^The Batch size finder cannot be used with dataloaders passed directly to "
                                          r"`\.fit\(\)`: .* Move them into train_dataloader"):
         tuner.scale_batch_size(module, train_dataloaders=loader)
+
+
+@pytest.mark.parametrize("kwargs, lightning", [
+    ({"max_epochs": -100}, "`max_epochs` must be a non-negative integer or -1. You passed in -100."),
+    ({"max_steps": -2}, "`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in -2."),
+    ({"reload_dataloaders_every_n_epochs": -1}, "`reload_dataloaders_every_n_epochs` should be an int >= 0, got -1."),
+])
+def test_limits_and_reloads_are_refused_in_lightnings_words_then_ours(kwargs: dict[str, Any], lightning: str):
+    with pytest.raises(ValueError) as caught:
+        Trainer(**kwargs)
+    name, value = next(iter(kwargs.items()))
+    assert str(caught.value).startswith(lightning) and f"(Trainer({name}={value}) must be None" in str(caught.value)
+
+
+def test_a_module_that_is_not_a_training_module_and_best_without_a_checkpoint_callback():
+    with pytest.raises(TypeError, match=r"^`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, "
+                                        r"got `Linear`: Trainer expects a stoker.TrainingModule"):
+        quiet_trainer().fit(torch.nn.Linear(2, 2))
+    trainer = quiet_trainer(max_epochs=1, enable_checkpointing=False)
+    loader = make_loader(make_regression_data(n=16), 8)
+    trainer.fit(Regressor(), loader)
+    with pytest.raises(ValueError, match=r'^`\.validate\(ckpt_path="best"\)` is set but `ModelCheckpoint` is not '
+                                         r"configured: ckpt_path='best' needs a ModelCheckpoint callback"):
+        trainer.validate(ckpt_path="best", dataloaders=loader)

@@ -359,8 +359,9 @@ def _run_options(dev_run: int, overfit: bool, *, min_epochs: Any, min_steps: Any
         min_epochs=check.optional_int("min_epochs", min_epochs, 0),
         min_steps=check.optional_int("min_steps", min_steps, 0, none_aliases=(-1,)),
         num_sanity_val_steps=0 if dev_run or barebones else sanity,
-        reload_dataloaders_every_n_epochs=check.optional_int(
-            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0) or 0,
+        # None is Lightning's 0; RunOptions checks the rest
+        reload_dataloaders_every_n_epochs=0 if reload_dataloaders_every_n_epochs is None else
+        reload_dataloaders_every_n_epochs,
         use_distributed_sampler=check.flag("use_distributed_sampler", use_distributed_sampler),
         in_order_fit_loaders=overfit, dry_run=bool(dev_run), sync_batchnorm=sync_batchnorm,  # RunOptions checks it
         inference_mode=check.flag("inference_mode", inference_mode), record_logged_values=not barebones)
