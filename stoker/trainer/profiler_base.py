@@ -102,8 +102,9 @@ class Profiler:
     def stop(self, action: str) -> None:
         """Ends the timing of ``action`` that :meth:`start` began."""
         if action not in self._open:
-            raise ValueError(f"Profiler.stop({action!r}): no action {action!r} is being timed; call "
-                             f"start({action!r}) first.")
+            raise ValueError(f"Attempting to stop recording an action ({action}) which was never started. "
+                             f"(Profiler.stop({action!r}): no action {action!r} is being timed; call start({action!r}) "
+                             "first.)")
         self._close_action(action)
 
     def profile(self, action: str) -> Any:

@@ -160,6 +160,9 @@ def test_start_and_stop_time_an_action_and_refuse_a_wrong_order():
     profiler = SimpleProfiler()
     with pytest.raises(ValueError, match=r"Profiler.stop\('load'\): no action 'load' is being timed"):
         profiler.stop("load")
+    with pytest.raises(ValueError, match=r"^Attempting to stop recording an action \(load\) which was never "
+                                         r"started\."):  # Lightning's sentence first
+        profiler.stop("load")
     profiler.start("load")
     with pytest.raises(ValueError, match=r"Profiler.start\('load'\): that action is already being timed"):
         profiler.start("load")
