@@ -92,6 +92,7 @@ class LearningRateMonitor(Callback):
         # where such a run's loggers are replaced by a DummyLogger.
         if not trainer.loggers and not trainer.dry_run and trainer.is_global_zero:
             raise NoLoggerError(
+                "Cannot use `LearningRateMonitor` callback with `Trainer` that has no logger. "
                 "LearningRateMonitor has no logger to write to: the Trainer was built with logger=False. "
                 "Pass logger=True (TensorBoard), a stoker Logger, or drop the callback."
             )
@@ -220,8 +221,9 @@ def _group_names(optimizer: Any) -> list[str | None]:
     given = [n for n in names if n]
     if len(set(given)) < len(given):
         kind = type(optimizer).__name__
-        raise ValueError(f"LearningRateMonitor: the param groups of {kind} share a name "
-                         f"({names}); give each group its own 'name' so that each has its own metric.")
+        raise ValueError("A single `Optimizer` cannot have multiple parameter groups with identical `name` values. "
+                         f"LearningRateMonitor: the param groups of {kind} share a name ({names}); give each group "
+                         "its own 'name' so that each has its own metric.")
     return names
 
 

@@ -49,8 +49,8 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         if write_interval not in _INTERVALS:
-            raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}) is not an interval. Expected "
-                             f"one of: {', '.join(map(repr, _INTERVALS))}.")
+            raise ValueError(f"`write_interval` should be one of {list(_INTERVALS)}. "
+                             f"(BasePredictionWriter(write_interval={write_interval!r}) is not an interval.)")
         self.write_interval = write_interval
         self._on_batch = write_interval in ("batch", "batch_and_epoch")
         self._on_epoch = write_interval in ("epoch", "batch_and_epoch")

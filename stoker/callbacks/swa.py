@@ -293,8 +293,9 @@ def _check_arguments(swa_lrs: Any, start: Any, annealing_epochs: Any, strategy: 
                          "(one per param group).")
     int_start = isinstance(start, int) and not isinstance(start, bool)
     if not ((int_start and start >= 1) or (isinstance(start, float) and 0.0 <= start <= 1.0)):
-        raise ValueError(f"StochasticWeightAveraging(swa_epoch_start={start!r}) must be an int >= 1 (the epoch, "
-                         "counted from 1) or a float in [0, 1] (a fraction of max_epochs).")
+        raise ValueError("swa_epoch_start should be a >0 integer or a float between 0 and 1. "
+                         f"(StochasticWeightAveraging(swa_epoch_start={start!r}) must be an int >= 1, the epoch "
+                         "counted from 1, or a float in [0, 1], a fraction of max_epochs.)")
     if isinstance(annealing_epochs, bool) or not isinstance(annealing_epochs, int) or annealing_epochs < 0:
         raise ValueError(f"StochasticWeightAveraging(annealing_epochs={annealing_epochs!r}) must be an int >= 0.")
     if strategy not in _STRATEGIES:

@@ -47,8 +47,8 @@ def parse_duration(duration: timedelta | str | dict | None) -> timedelta | None:
         match = _DURATION.match(duration.strip())
         if match is None:
             raise ValueError(
-                f"Timer(duration={duration!r}) is not a duration string. Expected 'DD:HH:MM:SS', "
-                "e.g. '00:12:00:00' for twelve hours."
+                f"`Timer(duration={duration!r})` is not a valid duration. Expected a string in the format "
+                "DD:HH:MM:SS, e.g. '00:12:00:00' for twelve hours."
             )
         days, hours, minutes, seconds = (int(g) for g in match.groups())
         value = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
@@ -103,7 +103,8 @@ class Timer(Callback):
                  verbose: bool = True) -> None:
         self.duration = parse_duration(duration)
         if interval not in ("step", "epoch"):
-            raise ValueError(f"Timer(interval={interval!r}) is not an interval. Expected 'step' or 'epoch'.")
+            raise ValueError(f"Unsupported parameter value `Timer(interval={interval})`. Possible choices are: step, "
+                             f"epoch. (Timer(interval={interval!r}) is not an interval.)")
         self.interval, self.verbose = interval, verbose
         self._offset = {stage: 0.0 for stage in _STAGES}  # seconds from before a resume
         self._start: dict[str, float | None] = dict.fromkeys(_STAGES)

@@ -232,7 +232,8 @@ def resolve_ckpt(trainer: TrainerParts, ckpt_path: Any) -> str | None:
         return best_checkpoint(trainer)
     path = os.fspath(ckpt_path)
     if not os.path.isdir(path) and not is_torch_file(path):
-        raise FileNotFoundError(f"ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
+        missing = "" if os.path.exists(path) else f"Checkpoint file not found: {path}. "  # Lightning's words first
+        raise FileNotFoundError(f"{missing}ckpt_path={path!r} is not a checkpoint folder. Pass a folder written by "
                                 "Trainer.save_checkpoint / ModelCheckpoint, 'last', 'best', None, or (validate, "
                                 "test, predict) a single-file PyTorch checkpoint such as a Lightning .ckpt.")
     return path

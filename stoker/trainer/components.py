@@ -41,7 +41,9 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         result.append(ModelCheckpoint())
     bars = [type(c).__name__ for c in result if isinstance(c, ProgressBar)]
     if len(bars) > 1:
-        raise ValueError(f"Trainer(callbacks=...) has {len(bars)} progress bars {bars}; a run draws one: keep one.")
+        raise ValueError("You added multiple progress bar callbacks to the Trainer, but currently only one progress "
+                         f"bar is supported: Trainer(callbacks=...) has {len(bars)} progress bars {bars}; a run "
+                         "draws one: keep one.")
     if progress_bar and not bars:
         result.append(ProgressBar())
     # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.

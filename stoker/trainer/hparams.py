@@ -146,8 +146,8 @@ def _hparams_of(owner: object, caller: Any, names: tuple[Any, ...], ignore: Sequ
     bad = [a for a in names if not isinstance(a, str)]
     if bad:
         raise HyperparametersError(
-            f"save_hyperparameters{names!r}: pass argument names (strings) of __init__, or a single mapping of "
-            f"hyperparameters; got {type(bad[0]).__name__}.")
+            f"{_primitives(bad[0])}save_hyperparameters{names!r}: pass argument names (strings) of __init__, or a "
+            f"single mapping of hyperparameters; got {type(bad[0]).__name__}.")
     if caller is None:
         raise RuntimeError("save_hyperparameters() could not find the calling __init__ (no frame information).")
     values = _init_arguments_of(owner, caller)
@@ -244,6 +244,12 @@ def _init_arguments(frame: Any) -> dict[str, Any]:
     return values
 
 
+def _primitives(value: Any) -> str:
+    """Lightning's first sentence when a plain number or string stands where hyperparameters were expected."""
+    kinds = (bool, int, float, str)
+    return f"Primitives {kinds} are not allowed. " if isinstance(value, kinds) else ""
+
+
 def _given_hparams(given: Any, ignore: Sequence[str] | str | None) -> dict[Any, Any]:
     """The items of the one object given to ``save_hyperparameters``, without ``ignore``."""
     if isinstance(given, argparse.Namespace):
@@ -252,8 +258,8 @@ def _given_hparams(given: Any, ignore: Sequence[str] | str | None) -> dict[Any, 
         given = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
     if not isinstance(given, Mapping):
         raise HyperparametersError(
-            f"save_hyperparameters({given!r}): expected argument names of __init__, or one mapping, "
-            f"argparse.Namespace or dataclass instance of hyperparameters; got {type(given).__name__}.")
+            f"{_primitives(given)}save_hyperparameters({given!r}): expected argument names of __init__, or one "
+            f"mapping, argparse.Namespace or dataclass instance of hyperparameters; got {type(given).__name__}.")
     ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
     return {k: v for k, v in given.items() if k not in ignored}
 
@@ -274,8 +280,10 @@ def hparams_for_loggers(module: HparamsOwner, datamodule: HparamsOwner | None = 
     clashes = [key for key in ours.keys() & theirs.keys() if key != "_class_path" and _differ(ours[key], theirs[key])]
     if clashes:
         detail = ", ".join(f"{k!r}: {ours[k]!r} in the module, {theirs[k]!r} in the datamodule" for k in clashes)
-        raise RuntimeError(f"Error while merging hparams for the loggers: {detail}. Give the key one value, rename "
-                           "it in one of them, or save one side's hyperparameters with logger=False.")
+        raise RuntimeError(f"Error while merging hparams: the keys {clashes} are present in both the "
+                           "LightningModule's and LightningDataModule's hparams but have different values. For the "
+                           f"loggers: {detail}. Give the key one value, rename it in one of them, or save one side's "
+                           "hyperparameters with logger=False.")
     return {**ours, **theirs}
 
 

@@ -250,7 +250,8 @@ class Results:
             raise RuntimeError(f"self.log({name!r}) during predict: prediction logs nothing. Return the values from "
                                "predict_step instead (Trainer.predict returns them).")
         if not (on_step or on_epoch):
-            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
+            raise ValueError(f"`self.log(on_step=False, on_epoch=False)` is not useful: self.log({name!r}, "
+                             "on_step=False, on_epoch=False) records nothing; set one of them.")
         entry = _Entry(key, on_step, on_epoch, bool(prog_bar), bool(logger), _reduce_name(reduce_fx, name),
                        bool(sync_dist))
         old = self.entries.get(slot)

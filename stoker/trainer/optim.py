@@ -97,6 +97,7 @@ def _check_attached(optimizers: list[torch.optim.Optimizer], configs: list[LRSch
         target = getattr(config.scheduler, "optimizer", None)
         if isinstance(target, torch.optim.Optimizer) and not any(target is opt for opt in optimizers):
             raise ValueError(
+                "Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`: "
                 f"configure_optimizers() returned the scheduler {type(config.scheduler).__name__} built on a "
                 f"{type(target).__name__} that is not one of the optimizers it returned, so nothing would step that "
                 "optimizer. Build each scheduler on a returned optimizer, or return its optimizer too."
@@ -136,7 +137,9 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool,
                           "optimization the module steps its schedulers itself (self.lr_schedulers().step(...)).",
                           RuntimeWarning, stacklevel=user_stacklevel())
         if "scheduler" not in value:
-            raise ValueError(f"the lr_scheduler dict {dict(value)!r} needs a 'scheduler' key holding the scheduler.")
+            raise ValueError('The lr scheduler dict must have the key "scheduler" with its item being an lr '
+                             f"scheduler: the lr_scheduler dict {dict(value)!r} needs a 'scheduler' key holding the "
+                             "scheduler.")
         config = LRSchedulerConfig(value["scheduler"], value.get("interval", "epoch"), value.get("frequency", 1),
                                    value.get("monitor", monitor), value.get("strict", True), value.get("name"))
     else:
@@ -148,13 +151,15 @@ def _scheduler_config(value: Any, monitor: str | None, whole: Any, manual: bool,
                                  "and doesn't follow PyTorch's LRScheduler API (a scheduler of another kind needs "
                                  "the module's own lr_scheduler_step to step it)")
     if config.interval not in ("step", "epoch"):
-        raise ValueError(f"lr_scheduler interval={config.interval!r} is not an interval. Expected 'step' "
-                         "(optimizer steps) or 'epoch'.")
+        raise ValueError(f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is '
+                         f'"{config.interval}": lr_scheduler interval={config.interval!r} is not an interval. Expected '
+                         "'step' (optimizer steps) or 'epoch'.")
     freq = config.frequency
     if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
         raise ValueError(f"lr_scheduler frequency={freq!r} must be an int >= 1.")
     if config.reduce_on_plateau and not config.monitor and not manual:
-        raise ValueError("A ReduceLROnPlateau scheduler needs a metric to watch: return {'optimizer': opt, "
+        raise ValueError("The lr scheduler dict must include a monitor when a `ReduceLROnPlateau` scheduler is used. "
+                         "A ReduceLROnPlateau scheduler needs a metric to watch: return {'optimizer': opt, "
                          "'lr_scheduler': {'scheduler': sched, 'monitor': 'val/loss'}} with a name you self.log.")
     return config
 
@@ -175,8 +180,9 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
                 available = sorted(metrics)
                 if config.strict:
                     raise MonitorMissingError(
-                        f"ReduceLROnPlateau watches {config.monitor!r}, which was not logged. Logged metrics: "
-                        f"{available}. self.log({config.monitor!r}, ...) it, or fix the 'monitor' name."
+                        f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available "
+                        f"metrics are: {available}. (ReduceLROnPlateau watches {config.monitor!r}, which was not "
+                        f"logged: self.log({config.monitor!r}, ...) it, or fix the 'monitor' name.)"
                     )
                 warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped "
                               "(strict=False).", RuntimeWarning, stacklevel=2)

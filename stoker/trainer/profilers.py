@@ -150,5 +150,6 @@ def make_profiler(value: Any) -> Profiler:
     if not isinstance(value, str):
         raise TypeError(f"Trainer(profiler={value!r}) must be None, a name or a stoker Profiler; got "
                         f"{type(value).__name__}.")
-    raise ValueError(f"Trainer(profiler={value!r}) is not a profiler. Expected one of: 'simple', 'advanced', "
-                     "'pytorch' (or a Profiler instance).")
+    raise ValueError("When passing string value for the `profiler` parameter of `Trainer`, it can only be one of "
+                     f"['simple', 'advanced', 'pytorch']: Trainer(profiler={value!r}) is not a profiler (or pass a "
+                     "Profiler instance).")

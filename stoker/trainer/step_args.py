@@ -112,5 +112,7 @@ def check_loader_idx(module: TrainingModule, stage: Stage, several: bool, with_s
                 "signature.")
         if not several and index is not None and index.default is inspect.Parameter.empty:
             raise RuntimeError(
-                f"The {stage.name} stage has a single loader, so {where} is called without a loader index, but its "
-                "`dataloader_idx` parameter has no default. Give it one (`dataloader_idx=0`) or remove it.")
+                f"You provided only a single `{stage.loader_hook}`, but have included `dataloader_idx` in `{where}`. "
+                "Either remove the argument or give it a default value i.e. `dataloader_idx=0`. (The "
+                f"{stage.name} stage has a single loader, so {where} is called without a loader index, but its "
+                "`dataloader_idx` parameter has no default.)")

@@ -26,7 +26,9 @@ class StrictLoading:
         """``load_from_checkpoint``'s ``strict``: None follows ``strict_loading``; contradicting a chosen one is a
         ``ValueError`` (Lightning's rule)."""
         if strict is not None and self._strict_loading is not None and bool(self._strict_loading) != strict:
-            raise ValueError(f"{type(self).__name__}.load_from_checkpoint(..., strict={strict!r}) contradicts the "
-                             f"module's strict_loading={self._strict_loading!r}. Pass the same value, or leave strict "
-                             "out to follow the module.")
+            raise ValueError(f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
+                             f"`{type(self).__name__}.strict_loading={self._strict_loading!r}. Please set the same "
+                             f"value for both of them. ({type(self).__name__}.load_from_checkpoint(..., "
+                             f"strict={strict!r}) contradicts the module's strict_loading={self._strict_loading!r}: "
+                             "pass the same value, or leave strict out to follow the module.)")
         return self.strict_loading if strict is None else strict

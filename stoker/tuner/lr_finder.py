@@ -106,9 +106,10 @@ class _Sweep(Callback):
 
     def on_train_start(self, trainer: Trainer, module: TrainingModule) -> None:
         if len(trainer.optimizers) != 1:
-            raise ValueError(f"lr_find sweeps the rate of one optimizer, but {type(module).__name__}."
-                             f"configure_optimizers() returned {len(trainer.optimizers)}; it only works with a "
-                             "single optimizer.")
+            raise ValueError(f"`model.configure_optimizers()` returned {len(trainer.optimizers)}, but learning "
+                             f"rate finder only works with single optimizer: lr_find sweeps the rate of one optimizer, "
+                             f"and {type(module).__name__}.configure_optimizers() returned "
+                             f"{len(trainer.optimizers)}.")
         trainer.lr_scheduler_configs = []  # the sweep sets the rate itself; a scheduler would overwrite it
         trainer.fit_run.step_schedulers = []
 

@@ -76,14 +76,15 @@ def _loaders(method: str, train: Any, val: Any, loaders: Any, datamodule: DataMo
     """The keyword arguments of ``trainer.<method>`` for the loaders given (a data module may come in
     ``train_dataloaders``' place, as ``fit`` allows)."""
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is invalid: expected one of {', '.join(map(repr, METHODS))}.")
+        raise ValueError(f"method {method!r} is invalid. Should be one of {tuple(METHODS)}.")
     if isinstance(train, DataModule) and datamodule is None:
         train, datamodule = None, train
     if method == "fit" and loaders is not None:
-        raise ValueError("method='fit' reads train_dataloaders= and val_dataloaders=, not dataloaders= (which is "
-                         "for validate / test / predict); pass the loaders under those names.")
+        raise ValueError("In tuner with method='fit', `dataloaders` argument should be None, please consider setting "
+                         "`train_dataloaders` and `val_dataloaders` instead (dataloaders= is for validate / test / "
+                         "predict).")
     if method != "fit" and (train is not None or val is not None):
-        raise ValueError(f"method={method!r} reads dataloaders=, not train_dataloaders= / val_dataloaders= (which "
-                         "are for fit); pass the loaders as dataloaders=.")
+        raise ValueError(f"In tuner with `method`={method!r}, `train_dataloaders` and `val_dataloaders` arguments "
+                         "should be None, please consider setting `dataloaders` instead (those two are for fit).")
     given = {"train_dataloaders": train, "val_dataloaders": val} if method == "fit" else {"dataloaders": loaders}
     return {k: v for k, v in {**given, "datamodule": datamodule}.items() if v is not None}

@@ -85,3 +85,107 @@ def test_a_module_that_is_not_a_training_module_and_best_without_a_checkpoint_ca
     with pytest.raises(ValueError, match=r'^`\.validate\(ckpt_path="best"\)` is set but `ModelCheckpoint` is not '
                                          r"configured: ckpt_path='best' needs a ModelCheckpoint callback"):
         trainer.validate(ckpt_path="best", dataloaders=loader)
+
+
+def _raises(build, lightning: str, ours: str) -> None:
+    with pytest.raises((ValueError, TypeError, RuntimeError, FileNotFoundError)) as caught:
+        build()
+    message = str(caught.value)
+    assert lightning in message and ours in message, message
+
+
+@pytest.mark.parametrize("build, lightning, ours", [
+    (lambda: __import__("stoker").callbacks.Timer(duration="6:00:00"),
+     "`Timer(duration='6:00:00')` is not a valid duration. Expected a string in the format DD:HH:MM:SS", "twelve"),
+    (lambda: __import__("stoker").callbacks.Timer(interval="hour"),
+     "Unsupported parameter value `Timer(interval=hour)`. Possible choices are: step, epoch", "is not an interval"),
+    (lambda: __import__("stoker").callbacks.StochasticWeightAveraging(1e-2, swa_epoch_start=0),
+     "swa_epoch_start should be a >0 integer or a float between 0 and 1.", "a fraction of max_epochs"),
+    (lambda: __import__("stoker").callbacks.BasePredictionWriter("sometimes"),
+     "`write_interval` should be one of ['batch', 'epoch', 'batch_and_epoch'].", "is not an interval"),
+    (lambda: Trainer(profiler="fancy"), "When passing string value for the `profiler` parameter of `Trainer`, it "
+     "can only be one of ['simple', 'advanced', 'pytorch']", "is not a profiler"),
+    (lambda: Trainer(callbacks=[__import__("stoker").callbacks.TQDMProgressBar()] * 2),
+     "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is supported",
+     "a run draws one"),
+    (lambda: Trainer(barebones=True, enable_checkpointing=True),
+     "`Trainer(barebones=True, enable_checkpointing=True)` was passed", "barebones turns off"),
+])
+def test_constructor_refusals_begin_with_lightnings_sentence(build, lightning: str, ours: str):
+    _raises(build, lightning, ours)
+
+
+class Configured(Regressor):
+    def __init__(self, scheduler: Any) -> None:
+        super().__init__()
+        self.scheduler = scheduler
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": opt, "lr_scheduler": self.scheduler(opt)}
+
+
+@pytest.mark.parametrize("scheduler, lightning, ours", [
+    (lambda opt: {}, 'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler',
+     "needs a 'scheduler' key"),
+    (lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "interval": "batch"},
+     'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "batch"', "is not an interval"),
+    (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt), "The lr scheduler dict must include a monitor when "
+     "a `ReduceLROnPlateau` scheduler is used.", "needs a metric to watch"),
+    (lambda opt: torch.optim.lr_scheduler.StepLR(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1), 1),
+     "Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`",
+     "nothing would step that optimizer"),
+])
+def test_scheduler_refusals_begin_with_lightnings_sentence(scheduler, lightning: str, ours: str):
+    loader = make_loader(make_regression_data(n=16), 8)
+    _raises(lambda: quiet_trainer().fit(Configured(scheduler), loader), lightning, ours)
+
+
+def test_run_refusals_begin_with_lightnings_sentence(tmp_path):
+    loader = make_loader(make_regression_data(n=16), 8)
+
+    class LogsNothing(Regressor):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            self.log("x", 1.0, on_step=False, on_epoch=False)
+            return super().training_step(batch, batch_idx)
+
+    _raises(lambda: quiet_trainer().fit(LogsNothing(), loader), "`self.log(on_step=False, on_epoch=False)` is not "
+            "useful", "records nothing")
+
+    class NeedsIndex(Regressor):
+        def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int) -> Any:
+            return batch
+
+    _raises(lambda: quiet_trainer().predict(NeedsIndex(), loader), "You provided only a single `predict_dataloader`, "
+            "but have included `dataloader_idx` in `NeedsIndex.predict_step()`", "has no default")
+    _raises(lambda: quiet_trainer().validate(Regressor(), loader, ckpt_path=str(tmp_path / "none.ckpt")),
+            f"Checkpoint file not found: {tmp_path / 'none.ckpt'}", "is not a checkpoint folder")
+    from stoker.tuner import Tuner
+
+    tuner = Tuner(quiet_trainer())
+    _raises(lambda: tuner.scale_batch_size(Regressor(), method="prediction"),
+            "method 'prediction' is invalid. Should be one of ('fit', 'validate', 'test', 'predict')", "")
+    _raises(lambda: tuner.scale_batch_size(Regressor(), dataloaders=loader), "In tuner with method='fit', "
+            "`dataloaders` argument should be None, please consider setting `train_dataloaders` and "
+            "`val_dataloaders` instead", "for validate / test / predict")
+
+
+def test_hyperparameter_refusals_begin_with_lightnings_sentence():
+    from stoker import TrainingModule
+
+    class Primitive(TrainingModule):
+        def __init__(self, value: Any) -> None:
+            super().__init__()
+            self.save_hyperparameters(value)
+
+    _raises(lambda: Primitive(42), "Primitives (<class 'bool'>, <class 'int'>, <class 'float'>, <class 'str'>) are "
+            "not allowed.", "save_hyperparameters(42)")
+
+    class Strict(Regressor):
+        pass
+
+    module = Strict()
+    module.strict_loading = False
+    _raises(lambda: module.strict_for_loading(True), "You set `.load_from_checkpoint(..., strict=True)` which is in "
+            "conflict with `Strict.strict_loading=False. Please set the same value for both of them.",
+            "leave strict out")

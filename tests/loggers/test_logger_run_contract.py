@@ -100,7 +100,9 @@ def test_module_and_datamodule_hyperparameters_reach_the_loggers_merged(tmp_path
 def test_a_key_the_module_and_datamodule_disagree_on_stops_the_run_before_training(tmp_path):
     recorder = Recorder()
     model = Regressor(lr=0.05)
-    with pytest.raises(RuntimeError, match="Error while merging hparams.*'lr': 0.05 in the module, 0.5 in the"):
+    with pytest.raises(RuntimeError, match=r"^Error while merging hparams: the keys \['lr'\] are present in both "
+                                           r"the LightningModule's and LightningDataModule's hparams but have "
+                                           r"different values.*'lr': 0.05 in the module, 0.5 in the"):
         _fit(tmp_path, model, recorder, Data(lr=0.5), enable_checkpointing=False)
     assert recorder.params == [] and recorder.logged == []
 

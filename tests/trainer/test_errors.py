@@ -97,8 +97,9 @@ def test_plateau_monitor_that_was_never_logged() -> None:
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val/acc"}}
 
-    with pytest.raises(RuntimeError, match=r"ReduceLROnPlateau watches 'val/acc', which was not logged. Logged "
-                                           r"metrics: \['train/loss'\]"):
+    with pytest.raises(RuntimeError, match=r"ReduceLROnPlateau conditioned on metric val/acc which is not available. "
+                                           r"Available metrics are: \['train/loss'\]. \(ReduceLROnPlateau watches "
+                                           r"'val/acc', which was not logged"):
         bare().fit(Configured(plateau), loader())
 
 

@@ -88,8 +88,8 @@ def barebones(core: dict[str, Any], lightning: dict[str, Any]) -> None:
     for name, what in _BAREBONES_OFF.items():
         value = given.get(name)
         if value is not None and value is not False and not (is_int(value) and value == 0):
-            raise ValueError(f"Trainer(barebones=True, {name}={value!r}): barebones turns off {what}, which costs "
-                             f"time the run is meant to measure. Drop {name}, or barebones=True.")
+            raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed: barebones turns off {what}, "
+                             f"which costs time the run is meant to measure. Drop {name}, or barebones=True.")
     core.update(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     core.pop("log_every_n_steps", None)  # its 0 ("never") is not the core's value; nothing is logged anyway
     rank_zero_info("Trainer(barebones=True): checkpoints, loggers, self.log, the progress bar, the model summary and "
