@@ -43,11 +43,14 @@ class GradientAccumulationScheduler(Callback):
                             "{epoch: micro_batches}, e.g. {0: 4, 5: 2}.")
         for epoch, steps in scheduling.items():
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-                raise ValueError(f"GradientAccumulationScheduler(scheduling={scheduling!r}): the key {epoch!r} is "
-                                 "not an epoch. Keys are 0-based epochs (ints >= 0).")
+                raise ValueError(f"Epoch should be an int greater than or equal to 0. Got {list(scheduling)}. "
+                                 f"(GradientAccumulationScheduler(scheduling={scheduling!r}): the key {epoch!r} is "
+                                 "not an epoch. Keys are 0-based epochs.)")
             if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-                raise ValueError(f"GradientAccumulationScheduler(scheduling={scheduling!r}): {epoch}: {steps!r} is "
-                                 "not a number of micro-batches. Values are ints >= 1 (1: no accumulation).")
+                raise ValueError(f"Accumulation factor should be an int greater than 0. Got "
+                                 f"{list(scheduling.values())}. (GradientAccumulationScheduler(scheduling="
+                                 f"{scheduling!r}): {epoch}: {steps!r} is not a number of micro-batches; 1: no "
+                                 "accumulation.)")
         self.scheduling = dict(sorted(scheduling.items()))
         if 0 not in self.scheduling:
             self.scheduling = {0: 1, **self.scheduling}
@@ -69,11 +72,15 @@ class GradientAccumulationScheduler(Callback):
     def on_train_start(self, trainer: TrainerView, module: Any) -> None:
         self._before = trainer.accelerator.gradient_accumulation_steps
         if not getattr(module, "automatic_optimization", True):
-            raise RuntimeError("GradientAccumulationScheduler needs automatic optimization: with "
+            raise RuntimeError("Automatic gradient accumulation and the `GradientAccumulationScheduler` is not "
+                               "supported for manual optimization: GradientAccumulationScheduler needs automatic "
+                               "optimization; with "
                                "automatic_optimization = False the module steps its optimizers itself. Remove the "
                                "callback, or accumulate in training_step.")
         if trainer.accumulate != 1:
-            raise ValueError(f"Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler both set "
+            raise ValueError("You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` "
+                             f"callback: Trainer(accumulate={trainer.accumulate}) and a GradientAccumulationScheduler "
+                             "both set "
                              "the accumulation: remove accumulate from the Trainer (the schedule's epoch 0 entry "
                              "sets the start) or remove the callback.")
         hooks = [name for name in ("optimizer_step", "optimizer_zero_grad") if trainer.module_defines(name, module)]

@@ -49,7 +49,8 @@ def check_options(**options: Any) -> None:
     )
     for name, ok, rule in rules:
         if not ok:
-            raise ValueError(f"ModelCheckpoint({name}={options[name]!r}) {rule}")
+            lightning = f"`mode` can be min, max but got {options['mode']}: " if name == "mode" else ""
+            raise ValueError(f"{lightning}ModelCheckpoint({name}={options[name]!r}) {rule}")
     try:  # fail now, not after the first epoch, on a template that cannot be filled
         format_checkpoint_name(options["template"], Zeros(), options["auto_insert_metric_name"])
     except (ValueError, IndexError, KeyError) as error:

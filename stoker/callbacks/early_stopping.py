@@ -95,7 +95,8 @@ class EarlyStopping(Callback):
         if not isinstance(monitor, str) or not monitor:
             raise TypeError(f"EarlyStopping(monitor={monitor!r}) must be a metric name such as 'val/loss'.")
         if mode not in _MODES:
-            raise ValueError(f"EarlyStopping(mode={mode!r}) is not a mode. Expected 'min' or 'max'.")
+            raise ValueError(f"`mode` can be min, max, got {mode}: EarlyStopping(mode={mode!r}) is not a mode. "
+                             "Expected 'min' or 'max'.")
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise ValueError(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
         if not isinstance(min_delta, (int, float)) or min_delta < 0:

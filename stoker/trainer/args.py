@@ -117,6 +117,16 @@ def val_check_interval(value: Any) -> int | float | timedelta:
                      "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")
 
 
+def interval_across_epochs(interval: int | float | timedelta, every_n_epoch: int | None) -> None:
+    """``check_val_every_n_epoch=None`` counts ``val_check_interval`` across epochs: a fraction of an epoch is
+    refused (Lightning's sentence first)."""
+    if every_n_epoch is None and not isinstance(interval, (int, timedelta)):
+        raise ValueError("`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+                         "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. "
+                         "Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
+                         f"needs an int val_check_interval (batches); got {interval!r}.")
+
+
 def accelerator_choice(value: Any) -> bool:
     """Returns ``cpu`` (force CPU) for ``Trainer(accelerator=...)``."""
     import torch

@@ -29,7 +29,9 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         callbacks = [callbacks]
     result = check_callbacks(callbacks)
     if not checkpointing and any(isinstance(c, Checkpoint) for c in result):
-        raise ValueError("Trainer(enable_checkpointing=False) but found a ModelCheckpoint (a Checkpoint callback) in "
+        raise ValueError("Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in "
+                         "callbacks list: Trainer(enable_checkpointing=False) but found a ModelCheckpoint (a "
+                         "Checkpoint callback) in "
                          "callbacks: remove it, or drop enable_checkpointing=False.")
     if model_summary and not any(isinstance(c, ModelSummary) for c in result):
         from ..callbacks import RichModelSummary, RichProgressBar  # rich itself is imported when drawing only

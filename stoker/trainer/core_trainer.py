@@ -145,9 +145,7 @@ class Trainer:
         interval = self.val_check_interval  # a timedelta: validation by wall-clock time (a host clock, no sync)
         self.val_check_seconds = interval.total_seconds() if isinstance(interval, timedelta) else None
         self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1)
-        if self.check_val_every_n_epoch is None and not isinstance(interval, (int, timedelta)):
-            raise ValueError("Trainer(check_val_every_n_epoch=None) counts val_check_interval across epochs, so it "
-                             f"needs an int val_check_interval (batches); got {val_check_interval!r}.")
+        check.interval_across_epochs(interval, self.check_val_every_n_epoch)
 
     def _init_run_state(self) -> None:
         self.state = TrainerState()

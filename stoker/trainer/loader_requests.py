@@ -298,7 +298,8 @@ def check_train_value(value: Any) -> Any:
             check_iterable(item, f"Loader #{i}")
         value = CombinedLoader(value, "max_size_cycle")
     if isinstance(value, CombinedLoader) and value.mode == "sequential":
-        raise ValueError("Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
+        raise ValueError('`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode: '
+                         "Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
                          "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
                          "'min_size' (sequential is for validation and test loaders).")
     check_iterable(value, "The train loader")

@@ -110,6 +110,22 @@ def _raises(build, lightning: str, ours: str) -> None:
      "a run draws one"),
     (lambda: Trainer(barebones=True, enable_checkpointing=True),
      "`Trainer(barebones=True, enable_checkpointing=True)` was passed", "barebones turns off"),
+    (lambda: __import__("stoker").callbacks.GradientAccumulationScheduler({-1: 2}),
+     "Epoch should be an int greater than or equal to 0. Got [-1].", "the key -1 is not an epoch"),
+    (lambda: __import__("stoker").callbacks.GradientAccumulationScheduler({1: 0}),
+     "Accumulation factor should be an int greater than 0. Got [0].", "1: 0 is not a number of micro-batches"),
+    (lambda: __import__("stoker").callbacks.EarlyStopping("loss", mode="middle"),
+     "`mode` can be min, max, got middle", "is not a mode"),
+    (lambda: __import__("stoker").callbacks.ModelCheckpoint(monitor="loss", mode="middle"),
+     "`mode` can be min, max but got middle", "is not a mode"),
+    (lambda: Trainer(overfit_batches=1.5), "You have passed invalid value 1.5 for overfit_batches, it has to be in "
+     "[0.0, 1.0] or an int.", "must be an int >= 0"),
+    (lambda: Trainer(check_val_every_n_epoch=None, val_check_interval=0.5), "`val_check_interval` should be an "
+     "integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, or dict kwargs for timedelta) when "
+     "`check_val_every_n_epoch=None`.", "counts val_check_interval across epochs"),
+    (lambda: Trainer(enable_checkpointing=False, callbacks=[__import__("stoker").callbacks.ModelCheckpoint()]),
+     "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks list",
+     "drop enable_checkpointing=False"),
 ])
 def test_constructor_refusals_begin_with_lightnings_sentence(build, lightning: str, ours: str):
     _raises(build, lightning, ours)
@@ -168,6 +184,32 @@ def test_run_refusals_begin_with_lightnings_sentence(tmp_path):
     _raises(lambda: tuner.scale_batch_size(Regressor(), dataloaders=loader), "In tuner with method='fit', "
             "`dataloaders` argument should be None, please consider setting `train_dataloaders` and "
             "`val_dataloaders` instead", "for validate / test / predict")
+
+
+def test_accumulation_and_loader_refusals_begin_with_lightnings_sentence():
+    from stoker.callbacks import GradientAccumulationScheduler
+    from stoker.trainer.iterables import CombinedLoader
+
+    loader = make_loader(make_regression_data(n=16), 8)
+    _raises(lambda: quiet_trainer(accumulate=2, callbacks=[GradientAccumulationScheduler({0: 2})]).fit(
+        Regressor(), loader), "You have set `accumulate_grad_batches` and are using the "
+        "`GradientAccumulationScheduler` callback", "both set the accumulation")
+
+    class Manual(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = super().training_step(batch, batch_idx)
+            self.manual_backward(loss)
+            self.optimizers().step()
+
+    _raises(lambda: quiet_trainer(callbacks=[GradientAccumulationScheduler({0: 2})]).fit(Manual(), loader),
+            "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for manual "
+            "optimization", "needs automatic optimization")
+    _raises(lambda: quiet_trainer().fit(Regressor(), CombinedLoader([loader, loader], "sequential")),
+            '`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode', "sequential is for validation")
 
 
 def test_hyperparameter_refusals_begin_with_lightnings_sentence():
