@@ -1,9 +1,9 @@
 """The fit loop: ``fit``'s epochs and batches (with their resumable position), its training step, its validations.
 
 Owns: the order of work inside an epoch (see ``hooks.py`` for the hook sequence; one batch's step under automatic
-optimization is ``auto_step.py``), when epoch schedulers step (at the epoch's last batch, ReduceLROnPlateau after
-the epoch's end hooks), when validation runs, when step values go to the loggers, and where a run may
-stop (``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
+optimization is ``auto_step.py``), when epoch schedulers step (at the epoch's last batch, ReduceLROnPlateau after the
+epoch's end hooks), when validation runs, when step values go to the loggers, and where a run may stop
+(``max_steps``, ``should_stop``, preemption: only after an optimizer step). Does not own: argument
 validation or setup (``trainer.py``, ``setup.py``), the evaluation loops (``evaluation.py``), checkpoint contents
 (``checkpointing.py``), logged values (``logging.py``).
 
@@ -98,8 +98,7 @@ class FitLoop:
 
     # -- epochs ---------------------------------------------------------------------------------------------------
     def stop_requested(self) -> bool:
-        """``should_stop``, once ``min_epochs``/``min_steps`` allow it (until then the request waits, as in
-        Lightning: the flag stays set and the run stops at the first point where the minimums are met)."""
+        """``should_stop``, once ``min_epochs``/``min_steps`` allow it (until then the flag waits, as in Lightning)."""
         t = self.trainer
         if not t.should_stop:
             return False
@@ -118,27 +117,19 @@ class FitLoop:
 
     @property
     def done(self) -> bool:
-        """Whether the fit has nothing left to run: a stop was asked for (and the minimums allow it), or the step or
-        epoch limit is reached (Lightning's ``trainer.fit_loop.done``; also before a fit, from the limits alone).
-        Reading it records why in ``stop_reason``."""
-        t = self.trainer
-        if self.stop_requested():  # should_stop, once min_epochs / min_steps allow it
-            self.stop_reason = "should_stop"
-        elif t.limits.steps_reached(t.global_step):
-            self.stop_reason = "max_steps"
-        elif t.max_epochs_effective is not None and self.epoch >= t.max_epochs_effective:
-            self.stop_reason = "max_epochs"
-        elif t.limit_train_batches == 0:  # Lightning's switch for a fit without training (an empty loader errs)
-            self.stop_reason = "limit_train_batches=0"
-        else:
-            self.stop_reason = None
+        """Whether the fit has nothing left to run (Lightning's ``fit_loop.done``, also before a fit); records why in
+        ``stop_reason``: should_stop, a limit reached, or ``limit_train_batches=0`` (Lightning's: no training)."""
+        t, epochs = self.trainer, self.trainer.max_epochs_effective
+        reasons = (("should_stop", self.stop_requested()), ("max_steps", t.limits.steps_reached(t.global_step)),
+                   ("max_epochs", epochs is not None and self.epoch >= epochs),
+                   ("limit_train_batches=0", t.limit_train_batches == 0))
+        self.stop_reason = next((name for name, holds in reasons if holds), None)
         return self.stop_reason is not None
 
     def run(self, run: FitRun) -> None:
         """Runs ``run``'s epochs until a stopping rule holds (see :meth:`done`)."""
         self.last_val_time, self.none_warned = monotonic(), False  # a time-based val_check_interval counts from here
-        # A debugging run (fast_dev_run) records every step's values, loggers or not (Lightning's rule).
-        self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps
+        self.log_every = 1 if self.trainer.dry_run else self.trainer.log_every_n_steps  # fast_dev_run: every step
         self.iter_steps = takes_iterator(self.trainer.module.training_step)
         while not self.done:
             self._run_epoch(run)
