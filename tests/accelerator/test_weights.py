@@ -158,6 +158,9 @@ def test_strict_lists_missing_and_unexpected_and_leaves_model_unchanged(tmp_path
     before = {k: v.clone() for k, v in target.state_dict().items()}
     with pytest.raises(MismatchedKeysError, match=r"missing keys \['body.bias'\].*unexpected keys \['extra.weight'\]"):
         load_checkpoint_in_model(target, tmp_path, strict=True)
+    with pytest.raises(MismatchedKeysError, match=r'In torch\'s words: Missing key\(s\) in state_dict: "body.bias". '
+                                                  r'Unexpected key\(s\) in state_dict: "extra.weight".\)'):
+        load_checkpoint_in_model(target, tmp_path, strict=True)
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
     result = load_checkpoint_in_model(target, tmp_path)  # non-strict: loads what matches and reports the rest
     assert result.missing_keys == ["body.bias"] and result.unexpected_keys == ["extra.weight"]

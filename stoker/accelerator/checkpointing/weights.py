@@ -329,6 +329,13 @@ def key_mismatch(model: torch.nn.Module, provided: set[str]) -> tuple[list[str],
     return missing, sorted(provided - names), groups
 
 
+def _torch_words(missing: list[str], unexpected: list[str]) -> str:
+    """The key mismatch as ``torch.nn.Module.load_state_dict`` words it, for a script that matches its text."""
+    quoted = [(kind, ", ".join(f'"{k}"' for k in keys)) for kind, keys in (("Missing", missing),
+                                                                           ("Unexpected", unexpected)) if keys]
+    return " ".join(f"{kind} key(s) in state_dict: {keys}." for kind, keys in quoted)
+
+
 def _load_file(model: torch.nn.Module, read: tuple[dict[str, torch.Tensor], dict[str, str]], tied: dict[str, str],
                actual: dict[str, str], placement: dict[str, Any] | None) -> None:
     """Loads one file's tensors into ``model``; ``placement`` (meta parameters: assigned, not copied) or None."""
@@ -372,7 +379,8 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     if strict and (missing or unexpected):
         raise MismatchedKeysError(
             f"Error(s) loading {os.fspath(checkpoint)!r} into {type(model).__name__}: missing keys {missing}, "
-            f"unexpected keys {unexpected}. The model was not changed; pass strict=False to load the matching keys."
+            f"unexpected keys {unexpected}. The model was not changed; pass strict=False to load the matching keys. "
+            f"(In torch's words: {_torch_words(missing, unexpected)})"
         )
     _move(model, placement)
     target = model.state_dict(keep_vars=True)
