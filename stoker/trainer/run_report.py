@@ -1,9 +1,9 @@
 """The end of a run as the user sees it: a closing line and ``run_summary.json`` in the run's folder.
 
 Owns: the wording of the closing line and the summary file. Decides no stop itself, it reads each stop from its
-owner: the fit loop's ``stop_reason`` (``max_epochs`` / ``max_steps`` / ``should_stop``), the ``stopping_reason``
-of the callback that set ``should_stop`` (``EarlyStopping``, ``Timer``), the signal that ``Preemption`` acted on,
-and the exception that ended the run. Only the main process prints and writes.
+owner: the fit loop's ``stop_reason`` (``max_epochs`` / ``max_steps`` / ``should_stop`` / training turned off), the
+``stopping_reason`` of the callback that set ``should_stop`` (``EarlyStopping``, ``Timer``), the signal that
+``Preemption`` acted on, and the exception that ended the run. Only the main process prints and writes.
 
 The line goes to stdout, beside the model summary that opened the run (stderr carries the progress bars and the
 resume/preemption notices). ``validate`` / ``test`` that did not complete (an error, a signal) print it here too;
@@ -128,6 +128,8 @@ class RunReport:
         reason = t.fit_loop.stop_reason or "completed"
         if reason == "should_stop":
             return self._requested_stop()
+        if reason == "limit_train_batches=0":
+            return "training_off", "training is turned off (limit_train_batches=0)"
         limit = f"max_epochs={t.max_epochs_effective}" if reason == "max_epochs" else f"max_steps={t.max_steps}"
         if self._at_loop is not None and self._at_loop[2] == t.fit_loop.total_batches and reason != "completed":
             return reason, self._nothing_to_train(reason, limit)

@@ -149,3 +149,11 @@ def test_resuming_a_finished_run_says_nothing_to_train(tmp_path, capsys):
     trainer(tmp_path, max_steps=8).fit(Regressor(), *loaders(), ckpt_path="last")
     assert "nothing to train: the checkpoint it resumed from has already done 8 optimizer steps (max_steps=8); " \
         "raise max_steps to train on." in _closing(capsys.readouterr().out)[0]
+
+
+def test_a_fit_with_training_turned_off_says_so(tmp_path, capsys):
+    t = trainer(tmp_path, max_epochs=2, limit_train_batches=0, logger="csv")
+    t.fit(Regressor(), *loaders())
+    assert _closing(capsys.readouterr().out)[0] == (
+        "stoker: fit stopped at epoch 0 (global_step=0): training is turned off (limit_train_batches=0).")
+    assert t.run_report.last["reason"] == "training_off"
