@@ -110,8 +110,8 @@ def val_check_interval(value: Any) -> int | float | timedelta:
             raise ValueError(f"Trainer(val_check_interval={value!r}): {error}") from error
         if duration is not None and duration.total_seconds() > 0:
             return duration
-    lightning = f"You have passed invalid value {value} for val_check_interval, it has to be in [0.0, 1.0] or an int. " \
-        if isinstance(value, (int, float)) else ""  # Lightning's sentence for a number, first
+    lightning = (f"You have passed invalid value {value} for val_check_interval, it has to be in [0.0, 1.0] or an "
+                 "int. ") if isinstance(value, (int, float)) else ""  # Lightning's sentence for a number, first
     raise ValueError(f"{lightning}Trainer(val_check_interval={value!r}) must be a float in (0.0, 1.0] (a fraction of "
                      "the training epoch), an int >= 1 (every that many training batches), or a time > 0 between "
                      "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")

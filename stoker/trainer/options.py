@@ -32,8 +32,8 @@ class RunLimits:
 
     def __setattr__(self, name: str, value: Any) -> None:
         infinite = " (infinite steps)" if name == "max_steps" else ""
-        super().__setattr__(name, check.optional_int(name, value, 0, none_aliases=(-1,), lightning=f"`{name}` must be "
-                                                     f"a non-negative integer or -1{infinite}. You passed in {{value}}."))
+        lightning = f"`{name}` must be a non-negative integer or -1{infinite}. You passed in {{value}}."
+        super().__setattr__(name, check.optional_int(name, value, 0, none_aliases=(-1,), lightning=lightning))
 
     def steps_reached(self, applied: int) -> bool:
         """Whether ``applied`` optimizer steps reach ``max_steps`` (never, without one)."""

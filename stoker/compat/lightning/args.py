@@ -171,8 +171,8 @@ def overfit_batches(value: Any) -> int | float:
     """``overfit_batches``: 0 (off), an int >= 1 (batches) or a float in (0, 1] (a fraction of each fit loader)."""
     if (is_int(value) and value >= 0) or (isinstance(value, float) and 0.0 <= value <= 1.0):
         return value
-    raise ValueError(f"You have passed invalid value {value} for overfit_batches, it has to be in [0.0, 1.0] or an int. "
-                     f"Trainer(overfit_batches={value!r}) must be an int >= 0 (that many batches of the train and "
+    raise ValueError(f"You have passed invalid value {value} for overfit_batches, it has to be in [0.0, 1.0] or an "
+                     f"int. Trainer(overfit_batches={value!r}) must be an int >= 0 (that many batches of the train and "
                      "val loaders, read in order) or a float in [0.0, 1.0] (that fraction of them); 0 turns it off.")
 
 
