@@ -207,13 +207,14 @@ class LoaderRequests:
     # -- limits -------------------------------------------------------------------------------------------------------
     def limit_train(self, loader: Any) -> None:
         t = self.trainer
-        n = self.limit(loader, t.limit_train_batches, TRAIN.limit)
-        if n == 0 and t.limit_train_batches != 0:  # limit_train_batches=0 turns training off: the fit loop is done
+        n = t.num_training_batches = self.limit(loader, t.limit_train_batches, TRAIN.limit)
+        if t.limit_train_batches == 0:  # training turned off (Lightning's switch): the fit loop is done at once
+            return
+        if n == 0:
             reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \
                 else "it is empty"
             raise ValueError(f"The train loader has no batches ({reason}); Trainer.fit needs at least one. Check the "
                              "dataset size, batch_size and drop_last.")
-        t.num_training_batches = n
         if t.loggers and n < t.log_every_n_steps:
             warnings.warn(f"The number of training batches ({n}) is smaller than the logging "
                           f"interval Trainer(log_every_n_steps={t.log_every_n_steps}): no step values reach the "

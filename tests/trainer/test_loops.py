@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -294,13 +295,17 @@ class HookRecorder(Callback):
 
 
 @pytest.mark.parametrize("limit", [0, 0.0])
-def test_limit_train_batches_zero_turns_training_off(limit):
+def test_limit_train_batches_zero_turns_training_off(limit, tmp_path):
     """Lightning's switch: ``limit_train_batches=0`` runs a fit that trains nothing (the sanity check still runs),
     while a train loader that is empty stays an error (``test_errors.py``)."""
     module, recorder = Regressor(), HookRecorder()
     before = params_of(module)
-    trainer = bare(max_epochs=2, limit_train_batches=limit, callbacks=[recorder])
-    trainer.fit(module, make_loader(make_regression_data(n=16), 8), make_loader(make_regression_data(n=16), 8))
+    from stoker.loggers import CSVLogger
+
+    trainer = bare(max_epochs=2, limit_train_batches=limit, callbacks=[recorder], logger=CSVLogger(str(tmp_path)))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*training batches")  # no warning about a count it does not train
+        trainer.fit(module, make_loader(make_regression_data(n=16), 8), make_loader(make_regression_data(n=16), 8))
     assert all(torch.equal(a, b) for a, b in zip(before, params_of(module)))
     assert (trainer.global_step, trainer.current_epoch, trainer.num_training_batches) == (0, 0, 0)
     assert recorder.calls == ["sanity_check_end", "fit_end"] and trainer.fit_loop.stop_reason == "limit_train_batches=0"
