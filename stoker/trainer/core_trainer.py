@@ -22,7 +22,7 @@ from .components import (build_callbacks, build_loggers, checkpoint_search_folde
                          make_accelerator, settle_loggers)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
 from .hooks import HookDispatcher, clear_gradients, defines_hook
-from .loader_requests import flat_loaders
+from .loader_requests import flat_loaders, passed_to
 from .hparams import log_hyperparams
 from .logging import Results
 from .manual import manual_backward
@@ -238,7 +238,7 @@ class Trainer:
         datamodule, dataloaders = setup.datamodule(fn, datamodule, dataloaders)
         stage = STAGES[fn]
         self.datamodule = datamodule
-        flat_loaders(dataloaders)  # loaders passed are checked now; the hooks are asked when the stage runs
+        flat_loaders(dataloaders, passed_to(fn, "dataloaders"))  # checked now; the hooks are asked when it runs
         with run_scope(self, fn, module, datamodule):
             module.configure_model()
             run = setup.prepare_eval(module, stage)

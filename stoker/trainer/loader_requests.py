@@ -78,19 +78,30 @@ class LoaderRequests:
 
     # -- asking -----------------------------------------------------------------------------------------------------
     def requested(self, value: Any, module: Any, hook: str, required: bool = False) -> Any:
-        """``value``, else what the data module's ``hook`` (when it defines it) or the module's returns, as it is."""
-        datamodule = self.trainer.datamodule
-        if value is None and datamodule is not None and defines(datamodule, hook):
-            value = getattr(datamodule, hook)()
-        elif value is None and defines_hook(module, hook, TrainingModule):
-            if isinstance(module, TrainingModule):  # the hook may read self.trainer (Lightning attaches it first)
-                module.trainer = self.trainer
-            value = getattr(module, hook)()
+        """``value``, else what the data module's ``hook`` (when it defines it) or the module's returns, as it is
+        (a hook's answer checked at once, the error naming the hook)."""
+        value, returned = self._ask(value, module, hook)
         if value is None and required:
+            datamodule = self.trainer.datamodule
             where = f"{type(datamodule).__name__}.{hook}() or " if datamodule is not None else ""
-            raise MissingLoaderError(f"No dataloaders: pass dataloaders=... or define {where}"
-                             f"{type(module).__name__}.{hook}().")
+            said = returned or passed_to(self.trainer.state.fn, "dataloaders")
+            raise MissingLoaderError(f"{said}. Found None. No dataloaders: pass dataloaders=... or define {where}"
+                                     f"{type(module).__name__}.{hook}().")
         return value
+
+    def _ask(self, value: Any, module: Any, hook: str) -> tuple[Any, str]:
+        """``value``, else the hook's answer; and, when a hook answered, Lightning's first words for a bad answer."""
+        datamodule = self.trainer.datamodule
+        source = datamodule if value is None and datamodule is not None and defines(datamodule, hook) else \
+            module if value is None and defines_hook(module, hook, TrainingModule) else None
+        if source is None:
+            return value, ""
+        if isinstance(source, TrainingModule):  # the hook may read self.trainer (Lightning attaches it first)
+            source.trainer = self.trainer
+        value = getattr(source, hook)()
+        returned = f"An invalid dataloader was returned from `{type(source).__name__}.{hook}()`"
+        flat_loaders(value, returned)
+        return value, returned
 
     def has_source(self, value: Any, module: Any, hook: str) -> bool:
         """Whether asking for ``hook``'s loaders can give any: passed, or a data module / module hook to call."""
@@ -101,11 +112,12 @@ class LoaderRequests:
     def train_value(self, value: Any, module: Any, argument: str = "train_dataloaders") -> Any:
         """The train loader; several (a list or dict) are read together, each batch holding one of each
         (``CombinedLoader(..., "max_size_cycle")``, as Lightning does)."""
-        value = self.requested(value, module, TRAIN.loader_hook)
+        value, returned = self._ask(value, module, TRAIN.loader_hook)
         if value is None:
-            raise MissingLoaderError(f"Trainer.fit needs exactly one train loader ({argument}=DataLoader(...) or "
-                             f"{type(module).__name__}.{TRAIN.loader_hook}()), or a list or dict of them; got none.")
-        return check_train_value(value)
+            raise MissingLoaderError(f"{returned or passed_to('fit', argument)}. Found None. Trainer.fit needs exactly "
+                                     f"one train loader ({argument}=DataLoader(...) or {type(module).__name__}."
+                                     f"{TRAIN.loader_hook}()), or a list or dict of them; got none.")
+        return check_train_value(value, returned or passed_to("fit", argument))
 
     # -- fit ----------------------------------------------------------------------------------------------------------
     def begin_fit(self, module: TrainingModule, train: Any, vals: Any) -> None:
@@ -115,10 +127,10 @@ class LoaderRequests:
         self.train_epoch = self.val_epoch = -math.inf
         self.val_asked = False
         if train is not None:
-            check_train_value(train)
+            check_train_value(train, passed_to("fit", "train_dataloaders"))
         elif not self.has_source(None, module, TRAIN.loader_hook):
             self.train_value(None, module)  # raises: it says how to give one
-        flat_loaders(vals)
+        flat_loaders(vals, passed_to("fit", "val_dataloaders"))
         steps, loaders = defines_hook(module, VALIDATE.step, TrainingModule), self.has_source(vals, module,
                                                                                               VALIDATE.loader_hook)
         name = type(module).__name__  # (Lightning's sentences first, for a warnings filter written for them)
@@ -187,7 +199,8 @@ class LoaderRequests:
         batches each loader reads (``trainer.stage_record.loader_batches``) and, as Lightning counts them, each
         iterable's (``num_val_batches`` & co.: a non-sequential ``CombinedLoader``'s iterables one by one)."""
         t = self.trainer
-        loaders = flat_loaders(given)
+        fn = t.state.fn or "fit"
+        loaders = flat_loaders(given, passed_to(fn, "val_dataloaders" if fn == "fit" else "dataloaders"))
         self.stage_loaders[stage.name] = list(loaders)
         # given as a dict or a CombinedLoader: trainer.val_dataloaders & co. give that back (Lightning's rule)
         self.stage_shapes[stage.name] = given if isinstance(given, (Mapping, CombinedLoader)) else None
@@ -273,14 +286,22 @@ def validates_in(trainer: TrainerParts, epoch: int) -> bool:
     return every is None or (epoch + 1) % every == 0
 
 
-def flat_loaders(value: Any) -> list[Any]:
+def passed_to(fn: str, argument: str) -> str:
+    """Lightning's first words for a loader argument that is not one, kept first so that a test or script written
+    for Lightning's message matches stoker's."""
+    return f"An invalid dataloader was passed to `Trainer.{fn}({argument}=...)`"
+
+
+def flat_loaders(value: Any, passed: str = "") -> list[Any]:
     """``value`` as a list of loaders (a list, a dict in order, a sequential ``CombinedLoader``'s iterables), each
-    checked. A ``CombinedLoader`` of another mode is one loader: each batch combines one of each of its iterables."""
+    checked (``passed``: where it was given, for the error). A ``CombinedLoader`` of another mode is one loader: each
+    batch combines one of each of its iterables."""
+    what = f"{passed}: Loader #" if passed else "Loader #"
     if value is None:
         return []
     if isinstance(value, CombinedLoader) and value.mode != "sequential":
         for i, item in enumerate(value.flattened):
-            check_iterable(item, f"Loader #{i}")
+            check_iterable(item, f"{what}{i}")
         return [value]
     if isinstance(value, CombinedLoader):
         value = value.flattened
@@ -288,22 +309,23 @@ def flat_loaders(value: Any) -> list[Any]:
         value = list(value.values())
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     for i, item in enumerate(items):
-        check_iterable(item, f"Loader #{i}")
+        check_iterable(item, f"{what}{i}")
     return items
 
 
-def check_train_value(value: Any) -> Any:
-    """A train loader checked; a list or dict of them combined (``"max_size_cycle"``)."""
+def check_train_value(value: Any, passed: str = "") -> Any:
+    """A train loader checked (``passed``: where it was given, for the error); a list or dict of them combined
+    (``"max_size_cycle"``)."""
     if isinstance(value, (Mapping, list, tuple)):
         for i, item in enumerate(CombinedLoader(value).flattened):
-            check_iterable(item, f"Loader #{i}")
+            check_iterable(item, f"{passed}: Loader #{i}" if passed else f"Loader #{i}")
         value = CombinedLoader(value, "max_size_cycle")
     if isinstance(value, CombinedLoader) and value.mode == "sequential":
         raise ValueError('`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode: '
                          "Trainer.fit got a CombinedLoader(mode='sequential'): training reads its loaders "
                          "together, one batch of each per step. Use mode='max_size_cycle', 'max_size' or "
                          "'min_size' (sequential is for validation and test loaders).")
-    check_iterable(value, "The train loader")
+    check_iterable(value, f"{passed}: the train loader" if passed else "The train loader")
     return value
 
 

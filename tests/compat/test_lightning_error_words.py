@@ -231,3 +231,26 @@ def test_hyperparameter_refusals_begin_with_lightnings_sentence():
     _raises(lambda: module.strict_for_loading(True), "You set `.load_from_checkpoint(..., strict=True)` which is in "
             "conflict with `Strict.strict_loading=False. Please set the same value for both of them.",
             "leave strict out")
+
+
+def test_a_loader_that_is_not_one_is_named_where_it_came_from_in_lightnings_words():
+    loader = make_loader(make_regression_data(n=16), 8)
+    _raises(lambda: quiet_trainer().fit(Regressor(), 3), "An invalid dataloader was passed to "
+            "`Trainer.fit(train_dataloaders=...)`: the train loader is a int", "the Trainer needs")
+    _raises(lambda: quiet_trainer().validate(Regressor(), [loader, 3]), "An invalid dataloader was passed to "
+            "`Trainer.validate(dataloaders=...)`: Loader #1 is a int", "the Trainer needs")
+    _raises(lambda: quiet_trainer().test(Regressor()), "An invalid dataloader was passed to "
+            "`Trainer.test(dataloaders=...)`. Found None.", "define Regressor.test_dataloader()")
+
+    class Hooks(Regressor):
+        def train_dataloader(self) -> Any:
+            return None
+
+    class ValHook(Regressor):
+        def val_dataloader(self) -> Any:
+            return 7
+
+    _raises(lambda: quiet_trainer().fit(Hooks()), "An invalid dataloader was returned from "
+            "`Hooks.train_dataloader()`. Found None.", "needs exactly one train loader")
+    _raises(lambda: quiet_trainer().validate(ValHook()), "An invalid dataloader was returned from "
+            "`ValHook.val_dataloader()`: Loader #0 is a int", "the Trainer needs")
