@@ -117,6 +117,10 @@ def val_check_interval(value: Any) -> int | float | timedelta:
                      "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")
 
 
+# Lightning's sentence for a check_val_every_n_epoch that is not an int ({value} filled in by optional_int)
+EVERY_N_EPOCH_WORDS = "`check_val_every_n_epoch` should be an integer, found {value!r}."
+
+
 def interval_across_epochs(interval: int | float | timedelta, every_n_epoch: int | None) -> None:
     """``check_val_every_n_epoch=None`` counts ``val_check_interval`` across epochs: a fraction of an epoch is
     refused (Lightning's sentence first)."""

@@ -144,7 +144,8 @@ class Trainer:
         self.val_check_interval = check.val_check_interval(val_check_interval)
         interval = self.val_check_interval  # a timedelta: validation by wall-clock time (a host clock, no sync)
         self.val_check_seconds = interval.total_seconds() if isinstance(interval, timedelta) else None
-        self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1)
+        self.check_val_every_n_epoch = check.optional_int("check_val_every_n_epoch", check_val_every_n_epoch, 1,
+                                                          lightning=check.EVERY_N_EPOCH_WORDS)
         check.interval_across_epochs(interval, self.check_val_every_n_epoch)
 
     def _init_run_state(self) -> None:
@@ -282,7 +283,8 @@ class Trainer:
         the module's weights and ``hparams.json`` only (``load_from_checkpoint`` reads it; not resumable). The
         folder appears complete or not at all. Collective: call it on every process."""
         if self.module is None:
-            raise NoModuleError("Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
+            raise NoModuleError("Saving a checkpoint is only possible if a model is attached to the Trainer: "
+                                "Trainer.save_checkpoint() needs a module: call it during or after Trainer.fit().")
         if self.state.fn == "fit":
             self.nonfinite.check(self.accelerator)  # never write a checkpoint after a non-finite loss went unnoticed
         return save_weights(self, path) if check.flag("weights_only", weights_only) else \

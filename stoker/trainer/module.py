@@ -141,8 +141,8 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
     def trainer(self) -> Any:
         """The Trainer running this module (raises when there is none)."""
         if self._trainer is None and not self.__dict__.get("_jit_is_scripting"):  # to_torchscript reads it
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; self.trainer exists only while "
-                               "Trainer.fit/validate/test/predict runs it (and after).")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`: self.trainer exists only "
+                               "while Trainer.fit/validate/test/predict runs it (and after).")
         return self._trainer
 
     @trainer.setter

@@ -48,8 +48,9 @@ class MonitorMissingError(RuntimeError, ValueError):
 
 
 def _bad_return(value: Any, detail: str = "") -> TypeError:
+    lightning = "" if detail else "Unknown configuration for model optimizers. "  # a shape Lightning does not know
     return OptimizersError(
-        f"configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
+        f"{lightning}configure_optimizers() returned {_describe(value)}{detail}. Return an optimizer, "
         "(optimizer, scheduler), ([optimizers], [schedulers]) or {'optimizer': opt, 'lr_scheduler': sched | "
         "{'scheduler': sched, 'interval': 'step' | 'epoch', 'frequency': 1, 'monitor': 'val/loss'}}."
     )

@@ -95,8 +95,8 @@ class Profiler:
         """Starts timing ``action`` (Lightning's call; :meth:`stop` ends it, :meth:`profile` does both). A profiler
         of your own may override both, as in Lightning: every hook, stage and action of a run then goes through them."""
         if action in self._open:
-            raise ValueError(f"Profiler.start({action!r}): that action is already being timed; stop({action!r}) "
-                             "it first.")
+            raise ValueError(f"Attempted to start {action} which has already started. (Profiler.start({action!r}): "
+                             f"that action is already being timed; stop({action!r}) it first.)")
         self._open_action(action)
 
     def stop(self, action: str) -> None:

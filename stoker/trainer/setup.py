@@ -100,7 +100,8 @@ class RunSetup:
         self.module_passed = module is not None
         module = from_compiled(module) if module is not None else self.trainer.module
         if module is None:
-            raise MissingModuleError(f"Trainer.{fn}() needs a module: pass it, or call fit first.")
+            raise MissingModuleError(f"`Trainer.{fn}()` requires a `LightningModule` when it hasn't been passed in a "
+                                     f"previous run: Trainer.{fn}() needs a module: pass it, or call fit first.")
         module = self.check_module(module, fit=False)
         stage = STAGES[fn]
         if stage.step_required and not defines_hook(module, stage.step, TrainingModule):

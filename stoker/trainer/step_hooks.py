@@ -102,9 +102,13 @@ class StepHooks(ModuleModes, BatchTransfer):
         if any(conflict):
             called = (f"gradient_clip_val={gradient_clip_val!r}" if conflict[0]
                       else f"gradient_clip_algorithm={gradient_clip_algorithm!r}")
-            raise ValueError(f"clip_gradients({called}) contradicts the Trainer's clipping (gradient_clip_val="
-                             f"{trainer_value!r}, gradient_clip_algorithm={trainer_algorithm!r}). Set it in one place: "
-                             "remove it from the Trainer, or call clip_gradients(optimizer) to use the Trainer's.")
+            lightning = (f" (You have set `Trainer(gradient_clip_val={trainer_value!r})` and have passed "
+                         f"`clip_gradients(gradient_clip_val={gradient_clip_val!r})`. Please use only one of them.)"
+                         if conflict[0] else "")  # Lightning's words, for a test that matches them
+            raise ValueError(f"clip_gradients({called}) contradicts the Trainer's clipping "
+                             f"(gradient_clip_val={trainer_value!r}, gradient_clip_algorithm={trainer_algorithm!r}). "
+                             "Set it in one place: remove it from the Trainer, or call clip_gradients(optimizer) to "
+                             f"use the Trainer's.{lightning}")
         clip_gradients(self, optimizer, trainer_value if gradient_clip_val is None else gradient_clip_val,
                        algorithm or trainer_algorithm)
 

@@ -90,7 +90,7 @@ def test_the_average_is_a_copy_without_the_trainer(tmp_path):
     trainer(tmp_path, max_epochs=1, callbacks=[averaging], enable_checkpointing=False).fit(module, loaders()[0])
     copy = averaging.average_model.module
     assert copy is not module and type(copy) is Regressor
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         _ = copy.trainer
 
 

@@ -157,6 +157,15 @@ def test_scheduler_refusals_begin_with_lightnings_sentence(scheduler, lightning:
     _raises(lambda: quiet_trainer().fit(Configured(scheduler), loader), lightning, ours)
 
 
+def test_an_unknown_configure_optimizers_shape_begins_with_lightnings_sentence():
+    class Returns(Regressor):
+        def configure_optimizers(self) -> Any:
+            return 1
+
+    _raises(lambda: quiet_trainer().fit(Returns(), make_loader(make_regression_data(n=16), 8)),
+            "Unknown configuration for model optimizers. configure_optimizers() returned 1.", "Return an optimizer")
+
+
 def test_run_refusals_begin_with_lightnings_sentence(tmp_path):
     loader = make_loader(make_regression_data(n=16), 8)
 
@@ -254,3 +263,28 @@ def test_a_loader_that_is_not_one_is_named_where_it_came_from_in_lightnings_word
             "`Hooks.train_dataloader()`. Found None.", "needs exactly one train loader")
     _raises(lambda: quiet_trainer().validate(ValHook()), "An invalid dataloader was returned from "
             "`ValHook.val_dataloader()`: Loader #0 is a int", "the Trainer needs")
+
+
+def test_module_and_run_state_refusals_begin_with_lightnings_sentence(tmp_path):
+    _raises(lambda: Regressor().trainer, "Regressor is not attached to a `Trainer`", "self.trainer exists only")
+    _raises(lambda: quiet_trainer().validate(), "`Trainer.validate()` requires a `LightningModule` when it hasn't "
+            "been passed in a previous run", "pass it, or call fit first")
+    _raises(lambda: quiet_trainer().save_checkpoint(str(tmp_path / "x")), "Saving a checkpoint is only possible if a "
+            "model is attached to the Trainer", "call it during or after Trainer.fit()")
+    _raises(lambda: Trainer(check_val_every_n_epoch=1.2), "`check_val_every_n_epoch` should be an integer, found 1.2.",
+            "must be None or an int >= 1")
+    from stoker.profilers import SimpleProfiler
+
+    profiler = SimpleProfiler()
+    profiler.start("load")
+    _raises(lambda: profiler.start("load"), "Attempted to start load which has already started.",
+            "already being timed")
+
+    class Clips(Regressor):
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                        gradient_clip_algorithm: Any = None) -> None:
+            self.clip_gradients(optimizer, gradient_clip_val=0.01)
+
+    _raises(lambda: quiet_trainer(gradient_clip_val=0.5).fit(Clips(), make_loader(make_regression_data(n=16), 8)),
+            "You have set `Trainer(gradient_clip_val=0.5)` and have passed `clip_gradients(gradient_clip_val=0.01)`. "
+            "Please use only one of them.", "contradicts the Trainer's clipping")

@@ -48,7 +48,7 @@ def test_to_torchscript_scripts_saves_and_restores_the_mode(tmp_path: Path) -> N
     expected = _expected(module, x)  # dropout off: the exported module is in eval mode
     assert torch.equal(scripted(x), expected)
     assert torch.equal(torch.jit.load(str(tmp_path / "net.pt"))(x), expected)
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):  # the scripting flag is gone again
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):  # the scripting flag is gone again
         module.trainer
 
 

@@ -322,7 +322,7 @@ def test_tensorboard_graph_of_a_module_outside_a_run(tmp_path):
     logger.log_graph(module, torch.zeros(2, 8))  # traced without a Trainer: self.trainer is None meanwhile
     logger.finalize("success")
     assert module.training and any(p.name.startswith("events.out") for p in tmp_path.rglob("*"))
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         module.trainer
 
 

@@ -33,7 +33,7 @@ class Inspecting(Regressor):
 def test_properties_inside_steps(capsys: pytest.CaptureFixture) -> None:
     module = Inspecting()
     assert (module.global_step, module.current_epoch, module.device.type) == (0, 0, "cpu")
-    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
         module.trainer
     trainer = bare(max_epochs=2, accumulate=2, num_sanity_val_steps=0)
     trainer.fit(module, make_loader(make_regression_data(n=32), batch_size=8),
