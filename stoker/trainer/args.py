@@ -117,6 +117,12 @@ def val_check_interval(value: Any) -> int | float | timedelta:
                      "validations (\"DD:HH:MM:SS\", a datetime.timedelta or a dict of timedelta's keywords).")
 
 
+def training_off(limit: Any) -> bool:
+    """``limit_train_batches=0`` (or ``0.0``): Lightning's switch that turns training off, so a fit runs its sanity
+    check only. (A fraction that leaves no batch, or an empty loader, is an error instead.)"""
+    return limit is not None and limit == 0
+
+
 # Lightning's sentence for a check_val_every_n_epoch that is not an int ({value} filled in by optional_int)
 EVERY_N_EPOCH_WORDS = "`check_val_every_n_epoch` should be an integer, found {value!r}."
 

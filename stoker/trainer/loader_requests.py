@@ -221,7 +221,7 @@ class LoaderRequests:
     def limit_train(self, loader: Any) -> None:
         t = self.trainer
         n = t.num_training_batches = self.limit(loader, t.limit_train_batches, TRAIN.limit)
-        if t.limit_train_batches == 0:  # training turned off (Lightning's switch): the fit loop is done at once
+        if check.training_off(t.limit_train_batches):  # the fit loop is done at once
             return
         if n == 0:
             reason = "limit_train_batches=%r leaves none" % t.limit_train_batches if t.limit_train_batches is not None \

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
+from .args import training_off
 from .auto_step import AutomaticStep
 from .batch_iter import check_training, restart_unfinished, train_iterator
 from .evaluation import run_evaluation
@@ -122,7 +123,7 @@ class FitLoop:
         t, epochs = self.trainer, self.trainer.max_epochs_effective
         reasons = (("should_stop", self.stop_requested()), ("max_steps", t.limits.steps_reached(t.global_step)),
                    ("max_epochs", epochs is not None and self.epoch >= epochs),
-                   ("limit_train_batches=0", t.limit_train_batches == 0))
+                   ("limit_train_batches=0", training_off(t.limit_train_batches)))
         self.stop_reason = next((name for name, holds in reasons if holds), None)
         return self.stop_reason is not None
 
