@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..accelerator import Accelerator, DataLoaderConfiguration, ensure_processes, resolve_num_processes
 from ..loggers.base import Logger
 from ..loggers.foreign import owns_folder
-from .hooks import check_callbacks
+from .hooks import check_callbacks, checkpoints_last
 from .overrides import defines_hook
 
 if TYPE_CHECKING:
@@ -19,8 +19,8 @@ TRAINER_STATE_FILE = "custom_checkpoint.safetensors"
 
 
 def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, model_summary: bool = False) -> list[Any]:
-    """The user's callbacks (checked), plus a default ``ModelSummary``/``ModelCheckpoint``/``ProgressBar`` when
-    enabled and absent."""
+    """The user's callbacks (checked), plus a default ``ModelCheckpoint``, ``ProgressBar`` and ``ModelSummary`` when
+    enabled and absent; the checkpoint callbacks last, as Lightning orders them (`checkpoints_last`)."""
     from ..callbacks import Callback, Checkpoint, ModelCheckpoint, ModelSummary, ProgressBar
 
     if callbacks is None:
@@ -33,12 +33,6 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
                          "callbacks list: Trainer(enable_checkpointing=False) but found a ModelCheckpoint (a "
                          "Checkpoint callback) in "
                          "callbacks: remove it, or drop enable_checkpointing=False.")
-    if model_summary and not any(isinstance(c, ModelSummary) for c in result):
-        from ..callbacks import RichModelSummary, RichProgressBar  # rich itself is imported when drawing only
-
-        # A rich bar chosen by the user gets the table in the same look.
-        rich = any(isinstance(c, RichProgressBar) for c in result)
-        result.append(RichModelSummary() if rich else ModelSummary())
     if checkpointing and not any(isinstance(c, Checkpoint) for c in result):
         result.append(ModelCheckpoint())
     bars = [type(c).__name__ for c in result if isinstance(c, ProgressBar)]
@@ -46,8 +40,18 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         raise ValueError("You added multiple progress bar callbacks to the Trainer, but currently only one progress "
                          f"bar is supported: Trainer(callbacks=...) has {len(bars)} progress bars {bars}; a run "
                          "draws one: keep one.")
+    if bars and not progress_bar:
+        raise ValueError(f"Trainer was configured with `enable_progress_bar=False` but found `{bars[0]}` in callbacks "
+                         f"list: Trainer(enable_progress_bar=False) contradicts the {bars[0]} in callbacks (a "
+                         "progress bar callback draws the bar): remove it, or drop enable_progress_bar=False.")
     if progress_bar and not bars:
         result.append(ProgressBar())
+    if model_summary and not any(isinstance(c, ModelSummary) for c in result):
+        from ..callbacks import RichModelSummary, RichProgressBar  # rich itself is imported when drawing only
+
+        # A rich bar chosen by the user gets the table in the same look.
+        rich = any(isinstance(c, RichProgressBar) for c in result)
+        result.append(RichModelSummary() if rich else ModelSummary())
     # Only callbacks with a state of their own must have distinct keys: an empty state overwrites nothing.
     keys = [c.state_key for c in result if defines_hook(c, "state_dict", Callback)]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
@@ -55,7 +59,7 @@ def build_callbacks(callbacks: Any, checkpointing: bool, progress_bar: bool, mod
         raise ValueError(f"Trainer(callbacks=...) has several callbacks with state_key {duplicates} and a state "
                          "of their own; their checkpoint states would overwrite each other. Give each a distinct "
                          "state_key.")
-    return result
+    return checkpoints_last(result)
 
 
 def build_loggers(logger: Any, root: str) -> list[Any]:

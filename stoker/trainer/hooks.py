@@ -196,23 +196,28 @@ class HookDispatcher:
             fn(*args, **kwargs)
 
 
+def checkpoints_last(callbacks: list[Any]) -> list[Any]:
+    """``callbacks`` with the checkpoint callbacks moved to the end, each group in its own order (Lightning's rule):
+    a checkpoint saves what the other callbacks did at the same hook."""
+    from ..callbacks.base import Checkpoint
+
+    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [c for c in callbacks if isinstance(c, Checkpoint)]
+
+
 def merge_module_callbacks(callbacks: list[Any], module: Any) -> list[Any]:
     """The Trainer's callbacks with ``module.configure_callbacks()`` merged in (Lightning's rule).
 
     A module callback replaces every Trainer callback of its class or a parent class (a module's
-    ``ModelCheckpoint`` replaces the default one); the others are appended. Checkpoint callbacks go last, so that
-    they save what the other callbacks did at the same point.
+    ``ModelCheckpoint`` replaces the default one); the others are appended. Checkpoint callbacks go last
+    (`checkpoints_last`).
     """
-    from ..callbacks.base import Checkpoint
-
     extra = module.configure_callbacks() if module is not None else None
     if not extra:
         return callbacks
     extra = check_callbacks([extra] if isinstance(extra, Callback) else extra)
     kinds = {type(c) for c in extra}
     replaced = {type(c) for c in callbacks if type(c) is not Callback and any(issubclass(k, type(c)) for k in kinds)}
-    merged = [c for c in callbacks if type(c) not in replaced] + extra
-    merged = [c for c in merged if not isinstance(c, Checkpoint)] + [c for c in merged if isinstance(c, Checkpoint)]
+    merged = checkpoints_last([c for c in callbacks if type(c) not in replaced] + extra)
     keys = [c.state_key for c in merged]
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from stoker import Callback, Trainer
 from tests.helpers.models import make_loader, make_regression_data
+from tests.helpers.trainers import asks_for_bar
 
 
 def loaders(n: int = 32, batch_size: int = 8, shuffle: bool = True) -> tuple[DataLoader, DataLoader]:
@@ -23,7 +24,7 @@ def loaders(n: int = 32, batch_size: int = 8, shuffle: bool = True) -> tuple[Dat
 
 def trainer(root, **kw) -> Trainer:
     """A quiet Trainer under ``root``: no progress bar or logger unless asked, fixed seed."""
-    kw.setdefault("enable_progress_bar", False)
+    kw.setdefault("enable_progress_bar", asks_for_bar(kw.get("callbacks")))
     kw.setdefault("logger", False)
     kw.setdefault("seed", 0)
     return Trainer(default_root_dir=str(root), **kw)

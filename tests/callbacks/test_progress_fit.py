@@ -143,9 +143,11 @@ def test_a_trainer_takes_one_progress_bar(tmp_path):
 
     with pytest.raises(ValueError, match=r"2 progress bars \['ProgressBar', 'TQDMProgressBar'\]"):
         Trainer(default_root_dir=str(tmp_path), callbacks=[ProgressBar(), TQDMProgressBar()])
-    # enable_progress_bar=False turns off the default bar only: a bar passed in is drawn
+    # a bar passed in is drawn; with enable_progress_bar=False it is a contradiction, refused as Lightning refuses it
     only = TQDMProgressBar()
-    assert trainer(tmp_path, callbacks=[only], enable_progress_bar=False).progress_bar_callback is only
+    assert trainer(tmp_path, callbacks=[only]).progress_bar_callback is only
+    with pytest.raises(ValueError, match=r"enable_progress_bar=False.*TQDMProgressBar.*remove it"):
+        trainer(tmp_path, callbacks=[only], enable_progress_bar=False)
 
 
 def test_a_bar_reused_for_the_next_epoch_is_redrawn_under_that_epochs_title(tmp_path):

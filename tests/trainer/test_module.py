@@ -98,13 +98,24 @@ def test_default_callbacks_and_loggers(tmp_path: Any) -> None:
     from stoker import ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
 
     trainer = Trainer(default_root_dir=str(tmp_path))
-    assert [type(c) for c in trainer.callbacks] == [ModelSummary, ModelCheckpoint, ProgressBar]
-    assert trainer.checkpoint_callback is trainer.callbacks[1]
+    # Lightning's order: the checkpoint callback last
+    assert [type(c) for c in trainer.callbacks] == [ProgressBar, ModelSummary, ModelCheckpoint]
+    assert trainer.checkpoint_callback is trainer.callbacks[2]
     assert isinstance(trainer.logger, TensorBoardLogger) and trainer.log_dir.startswith(str(tmp_path))
     mine = ModelCheckpoint(dirpath=str(tmp_path / "mine"))
     trainer = Trainer(callbacks=[mine], enable_progress_bar=False, logger=False, enable_model_summary=False)
     assert trainer.callbacks == [mine] and trainer.loggers == [] and trainer.logger is None
     assert trainer.log_dir == trainer.default_root_dir
+
+
+def test_checkpoint_callbacks_go_last_in_their_own_order(tmp_path: Any) -> None:
+    from stoker import EarlyStopping, ModelCheckpoint, Timer
+
+    first, second = ModelCheckpoint(dirpath=str(tmp_path / "a")), ModelCheckpoint(str(tmp_path / "b"), monitor="loss")
+    stop, timer = EarlyStopping("loss"), Timer()
+    trainer = Trainer(callbacks=[first, stop, second, timer], enable_progress_bar=False, logger=False,
+                      enable_model_summary=False)
+    assert trainer.callbacks == [stop, timer, first, second] and trainer.checkpoint_callback is first
 
 
 def test_deterministic_turns_on_torch_deterministic_algorithms() -> None:
