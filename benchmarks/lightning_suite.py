@@ -213,22 +213,30 @@ def outcomes(xml: Path) -> dict[str, str]:
 # A fixture that patches a private name of Lightning's modules (``monkeypatch.setattr("lightning.pytorch.loggers.
 # wandb._WANDB_AVAILABLE", True)``): every test that asks for it reads Lightning's internals.
 FIXTURE_HINT = re.compile(r"setattr\(\s*[\"'](lightning|pytorch_lightning|stoker)[\w.]*\._\w")
+# A conftest helper or fixture that patches an attribute of one of Lightning's modules, named as the module object
+# (``monkeypatch.setattr(lightning.fabric.accelerators.cuda, "num_cuda_devices", lambda: n)``): the test simulates a
+# machine (GPUs, MPS) through Lightning's own device checks, which a different framework never calls.
+MODULE_PATCH = re.compile(r"setattr\(\s*(lightning|pytorch_lightning|lightning_fabric)\.[\w.]+\s*,")
 
 
 def private_fixtures(path: Path) -> set[str]:
-    """Names of the fixtures in the ``conftest.py`` files above ``path`` (up to ``tests_pytorch``) whose source reads
-    Lightning's internals (``PRIVATE_HINTS``, ``FIXTURE_HINT``)."""
+    """Names of the fixtures and helper functions in the ``conftest.py`` files above ``path`` (up to
+    ``tests_pytorch``) whose source reads Lightning's internals (``PRIVATE_HINTS``, ``FIXTURE_HINT``) or patches
+    Lightning's modules (``MODULE_PATCH``), directly or by calling such a helper (``cuda_count_2`` calls
+    ``mock_cuda_count``)."""
     found: set[str] = set()
     for folder in path.parents:
         conftest = folder / "conftest.py"
         if conftest.is_file():
             source = conftest.read_text(encoding="utf-8")
             lines = source.splitlines(keepends=True)
-            for node in ast.parse(source).body:
-                if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
-                    body = "".join(lines[node.lineno - 1:node.end_lineno])
-                    if PRIVATE_HINTS.search(body) or FIXTURE_HINT.search(body):
-                        found.add(node.name)
+            functions = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+            for node in functions:  # helpers are defined before the fixtures that call them
+                body = "".join(lines[node.lineno - 1:node.end_lineno])
+                calls = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                if PRIVATE_HINTS.search(body) or FIXTURE_HINT.search(body) or MODULE_PATCH.search(body) \
+                        or calls & found:
+                    found.add(node.name)
         if folder.name == "tests_pytorch":
             break
     return found
@@ -238,8 +246,9 @@ def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals, also through the module's
     own helpers: a module-level function or class the test names (directly or through another helper) counts as
     part of its source (``mock_training_epoch_loop(trainer)`` reads ``fit_loop.epoch_loop``), and so does a private
-    function of Lightning's imported by name (``_request_dataloader``) and a ``conftest.py`` fixture that patches
-    Lightning's private names (`private_fixtures`)."""
+    function of Lightning's imported by name (``_request_dataloader``) and a ``conftest.py`` fixture or helper that
+    patches Lightning's private names or modules (`private_fixtures`: asked for as a fixture, or imported by name,
+    ``from tests_pytorch.conftest import mock_cuda_count``)."""
     fixtures = private_fixtures(path)
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
@@ -255,6 +264,9 @@ def private_tests(path: Path) -> set[str]:
     private_imports = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                        and (node.module or "").split(".")[0] in LIGHTNING_ROOTS
                        for alias in node.names if alias.name.startswith("_")}
+    private_imports |= {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                        and (node.module or "").endswith("conftest") for alias in node.names
+                        if alias.name in fixtures}
 
     def reads_internals(node: ast.AST, seen: set[str]) -> bool:
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
