@@ -185,8 +185,10 @@ def step_schedulers(metrics: Mapping[str, Any], configs: Sequence[LRSchedulerCon
                         f"metrics are: {available}. (ReduceLROnPlateau watches {config.monitor!r}, which was not "
                         f"logged: self.log({config.monitor!r}, ...) it, or fix the 'monitor' name.)"
                     )
-                warnings.warn(f"ReduceLROnPlateau: {config.monitor!r} not logged (have {available}); not stepped "
-                              "(strict=False).", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available but "
+                              f"strict is set to `False`. Skipping learning rate update. ({config.monitor!r} not "
+                              f"logged (have {available}); not stepped (strict=False).)",
+                              RuntimeWarning, stacklevel=2)
                 continue
             if step is None:
                 config.scheduler.step(float(value))
