@@ -65,8 +65,10 @@ PRIVATE_HINTS = re.compile(
     r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
     r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning|stoker)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
     r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._|"
-    # any object's private attribute or method (not the test's own classes' `self._x`, nor torch's or Python's)
-    r"(?<![\w.])(?!self\b|cls\b|torch\b|os\b|sys\b)[A-Za-z_]\w*\._[a-z]\w*|patch\.object\([^)]*?,\s*[\"']_[a-z]")
+    # any object's private attribute or method, also at the end of a chain (`trainer.progress_bar_callback._x`,
+    # a patched "lightning_fabric.utilities.data._num_cpus_available"); not the test's own classes' `self._x`, nor
+    # torch's or Python's
+    r"(?<![\w.])(?!(?:self|cls)\._)(?!torch\b|os\b|sys\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\._[a-z]\w*|patch\.object\([^)]*?,\s*[\"']_[a-z]")
 # How pytest reports a ``pytest.raises(SomeError, match=...)`` whose error was raised with other words.
 WORDING = "AssertionError: Regex pattern did not match."
 # The packages a private import is read from: Lightning's own, under either flavour's name (not lightning_fabric's).
