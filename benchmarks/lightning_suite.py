@@ -244,13 +244,44 @@ def private_fixtures(path: Path) -> set[str]:
     return found
 
 
+def private_helpers(path: Path, tree: ast.Module) -> set[str]:
+    """The names under which ``path`` uses a function of the suite's own helper modules (``tests_pytorch.helpers``)
+    whose source reads Lightning's internals (``tpipes.run_model_test``, which restores through
+    ``trainer._checkpoint_connector``): ``alias.function`` for a module imported as ``alias``, or the function's
+    name when imported by name."""
+    root = next((p for p in path.parents if p.name == "tests_pytorch"), None)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or root is None:
+            continue
+        for alias in node.names:
+            module = alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+            if not module.startswith("tests_pytorch.helpers."):
+                continue
+            parts = module.split(".")[1:]
+            source_file = root.joinpath(*parts).with_suffix(".py")
+            wanted = None  # a module imported whole: each of its functions, as ``alias.function``
+            if not source_file.is_file():  # ``from tests_pytorch.helpers.pipelines import run_model_test``
+                source_file, wanted = root.joinpath(*parts[:-1]).with_suffix(".py"), parts[-1]
+                if not source_file.is_file():
+                    continue
+            source = source_file.read_text(encoding="utf-8")
+            lines = source.splitlines(keepends=True)
+            for fn in ast.parse(source).body:
+                if isinstance(fn, ast.FunctionDef) and wanted in (None, fn.name) and \
+                        PRIVATE_HINTS.search("".join(lines[fn.lineno - 1:fn.end_lineno])):
+                    found.add(f"{alias.asname or alias.name}.{fn.name}" if wanted is None else alias.asname or fn.name)
+    return found
+
+
 def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals, also through the module's
     own helpers: a module-level function or class the test names (directly or through another helper) counts as
     part of its source (``mock_training_epoch_loop(trainer)`` reads ``fit_loop.epoch_loop``), and so does a private
     function of Lightning's imported by name (``_request_dataloader``) and a ``conftest.py`` fixture or helper that
     patches Lightning's private names or modules (`private_fixtures`: asked for as a fixture, or imported by name,
-    ``from tests_pytorch.conftest import mock_cuda_count``)."""
+    ``from tests_pytorch.conftest import mock_cuda_count``), and a function of the suite's helper modules that reads
+    them (`private_helpers`)."""
     fixtures = private_fixtures(path)
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
@@ -270,9 +301,13 @@ def private_tests(path: Path) -> set[str]:
                         and (node.module or "").endswith("conftest") for alias in node.names
                         if alias.name in fixtures}
 
+    helpers = private_helpers(path, tree)
+
     def reads_internals(node: ast.AST, seen: set[str]) -> bool:
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-        if PRIVATE_HINTS.search(text(node)) or names & private_imports:
+        dotted = {f"{n.value.id}.{n.attr}" for n in ast.walk(node)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        if PRIVATE_HINTS.search(text(node)) or names & private_imports or (names | dotted) & helpers:
             return True
         return any(reads_internals(defs[name], seen | {name}) for name in sorted((names & defs.keys()) - seen))
 
