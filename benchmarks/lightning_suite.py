@@ -15,9 +15,11 @@ demos its tests build on), makes two copies of it in a scratch folder and runs t
   function) fails only the tests that use it, not the whole file at collection.
 
 Every test's outcome under both is written to ``--out`` (JSON), with the table per file printed at the end.
-A test is *public* unless its source, or a ``conftest.py`` fixture it asks for, reads Lightning's internals
-(``PRIVATE_HINTS``: the loops' and connectors' insides, private names, mocks of Lightning's modules or ``torch.save``;
-``FIXTURE_HINT``: a patched private name of Lightning's modules); those are counted apart, since a
+A test is *public* unless its source, a helper it calls (the test file's own, a ``conftest.py`` fixture or helper,
+a function of the suite's ``helpers`` modules), reads Lightning's internals (``PRIVATE_HINTS``: the loops' and
+connectors' insides, private names, also at the end of an attribute chain or set by name, mocks of Lightning's
+modules or ``torch.save``; ``FIXTURE_HINT`` and ``MODULE_PATCH``: a patched private name or module attribute of
+Lightning's, such as the device counts a test fakes a GPU machine with); those are counted apart, since a
 different framework cannot be expected to pass them, and so is a test that fails on stoker only because its
 ``pytest.raises(..., match=...)`` got the expected kind of error in stoker's words (the ``wording`` outcome).
 
@@ -63,12 +65,15 @@ FILES = [
 PRIVATE_HINTS = re.compile(
     r"fit_loop\.|\.epoch_loop|_logger_connector|_results\b|_accelerator_connector|_checkpoint_connector|"
     r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
-    r"mock\.patch\(\s*[\"'](lightning|pytorch_lightning|stoker)|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
+    r"\bpatch\(\s*[\"'](lightning|pytorch_lightning|stoker)\.|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
     r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._|"
     # any object's private attribute or method, also at the end of a chain (`trainer.progress_bar_callback._x`,
     # a patched "lightning_fabric.utilities.data._num_cpus_available"); not the test's own classes' `self._x`, nor
     # torch's or Python's
-    r"(?<![\w.])(?!(?:self|cls)\._)(?!torch\b|os\b|sys\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\._[a-z]\w*|patch\.object\([^)]*?,\s*[\"']_[a-z]")
+    r"(?<![\w.])(?!(?:self|cls)\._)(?!torch\b|os\b|sys\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\._[a-z]\w*|"
+    r"patch\.object\([^)]*?,\s*[\"']_[a-z]|"
+    # a private name set on a module or object by name (``monkeypatch.setattr(imports, "_RICH_AVAILABLE", False)``)
+    r"setattr\(\s*[\w.]+\s*,\s*[\"']_[A-Za-z]")
 # How pytest reports a ``pytest.raises(SomeError, match=...)`` whose error was raised with other words.
 WORDING = "AssertionError: Regex pattern did not match."
 # The packages a private import is read from: Lightning's own, under either flavour's name (not lightning_fabric's).
