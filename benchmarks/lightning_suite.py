@@ -65,7 +65,7 @@ FILES = [
 PRIVATE_HINTS = re.compile(
     r"fit_loop\.|\.epoch_loop|_logger_connector|_results\b|_accelerator_connector|_checkpoint_connector|"
     r"_data_connector|_callback_connector|_signal_connector|\btrainer\._|\bmodel\._|\bcallback\._|"
-    r"\bpatch\(\s*[\"'](lightning|pytorch_lightning|stoker)\.|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
+    r"\bpatch\(\s*[\"'](lightning_fabric|lightning|pytorch_lightning|stoker)\.|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
     r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._|"
     # any object's private attribute or method, also at the end of a chain (`trainer.progress_bar_callback._x`,
     # a patched "lightning_fabric.utilities.data._num_cpus_available"); not the test's own classes' `self._x`, nor
