@@ -68,9 +68,10 @@ PRIVATE_HINTS = re.compile(
     r"\bpatch\(\s*[\"'](lightning_fabric|lightning|pytorch_lightning|stoker)\.|mock\.patch\.object\(\s*(Trainer|LightningModule)|"
     r"torch\.save|_TORCH_GREATER|_utilities\.|\.strategy\._|"
     # any object's private attribute or method, also at the end of a chain (`trainer.progress_bar_callback._x`,
+    # `bar.progress.columns[-1]._renderable_cache`,
     # a patched "lightning_fabric.utilities.data._num_cpus_available"); not the test's own classes' `self._x`, nor
     # torch's or Python's
-    r"(?<![\w.])(?!(?:self|cls)\._)(?!torch\b|os\b|sys\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\._[a-z]\w*|"
+    r"(?<![\w.])(?!(?:self|cls)\._)(?!torch\b|os\b|sys\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]\n]*\])*\._[a-z]\w*|"
     r"patch\.object\([^)]*?,\s*[\"']_[a-z]|"
     # a private name set on a module or object by name (``monkeypatch.setattr(imports, "_RICH_AVAILABLE", False)``)
     r"setattr\(\s*[\w.]+\s*,\s*[\"']_[A-Za-z]")
