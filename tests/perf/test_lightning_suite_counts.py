@@ -117,3 +117,44 @@ def test_a_keyboard_interrupt_leaving_a_test_fails_that_test_only(suite: object,
     xml = tmp_path / "out.xml"
     suite.run_file(tmp_path, "test_x.py", xml, timeout=120)
     assert suite.outcomes(xml) == {"test_a": "failed", "test_b": "passed"}
+
+
+def test_faking_a_machine_or_reaching_internals_through_shared_helpers_is_private(suite: object,
+                                                                                    tmp_path: Path) -> None:
+    root = tmp_path / "tests_pytorch"
+    (root / "helpers").mkdir(parents=True)
+    (root / "conftest.py").write_text(textwrap.dedent("""
+        import pytest
+        import lightning_fabric
+        def mock_cuda_count(monkeypatch, n):
+            monkeypatch.setattr(lightning_fabric.accelerators.cuda, "num_cuda_devices", lambda: n)
+        @pytest.fixture
+        def cuda_count_2(monkeypatch):
+            mock_cuda_count(monkeypatch, 2)
+    """))
+    (root / "helpers" / "pipelines.py").write_text(textwrap.dedent("""
+        def run_model_test(trainer):
+            trainer._checkpoint_connector.restore(None)
+        def plain(trainer):
+            trainer.fit(None)
+    """))
+    (root / "test_x.py").write_text(textwrap.dedent("""
+        from unittest.mock import patch
+        import tests_pytorch.helpers.pipelines as tpipes
+        from tests_pytorch.conftest import mock_cuda_count
+        from tests_pytorch.helpers.pipelines import run_model_test as restore
+
+        def test_faked_gpus(monkeypatch): mock_cuda_count(monkeypatch, 4)
+        def test_faked_by_fixture(cuda_count_2): pass
+        def test_shared_helper(): tpipes.run_model_test(None)
+        def test_shared_helper_by_name(): restore(None)
+        def test_public_shared_helper(): tpipes.plain(None)
+        def test_chain(bar): bar.progress.columns[-1]._renderable_cache
+        def test_set_by_name(monkeypatch, imports): monkeypatch.setattr(imports, "_RICH_AVAILABLE", False)
+        @patch("stoker.callbacks.timer.time")
+        def test_bare_patch(_): pass
+        def test_own_privates(): self._x = 1
+    """))
+    assert suite.private_tests(root / "test_x.py") == {
+        "test_faked_gpus", "test_faked_by_fixture", "test_shared_helper", "test_shared_helper_by_name",
+        "test_chain", "test_set_by_name", "test_bare_patch"}
