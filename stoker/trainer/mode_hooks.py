@@ -11,8 +11,11 @@ validating (Monte Carlo dropout).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
+from ..user_frame import PossibleUserWarning, user_stacklevel
 from .overrides import defines_hook
 
 MODE_HOOKS = ("on_validation_model_eval", "on_validation_model_train", "on_test_model_eval", "on_test_model_train",
@@ -67,3 +70,17 @@ class ModuleModes(torch.nn.Module):
 def overrides_train_hook(module: torch.nn.Module, prefix: str) -> bool:
     """Whether ``module`` (its class or the instance) replaces ``on_{prefix}_model_train``'s default."""
     return defines_hook(module, f"on_{prefix}_model_train", ModuleModes)
+
+
+def warn_eval_modules(module: torch.nn.Module) -> None:
+    """At the start of training, Lightning's warning when any part of ``module`` is in eval mode: the Trainer keeps
+    each sub-module's mode (a frozen backbone stays in eval mode), so a part left in eval mode by mistake would
+    train without dropout and with frozen BatchNorm statistics."""
+    names = [name or type(module).__name__ for name, part in module.named_modules() if not part.training]
+    if names:
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(f"Found {len(names)} module(s) in eval mode at the start of training. This may lead to "
+                      "unexpected behavior during training. If this is intentional, you can ignore this warning. "
+                      f"(In eval mode: {shown}. The Trainer keeps each sub-module's mode; call .train() on a part "
+                      "that should train with dropout and BatchNorm updates.)", PossibleUserWarning,
+                      stacklevel=user_stacklevel())

@@ -22,6 +22,7 @@ from .iterables import CombinedLoader
 from .hooks import defines_hook, overrides
 from .loader_requests import LoaderRequests, validates_in
 from .manual import check_manual, wrap_optimizers
+from .mode_hooks import warn_eval_modules
 from .module import TrainingModule
 from .optim import parse_optimizers
 from .run import EvalRun, FitRun
@@ -206,12 +207,15 @@ class RunSetup:
     def start_training(self, run: FitRun) -> bool:
         """After the sanity check: the train loader is asked for, also when the fit loop has nothing left to do
         (Lightning's order); then False, the val loaders are not asked for and ``num_val_batches`` reads what they
-        gave (``[]`` if never asked). Otherwise the loaders of :meth:`training_loaders`, and True."""
+        gave (``[]`` if never asked). Otherwise the loaders of :meth:`training_loaders`, Lightning's warning about
+        parts of the module left in eval mode (`warn_eval_modules`), and True."""
         self.train_loader(run)
         if self.trainer.fit_loop.done:
             self.trainer.num_val_batches = list(run.val_batches)
             return False
         self.training_loaders(run)
+        if self.trainer.is_global_zero:
+            warn_eval_modules(self.trainer.module)
         return True
 
     def training_loaders(self, run: FitRun) -> None:

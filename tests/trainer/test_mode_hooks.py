@@ -129,3 +129,21 @@ def test_predict_in_eval_mode_and_train_mode_after() -> None:
     assert len(predictions) == 2 and module.training and module.dropout.training
     # eval mode: dropout off, so predicting twice gives the same numbers
     assert torch.equal(torch.cat(predictions), torch.cat(quiet().predict(module, loader())))
+
+
+def test_a_part_left_in_eval_mode_at_the_start_of_training_is_warned_about_and_kept_so() -> None:
+    import warnings
+
+    from stoker.user_frame import PossibleUserWarning
+
+    module = Recorder()
+    module.dropout.eval()  # e.g. a frozen part: the Trainer keeps its mode, and says so
+    with pytest.warns(PossibleUserWarning, match=r"Found 1 module\(s\) in eval mode at the start of training.*"
+                                                 r"In eval mode: dropout\."):
+        quiet(max_epochs=1).fit(module, loader())
+    assert module.training and not module.dropout.training  # kept as it was
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Found .* in eval mode", category=PossibleUserWarning)
+        quiet(max_epochs=1).fit(Recorder(), loader())  # all in train mode: no warning
+        quiet(max_epochs=0).fit(module, loader())  # nothing to train: no warning either
