@@ -9,7 +9,7 @@ from .arguments import InvalidArgumentError, check_accumulation_steps, check_see
 from .checkpointing.atomic import CheckpointError, remove_checkpoint, verify_checkpoint
 from .checkpointing.folder_lock import FolderInUseError, check_folder_free
 from .checkpointing.state_file import STATE_NAME, checkpoint_step, checkpoint_written, checkpoints_in, read_state
-from .checkpointing.rng import capture_rng_state, restore_rng_state
+from .checkpointing.rng import capture_rng_state, kept_rng_state, restore_rng_state
 from .checkpointing.torch_file import is_torch_file, read_torch_file
 from .checkpointing.tree import load_tree
 from .checkpointing.weights import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_checkpoint_in_model
@@ -44,7 +44,7 @@ __all__ = [
     # ... exported weights' file names and contents, random-number states, and launching processes.
     "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "MismatchedKeysError", "key_mismatch",
     "read_state_dict", "checkpoint_weight_names", "strip_compile_prefix", "capture_rng_state", "describe_failures",
-    "ensure_processes", "resolve_num_processes", "restore_rng_state", "run_outcome",
+    "ensure_processes", "kept_rng_state", "resolve_num_processes", "restore_rng_state", "run_outcome",
     "Ranks", "WorkerError", "check_can_start", "free_port", "run_in_processes",
     # ... and the checks of arguments that also enter above the engine (one exception type and message each).
     "InvalidArgumentError", "check_accumulation_steps", "check_seed",

@@ -13,11 +13,8 @@ same batches again.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import random
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -161,21 +158,6 @@ class CombinedLoader:
 
 
 _END = object()
-
-
-@contextlib.contextmanager
-def rng_kept() -> Iterator[None]:
-    """The global random states (torch's CPU generator, Python's, NumPy's if it is loaded) as they were before the
-    block: what a resume does again of the interrupted run's past must not draw twice."""
-    numpy = sys.modules.get("numpy")
-    python, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
-    try:
-        with torch.random.fork_rng(devices=[]):
-            yield
-    finally:
-        random.setstate(python)
-        if numpy is not None:
-            numpy.random.set_state(numpy_state)
 
 
 def _shape(leaf: Any) -> list[int | None]:
@@ -324,8 +306,11 @@ class IterableLoader:
         if not skip:
             return source, next(source, _END)
         # The saved run had read these batches (and the one ahead) before its checkpoint, and the random states
-        # it saved come after what reading them drew (a new epoch's seeds, random augmentations): kept as saved.
-        with rng_kept():
+        # it saved come after what reading them drew (a new epoch's seeds, random augmentations): kept as saved
+        # (what a resume does again of the interrupted run's past must not draw twice).
+        from ..accelerator import kept_rng_state
+
+        with kept_rng_state(cuda=False):
             for _ in range(skip):
                 next(source, None)
             return source, next(source, _END)

@@ -8,16 +8,19 @@ with its position (``data.py``).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
 
-def capture_rng_state() -> dict[str, Any]:
-    """This process's RNG states: tuples, ints, strings, numpy arrays and uint8 tensors only.
+def capture_rng_state(cuda: bool = True) -> dict[str, Any]:
+    """This process's RNG states: tuples, ints, strings, numpy arrays and uint8 tensors only. ``cuda=False`` leaves
+    the CUDA generators out without touching CUDA (in a forked process, where initializing CUDA fails).
 
     Example:
         >>> state = capture_rng_state()
@@ -30,7 +33,7 @@ def capture_rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(legacy=True),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():  # every visible device: a process may draw numbers on more than its own
+    if cuda and torch.cuda.is_available():  # every visible device: a process may draw numbers on more than its own
         state["cuda"] = torch.cuda.get_rng_state_all()
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
@@ -66,3 +69,21 @@ def restore_rng_state(state: dict[str, Any]) -> None:
                       "(CPU, Python and NumPy states are).", stacklevel=2)
     if "mps" in state and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         torch.mps.set_rng_state(state["mps"].to("cpu", torch.uint8))
+
+
+@contextlib.contextmanager
+def kept_rng_state(cuda: bool = True) -> Iterator[None]:
+    """Every generator of :func:`capture_rng_state` is as it was before the block once the block ends (also when it
+    raises): what the block draws leaves no trace. ``cuda=False``: the CUDA generators are not touched.
+
+    Example:
+        >>> with kept_rng_state():
+        ...     a = torch.rand(2)
+        >>> torch.equal(a, torch.rand(2))
+        True
+    """
+    state = capture_rng_state(cuda=cuda)
+    try:
+        yield
+    finally:
+        restore_rng_state(state)
