@@ -82,7 +82,8 @@ class HyperparametersMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        object.__setattr__(self, "hparams", AttributeDict())
+        if not any("hparams" in vars(cls) for cls in type(self).__mro__):  # a class's own `hparams` wins (Lightning)
+            object.__setattr__(self, "hparams", AttributeDict())
 
     def save_hyperparameters(self, *names: Any, ignore: Sequence[str] | str | None = None, frame: Any = None,
                              logger: bool = True) -> None:

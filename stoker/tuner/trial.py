@@ -133,8 +133,9 @@ def stage_dataset_length(trainer: Trainer, fn: str) -> int | None:
 
 
 def attribute_holders(module: TrainingModule, datamodule: Any, name: str) -> list[Any]:
-    """Where the value ``name`` lives, in this order: the module, its ``hparams``, the data module, its
-    ``hparams`` (Lightning's lookup); the last one found is the value in force (the data module's, when both)."""
+    """Where the value ``name`` lives, in this order: the module, its ``hparams`` (a mapping, or any object that
+    answers ``name in hparams``), the data module, its ``hparams`` (Lightning's lookup); the last one found is the
+    value in force (the data module's, when both)."""
     holders: list[Any] = []
     for owner in (module, datamodule):
         if owner is None:
@@ -142,7 +143,7 @@ def attribute_holders(module: TrainingModule, datamodule: Any, name: str) -> lis
         if hasattr(owner, name):
             holders.append(owner)
         hparams = getattr(owner, "hparams", None)
-        if isinstance(hparams, Mapping) and name in hparams:
+        if hparams is not None and callable(getattr(hparams, "__contains__", None)) and name in hparams:
             holders.append(hparams)
     return holders
 

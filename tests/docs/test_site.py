@@ -20,8 +20,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PUBLIC_MODULES = {
     "stoker", "stoker.accelerator", "stoker.trainer", "stoker.callbacks", "stoker.loggers", "stoker.cli",
     "stoker.utils", "stoker.utilities", "stoker.utilities.rank_zero", "stoker.utilities.types",
-    "stoker.utilities.model_summary", "stoker.utilities.warnings", "stoker.utilities.seed", "stoker.strategies",
-    "stoker.profilers", "stoker.logging", "stoker.local_sgd", "stoker.tracking", "stoker.tuner", "stoker.tuner.tuning",
+    "stoker.utilities.model_summary", "stoker.utilities.warnings", "stoker.utilities.seed", "stoker.utilities.parsing",
+    "stoker.strategies", "stoker.profilers", "stoker.logging", "stoker.local_sgd", "stoker.tracking", "stoker.tuner", "stoker.tuner.tuning",
 }
 NOT_PYTHON = {"stoker.version"}  # the MLflow tag the MLflow logger sets, not a Python name
 NAME = re.compile(r"(?<![\w./-])stoker(?:\.[A-Za-z_]\w*)+")
