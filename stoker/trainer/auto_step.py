@@ -173,6 +173,13 @@ class AutomaticStep:
         if run.step_schedulers and not acc.optimizer_step_was_skipped:
             step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
 
+    def epoch_schedulers(self) -> None:
+        """At the epoch's last batch (as Lightning): its epoch schedulers step, except ``ReduceLROnPlateau``, which
+        waits for the epoch's end values (``FitLoop.end_epoch``)."""
+        t = self.trainer
+        step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1, self.scheduler_hook,
+                        plateau=False)
+
     def _clipped(self) -> list[torch.nn.Parameter]:
         """What the Trainer's clipping sees: every parameter the optimizers hold, also groups added during the fit
         (a fine-tuning callback thawing a backbone), in the module's order (the order a plain loop's

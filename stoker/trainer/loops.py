@@ -230,15 +230,16 @@ class FitLoop:
                     asked = hook(batch, batch_idx)
                 if asked is not None and asked == -1:  # Lightning's rule: the epoch ends at this batch
                     self.epoch_batches_finished = self.rest_skipped = True
+                    if auto is not None:  # which makes it the epoch's last, as in Lightning
+                        auto.epoch_schedulers()
                     break
                 with acc.accumulate(model):
                     outputs = step(batch, batch_idx)
                     synced = acc.sync_gradients  # decided when the micro-step opened
                     if synced and auto is not None:  # the window is complete: the optimizer step, inside it
                         auto.optimizer_step(batch_idx)
-                        if last:  # as Lightning: epoch schedulers (not ReduceLROnPlateau) step at the last batch
-                            step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1,
-                                            auto.scheduler_hook, plateau=False)
+                        if last:
+                            auto.epoch_schedulers()
                 self.window_closed = synced
                 if self._after_batch(run, outputs, batch, batch_idx, synced, last):
                     stopped = not last
@@ -276,8 +277,7 @@ class FitLoop:
                         if synced and auto is not None:
                             auto.optimizer_step(source.batch_idx)
                             if last:
-                                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1,
-                                                auto.scheduler_hook, plateau=False)
+                                auto.epoch_schedulers()
                 except StopIteration:  # pulled past the end, or the step's own way to end the epoch
                     ended = True
                     break

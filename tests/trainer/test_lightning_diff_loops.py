@@ -122,3 +122,19 @@ def test_on_train_batch_start_returning_minus_one_ends_the_epoch_there_without_i
     trained = [(epoch, batch[0]) for epoch, _, _, batch in module.steps("train")]
     assert trained == [(0, 0), (0, 2)] + [(1, i) for i in range(0, 10, 2)]  # epoch 1 reads its loader from the start
     assert [epoch for epoch, *_ in module.steps("val")] == [1] and ends == [(2, True), (7, True)]
+
+
+def test_an_epoch_ended_by_minus_one_still_steps_its_epoch_schedulers():
+    class EndsEveryEpochEarly(Indexed):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)]
+
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+            return -1 if batch_idx == 2 else None
+
+    module = EndsEveryEpochEarly()
+    trainer = quiet_trainer(max_epochs=3, limit_val_batches=0)
+    trainer.fit(module, indices(10))
+    assert trainer.global_step == 6  # two steps per epoch, then the epoch ends at its third batch
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 0.1 * 0.1 ** 3  # one scheduler step per epoch, as its end
