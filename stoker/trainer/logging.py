@@ -98,8 +98,10 @@ def check_log_scope(name: str, sync_dist: bool, sync_dist_group: Any, rank_zero_
 
 
 def warn_outside_run(owner: str, name: str) -> None:
-    """``self.log`` called with no Trainer running the module: the value is dropped."""
-    warnings.warn(f"{owner}.log({name!r}) was called outside a Trainer run; the value is dropped. Call it from "
+    """``self.log`` called with no Trainer running the module: the value is dropped (Lightning's words first, so that
+    a warnings filter written for Lightning matches)."""
+    warnings.warn("You are trying to `self.log()` but the `self.trainer` reference is not registered on the model "
+                  f"yet: {owner}.log({name!r}) was called outside a Trainer run; the value is dropped. Call it from "
                   "training_step/validation_step or a hook.", stacklevel=3)
 
 

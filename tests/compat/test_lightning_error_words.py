@@ -288,3 +288,11 @@ def test_module_and_run_state_refusals_begin_with_lightnings_sentence(tmp_path):
     _raises(lambda: quiet_trainer(gradient_clip_val=0.5).fit(Clips(), make_loader(make_regression_data(n=16), 8)),
             "You have set `Trainer(gradient_clip_val=0.5)` and have passed `clip_gradients(gradient_clip_val=0.01)`. "
             "Please use only one of them.", "contradicts the Trainer's clipping")
+
+
+def test_warnings_in_lightnings_words_then_ours():
+    with pytest.warns(UserWarning) as caught:
+        Regressor().log("loss", 1.0)  # no Trainer runs the module
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("You are trying to `self.log()` but the `self.trainer` reference is not registered")
+    assert "Regressor.log('loss') was called outside a Trainer run; the value is dropped" in message
