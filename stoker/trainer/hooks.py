@@ -101,6 +101,13 @@ def _not_a_hook(owner: str, name: str) -> str:
 # Hooks whose module implementation runs before the callbacks' (Lightning's order): a checkpoint's contents reach
 # the module first when loading. Every other hook calls the callbacks first, then the module.
 _MODULE_FIRST = frozenset({"on_load_checkpoint"})
+# The dispatched hooks in which ``self.log`` has nothing to record into (Lightning's table refuses logging there too):
+# the run's set-up and end, the stage ends after their epoch values went out, checkpoint I/O, and all of predict.
+NO_LOGGING = frozenset({
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end", "on_train_end",
+    "on_validation_end", "on_test_end", "on_predict_start", "on_predict_end", "on_predict_epoch_start",
+    "on_predict_epoch_end", "on_predict_batch_start", "on_predict_batch_end", "on_exception", "on_save_checkpoint",
+    "on_load_checkpoint"})
 # The hook at which the monitoring callbacks (checkpointing, early stopping) go last, after the module: what the
 # module logs in its on_train_epoch_end is what they compare on that same epoch end.
 MONITORED_HOOK = "on_train_epoch_end"
@@ -156,6 +163,21 @@ class HookDispatcher:
         profiler = getattr(trainer, "profiler", None)
         if profiler is not None and profiler.records:  # PassThroughProfiler: nothing wrapped
             self._profile(profiler, module, callbacks)
+        #: The NO_LOGGING hook running now (None: logging is allowed), read by ``self.log`` (trainer/logging.py).
+        self.refusing: str | None = None
+        for name in NO_LOGGING & self._table.keys():  # only these are wrapped: the batch hooks stay as they are
+            self._table[name] = tuple(self._refusing_logs(name, fn) for fn in self._table[name])
+
+    def _refusing_logs(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with :attr:`refusing` set to ``name`` while it runs."""
+        def call(*args: Any, **kwargs: Any) -> Any:
+            outer, self.refusing = self.refusing, name
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.refusing = outer
+
+        return call
 
     def _profile(self, profiler: Profiler, module: object, callbacks: list[Callback]) -> None:
         """Every implementation timed under its owner's name, and the stages marked by the hooks that open and

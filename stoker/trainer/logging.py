@@ -29,10 +29,18 @@ if TYPE_CHECKING:
     from .options import RunOptions
 
 
+class LoggingGuard(Protocol):
+    """``hooks.HookDispatcher``'s answer to "may ``self.log`` record now?": the refusing hook's name, or None."""
+
+    refusing: str | None
+
+
 class MetricsOwner(Protocol):
-    """What :class:`Results` uses of the Trainer: the Accelerator (to reduce) and the metric dicts it fills."""
+    """What :class:`Results` uses of the Trainer: the Accelerator (to reduce), the metric dicts it fills, and the
+    hook dispatcher (which hook, if any, refuses logging now)."""
 
     accelerator: Accelerator
+    hooks: LoggingGuard
     callback_metrics: dict[str, Any]
     progress_bar_values: dict[str, Any]  # the prog_bar values as logged (tensors); progress_bar_metrics reads them
     options: RunOptions  # record_logged_values: whether self.log records at all
@@ -197,10 +205,8 @@ class Results:
     def log(self, name: str, value: Any, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, logger: bool,
             reduce_fx: Any, sync_dist: bool, batch_size: int | None, add_dataloader_idx: bool = True) -> None:
         """Records ``value`` under ``name``; see :meth:`TrainingModule.log`."""
-        if not self.trainer.options.record_logged_values:
-            warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
-                          "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=3)
-            return
+        if self.trainer.hooks.refusing is not None or not self.trainer.options.record_logged_values:
+            return self._not_recorded(name)
         training_batch = self.in_batch is True and self.training
         if on_step is None:
             on_step = training_batch
@@ -243,6 +249,18 @@ class Results:
             mean = entry.reduce == "mean"
             entry.add(value, (float(batch_size) if batch_size is not None else self._batch_size()) if mean else 1.0)
         entry.updated = True
+
+    def _not_recorded(self, name: str) -> None:
+        """``self.log`` where nothing records the value: in a hook that refuses logging (``hooks.NO_LOGGING``), a
+        ``ValueError`` in Lightning's words; on a Trainer built with logging turned off, a warning."""
+        refusing = self.trainer.hooks.refusing
+        if refusing is not None:
+            raise ValueError(f"You can't `self.log()` inside `{refusing}`. HINT: You can still log directly to the "
+                             f"logger by using `self.logger.experiment`. (self.log({name!r}) in {refusing}: nothing "
+                             "records a value logged there. Log it in a step or an epoch-end hook, such as "
+                             "on_train_epoch_end or on_validation_epoch_end.)")
+        warnings.warn(f"self.log({name!r}) records nothing: this Trainer was built with logging turned off "
+                      "(Trainer(barebones=True), or RunOptions(record_logged_values=False)).", stacklevel=4)
 
     def _new_entry(self, slot: str, key: str, name: str, on_step: bool, on_epoch: bool, prog_bar: bool,
                    logger: bool, reduce_fx: Any, sync_dist: bool) -> _Entry:
