@@ -31,7 +31,8 @@ def has_len_all_ranks(dataloader: Any, strategy: Strategy,
     total = int(strategy.reduce(torch.tensor(float(local)), reduce_op="sum"))
     name = type(dataloader).__name__
     if total == 0:
-        warnings.warn(f"The {name} has no batches on any process; check the dataset and the batch size.", stacklevel=2)
+        warnings.warn(f"Total length of `{name}` across ranks is zero. Please make sure this was your intention. (The "
+                      f"{name} has no batches on any process; check the dataset and the batch size.)", stacklevel=2)
     elif local == 0:
         message = (f"The {name} has no batches on this process while others have some: the processes would run "
                    "different numbers of steps. Give every process data (e.g. a larger dataset or drop_last=False).")

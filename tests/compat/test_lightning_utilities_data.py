@@ -36,7 +36,8 @@ def test_a_sized_loader_has_a_length_and_an_iterable_one_has_none() -> None:
 
 def test_empty_everywhere_warns_and_empty_here_only_raises_unless_allowed() -> None:
     empty = DataLoader(torch.arange(0.0), batch_size=2)
-    with pytest.warns(UserWarning, match="no batches on any process"):
+    with pytest.warns(UserWarning, match=r"^Total length of `DataLoader` across ranks is zero.*no batches on any "
+                                         r"process"):
         assert has_len_all_ranks(empty, OtherProcessesHold(0))
     with pytest.raises(RuntimeError, match="no batches on this process while others have some"):
         has_len_all_ranks(empty, OtherProcessesHold(3))
