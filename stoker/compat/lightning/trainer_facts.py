@@ -2,7 +2,7 @@
 ``node_rank`` and ``device_ids``, ``ckpt_path``, ``interrupted``, the clipping settings, ``is_last_batch``,
 ``evaluating``, ``num_sanity_val_batches``, ``received_sigterm``, ``val_check_batch``, the ``validate_loop`` /
 ``test_loop`` / ``predict_loop`` views (``loops.py``), and ``max_epochs`` /
-``max_steps`` in Lightning's spelling over the core's ``limits``) and
+``max_steps`` in Lightning's spelling over the core's ``limits``, ``precision_plugin``) and
 ``init_module()``: a mixin of the Lightning-named ``stoker.Trainer`` (``trainer.py``), kept apart so that each file
 stays one idea (the ranks are the core Trainer's own)."""
 
@@ -50,6 +50,7 @@ class RunFacts:
     num_val_batches: list[int | float]
     stage_record: StageRecord
     callbacks: list[Callback]
+    precision: str  # the core Trainer's spelling ("fp32", "fp16", "bf16", "bf16-true", ...)
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -187,3 +188,28 @@ class RunFacts:
         """Lightning's name: the current (or last) run received SIGTERM (stoker then saves and stops cleanly)."""
         return self.preemption.received == getattr(signal, "SIGTERM", None)
 
+
+    @property
+    def precision_plugin(self) -> PrecisionView:
+        """Lightning's ``trainer.precision_plugin``: the run's precision in Lightning's spelling and its device."""
+        return PrecisionView(self.precision, self.accelerator.device.type)
+
+
+# The core's precision names (``trainer.precision``) in Lightning's spelling.
+_LIGHTNING_PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "fp16-true": "16-true",
+                        "bf16-true": "bf16-true", "fp64-true": "64-true"}
+
+
+class PrecisionView:
+    """What ``trainer.precision_plugin`` answers: ``precision`` ("32-true", "16-mixed", "bf16-mixed", "16-true",
+    "bf16-true" or "64-true") and ``device``, the type of the device the run computes on ("cpu", "cuda", ...).
+
+    Example:
+        >>> from stoker import Trainer
+        >>> plugin = Trainer(accelerator="cpu", precision="bf16").precision_plugin
+        >>> plugin.precision, plugin.device
+        ('bf16-mixed', 'cpu')
+    """
+
+    def __init__(self, precision: str, device: str) -> None:
+        self.precision, self.device = _LIGHTNING_PRECISION[precision], device
