@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..accelerator import capture_rng_state, restore_rng_state
+from ..accelerator import kept_rng_state
 from ..user_frame import user_stacklevel
 from .hooks import batch_mover, clear_gradients, overrides
 from .logging import Results
@@ -229,28 +229,27 @@ def run_sanity_check(trainer: TrainerParts, run: FitRun) -> None:
     steps = t.options.num_sanity_val_steps
     if not run.val_enabled or steps == 0 or t.global_step > 0 or t.fit_loop.epoch > 0:
         return
-    states = capture_rng_state()
     loaders: list[Any] = []
     limits: list[Any] = []
     t.state.stage = RunningStage.SANITY_CHECKING  # trainer.sanity_checking; send_to_loggers sends nothing meanwhile
-    try:
-        t.hooks.call("on_sanity_check_start")
-        loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
-        limits = [loader.max_batches for loader in loaders]
-        for loader in loaders:  # each loader's own count (a CombinedLoader's: its combined batches), within its
-            if steps is not None:  # limit_val_batches; -1 (None): all of them, still within that limit
-                loader.limit_batches(int(min(steps, batch_count(loader))))
-        if loaders:
-            run_evaluation(t, VALIDATE.name, loaders)
-        t.hooks.call("on_sanity_check_end")
-    finally:
-        t.state.stage = TRAIN.name
-        for loader, limit in zip(loaders, limits):
-            loader.limit_batches(limit)
-        restore_rng_state(states)
-        t.callback_metrics.clear()
-        t.logged_metrics.clear()
-        t.progress_bar_values.clear()
+    with kept_rng_state():  # what the check draws leaves no trace in the fit's random states
+        try:
+            t.hooks.call("on_sanity_check_start")
+            loaders = t.run_setup.val_loaders(run)  # the val loaders are asked for here (Lightning's moment)
+            limits = [loader.max_batches for loader in loaders]
+            for loader in loaders:  # each loader's own count (a CombinedLoader's: its combined batches), within its
+                if steps is not None:  # limit_val_batches; -1 (None): all of them, still within that limit
+                    loader.limit_batches(int(min(steps, batch_count(loader))))
+            if loaders:
+                run_evaluation(t, VALIDATE.name, loaders)
+            t.hooks.call("on_sanity_check_end")
+        finally:
+            t.state.stage = TRAIN.name
+            for loader, limit in zip(loaders, limits):
+                loader.limit_batches(limit)
+            t.callback_metrics.clear()
+            t.logged_metrics.clear()
+            t.progress_bar_values.clear()
 
 
 def _no_batches(loaders: list[Any]) -> bool:
