@@ -6,6 +6,10 @@ order::
     on_before_backward(loss) -> backward(loss) -> on_after_backward()
     [the window is complete] on_before_optimizer_step(opt) -> configure_gradient_clipping(opt, ...)
                              -> optimizer_step(epoch, batch_idx, opt, closure) -> schedulers stepped per step
+    ... the batch's end hooks and the validation due after it ... -> ReduceLROnPlateau schedulers stepped per step
+
+The step-interval ``ReduceLROnPlateau`` schedulers wait, as in Lightning, until the validation due after the batch has
+run (they may watch one of its values): the loop calls :func:`step_plateau_schedulers` then.
 
 Owns: that order and the Trainer's direct path for every module hook that is not overridden (looked up once per
 epoch: such a hook costs nothing per batch). Does not own: when a window closes (the Accelerator), the batch loop,
@@ -61,6 +65,14 @@ def _check_closure_run(trainer: TrainerParts, optimizers: list[Any]) -> None:
 def _own(module: object, name: str) -> Any:
     """The module's override of step hook ``name``, or None (the Trainer then does the default itself)."""
     return getattr(module, name) if overrides(module, name) else None
+
+
+def step_plateau_schedulers(trainer: TrainerParts, interval: str, count: int) -> None:
+    """The ``ReduceLROnPlateau`` schedulers of ``interval`` (``count``: steps applied, or epochs done), once the
+    values they may watch exist: a step's after the validation due at its batch (module docstring), an epoch's
+    after the epoch's end hooks."""
+    step_schedulers(trainer.callback_metrics, trainer.lr_scheduler_configs, interval, count,
+                    _own(trainer.module, "lr_scheduler_step"), plateau=True)
 
 
 class AutomaticStep:
@@ -140,15 +152,17 @@ class AutomaticStep:
             else:
                 (optimizer if self.single_batch_windows else inner).zero_grad(set_to_none=True)
 
-    def optimizer_step(self, batch_idx: int) -> None:
-        """The window is complete: its hooks, clipping, the step, the per-step schedulers."""
+    def optimizer_step(self, batch_idx: int) -> bool:
+        """The window is complete: its hooks, clipping, the step, the per-step schedulers but ReduceLROnPlateau.
+        True when the step was applied and step-interval ReduceLROnPlateau schedulers wait for it
+        (:func:`step_plateau_schedulers`)."""
         t = self.trainer
         acc, run, optimizers = t.accelerator, self.run, t.prepared_optimizers
         self.zero_due = True
         if t.on_nonfinite_loss == "skip" and t.nonfinite.skip_step(acc):
             for optimizer in optimizers:  # before any unscale: the fp16 scaler never sees this window
                 optimizer.zero_grad(set_to_none=True)
-            return
+            return False
         if self.before_optimizer_step or self.clip is not None:
             for _, inner in self.optimizers:  # the hooks get the optimizers as configure_optimizers returned them
                 acc.unscale_gradients(inner)  # hooks and clipping see true (unscaled, normalised) gradients
@@ -170,8 +184,10 @@ class AutomaticStep:
                 optimizer.step(closure)
             else:
                 optimizer.step()
-        if run.step_schedulers and not acc.optimizer_step_was_skipped:
-            step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook)
+        if not run.step_schedulers or acc.optimizer_step_was_skipped:
+            return False
+        step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook, plateau=False)
+        return any(config.reduce_on_plateau for config in run.step_schedulers)
 
     def epoch_schedulers(self) -> None:
         """At the epoch's last batch (as Lightning): its epoch schedulers step, except ``ReduceLROnPlateau``, which

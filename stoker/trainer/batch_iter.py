@@ -103,6 +103,12 @@ def train_iterator(loader: Any, start: int) -> StepIterator:
     return StepIterator(triples(), lambda: bool(loader.end_of_dataloader), start)
 
 
+def empty_epoch_error(epoch: int) -> ValueError:
+    """A train loader that yielded no batches in ``epoch`` (``fit`` needs at least one per epoch)."""
+    return ValueError(f"The train loader yielded no batches in epoch {epoch}: Trainer.fit needs at least one. Check "
+                      "the dataset (and drop_last with a batch size larger than it) or limit_train_batches.")
+
+
 def restart_unfinished(loader: Any) -> None:
     """Puts each prepared loader in ``loader`` (itself, or those a combination reads) that was left before its last
     batch at the start of its next epoch: a ``StopIteration`` out of a step ended that epoch (Lightning drops the

@@ -23,9 +23,10 @@ The hook contract, as the fit loop runs it (Composer's event list style; the mod
                                   -> [optimizer_step] -> [lr_scheduler_step] (epoch schedulers: at the last batch)
             on_train_batch_end(outputs, batch, batch_idx)
             [validation when due mid-epoch]
+            [a step ReduceLROnPlateau's lr_scheduler_step] (the last batch's: after the epoch's validation)
         [validation when due at the epoch's end]
         on_train_epoch_end (other callbacks, the module, then checkpointing / early stopping)
-        [ReduceLROnPlateau's lr_scheduler_step]
+        [an epoch ReduceLROnPlateau's lr_scheduler_step]
     on_train_end
     on_fit_end
     teardown(stage="fit")

@@ -21,18 +21,17 @@ import math
 from time import monotonic  # the clock of a time-based val_check_interval (a test replaces this name)
 from collections.abc import Callable, Mapping
 import warnings
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .args import training_off
-from .auto_step import AutomaticStep
-from .batch_iter import check_training, restart_unfinished, train_iterator
+from .auto_step import AutomaticStep, step_plateau_schedulers
+from .batch_iter import check_training, empty_epoch_error, restart_unfinished, train_iterator
 from .evaluation import run_evaluation
 from .hooks import batch_mover
 from .losses import detached
 from .manual import manual_training_step
-from .optim import step_schedulers
 from .run import FitRun
 from .stages import VALIDATE
 from .step_args import takes_iterator
@@ -59,6 +58,7 @@ class FitLoop:
         self.schedulers_done = False
         self.end_hooks_started = False  # the epoch's end hooks have begun (phase "end": after its validation)
         self.val_pending = False  # a validation is due after the batch whose end hooks run (saved: resumes with it)
+        self.plateau_pending = False  # step ReduceLROnPlateau schedulers wait for that validation (auto_step.py; saved)
         self.last_logged_step = -1
         self.log_every = trainer.log_every_n_steps  # the step-logging cadence of the current run()
         self.iter_steps = False  # training_step(self, dataloader_iter) in the current run() (batch_iter.py)
@@ -78,18 +78,19 @@ class FitLoop:
         return {"epoch": self.epoch, "batches_done": self.batches_done, "total_batches": self.total_batches,
                 "epoch_batches_finished": self.epoch_batches_finished, "phase": self.phase,
                 "schedulers_done": self.schedulers_done, "last_logged_step": self.last_logged_step,
-                "val_pending": self.val_pending, "end_hooks_started": self.end_hooks_started}
+                "val_pending": self.val_pending, "end_hooks_started": self.end_hooks_started,
+                "plateau_pending": self.plateau_pending}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batches_done = int(state["batches_done"])
-        self.total_batches = int(state["total_batches"])
+        self.epoch, self.batches_done, self.total_batches = (int(state[key]) for key in
+                                                             ("epoch", "batches_done", "total_batches"))
         self.epoch_batches_finished = bool(state["epoch_batches_finished"])
         self.phase = str(state["phase"])
         self.schedulers_done = bool(state["schedulers_done"])
         self.last_logged_step = int(state["last_logged_step"])
         self.val_pending = bool(state.get("val_pending", False))  # absent from checkpoints written before it
         self.end_hooks_started = bool(state.get("end_hooks_started", True))  # before it: resumed past the hooks
+        self.plateau_pending = bool(state.get("plateau_pending", False))
 
     @property
     def trained_epoch(self) -> int:
@@ -158,6 +159,7 @@ class FitLoop:
                     self._val_due(run, self.batches_done - 1, at_end=True):
                 self.validate(run)
         if not self.end_hooks_started:  # also a resume from a checkpoint that this epoch's validation saved
+            self._step_plateau(at_end=True)  # the last batch's, after the epoch's validation
             self.end_hooks_started = True
             self._epoch_end_hooks()
         self.end_epoch(run)
@@ -169,9 +171,7 @@ class FitLoop:
         t = self.trainer
         if not self.schedulers_done:
             if run.automatic:  # ReduceLROnPlateau, after the epoch's values (manual optimization steps its own)
-                hook = self._auto.scheduler_hook if self._auto is not None else None
-                step_schedulers(t.callback_metrics, t.lr_scheduler_configs, "epoch", self.epoch + 1, hook,
-                                plateau=True)
+                step_plateau_schedulers(t, "epoch", self.epoch + 1)
             self.schedulers_done = True
         self.trainer.train_results.reset_epoch()  # a resume from the end hooks holds the ended epoch's sums
         self.epoch, self.phase, self.batches_done, self.epoch_batches_finished = self.epoch + 1, "batches", 0, False
@@ -237,7 +237,7 @@ class FitLoop:
                     outputs = step(batch, batch_idx)
                     synced = acc.sync_gradients  # decided when the micro-step opened
                     if synced and auto is not None:  # the window is complete: the optimizer step, inside it
-                        auto.optimizer_step(batch_idx)
+                        self.plateau_pending = auto.optimizer_step(batch_idx)
                         if last:
                             auto.epoch_schedulers()
                 self.window_closed = synced
@@ -250,7 +250,7 @@ class FitLoop:
                 next(iterator, None)  # the epoch's last batch is done (a stop there too): the loader's epoch ends
             iterator.close()  # leaving early keeps the loader's position: a stopped run resumes mid-epoch
         if fresh and batch_idx == 0 and self.batches_done == 0:
-            self._empty_epoch()
+            raise empty_epoch_error(self.epoch)
         return stopped
 
     def _run_iter_steps(self, run: FitRun) -> bool:
@@ -275,7 +275,7 @@ class FitLoop:
                         outputs = step(source, source.batch_idx)
                         synced, last = acc.sync_gradients, source.done
                         if synced and auto is not None:
-                            auto.optimizer_step(source.batch_idx)
+                            self.plateau_pending = auto.optimizer_step(source.batch_idx)
                             if last:
                                 auto.epoch_schedulers()
                 except StopIteration:  # pulled past the end, or the step's own way to end the epoch
@@ -294,14 +294,8 @@ class FitLoop:
                 self.epoch_batches_finished = True
                 restart_unfinished(loader)  # the rest of this epoch is dropped: the next one starts afresh
         if ended and start == 0 and source.pulled == 0 and source.done:
-            self._empty_epoch()
+            raise empty_epoch_error(self.epoch)
         return stopped
-
-    def _empty_epoch(self) -> NoReturn:
-        raise ValueError(
-            f"The train loader yielded no batches in epoch {self.epoch}: Trainer.fit needs at least one. Check "
-            "the dataset (and drop_last with a batch size larger than it) or limit_train_batches."
-        )
 
     def _skip(self, run: FitRun, batch_idx: int, last: bool) -> bool:
         """A batch the train loader gave as ``None`` (Lightning's rule: a ``collate_fn`` may drop a bad batch so):
@@ -339,17 +333,25 @@ class FitLoop:
         if due:
             self.val_pending = False
             self.validate(run)
+        self._step_plateau()
         # _stop_now only when a stop may be due: a request, max_steps reached, a preemption check to run
         return synced and (t.should_stop or t.preemption.due or t.limits.steps_reached(applied)) \
             and self._stop_now(applied)
 
     def _pending_validation(self, run: FitRun) -> bool:
-        """After a resume from a batch's end hooks: the validation due there, and its stop; True when the run stops."""
-        t, pending, self.val_pending = self.trainer, self.val_pending, False
-        if not (pending and run.val_enabled):
-            return False
-        self.validate(run)
-        return t.accelerator.sync_gradients and t.should_stop and self._stop_now(t.accelerator.step)
+        """After a resume from a batch's end hooks: the validation due there, the batch's waiting ReduceLROnPlateau
+        schedulers (unless they wait for the epoch's validation), then the stop; True when the run stops."""
+        t, pending, self.val_pending = self.trainer, self.val_pending and run.val_enabled, False
+        if pending:
+            self.validate(run)
+        self._step_plateau()
+        return pending and t.accelerator.sync_gradients and t.should_stop and self._stop_now(t.accelerator.step)
+
+    def _step_plateau(self, at_end: bool = False) -> None:
+        """Step ReduceLROnPlateau schedulers waiting for the batch's validation (the last batch's: the epoch's)."""
+        if self.plateau_pending and (at_end or not self.epoch_batches_finished):
+            self.plateau_pending = False
+            step_plateau_schedulers(self.trainer, "step", self.trainer.accelerator.step)
 
     def _stop_now(self, applied: int) -> bool:
         """After an optimizer step (``applied``: the steps applied so far): whether the run stops here."""
