@@ -119,3 +119,28 @@ def test_a_fit_resumed_from_an_epoch_end_validation_checkpoint_ends_as_the_unint
     assert resumed.lr_scheduler_configs[0].scheduler.state_dict() == whole.lr_scheduler_configs[0].scheduler.state_dict()
     for a, b in zip(whole.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+
+
+class EpochPlateau(Counted):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": plateau, "monitor": "val_count"}}
+
+
+def test_a_resume_into_an_epochs_end_steps_its_plateau_through_the_modules_lr_scheduler_step(tmp_path):
+    """Resumed at an epoch's end (no batch run yet in that fit), the epoch's plateau still goes through the module's
+    own ``lr_scheduler_step``."""
+    data = make_regression_data(n=32)
+    first = quiet_trainer(default_root_dir=str(tmp_path), max_epochs=1, num_sanity_val_steps=0,
+                          enable_checkpointing=True,
+                          callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "ck"), filename="{step}", monitor=None,
+                                                     save_on_train_epoch_end=False)])
+    first.fit(EpochPlateau(frequency=1), make_loader(data, batch_size=4), make_loader(data, batch_size=16))
+    first.accelerator.wait_for_checkpoints()
+    module = EpochPlateau(frequency=1)
+    module.validations = 1  # what the first fit had counted when it saved
+    resumed = quiet_trainer(default_root_dir=str(tmp_path), max_epochs=1, num_sanity_val_steps=0)
+    resumed.fit(module, make_loader(data, batch_size=4), make_loader(data, batch_size=16),
+                ckpt_path=str(tmp_path / "ck" / "step=8.ckpt"))
+    assert module.seen == ["epoch_end", (8, 1.0)]
