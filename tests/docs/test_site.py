@@ -21,6 +21,7 @@ PUBLIC_MODULES = {
     "stoker", "stoker.accelerator", "stoker.trainer", "stoker.callbacks", "stoker.loggers", "stoker.cli",
     "stoker.utils", "stoker.utilities", "stoker.utilities.rank_zero", "stoker.utilities.types",
     "stoker.utilities.model_summary", "stoker.utilities.warnings", "stoker.utilities.seed", "stoker.utilities.parsing",
+    "stoker.utilities.parameter_tying",
     "stoker.strategies", "stoker.profilers", "stoker.logging", "stoker.local_sgd", "stoker.tracking", "stoker.tuner", "stoker.tuner.tuning",
 }
 NOT_PYTHON = {"stoker.version"}  # the MLflow tag the MLflow logger sets, not a Python name
