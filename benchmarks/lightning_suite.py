@@ -17,7 +17,8 @@ demos its tests build on), makes two copies of it in a scratch folder and runs t
 Every test's outcome under both is written to ``--out`` (JSON), with the table per file printed at the end.
 A test is *public* unless its source, a helper it calls (the test file's own, a ``conftest.py`` fixture or helper,
 a function of the suite's ``helpers`` modules), reads Lightning's internals (``PRIVATE_HINTS``: the loops' and
-connectors' insides, private names, also at the end of an attribute chain or set by name, mocks of Lightning's
+connectors' insides, private names, also at the end of an attribute chain, set by name, or read on ``self`` by a
+test's subclass of a Lightning class (a private name the file never sets: `inherited_privates`), mocks of Lightning's
 modules or ``torch.save``; ``FIXTURE_HINT`` and ``MODULE_PATCH``: a patched private name or module attribute of
 Lightning's, such as the device counts a test fakes a GPU machine with); those are counted apart, since a
 different framework cannot be expected to pass them, and so is a test that fails on stoker only because its
@@ -280,6 +281,15 @@ def private_helpers(path: Path, tree: ast.Module) -> set[str]:
     return found
 
 
+def inherited_privates(source: str) -> set[str]:
+    """Private names a test file reads on ``self`` but never sets nor defines itself: in a test's subclass of a
+    Lightning class (``class MyPruning(ModelPruning)``), ``self._original_layers`` is Lightning's internal state."""
+    read = set(re.findall(r"\bself\.(_[a-z]\w*)", source))
+    assigned = set(re.findall(r"\bself\.(_[a-z]\w*)\s*(?::[^=\n]*)?(?:[-+*/|&]?=)(?!=)", source))
+    defined = set(re.findall(r"\bdef\s+(_[a-z]\w*)", source))
+    return read - assigned - defined
+
+
 def private_tests(path: Path) -> set[str]:
     """Names of the test functions in ``path`` whose source reads Lightning's internals, also through the module's
     own helpers: a module-level function or class the test names (directly or through another helper) counts as
@@ -308,12 +318,15 @@ def private_tests(path: Path) -> set[str]:
                         if alias.name in fixtures}
 
     helpers = private_helpers(path, tree)
+    inherited = inherited_privates(source)
 
     def reads_internals(node: ast.AST, seen: set[str]) -> bool:
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         dotted = {f"{n.value.id}.{n.attr}" for n in ast.walk(node)
                   if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
-        if PRIVATE_HINTS.search(text(node)) or names & private_imports or (names | dotted) & helpers:
+        own = text(node)
+        if PRIVATE_HINTS.search(own) or names & private_imports or (names | dotted) & helpers or \
+                any(f"self.{name}" in own for name in inherited):
             return True
         return any(reads_internals(defs[name], seen | {name}) for name in sorted((names & defs.keys()) - seen))
 

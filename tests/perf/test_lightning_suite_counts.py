@@ -158,3 +158,27 @@ def test_faking_a_machine_or_reaching_internals_through_shared_helpers_is_privat
     assert suite.private_tests(root / "test_x.py") == {
         "test_faked_gpus", "test_faked_by_fixture", "test_shared_helper", "test_shared_helper_by_name",
         "test_chain", "test_set_by_name", "test_bare_patch"}
+
+
+def test_a_subclass_reading_its_lightning_parents_private_state_is_private(suite: object, tmp_path: Path) -> None:
+    """``self._x`` in a test's own class is the test's business unless the file never sets nor defines ``_x``: then
+    it is the Lightning parent's internal state (``class MyPruning(ModelPruning)`` reading ``self._original_layers``)."""
+    path = tmp_path / "test_x.py"
+    path.write_text(textwrap.dedent("""
+        class Pruning(ModelPruning):
+            def on_train_end(self, trainer, module):
+                assert self._original_layers
+
+        class Counting(Callback):
+            def __init__(self):
+                self._seen: int = 0
+            def _bump(self):
+                self._seen += 1
+            def on_train_end(self, trainer, module):
+                self._bump()
+                assert self._seen
+
+        def test_inherited(): Pruning()
+        def test_own_state(): Counting()
+    """), encoding="utf-8")
+    assert suite.private_tests(path) == {"test_inherited"}
