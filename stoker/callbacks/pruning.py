@@ -17,7 +17,8 @@ Decided here, where Lightning differs (see ``docs/migrating/lightning.md``):
   the Accelerator's ``load_state`` re-parametrizes the fresh module's parameters that the checkpoint holds so, before
   they load. With ``make_pruning_permanent=True`` a hook of ``save_state`` writes ``p`` in their place (and, during
   that save, ``module.state_dict()`` folds too, so the ``on_save_checkpoint`` hooks see what is written); the
-  callback's state keeps each mask and the values ``p_orig`` holds under it, put back after the weights load. A
+  callback's state keeps each mask and the values ``p_orig`` holds under it, put back after the weights load (at
+``on_fit_start``: a resume restores the callbacks' states before ``configure_optimizers``, as Lightning does). A
   checkpoint inside an accumulation window keeps the pair: its gradients are saved under the names ``p_orig``. The
   lottery ticket's starting values are in the state too (as large as the parameters pruned).
 - **Importance is the parameters' current value**: torch would rank an already pruned parameter by its value in the
@@ -43,15 +44,8 @@ import torch.nn.utils.prune as torch_prune
 from torch import nn
 
 from stoker.callbacks.base import Callback, TrainerView
-from stoker.callbacks.pruning_state import (
-    fold,
-    is_pruned,
-    masks_of,
-    remove_all,
-    reparametrize_saved,
-    restore_masks,
-    trained_values,
-)
+from stoker.callbacks.pruning_state import (fold, is_pruned, masks_of, remove_all, reparametrize_saved, restore_masks,
+                                           trained_values)
 
 __all__ = ["ModelPruning"]
 
@@ -141,6 +135,7 @@ class ModelPruning(Callback):
         self._requested = self._check_targets(parameters_to_prune)
         self._parameters_to_prune: list[Target] = list(self._requested)
         self._initial: dict[str, torch.Tensor] = {}  # the lottery ticket's starting values, by state-dict name
+        self._masks: dict[str, Any] = {}  # restored masks (make_pruning_permanent), put back once the weights load
         self._layers: dict[int, nn.Module] = {}  # with resample_parameters: copies of the target layers, by id
         self._module: nn.Module | None = None
         self._trainer: TrainerView | None = None
@@ -388,8 +383,13 @@ class ModelPruning(Callback):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Takes the starting values back, and re-parametrizes the parameters the checkpoint saved as ``p``."""
+        """Takes the starting values back; the parameters the checkpoint saved as ``p`` are re-parametrized once the
+        weights have loaded (``on_fit_start``: a resume restores the callbacks' states before the weights)."""
         if "initial" in state_dict:
             self._initial = {key: value.clone() for key, value in state_dict["initial"].items()}
-        if self._module is not None:
-            restore_masks(self._module, state_dict)
+        self._masks = {key: state_dict[key] for key in ("masks", "hidden") if key in state_dict}
+
+    def on_fit_start(self, trainer: TrainerView, module: Any) -> None:
+        if self._masks and self._module is not None:
+            restore_masks(self._module, self._masks)
+        self._masks = {}

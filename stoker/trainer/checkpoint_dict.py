@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -50,8 +51,9 @@ def _folder(path: Any) -> str:
     return folder
 
 
-def _shared_states(folder: str, names: list[str]) -> dict[str, list[Any]]:
-    """The optimizers' and schedulers' state dicts, each kind in the order they were prepared."""
+def _shared_states(folder: str, names: list[str], read: Callable[[str], Any] | None = None) -> dict[str, list[Any]]:
+    """The optimizers' and schedulers' state dicts, each kind in the order they were prepared (``read``: how a file
+    is read; the engine's ``load_tree``)."""
     from ..accelerator import load_tree
 
     found: dict[str, list[tuple[int, str]]] = {"optimizer": [], "scheduler": []}
@@ -59,8 +61,41 @@ def _shared_states(folder: str, names: list[str]) -> dict[str, list[Any]]:
         match = _SHARED_STATE.fullmatch(name)
         if match:
             found[match.group(1)].append((int(match.group(2) or 0), name))
-    return {kind: [load_tree(os.path.join(folder, name)) for _, name in sorted(files)]
+    return {kind: [(read or load_tree)(os.path.join(folder, name)) for _, name in sorted(files)]
             for kind, files in found.items()}
+
+
+class _ReadWhenLooked(Mapping):
+    """A state dict read from its file the first time it is looked at (a hook that never reads it costs nothing)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self._read, self._state = read, None
+
+    def _loaded(self) -> Mapping[str, Any]:
+        if self._state is None:
+            self._state = self._read()
+        return self._state
+
+    def __getitem__(self, name: str) -> Any:
+        return self._loaded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+def folder_states(folder: str) -> tuple[Mapping[str, Any], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """``(state_dict, optimizer_states, lr_schedulers)`` of a checkpoint folder as :func:`read_checkpoint` gives
+    them, each read when first looked at: what a resume's ``on_load_checkpoint`` hooks see before the states load."""
+    from ..accelerator import SAFE_WEIGHTS_NAME, load_tree, read_state_dict, verify_checkpoint
+
+    weights = os.path.join(folder, SAFE_WEIGHTS_NAME)
+    names = sorted(verify_checkpoint(folder, files=[])["files"])
+    states = _shared_states(folder, names, read=lambda path: _ReadWhenLooked(lambda: load_tree(path)))
+    state_dict = _ReadWhenLooked(lambda: read_state_dict(weights) if os.path.isfile(weights) else {})
+    return state_dict, states["optimizer"], states["scheduler"]
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = None) -> dict[str, Any]:

@@ -136,8 +136,9 @@ def payload_logger_runs(payload: Any) -> tuple[list[tuple[int | str, str] | None
 
 
 def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
-    """Restores loop position and epoch accumulators; then the ``on_load_checkpoint`` hooks and the callbacks'
-    states (Lightning's order: a callback's hook runs before its ``load_state_dict``)."""
+    """Restores the loop's position, the states of schedulers that are not torch's and the epoch accumulators (the
+    data module's and the callbacks' states and the ``on_load_checkpoint`` hooks came before ``configure_optimizers``,
+    in ``resume_first.py``)."""
     from .loading import trainer_own
 
     checkpoint, own = trainer_own(payload)
@@ -148,19 +149,6 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
             scheduler.load_state_dict(state)
     trainer.train_results.load_state_dict(own.get("results", {}))
     trainer.callback_metrics.update(own.get("callback_metrics", {}))
-    datamodule = getattr(trainer, "datamodule", None)
-    if datamodule is not None and "datamodule" in checkpoint:
-        datamodule.load_state_dict(checkpoint["datamodule"])
-    if trainer.hooks.has("on_load_checkpoint"):  # the views only for a hook to read
-        add_views(checkpoint, trainer.module, trainer.prepared_optimizers, [c.scheduler for c in trainer.lr_scheduler_configs])
-        trainer.hooks.call("on_load_checkpoint", checkpoint)
-    saved = checkpoint.get("callbacks", {})
-    states = {_same_key(key): state for key, state in saved.items()}
-    present = {_same_key(callback.state_key): callback for callback in trainer.callbacks}
-    for key, callback in present.items():
-        if key in states:
-            callback.load_state_dict(states[key])
-    _warn_missing_callbacks(saved, set(present))
 
 
 def restore_param_groups(trainer: TrainerParts, path: str) -> None:
@@ -173,13 +161,13 @@ def restore_param_groups(trainer: TrainerParts, path: str) -> None:
 
     payload = trainer_checkpoint(path, check_all=False)
     saved = trainer_own(payload)[0].get("callbacks", {}) if payload is not None else {}
-    states = {_same_key(key): state for key, state in saved.items()}
+    states = {same_key(key): state for key, state in saved.items()}
     for callback, hook in hooks:
-        if states.get(_same_key(callback.state_key)):
-            hook(trainer, states[_same_key(callback.state_key)])
+        if states.get(same_key(callback.state_key)):
+            hook(trainer, states[same_key(callback.state_key)])
 
 
-def _same_key(key: str) -> str:
+def same_key(key: str) -> str:
     """A callback state key with its arguments sorted and the None ones left out, so that the keys of one callback
     match whichever order (Lightning's, or stoker's earlier sorted one) and defaults wrote them."""
     name, brace, args = key.partition("{")
@@ -190,16 +178,6 @@ def _same_key(key: str) -> str:
     if not isinstance(values, dict):
         return key
     return f"{name}{sorted((str(k), repr(v)) for k, v in values.items() if v is not None)}"
-
-
-def _warn_missing_callbacks(states: Mapping[str, Any], present: set[str]) -> None:
-    """Warns when the checkpoint holds the state of callbacks this run does not have (a callback without state,
-    such as the progress bar, may come and go freely)."""
-    missing = [key for key, state in states.items() if state and _same_key(key) not in present]
-    if missing:
-        warnings.warn(f"The checkpoint holds the state of callbacks this Trainer does not have, so it is not "
-                      f"restored. Please add the following callbacks: {missing} (with the same arguments, which "
-                      "make up each key) to resume them too.", UserWarning, stacklevel=user_stacklevel())
 
 
 def _state_of(scheduler: Any) -> Any:

@@ -31,6 +31,7 @@ from .module import TrainingModule
 from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
 from .options import LimitView, RunLimits, RunOptions
 from .preemption import Preemption
+from .resume_first import restore_modules_and_callbacks
 from .profilers import Profiler
 from .run_report import RunReport
 from .run_scope import run_scope
@@ -193,6 +194,7 @@ class Trainer:
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with run_scope(self, "fit", module, datamodule):
             module.configure_model()
+            restore_modules_and_callbacks(self, ckpt_path)  # Lightning's order: before configure_optimizers
             run = self.fit_run = setup.prepare_fit(module, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
@@ -333,15 +335,13 @@ class Trainer:
 
     training = property(lambda self: self.state.stage == TRAIN.name, doc="True while training batches run.")
     sanity_checking = property(lambda self: self.state.stage is RunningStage.SANITY_CHECKING, doc="In the sanity check.")
-
     fitting = property(lambda self: self.state.fn == "fit", doc="True while a ``fit()`` call runs (setup to teardown).")
 
     @property
     def window_closed(self) -> bool:
-        """True when the current (or last) training batch closed an accumulation window, i.e. an optimizer step
-        was attempted for it (also one skipped for a non-finite loss or an fp16 overflow: see ``global_step``).
-        Set once the batch's step has run (``on_train_batch_end`` and what follows read it); False again from the
-        next batch's ``on_train_batch_start`` and at the start of each ``fit``."""
+        """True when the current (or last) training batch closed an accumulation window: an optimizer step was
+        attempted for it (also one skipped for a non-finite loss or an fp16 overflow: see ``global_step``). Set
+        once the batch's step has run; False again from the next ``on_train_batch_start`` and each ``fit``'s start."""
         return self.fit_loop.window_closed
 
     @property

@@ -56,11 +56,18 @@ def _state_of(obj: Any) -> Mapping[str, Any]:
 
 def add_views(checkpoint: dict[str, Any], module: torch.nn.Module | None, optimizers: Iterable[Any],
               schedulers: Iterable[Any]) -> None:
-    """Puts the read-only views into ``checkpoint`` before the hooks run."""
+    """Puts the read-only views of the objects' states into ``checkpoint`` before the hooks run."""
+    add_state_views(checkpoint, module.state_dict() if module is not None else {}, map(_state_of, optimizers),
+                    map(_state_of, schedulers))
+
+
+def add_state_views(checkpoint: dict[str, Any], state_dict: Mapping[str, Any],
+                    optimizer_states: Iterable[Mapping[str, Any]], scheduler_states: Iterable[Mapping[str, Any]]) -> None:
+    """:func:`add_views` from the states themselves (a resume's hooks read them from the folder, before loading)."""
     checkpoint[VERSION_KEY] = __version__
-    checkpoint["state_dict"] = ReadOnlyState(module.state_dict() if module is not None else {}, "state_dict")
-    checkpoint["optimizer_states"] = tuple(ReadOnlyState(_state_of(o), "optimizer_states") for o in optimizers)
-    checkpoint["lr_schedulers"] = tuple(ReadOnlyState(_state_of(s), "lr_schedulers") for s in schedulers)
+    checkpoint["state_dict"] = ReadOnlyState(state_dict, "state_dict")
+    checkpoint["optimizer_states"] = tuple(ReadOnlyState(s, "optimizer_states") for s in optimizer_states)
+    checkpoint["lr_schedulers"] = tuple(ReadOnlyState(s, "lr_schedulers") for s in scheduler_states)
 
 
 def without_views(checkpoint: dict[str, Any], hook: str) -> dict[str, Any]:

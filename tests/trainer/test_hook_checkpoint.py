@@ -123,3 +123,54 @@ def test_a_callbacks_load_hook_runs_before_its_state_is_loaded(tmp_path: Any) ->
     second = Counting()
     quiet_trainer(max_epochs=2, default_root_dir=tmp_path, callbacks=[second]).fit(Regressor(), data, ckpt_path=path)
     assert calls == [("on_load_checkpoint", 0), ("load_state_dict", 0)] and second.batches == 4
+
+
+def test_a_resume_restores_the_hooks_and_callbacks_before_configure_optimizers(tmp_path: Any) -> None:
+    """Lightning's order: ``on_load_checkpoint`` (module, then callbacks) and the callbacks' states come before
+    ``configure_optimizers``, so it may build the optimizers from what they restored; the hook reads the saved
+    weights and optimizer states from the folder (nothing is loaded into the objects yet)."""
+    calls: list[str] = []
+
+    class Order(Callback):
+        def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            calls.append("Callback.on_load_checkpoint")
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            calls.append("Callback.load_state_dict")
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"kept": True}
+
+    class Restoring(Seeing):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lr = 0.1
+
+        def configure_optimizers(self) -> Any:
+            calls.append(f"configure_optimizers lr={self.lr}")
+            return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["lr"] = 0.02
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            calls.append("on_load_checkpoint")
+            self.lr = checkpoint["lr"]
+            self.seen["momentum"] = len(checkpoint["optimizer_states"][0]["state"])
+            self.seen["load_weights"] = {k: v.clone() for k, v in checkpoint["state_dict"].items()}
+
+    first = Restoring()
+    trainer = quiet_trainer(default_root_dir=str(tmp_path), enable_checkpointing=True, max_epochs=1,
+                            callbacks=[ModelCheckpoint(save_last=True), Order()])
+    trainer.fit(first, make_loader(make_regression_data(n=32), batch_size=8))
+    calls.clear()
+    resumed = Restoring()
+    trainer = quiet_trainer(default_root_dir=str(tmp_path / "again"), enable_checkpointing=True, max_epochs=2,
+                            callbacks=[ModelCheckpoint(save_last=True), Order()])
+    trainer.fit(resumed, make_loader(make_regression_data(n=32), batch_size=8),
+                ckpt_path=os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    assert calls[:4] == ["on_load_checkpoint", "Callback.on_load_checkpoint", "Callback.load_state_dict",
+                         "configure_optimizers lr=0.02"]
+    assert resumed.seen["momentum"] == 4  # the saved optimizer's buffers, read from the folder
+    for name, value in first.state_dict().items():
+        assert torch.equal(resumed.seen["load_weights"][name], value)

@@ -129,7 +129,7 @@ def test_deterministic_turns_on_torch_deterministic_algorithms() -> None:
 
 def test_state_keys_follow_lightning_and_checkpoints_with_the_earlier_sorted_keys_still_restore(tmp_path: Any) -> None:
     from stoker import EarlyStopping, ModelCheckpoint
-    from stoker.trainer.checkpointing import _same_key
+    from stoker.trainer.checkpointing import same_key as _same_key
 
     assert EarlyStopping(monitor="val_loss").state_key == "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}"
     assert ModelCheckpoint(monitor="val_loss").state_key == (
