@@ -94,8 +94,18 @@ def folder_states(folder: str) -> tuple[Mapping[str, Any], list[Mapping[str, Any
     weights = os.path.join(folder, SAFE_WEIGHTS_NAME)
     names = sorted(verify_checkpoint(folder, files=[])["files"])
     states = _shared_states(folder, names, read=lambda path: _ReadWhenLooked(lambda: load_tree(path)))
-    state_dict = _ReadWhenLooked(lambda: read_state_dict(weights) if os.path.isfile(weights) else {})
+    state_dict = _ReadWhenLooked(lambda: _whole_weights(folder, weights, names, read_state_dict))
     return state_dict, states["optimizer"], states["scheduler"]
+
+
+def _whole_weights(folder: str, weights: str, names: list[str], read: Callable[[str], Any]) -> Mapping[str, Any]:
+    if os.path.isfile(weights):
+        return read(weights)
+    if any(name.endswith(".distcp") for name in names):
+        raise ValueError(f"checkpoint['state_dict'] of {folder}: its weights are sharded (FSDP), which only the "
+                         "processes of the run read together, when the fit loads them; read module.state_dict() "
+                         "from on_fit_start instead.")
+    return {}
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = None) -> dict[str, Any]:

@@ -174,3 +174,18 @@ def test_a_resume_restores_the_hooks_and_callbacks_before_configure_optimizers(t
     assert resumed.seen["momentum"] == 4  # the saved optimizer's buffers, read from the folder
     for name, value in first.state_dict().items():
         assert torch.equal(resumed.seen["load_weights"][name], value)
+
+
+def test_a_sharded_checkpoints_weights_are_an_error_that_says_where_to_read_them(tmp_path: Any,
+                                                                                monkeypatch: Any) -> None:
+    """Before the fit loads them, a sharded (FSDP) checkpoint's weights cannot be read by one process: the view says
+    so when a hook looks at it (and costs nothing when none does)."""
+    import stoker.accelerator
+    from stoker.trainer.checkpoint_dict import folder_states
+
+    monkeypatch.setattr(stoker.accelerator, "verify_checkpoint",
+                        lambda folder, files=None: {"files": ["__0_0.distcp", "optimizer.safetensors"]})
+    state_dict, optimizer_states, schedulers = folder_states(str(tmp_path))  # nothing read yet
+    assert len(optimizer_states) == 1 and schedulers == []
+    with pytest.raises(ValueError, match=r"sharded \(FSDP\).*on_fit_start"):
+        dict(state_dict)
