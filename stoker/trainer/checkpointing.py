@@ -2,7 +2,8 @@
 
 Owns: what the Trainer adds to an Accelerator ``save_state`` folder (loop position, callback states by
 ``state_key``, ``on_save_checkpoint`` extras, hyperparameters, epoch accumulators of ``self.log``), applying it
-on resume, and the ``ckpt_path="last"`` lookup (preemption: ``preemption.py``). Does not own the folder format
+on resume (its first half, before ``configure_optimizers``: ``resume_first.py``), and the ``ckpt_path="last"``
+lookup (preemption: ``preemption.py``). Does not own the folder format
 or its atomicity (``stoker/accelerator/checkpointing/``).
 
 Layout (``stoker.loggers.layout``; the run's checkpoints folder is ``ModelCheckpoint``'s default ``dirpath``)::
