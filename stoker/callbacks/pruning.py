@@ -18,7 +18,7 @@ Decided here, where Lightning differs (see ``docs/migrating/lightning.md``):
   they load. With ``make_pruning_permanent=True`` a hook of ``save_state`` writes ``p`` in their place (and, during
   that save, ``module.state_dict()`` folds too, so the ``on_save_checkpoint`` hooks see what is written); the
   callback's state keeps each mask and the values ``p_orig`` holds under it, put back after the weights load (at
-``on_fit_start``: a resume restores the callbacks' states before ``configure_optimizers``, as Lightning does). A
+  ``on_fit_start``: a resume restores the callbacks' states before ``configure_optimizers``, as Lightning does). A
   checkpoint inside an accumulation window keeps the pair: its gradients are saved under the names ``p_orig``. The
   lottery ticket's starting values are in the state too (as large as the parameters pruned).
 - **Importance is the parameters' current value**: torch would rank an already pruned parameter by its value in the
