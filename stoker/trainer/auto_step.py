@@ -88,6 +88,7 @@ class AutomaticStep:
         self.zero_grad, self.backward = _own(module, "optimizer_zero_grad"), _own(module, "backward")
         self.clip, self.step_hook = _own(module, "configure_gradient_clipping"), _own(module, "optimizer_step")
         self.scheduler_hook = _own(module, "lr_scheduler_step")
+        self.plateau_steps = any(config.reduce_on_plateau for config in run.step_schedulers)  # they wait (loops.py)
         # Each prepared optimizer with the one it wraps (read per epoch: the accumulation may change between epochs).
         self.optimizers = [(opt, getattr(opt, "optimizer", opt)) for opt in trainer.prepared_optimizers]
         self.single_batch_windows = trainer.accelerator.gradient_accumulation_steps == 1
@@ -187,7 +188,7 @@ class AutomaticStep:
         if not run.step_schedulers or acc.optimizer_step_was_skipped:
             return False
         step_schedulers(t.callback_metrics, run.step_schedulers, "step", acc.step, self.scheduler_hook, plateau=False)
-        return any(config.reduce_on_plateau for config in run.step_schedulers)
+        return self.plateau_steps
 
     def epoch_schedulers(self) -> None:
         """At the epoch's last batch (as Lightning): its epoch schedulers step, except ``ReduceLROnPlateau``, which

@@ -152,19 +152,13 @@ def apply_payload(trainer: TrainerParts, payload: Mapping[str, Any]) -> None:
     trainer.callback_metrics.update(own.get("callback_metrics", {}))
 
 
-def restore_param_groups(trainer: TrainerParts, path: str) -> None:
+def restore_param_groups(trainer: TrainerParts, states: Mapping[str, Any]) -> None:
     """Before the optimizers' state loads (it must find the same param groups): callbacks that add param groups during
-    a fit (``BaseFinetuning``) add them again, from their state in the checkpoint, through ``restore_param_groups``."""
-    hooks = [(cb, hook) for cb in trainer.callbacks if callable(hook := getattr(cb, "restore_param_groups", None))]
-    if not hooks:
-        return
-    from .loading import trainer_checkpoint, trainer_own
-
-    payload = trainer_checkpoint(path, check_all=False)
-    saved = trainer_own(payload)[0].get("callbacks", {}) if payload is not None else {}
-    states = {same_key(key): state for key, state in saved.items()}
-    for callback, hook in hooks:
-        if states.get(same_key(callback.state_key)):
+    a fit (``BaseFinetuning``) add them again, from their state in the checkpoint (``states``: by ``same_key``, as
+    ``resume_first.py`` read them), through ``restore_param_groups``."""
+    for callback in trainer.callbacks:
+        hook = getattr(callback, "restore_param_groups", None)
+        if callable(hook) and states.get(same_key(callback.state_key)):
             hook(trainer, states[same_key(callback.state_key)])
 
 
@@ -252,9 +246,10 @@ def best_checkpoint(trainer: TrainerParts) -> str:
     return path
 
 
-def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
+def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any, callback_states: Mapping[str, Any]) -> None:
     """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
-    where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there)."""
+    where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there). ``callback_states``: the
+    callbacks' saved states, as the resume's first half read them (``resume_first.py``)."""
     from .loading import trainer_own
 
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
@@ -273,7 +268,7 @@ def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any) -> None:
             "MyModule.load_from_checkpoint(path) and fit it without ckpt_path.")
     trainer.checkpoint_state.loaded = None
     try:
-        restore_param_groups(trainer, path)
+        restore_param_groups(trainer, callback_states)
         # extra_loaders: checkpoints of earlier versions also hold the val loaders' positions, after the train
         # loader's; validation starts its loaders afresh, so those are not read.
         strict = trainer.module.strict_loading if trainer.module is not None else True

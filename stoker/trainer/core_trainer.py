@@ -194,12 +194,12 @@ class Trainer:
         continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
         with run_scope(self, "fit", module, datamodule):
             module.configure_model()
-            restore_modules_and_callbacks(self, ckpt_path)  # Lightning's order: before configure_optimizers
+            saved = restore_modules_and_callbacks(self, ckpt_path)  # Lightning's order: before configure_optimizers
             run = self.fit_run = setup.prepare_fit(module, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
             setup.resume_from(run, ckpt_path)  # a checkpoint's train-loader position needs the loader
-            restore(self, ckpt_path, run.train_loader)
+            restore(self, ckpt_path, run.train_loader, saved)
             log_hyperparams(self.module, self.datamodule, self.loggers, main=self.is_global_zero)
             self.preemption.install(self.accelerator.num_processes)
             try:

@@ -27,15 +27,16 @@ if TYPE_CHECKING:
 __all__ = ["restore_modules_and_callbacks"]
 
 
-def restore_modules_and_callbacks(trainer: TrainerParts, ckpt_path: Any) -> None:
+def restore_modules_and_callbacks(trainer: TrainerParts, ckpt_path: Any) -> dict[str, Any]:
     """The module docstring's first half for ``fit(ckpt_path=...)``; nothing when there is nothing to resume, or a
-    path ``checkpointing.restore`` refuses (it says why)."""
+    path ``checkpointing.restore`` refuses (it says why). Returns the callbacks' saved states by ``same_key`` (for
+    ``checkpointing.restore``, which needs some of them again once the optimizers exist)."""
     path = resolve_ckpt(trainer, ckpt_path)
     if path is None or not os.path.isdir(path):
-        return
+        return {}
     payload = trainer_checkpoint(path, check_all=False)  # the files read here are checked; load_state checks all
     if payload is None:
-        return
+        return {}
     checkpoint = trainer_own(payload)[0]
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and "datamodule" in checkpoint:
@@ -50,6 +51,7 @@ def restore_modules_and_callbacks(trainer: TrainerParts, ckpt_path: Any) -> None
         if key in states:
             callback.load_state_dict(states[key])
     _warn_missing_callbacks(saved, set(present))
+    return states
 
 
 def _warn_missing_callbacks(states: Mapping[str, Any], present: set[str]) -> None:
