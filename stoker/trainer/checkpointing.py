@@ -246,13 +246,15 @@ def best_checkpoint(trainer: TrainerParts) -> str:
     return path
 
 
-def restore(trainer: TrainerParts, ckpt_path: Any, train_loader: Any, callback_states: Mapping[str, Any]) -> None:
-    """Restores a full checkpoint into the prepared fit (``ckpt_path="last"`` without one: a fresh start, or
-    where the Trainer's last fit stopped: ``train_loader``, the new fit's, is moved there). ``callback_states``: the
-    callbacks' saved states, as the resume's first half read them (``resume_first.py``)."""
+def restore(trainer: TrainerParts, path: str | None, ckpt_path: Any, train_loader: Any,
+            callback_states: Mapping[str, Any]) -> None:
+    """Restores the full checkpoint ``path`` (``resolve_ckpt``'s answer for the fit's ``ckpt_path``) into the
+    prepared fit; without one (``ckpt_path="last"`` and none there, or None): a fresh start, or where the Trainer's
+    last fit stopped (``train_loader``, the new fit's, is moved there). ``callback_states``: the callbacks' saved
+    states, as the resume's first half read them (``resume_first.py``)."""
     from .loading import trainer_own
 
-    path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
+    trainer.run_setup.ckpt_path = path
     if path is None:
         if ckpt_path is not None and trainer.is_global_zero:  # "last" and nothing there
             warn_no_last(trainer, "fit")

@@ -122,7 +122,7 @@ def checkpoint_search_folders(trainer: TrainerParts) -> list[str]:
     return folders(trainer.default_root_dir, trainer.loggers, callback.dirpath if callback is not None else None)
 
 
-def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
+def continue_logged_run(trainer: TrainerParts, path: str | None) -> None:
     """``fit(ckpt_path=...)``: before anything of the run is set up or written, each logger takes the version the
     checkpoint was written under, and drops what the interrupted run logged after its step (see
     ``Logger.continue_run``). So the resumed run's logs continue the same ``version_{n}``, and its default
@@ -130,19 +130,13 @@ def continue_logged_run(trainer: TrainerParts, ckpt_path: Any) -> None:
 
     Only a logger whose ``{save_dir}/{name}`` is the folder the checkpoint recorded continues: a checkpoint brought
     from another experiment or machine must not append to (and purge) an unrelated run that has the same number.
-    Every process reads the same checkpoint, so the versions stay agreed. Nothing happens for ``ckpt_path=None``
-    or ``"best"`` (this Trainer's own run), without loggers, or for a checkpoint that recorded no loggers; a path
-    that is no checkpoint is left for the restore to report.
+    Every process reads the same checkpoint, so the versions stay agreed. ``path``: the checkpoint as
+    ``checkpointing.resolve_ckpt`` found it; nothing happens without one (the fit passes None for
+    ``ckpt_path="best"``: this Trainer's own run), without loggers, or for a checkpoint that recorded no loggers.
     """
-    from .checkpointing import BEST, LAST
-
-    if not trainer.loggers or ckpt_path is None or ckpt_path == BEST or trainer.state.fn is not None:
+    if not trainer.loggers or path is None or trainer.state.fn is not None:
         return
-    if ckpt_path == LAST:
-        path = trainer.find_last_checkpoint()
-    else:
-        path = os.fspath(ckpt_path) if isinstance(ckpt_path, (str, os.PathLike)) else None
-    recorded = recorded_logger_runs(path) if path is not None else None
+    recorded = recorded_logger_runs(path)
     if recorded is None:
         return
     runs, step = recorded

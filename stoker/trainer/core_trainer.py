@@ -16,8 +16,8 @@ import torch
 
 from ..accelerator import Accelerator, SingleDevice, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import (NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights, restore,
-                            save_weights)
+from .checkpointing import (BEST, NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights,
+                            resolve_ckpt, restore, save_weights)
 from .components import (build_callbacks, build_loggers, checkpoint_search_folders, continue_logged_run,
                          make_accelerator, settle_loggers)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
@@ -187,19 +187,19 @@ class Trainer:
         datamodule, train_dataloaders = setup.datamodule("fit", datamodule, train_dataloaders)
         if datamodule is not None and val_dataloaders is not None:
             raise ValueError("Trainer.fit() got both val_dataloaders and datamodule=; pass one of them.")
-
         self.datamodule = datamodule
         passed = (train_dataloaders is not None, val_dataloaders is not None)
         setup.begin_fit(module, train_dataloaders, val_dataloaders)  # loaders passed: checked now; hooks: later
-        continue_logged_run(self, ckpt_path)  # before setup: the run's versions decide its checkpoint folder
+        path = resolve_ckpt(self, ckpt_path)  # once: every part of the resume reads this folder
+        continue_logged_run(self, None if ckpt_path == BEST else path)  # before setup: the versions decide folders
         with run_scope(self, "fit", module, datamodule):
             module.configure_model()
-            saved = restore_modules_and_callbacks(self, ckpt_path)  # Lightning's order: before configure_optimizers
+            saved = restore_modules_and_callbacks(self, path)  # Lightning's order: before configure_optimizers
             run = self.fit_run = setup.prepare_fit(module, passed)
             self.nonfinite.reset()
             self.fit_loop.validation_count, self.fit_loop.window_closed = 0, False
-            setup.resume_from(run, ckpt_path)  # a checkpoint's train-loader position needs the loader
-            restore(self, ckpt_path, run.train_loader, saved)
+            setup.resume_from(run, path)  # a checkpoint's train-loader position needs the loader
+            restore(self, path, ckpt_path, run.train_loader, saved)
             log_hyperparams(self.module, self.datamodule, self.loggers, main=self.is_global_zero)
             self.preemption.install(self.accelerator.num_processes)
             try:

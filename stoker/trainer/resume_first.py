@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..user_frame import user_stacklevel
 from .checkpoint_dict import folder_states
-from .checkpointing import resolve_ckpt, same_key
+from .checkpointing import same_key
 from .hook_checkpoint import add_state_views
 from .loading import trainer_checkpoint, trainer_own
 
@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 __all__ = ["restore_modules_and_callbacks"]
 
 
-def restore_modules_and_callbacks(trainer: TrainerParts, ckpt_path: Any) -> dict[str, Any]:
-    """The module docstring's first half for ``fit(ckpt_path=...)``; nothing when there is nothing to resume, or a
-    path ``checkpointing.restore`` refuses (it says why). Returns the callbacks' saved states by ``same_key`` (for
-    ``checkpointing.restore``, which needs some of them again once the optimizers exist)."""
-    path = resolve_ckpt(trainer, ckpt_path)
+def restore_modules_and_callbacks(trainer: TrainerParts, path: str | None) -> dict[str, Any]:
+    """The module docstring's first half for ``fit(ckpt_path=...)``, ``path`` as ``checkpointing.resolve_ckpt``
+    found it; nothing when there is nothing to resume, or a path ``checkpointing.restore`` refuses (it says why).
+    Returns the callbacks' saved states by ``same_key`` (for ``checkpointing.restore``, which needs some of them
+    again once the optimizers exist)."""
     if path is None or not os.path.isdir(path):
         return {}
     payload = trainer_checkpoint(path, check_all=False)  # the files read here are checked; load_state checks all

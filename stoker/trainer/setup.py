@@ -230,12 +230,9 @@ class RunSetup:
         """The fit's prepared val loaders, asked for at its first validation (and on reload); empty: none."""
         return self.requests.val(run)
 
-    def resume_from(self, run: FitRun, ckpt_path: Any) -> None:
-        """Before restoring ``ckpt_path`` (when it names a checkpoint): the train loader is asked for now, since its
+    def resume_from(self, run: FitRun, path: str | None) -> None:
+        """Before restoring the checkpoint ``path`` (None: none): the train loader is asked for now, since its
         position comes back with the checkpoint."""
-        from .checkpointing import resolve_ckpt
-
-        path = resolve_ckpt(self.trainer, ckpt_path)
         self.resumed = path is not None
         if not self.resumed:
             return

@@ -91,3 +91,42 @@ def test_each_save_records_its_time_and_the_state_file_checks_it(tmp_path: Path)
     legacy = {k: v for k, v in state.items() if k != "saved_at"}  # written before the time was recorded
     (copy / STATE_NAME).write_text(json.dumps(legacy))
     assert read_state(str(copy)) == legacy
+
+
+class StepAtTrainStart(Callback):
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self.steps.append(trainer.global_step)
+
+
+def test_last_is_looked_up_once_and_every_part_of_the_resume_reads_that_checkpoint(tmp_path: Path) -> None:
+    """A fit resolves ``ckpt_path`` once: the callbacks' states, the train loader's request and the loop's position
+    all come from the checkpoint found then, even when a newer one appears while the fit sets up (here the lookup
+    answers differently the second time, as it would after another save)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+
+    def trainer(cls: type = Trainer, **kwargs: Any) -> Any:
+        return cls(max_epochs=2, default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, **kwargs)
+
+    with pytest.raises(RuntimeError, match="crash after step 10"):
+        trainer(callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=-1), CrashAfter(10)]).fit(
+            Regressor(0.05), loader)
+    older, newer = (str(tmp_path / "checkpoints" / f"epoch={e}-step={s}.ckpt") for e, s in ((0, 3), (1, 9)))
+    assert checkpoint_written(older)[0] == 3 and checkpoint_written(newer)[0] == 9
+
+    class NewerOnSecondLook(Trainer):
+        looks = 0
+
+        def find_last_checkpoint(self) -> str | None:
+            self.looks += 1
+            return older if self.looks == 1 else newer
+
+    record = StepAtTrainStart()
+    resumed = trainer(NewerOnSecondLook, callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=-1), record])
+    resumed.fit(Regressor(0.05), loader, ckpt_path="last")
+    assert resumed.looks == 1 and record.steps == [3] and resumed.ckpt_path == older
