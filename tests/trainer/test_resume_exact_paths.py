@@ -222,3 +222,20 @@ def test_a_combined_loader_resumed_mid_epoch_with_batch_sizes_it_cannot_continue
         trainer, _ = fit(str(tmp_path / "resumed"), Combined, combined(12), {"every_n_train_steps": 2},
                          ckpt_path=str(tmp_path / "whole" / "ck" / "step=4.ckpt"), max_epochs=1)
     assert trainer.global_step == 4 + 3
+
+
+class RandomData(Net):
+    """Its ``train_dataloader`` draws its data from the global RNG (as Lightning's ``RandomDataset`` does): a
+    resumed fit draws it again, and the random states saved at the checkpoint come back after that."""
+
+    def train_dataloader(self) -> DataLoader:
+        x = torch.randn(24, 4)
+        return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4, shuffle=True)
+
+
+def test_a_train_loader_built_from_random_draws_leaves_the_resumed_rng_where_the_checkpoint_had_it(tmp_path):
+    ckpt = {"every_n_train_steps": 4}
+    whole = fit(str(tmp_path / "whole"), RandomData, None, ckpt)
+    resumed = fit(str(tmp_path / "resumed"), RandomData, None, ckpt,
+                  ckpt_path=str(tmp_path / "whole" / "ck" / "step=8.ckpt"))
+    assert_same_end(whole, resumed, saved_at=8)
