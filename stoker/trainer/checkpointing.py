@@ -327,10 +327,10 @@ def save_weights(trainer: TrainerParts, path: str | os.PathLike) -> str:
     return os.fspath(path)
 
 
-def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
-    """Loads only the weights from a checkpoint into ``model``, the prepared model (validate/test/predict with
-    ``ckpt_path``). Without a module and without ``ckpt_path``, after a fit whose ModelCheckpoint kept a best
-    checkpoint: that one, with a warning (Lightning's rule); a module passed is evaluated as it is."""
+def eval_checkpoint(trainer: TrainerParts, ckpt_path: Any) -> str | None:
+    """The checkpoint validate/test/predict load (``resolve_ckpt``'s answer). Without a module and without
+    ``ckpt_path``, after a fit whose ModelCheckpoint kept a best checkpoint: that one, with a warning (Lightning's
+    rule); a module passed is evaluated as it is."""
     if ckpt_path is None and not trainer.run_setup.module_passed and _has_best(trainer):
         fn = trainer.state.fn or "evaluation"
         # The middle sentence is Lightning's, so that a warnings filter written for Lightning still matches.
@@ -340,15 +340,25 @@ def load_weights(trainer: TrainerParts, ckpt_path: Any, model: Any) -> None:
                       "module to evaluate its current weights.", UserWarning, stacklevel=4)
         ckpt_path = BEST
     path = trainer.run_setup.ckpt_path = resolve_ckpt(trainer, ckpt_path)
-    if path is None:
-        if ckpt_path == LAST and trainer.is_global_zero:  # Lightning's rule: the weights as they are, with a warning
-            warn_no_last(trainer, trainer.state.fn or "validate")
-        return
+    if path is None and ckpt_path == LAST and trainer.is_global_zero:  # Lightning's rule: the weights as they are
+        warn_no_last(trainer, trainer.state.fn or "validate")
+    return path
+
+
+def load_weights(trainer: TrainerParts, path: str, model: Any) -> None:
+    """Loads the weights of the checkpoint ``path`` (a folder or a single-file PyTorch checkpoint) into ``model``,
+    the prepared model, as strictly as the module's ``strict_loading`` says (by default every key must match)."""
     if os.path.isdir(path) and trainer.accelerator.strategy.load_checkpoint_shards(path, [model], []):
         return  # FSDP checkpoints hold the weights as torch.distributed.checkpoint shards (the strategy reads them)
-    from ..accelerator import load_checkpoint_in_model
+    from ..accelerator import MismatchedKeysError, load_checkpoint_in_model
 
-    load_checkpoint_in_model(trainer.accelerator.unwrap_model(model), path)
+    strict = trainer.module.strict_loading if trainer.module is not None else True
+    try:
+        load_checkpoint_in_model(trainer.accelerator.unwrap_model(model), path, strict=strict)
+    except MismatchedKeysError as error:
+        raise MismatchedKeysError(f"{error} In a Trainer, module.strict_loading decides: evaluate the module class "
+                                  "the checkpoint was written from, or set module.strict_loading = False to load "
+                                  "the keys that match.") from error
 
 
 # -- finding checkpoints ----------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import torch
 
 from ..accelerator import Accelerator, SingleDevice, check_accumulation_steps, parse_precision, set_seed
 from . import args as check
-from .checkpointing import (BEST, NoModuleError, TrainerCheckpointState, find_last_checkpoint, load_weights,
-                            resolve_ckpt, restore, save_weights)
+from .checkpointing import (BEST, NoModuleError, TrainerCheckpointState, find_last_checkpoint, resolve_ckpt,
+                            restore, save_weights)
 from .components import (build_callbacks, build_loggers, checkpoint_search_folders, continue_logged_run,
                          make_accelerator, settle_loggers)
 from .evaluation import run_evaluation, run_predict, run_sanity_check
@@ -31,7 +31,7 @@ from .module import TrainingModule
 from .nonfinite import NonFiniteLoss, check_mode as check_nonfinite_mode
 from .options import LimitView, RunLimits, RunOptions
 from .preemption import Preemption
-from .resume_first import restore_modules_and_callbacks
+from .resume_first import restore_for_evaluation, restore_modules_and_callbacks
 from .profilers import Profiler
 from .run_report import RunReport
 from .run_scope import run_scope
@@ -219,7 +219,7 @@ class Trainer:
     def validate(self, module: TrainingModule | None = None, dataloaders: Any = None,
                  ckpt_path: str | os.PathLike | None = None, *, datamodule: DataModule | None = None) -> list[dict]:
         """Runs ``validation_step`` over ``dataloaders`` (or ``datamodule``'s); one dict of epoch metrics per
-        loader. ``ckpt_path``: "best", "last" or a folder loaded first (None: see ``checkpointing.load_weights``)."""
+        loader. ``ckpt_path``: "best", "last" or a folder loaded first (None: see ``checkpointing.eval_checkpoint``)."""
         return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
 
     def test(self, module: TrainingModule | None = None, dataloaders: Any = None,
@@ -245,7 +245,7 @@ class Trainer:
         with run_scope(self, fn, module, datamodule):
             module.configure_model()
             run = setup.prepare_eval(module, stage)
-            load_weights(self, ckpt_path, run.model)
+            restore_for_evaluation(self, ckpt_path, run.model)  # Lightning's order: hooks, states, weights
             log_hyperparams(self.module, self.datamodule, self.loggers, main=self.is_global_zero)
             clear_gradients(module, self.accelerator)
             self.state.stage = fn

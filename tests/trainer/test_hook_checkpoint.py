@@ -189,3 +189,87 @@ def test_a_sharded_checkpoints_weights_are_an_error_that_says_where_to_read_them
     assert len(optimizer_states) == 1 and schedulers == []
     with pytest.raises(ValueError, match=r"sharded \(FSDP\).*on_fit_start"):
         dict(state_dict)
+
+
+@pytest.mark.parametrize("fn", ["validate", "test", "predict"])
+def test_an_evaluation_from_a_checkpoint_restores_the_hooks_and_callbacks_then_the_weights(tmp_path: Any,
+                                                                                          fn: str) -> None:
+    """Lightning's restore before ``validate``/``test``/``predict(ckpt_path=...)``: the module's
+    ``on_load_checkpoint`` (which reads what its ``on_save_checkpoint`` added, e.g. state that is not a weight) and
+    the callbacks' ``on_load_checkpoint`` and ``load_state_dict`` run, before the weights load."""
+    calls: list[tuple[str, Any]] = []
+
+    class Note(Callback):
+        def __init__(self) -> None:
+            self.batches = 0
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            self.batches += 1
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"batches": self.batches}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            calls.append(("Callback.load_state_dict", state["batches"]))
+            self.batches = state["batches"]
+
+        def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+            calls.append(("Callback.on_load_checkpoint", checkpoint["global_step"]))
+
+    class Labelled(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.labels: list[str] = []
+
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return self(batch[0])
+
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["labels"] = ["a", "b"]
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            weight = next(self.parameters())
+            calls.append(("on_load_checkpoint", torch.equal(weight, checkpoint["state_dict"]["net.0.weight"])))
+            self.labels = list(checkpoint["labels"])
+
+    data = make_loader(make_regression_data(n=16), batch_size=4)
+    trained = Labelled()
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), callbacks=[Note()])
+    trainer.fit(trained, data)
+    path = os.path.join(tmp_path, "one.ckpt")
+    trainer.save_checkpoint(path)
+    fresh, note = Labelled(), Note()
+    getattr(quiet_trainer(default_root_dir=str(tmp_path), callbacks=[note]), fn)(fresh, data, ckpt_path=path)
+    assert calls == [("on_load_checkpoint", False), ("Callback.on_load_checkpoint", 4),
+                     ("Callback.load_state_dict", 4)]  # the hook ran before the weights loaded
+    assert fresh.labels == ["a", "b"] and note.batches == 4
+    for name, value in trained.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value)
+
+
+def test_an_evaluation_loads_the_weights_as_strictly_as_the_module_says(tmp_path: Any) -> None:
+    """A module whose keys differ from the checkpoint's is an error that names them, and is left as it was (it used
+    to evaluate with the keys that matched, the others as initialized); ``strict_loading = False`` loads the keys
+    that match, as in Lightning."""
+    from stoker.accelerator import MismatchedKeysError
+
+    class Wider(Regressor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = torch.nn.Linear(2, 2)
+
+    data = make_loader(make_regression_data(n=16), batch_size=4)
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path))
+    trained = Regressor()
+    trainer.fit(trained, data)
+    path = os.path.join(tmp_path, "one.ckpt")
+    trainer.save_checkpoint(path)
+    wider = Wider()
+    before = {k: v.clone() for k, v in wider.state_dict().items()}
+    with pytest.raises(MismatchedKeysError, match=r"missing keys \['extra.bias', 'extra.weight'\].*strict_loading"):
+        quiet_trainer(default_root_dir=str(tmp_path)).validate(wider, data, ckpt_path=path)
+    assert all(torch.equal(v, before[k]) for k, v in wider.state_dict().items())
+    wider.strict_loading = False
+    quiet_trainer(default_root_dir=str(tmp_path)).validate(wider, data, ckpt_path=path)
+    assert torch.equal(wider.extra.weight, before["extra.weight"])
+    assert all(torch.equal(wider.state_dict()[k], v) for k, v in trained.state_dict().items())
