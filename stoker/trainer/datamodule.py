@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .hooks import defines_hook
+from .class_only import class_only
 from .hparams import HyperparametersMixin
 from .step_hooks import BatchTransfer
 
@@ -114,7 +115,7 @@ class DataModule(HyperparametersMixin, BatchTransfer):
         """Restores what :meth:`state_dict` returned."""
 
     # -- construction from datasets -------------------------------------------------------------------------------
-    @classmethod
+    @class_only
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, *,
                              hparams_file: str | os.PathLike | None = None, weights_only: bool | None = None,
                              **hparam_overrides: Any) -> Any:

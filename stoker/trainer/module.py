@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .class_only import class_only
 from .hparams import HyperparametersMixin
 from .logging import check_log_scope, warn_outside_run, warn_without_logger
 from .module_runtime import RuntimeFacts
@@ -284,7 +285,7 @@ class TrainingModule(HyperparametersMixin, StrictLoading, RuntimeFacts, StepHook
             self.untoggle_optimizer(optimizer)
 
     # -- loading --------------------------------------------------------------------------------------------------
-    @classmethod
+    @class_only
     def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike, map_location: Any = None, strict: bool | None = None,
                              *, hparams_file: str | os.PathLike | None = None, weights_only: bool | None = None,
                              **hparam_overrides: Any) -> Any:

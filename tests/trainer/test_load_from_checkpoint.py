@@ -219,3 +219,19 @@ def test_a_resumed_fit_follows_the_modules_strict_loading(tmp_path: Any) -> None
     with pytest.raises(ValueError, match="extra"):
         resume(WithBuffer(partial=False))
     assert resume(WithBuffer(partial=True)).global_step == 8
+
+
+def test_load_from_checkpoint_called_on_an_instance_is_an_error_not_a_silent_no_op(tmp_path: Any) -> None:
+    """``module.load_from_checkpoint(path)`` returns a new object and leaves ``module`` as it was: a script that drops
+    the result would go on with the old weights, so the call is a ``TypeError`` (Lightning's rule), for data modules
+    too. Looking the attribute up stays possible."""
+    trained = Regressor(seed=3)
+    train(tmp_path, trained)
+    path = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    module = Regressor()
+    method = module.load_from_checkpoint
+    with pytest.raises(TypeError, match=r"cannot be called on an instance.*Regressor\.load_from_checkpoint\(\.\.\.\)"):
+        method(path)
+    with pytest.raises(TypeError, match="cannot be called on an instance"):
+        DataModule().load_from_checkpoint(path)
+    assert_same_weights(Regressor.load_from_checkpoint(path), trained)
