@@ -100,7 +100,7 @@ def _run_steps(trainer: TrainerParts, stage: str, loaders: list[Any], step_fn: C
         return
     for i, loader in enumerate(loaders):
         extra = (i,) if multiple else ()
-        move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+        move = batch_mover(trainer.module, loader, trainer.accelerator, trainer.datamodule)
         for batch_idx, batch in enumerate(loader):
             if move is not None:
                 batch = move(batch, i)
@@ -180,7 +180,7 @@ def _predict_loader(trainer: TrainerParts, loader: Any, i: int, step_fn: Callabl
     batch_start, batch_end = PREDICT.hook("batch_start"), PREDICT.hook("batch_end")
     # Only a prediction writer reads the batches' sample indices: without one the sampler keeps its fast path.
     record = any(isinstance(c, BasePredictionWriter) for c in trainer.callbacks)
-    move = batch_mover(trainer.module, loader, trainer.accelerator.device, trainer.datamodule)
+    move = batch_mover(trainer.module, loader, trainer.accelerator, trainer.datamodule)
     with _recording_indices(loader if record else None) as recorded:
         for batch_idx, batch in enumerate(loader):
             if recorded is not None:  # by position: the sampler may be ahead of the batches (prefetching)

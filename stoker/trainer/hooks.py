@@ -266,23 +266,27 @@ def _transfer_owner(module: object, datamodule: object | None, name: str) -> obj
     return module if overrides(module, name) else None
 
 
-def batch_mover(module: object, loader: Any, device: torch.device,
+def batch_mover(module: object, loader: Any, accelerator: Accelerator,
                 datamodule: object | None = None) -> Callable[[Any, int], Any] | None:
     """The three transfer hooks as one call ``move(batch, dataloader_idx)``, or None when neither ``module`` nor
-    ``datamodule`` defines any of them: the loader then places each batch itself and nothing runs per batch. When
-    one is defined the loader stops placing batches (its public ``device`` is cleared) so that
-    ``on_before_batch_transfer`` sees the batch as collated; a loader without that attribute (inside a
-    CombinedLoader) keeps placing."""
+    ``datamodule`` defines any of them and the precision keeps batches as they are: the loader then places each
+    batch itself and nothing runs per batch. When a hook is defined the loader stops placing batches (its public
+    ``device`` is cleared) so that ``on_before_batch_transfer`` sees the batch as collated (a loader without that
+    attribute, inside a CombinedLoader, keeps placing). A true precision (``bf16-true``, ``64-true``...) converts the
+    batch's floating-point tensors to its dtype, before the hooks as Lightning's loops do, so that a step calling a
+    layer directly (not through ``forward``) gets them in the weights' dtype."""
     owners = [_transfer_owner(module, datamodule, name) for name in TRANSFER_HOOKS]
-    if all(owner is None for owner in owners):
-        return None
+    precision = accelerator.precision
+    if all(owner is None for owner in owners):  # the loader places the batches: converted on the device, if at all
+        return (lambda batch, dataloader_idx: precision.convert_input(batch)) if precision.converts_input else None
     if getattr(loader, "device", None) is not None:
         loader.device = None
     before, transfer, after = (getattr(module if owner is None else owner, name)
                                for owner, name in zip(owners, TRANSFER_HOOKS))
+    device, convert = accelerator.device, precision.convert_input
 
     def move(batch: Any, dataloader_idx: int) -> Any:
-        return after(transfer(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
+        return after(transfer(before(convert(batch), dataloader_idx), device, dataloader_idx), dataloader_idx)
     return move
 
 

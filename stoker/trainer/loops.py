@@ -208,7 +208,7 @@ class FitLoop:
         acc, loader, model, results = t.accelerator, run.train_loader, run.model, t.train_results
         step, start_hooks = self._epoch_step(run), t.hooks.get("on_train_batch_start")
         auto = self._auto  # set by _epoch_step
-        move = batch_mover(t.module, loader, acc.device, t.datamodule)  # None unless the module has its own transfer hooks
+        move = batch_mover(t.module, loader, acc, t.datamodule)  # None: the loader places the batches
         fresh, batch_idx, stopped, asked = self.batches_done == 0, self.batches_done, False, None
         if fresh:
             loader.set_epoch(self.epoch)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..operations import convert_to_fp32
+from ..operations import apply_to_tensors, convert_to_fp32
 from .torch_shortcuts import optimizer_step
 
 _F32, _F16, _BF16, _F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
@@ -89,6 +89,9 @@ class Precision:
     has_state = False
     # fp16's loss scaler (torch.amp.GradScaler, or FSDP's sharded one); None for the precisions that need none.
     scaler: torch.amp.GradScaler | None = None
+    # True when :meth:`convert_input` changes data (true precisions): a loop that feeds batches to a module may then
+    # convert each batch, and skips the call otherwise.
+    converts_input = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -111,6 +114,11 @@ class Precision:
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
+
+    def convert_input(self, data: Any) -> Any:
+        """``data`` as the module computes in (true precisions: its floating-point tensors in that dtype, in any
+        container ``operations.apply_to_tensors`` rebuilds); here ``data`` itself."""
+        return data
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, of the scaled loss where this precision scales losses."""
@@ -258,31 +266,27 @@ class TruePrecision(Precision):
     """True precision: a prepared module's parameters and buffers are converted to bf16/fp16 (or float64), and the
     floating-point tensors passed to its forward too (no autocast, no loss scaling: fp16-true can overflow)."""
 
+    converts_input = True
+
     def __init__(self, device: torch.device, name: str) -> None:
         super().__init__(device)
         self.name = name
         self.dtype = self.weights_dtype = dtype_named(name, argument="precision")
 
-    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+    def convert_input(self, data: Any) -> Any:
         dtype = self.dtype
-        unwrap_forward(module)
-        module.to(dtype)
-        original = module.forward
+        return apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, data)
 
-        def cast(value: Any) -> Any:
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                return value.to(dtype)
-            if isinstance(value, (list, tuple)):
-                return type(value)(cast(v) for v in value)
-            if isinstance(value, dict):
-                return {k: cast(v) for k, v in value.items()}
-            return value
+    def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
+        unwrap_forward(module)
+        module.to(self.dtype)
+        original, cast = module.forward, self.convert_input
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
             return original(*cast(args), **cast(kwargs))
 
-        forward._stoker_autocast = ("true", dtype)  # type: ignore[attr-defined]
+        forward._stoker_autocast = ("true", self.dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
         module.forward = forward
 
