@@ -78,3 +78,27 @@ def test_the_transfer_hooks_see_the_converted_batch_first_and_mixed_precision_co
     mixed = Direct()
     quiet_trainer(max_epochs=1, precision="bf16-mixed").fit(mixed, data())
     assert all(x == torch.float32 for _, x, _ in mixed.seen)  # autocast computes in bf16; the data stays float32
+
+
+def test_tensors_a_step_creates_without_a_dtype_take_the_weights_dtype_and_the_default_comes_back() -> None:
+    """Lightning sets the default dtype around the steps of a true precision: ``torch.ones(n, 1)`` in a step is
+    bf16 there, so concatenating it with the batch keeps the computation in bf16."""
+
+    class Padding(Direct):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(5, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y, _ = batch
+            padded = torch.cat([x, torch.ones(x.shape[0], 1)], dim=1)
+            self.seen.append(("train", padded.dtype, torch.tensor(0.5).dtype))
+            return torch.nn.functional.mse_loss(self.layer(padded), y)
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.seen.append(("val", torch.zeros(1).dtype, batch[0].dtype))
+
+    module = Padding()
+    quiet_trainer(max_epochs=1, precision="bf16-true").fit(module, data(), data())
+    assert module.seen and all(a == b == torch.bfloat16 for _, a, b in module.seen)
+    assert torch.get_default_dtype() == torch.float32

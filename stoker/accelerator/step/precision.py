@@ -277,6 +277,21 @@ class TruePrecision(Precision):
         dtype = self.dtype
         return apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, data)
 
+    def autocast(self, **overrides: Any) -> contextlib.AbstractContextManager:
+        """Not torch's autocast: a context in which tensors created without a ``dtype`` take the weights' (the
+        default dtype, as Lightning sets it around steps), so that ``torch.zeros(n)`` in a step does not bring float32
+        into a bf16 computation."""
+        return _default_dtype(self.dtype)
+
+    def autocast_calls(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        dtype = self.dtype
+
+        @functools.wraps(fn)
+        def in_dtype(*args: Any, **kwargs: Any) -> Any:
+            with _default_dtype(dtype):
+                return fn(*args, **kwargs)
+        return in_dtype
+
     def wrap_forward(self, module: torch.nn.Module, autocast: bool = True) -> None:
         unwrap_forward(module)
         module.to(self.dtype)
@@ -289,6 +304,16 @@ class TruePrecision(Precision):
         forward._stoker_autocast = ("true", self.dtype)  # type: ignore[attr-defined]
         forward._stoker_original_forward = original  # type: ignore[attr-defined]
         module.forward = forward
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def make_precision(value: Any, device: torch.device) -> Precision:

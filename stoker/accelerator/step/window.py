@@ -100,7 +100,8 @@ class GradientWindow:
             self.divisor = self.steps
         self.uncounted_backward = True
         if num_items is not None:
-            count = num_items if isinstance(num_items, torch.Tensor) else torch.tensor(float(num_items))
+            # float32 whatever the default dtype (a true precision's steps make it bf16, which rounds counts > 256)
+            count = num_items if isinstance(num_items, torch.Tensor) else torch.tensor(num_items, dtype=torch.float32)
             self.items = count if self.items is None else self.items + count
             if not self.precision.scales_loss:
                 return loss  # full precision and bf16: differentiated as summed, normalised when finished
@@ -149,7 +150,7 @@ class GradientWindow:
             return factor if self.normaliser is None else factor * self.normaliser.to(factor.device)
         if self.in_window and self.divisor != self.micro_step and self.steps > 1:
             # A loader of unknown length ended the window early: rescale from the assumed to the true length.
-            return torch.tensor(self.divisor / self.micro_step)
+            return torch.tensor(self.divisor / self.micro_step, dtype=torch.float32)
         return None
 
     def optimizer_stepped(self, stepped: bool) -> None:
