@@ -142,15 +142,24 @@ class EarlyStopping(Callback):
             self._restored_stop = False
             trainer.should_stop = True
 
+    def _at_epoch_end(self, trainer: TrainerView) -> bool:
+        """Whether the check runs at each epoch's end (else after each validation). None: Lightning's rule, at the
+        epoch's end when the fit validates once per epoch at its end (after the module's ``on_train_epoch_end``,
+        which may log the monitored value) or not at all; after each validation when it validates more or less
+        often."""
+        if self.check_on_train_epoch_end is not None:
+            return self.check_on_train_epoch_end
+        once_at_the_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+        return once_at_the_end or not fit_validates(trainer)
+
     def on_validation_end(self, trainer: TrainerView, module: Any) -> None:
         # Not trainer.validate(), and not the sanity check: its metrics come from untrained weights and are dropped.
-        if trainer.fitting and not trainer.sanity_checking and self.check_on_train_epoch_end is not True:
+        if trainer.fitting and not trainer.sanity_checking and not self._at_epoch_end(trainer):
             self._run_early_stopping_check(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Any) -> None:
-        # Each finished epoch is a check when asked, or without validation; an epoch cut short by a stop is not.
-        when = self.check_on_train_epoch_end
-        if (when is True or (when is None and not fit_validates(trainer))) and trainer.epoch_finished:
+        # An epoch cut short by a stop is no check.
+        if self._at_epoch_end(trainer) and trainer.epoch_finished:
             self._run_early_stopping_check(trainer)
 
     def _run_early_stopping_check(self, trainer: TrainerView) -> None:

@@ -113,7 +113,7 @@ class FakeTrainer:
         self.fitting, self.window_closed, self.epoch_finished, self.validation_count = False, True, True, 0
         self.sanity_checking = False
         self.dry_run = False  # not a fast_dev_run
-        self.val_check_interval = 1.0  # validation once per epoch, at its end
+        self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1  # validation once per epoch, at its end
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
         for key, value in published.items():

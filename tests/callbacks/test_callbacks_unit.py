@@ -19,6 +19,8 @@ def _validate(trainer, cb, value, name="val/loss"):
 
 
 def _fitting(tmp_path, cb, **kw):
+    # Two validations per epoch: EarlyStopping checks at each one's end (once per epoch, at its end: at the epoch's).
+    kw.setdefault("val_check_interval", 0.5)
     trainer = FakeTrainer(str(tmp_path), callbacks=[cb], num_val_batches=[2], fitting=True, **kw)
     cb.on_fit_start(trainer, trainer.module)
     return trainer

@@ -18,7 +18,8 @@ class _SecondOfTwo(FakeAccelerator):
 
 def _stop_once(tmp_path, accelerator=None) -> FakeTrainer:
     stop = EarlyStopping("val/loss", patience=0)
-    trainer = FakeTrainer(str(tmp_path), callbacks=[stop], num_val_batches=[2], fitting=True)
+    trainer = FakeTrainer(str(tmp_path), callbacks=[stop], num_val_batches=[2], fitting=True,
+                          val_check_interval=0.5)  # two validations per epoch: each one's end is a check
     trainer.accelerator = accelerator or trainer.accelerator
     trainer.callback_metrics["val/loss"] = torch.tensor(1.0)
     stop.on_validation_end(trainer, trainer.module)  # 1.0 improves on the start; the same value again stops

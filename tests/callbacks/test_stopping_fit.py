@@ -35,6 +35,35 @@ def test_early_stopping_without_validation_checks_each_epoch_end(tmp_path):
     assert stop.stopped_epoch == 1 and t.global_step == 8
 
 
+class EpochEndValue(Regressor):
+    """Validates every epoch, and logs a value computed in its own ``on_train_epoch_end`` (no training_epoch_end in
+    Lightning 2: epoch values are logged there)."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.values = values
+
+    def on_train_epoch_end(self):
+        self.log("epoch_value", float(self.values[self.current_epoch]))
+
+
+@pytest.mark.parametrize("val_check_interval, stopped_epoch", [(1.0, 2), (0.5, None)])
+def test_early_stopping_by_default_checks_once_a_validated_epoch_has_ended(tmp_path, val_check_interval,
+                                                                           stopped_epoch):
+    """Lightning's rule for ``check_on_train_epoch_end=None``: with one validation at each epoch's end the check
+    runs at the epoch's end, after the module's ``on_train_epoch_end``, so it sees what that hook logged (it used to
+    run at the validation's end and find no such metric); with several validations per epoch, after each of them
+    (then a value that only the epoch's end logs is missing at the first one)."""
+    stop = EarlyStopping("epoch_value", patience=1)
+    t = trainer(tmp_path, max_epochs=5, callbacks=[stop], num_sanity_val_steps=0, val_check_interval=val_check_interval)
+    if stopped_epoch is None:
+        with pytest.raises(RuntimeError, match="found no metric 'epoch_value'"):
+            t.fit(EpochEndValue([1.0, 0.5, 0.9, 0.9, 0.9]), *loaders())
+        return
+    t.fit(EpochEndValue([1.0, 0.5, 0.9, 0.9, 0.9]), *loaders())
+    assert stop.stopped_epoch == stopped_epoch and stop.best_score == 0.5 and t.current_epoch == 3
+
+
 def test_early_stopping_missing_metric_error_names_the_logged_metrics(tmp_path):
     stop = EarlyStopping("val_loss")
     with pytest.raises(RuntimeError) as info:
