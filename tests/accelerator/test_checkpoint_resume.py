@@ -116,7 +116,12 @@ def test_kill_9_during_save_never_leaves_a_broken_checkpoint(tmp_path, saver, ki
     for kill in range(kills):
         proc = ctx.Process(target=saver, args=(project,))
         proc.start()
-        time.sleep(rng.uniform(0.1, 0.4) if kill else 1.0)  # the first run needs time to write something
+        if kill:
+            time.sleep(rng.uniform(0.1, 0.4))
+        else:  # the first run needs time to write something (seconds on a busy machine): its first checkpoint
+            deadline = time.monotonic() + 60
+            while not list_checkpoints(project) and time.monotonic() < deadline:
+                time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)
         assert proc.exitcode == -signal.SIGKILL
