@@ -93,34 +93,36 @@ def test_a_checkpoint_with_the_bookkeeping_inside_still_reads(tmp_path: Any) -> 
     assert own == {"results": {"a": 1}, "other_schedulers": [], "hyper_parameters_not_stored": ["f"]}
 
 
+class Counting(Callback):
+    """Counts its training batches (its state); records in ``calls`` the count each load hook found."""
+
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        self.batches, self.calls = 0, calls
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.batches += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.calls.append(("load_state_dict", self.batches))
+        self.batches = state["batches"]
+
+    def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+        self.calls.append(("on_load_checkpoint", self.batches))
+
+
 def test_a_callbacks_load_hook_runs_before_its_state_is_loaded(tmp_path: Any) -> None:
     """Lightning's order on resume: a callback's ``on_load_checkpoint`` sees the checkpoint before its
     ``load_state_dict`` brings the state back (so the hook can prepare for, or adapt, that state)."""
-    calls: list[tuple[str, int]] = []
-
-    class Counting(Callback):
-        def __init__(self) -> None:
-            self.batches = 0
-
-        def on_train_batch_end(self, *args: Any) -> None:
-            self.batches += 1
-
-        def state_dict(self) -> dict[str, Any]:
-            return {"batches": self.batches}
-
-        def load_state_dict(self, state: dict[str, Any]) -> None:
-            calls.append(("load_state_dict", self.batches))
-            self.batches = state["batches"]
-
-        def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
-            calls.append(("on_load_checkpoint", self.batches))
-
+    calls: list[tuple[str, Any]] = []
     data = make_loader(make_regression_data(n=16))
-    first = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, callbacks=[Counting()])
+    first = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, callbacks=[Counting(calls)])
     first.fit(Regressor(), data)
     path = os.path.join(tmp_path, "one.ckpt")
     first.save_checkpoint(path)
-    second = Counting()
+    second = Counting(calls)
     quiet_trainer(max_epochs=2, default_root_dir=tmp_path, callbacks=[second]).fit(Regressor(), data, ckpt_path=path)
     assert calls == [("on_load_checkpoint", 0), ("load_state_dict", 0)] and second.batches == 4
 
@@ -199,23 +201,6 @@ def test_an_evaluation_from_a_checkpoint_restores_the_hooks_and_callbacks_then_t
     the callbacks' ``on_load_checkpoint`` and ``load_state_dict`` run, before the weights load."""
     calls: list[tuple[str, Any]] = []
 
-    class Note(Callback):
-        def __init__(self) -> None:
-            self.batches = 0
-
-        def on_train_batch_end(self, *args: Any) -> None:
-            self.batches += 1
-
-        def state_dict(self) -> dict[str, Any]:
-            return {"batches": self.batches}
-
-        def load_state_dict(self, state: dict[str, Any]) -> None:
-            calls.append(("Callback.load_state_dict", state["batches"]))
-            self.batches = state["batches"]
-
-        def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
-            calls.append(("Callback.on_load_checkpoint", checkpoint["global_step"]))
-
     class Labelled(Regressor):
         def __init__(self) -> None:
             super().__init__()
@@ -229,19 +214,19 @@ def test_an_evaluation_from_a_checkpoint_restores_the_hooks_and_callbacks_then_t
 
         def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
             weight = next(self.parameters())
-            calls.append(("on_load_checkpoint", torch.equal(weight, checkpoint["state_dict"]["net.0.weight"])))
+            calls.append(("module.on_load_checkpoint", torch.equal(weight, checkpoint["state_dict"]["net.0.weight"])))
             self.labels = list(checkpoint["labels"])
 
     data = make_loader(make_regression_data(n=16), batch_size=4)
     trained = Labelled()
-    trainer = quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), callbacks=[Note()])
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=str(tmp_path), callbacks=[Counting(calls)])
     trainer.fit(trained, data)
     path = os.path.join(tmp_path, "one.ckpt")
     trainer.save_checkpoint(path)
-    fresh, note = Labelled(), Note()
+    fresh, note = Labelled(), Counting(calls)
     getattr(quiet_trainer(default_root_dir=str(tmp_path), callbacks=[note]), fn)(fresh, data, ckpt_path=path)
-    assert calls == [("on_load_checkpoint", False), ("Callback.on_load_checkpoint", 4),
-                     ("Callback.load_state_dict", 4)]  # the hook ran before the weights loaded
+    assert calls == [("module.on_load_checkpoint", False), ("on_load_checkpoint", 0),
+                     ("load_state_dict", 0)]  # the module's hook ran before the weights loaded
     assert fresh.labels == ["a", "b"] and note.batches == 4
     for name, value in trained.state_dict().items():
         assert torch.equal(fresh.state_dict()[name], value)
