@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.forkserver import parent_environ
 from tests.helpers.launches import Launches, session_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "accelerator_loop.py"
@@ -27,7 +28,8 @@ for mp in ("no", "fp16"):
 @session_run("accelerator_loop", "test_example_runs_and_learns_in_full_precision_and_fp16")
 def _run_example(tmp: Path) -> subprocess.CompletedProcess:
     code = _RUNNER.format(script=str(SCRIPT), tiny=TINY)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], env=parent_environ(), capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_example_runs_and_learns_in_full_precision_and_fp16(session_launches: Launches) -> None:

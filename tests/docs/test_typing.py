@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.forkserver import parent_environ
 from tests.helpers.launches import Launches, session_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def _wheel(tmp: Path) -> Path:
     # without setuptools here (Python 3.12+ venvs lack it), pip fetches it into an isolated build environment
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp / "dist"),
-                    str(source)], check=True, timeout=300)
+                    str(source)], env=parent_environ(), check=True, timeout=300)
     return next((tmp / "dist").glob("stoker-*.whl"))
 
 
@@ -58,7 +58,7 @@ def _build_and_check(tmp_path: Path) -> tuple[list[str], subprocess.CompletedPro
         + "".join(f"[mypy-{name}.*]\nfollow_imports = skip\n\n[mypy-{name}]\nfollow_imports = skip\n\n"
                   for name in NOT_FOLLOWED)
     )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}  # stoker as installed, not this checkout
+    env = {**parent_environ(), "PYTHONPATH": str(tmp_path / "site")}  # stoker as installed, not this checkout
     env.pop("MYPYPATH", None)
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--cache-dir", str(tmp_path / "cache"),

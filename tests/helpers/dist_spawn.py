@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers.forkserver import popen_python
+from tests.helpers.forkserver import parent_environ, popen_python
 
 HELPERS = Path(__file__).resolve().parent
 REPO = HELPERS.parent.parent
@@ -33,7 +33,7 @@ def free_port() -> int:
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The parent's environment with one thread per process (two processes share two cores) and the repo importable."""
-    env = dict(os.environ)
+    env = parent_environ()
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", TORCH_CPP_LOG_LEVEL="ERROR")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

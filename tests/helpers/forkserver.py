@@ -33,8 +33,9 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 _SERVER = r'''
 import builtins, json, os, select, sys, types
@@ -202,6 +203,27 @@ class ForkedProcess:
         self.send_signal(signal.SIGTERM)
 
 
+# The environment of the session's start, for runs started in background threads (``launches.py``): an in-process
+# test that changes os.environ meanwhile (monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ...)) must
+# not reach their processes. None in other threads, which pass on os.environ as it is.
+_background = threading.local()
+
+
+def run_with_environ(environ: dict[str, str], fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, with every process this thread starts given ``environ`` as the parent's environment."""
+    _background.environ = environ
+    try:
+        return fn(*args)
+    finally:
+        _background.environ = None
+
+
+def parent_environ() -> dict[str, str]:
+    """A copy of the environment this thread's child processes inherit (see :func:`run_with_environ`)."""
+    environ = getattr(_background, "environ", None)
+    return dict(os.environ if environ is None else environ)
+
+
 def popen_python(argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
                  merge_stderr: bool = False, preload: tuple[str, ...] = ()) -> ForkedProcess | subprocess.Popen:
     """``subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd, start_new_session=True)``, forked: ``argv`` is a
@@ -210,11 +232,12 @@ def popen_python(argv: Sequence[str], env: dict[str, str] | None = None, cwd: st
     ``preload``: modules the script imports anyway, imported once by the server it is forked from (e.g.
     ``pytorch_lightning``, seconds of imports, for a reference run under Lightning; never for a stoker run, whose
     process must not hold the peer)."""
+    env = parent_environ() if env is None else env
     if not FORKED:
         return subprocess.Popen([sys.executable, *map(os.fspath, argv)], env=env, cwd=cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True,
                                 start_new_session=True)
-    return ForkedProcess([os.fspath(a) for a in argv], dict(os.environ) if env is None else env,
+    return ForkedProcess([os.fspath(a) for a in argv], env,
                          os.getcwd() if cwd is None else cwd, merge_stderr, tuple(preload))
 
 

@@ -14,12 +14,15 @@ the tests that use that run only. Nothing is started for a test that was not sel
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.forkserver import run_with_environ
 
 # Background runs at a time: each is one to four processes; more would only make every run slower.
 SESSION_AT_ONCE = 2
@@ -33,11 +36,13 @@ class Launches:
     def __init__(self, at_once: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="launch")
         self._futures: dict[str, Future] = {}
+        self._environ = dict(os.environ)  # the session's, before any test changes it (forkserver.run_with_environ)
 
     def start(self, name: str, run: Callable[..., Any], *args: Any) -> None:
-        """Queues ``run(*args)`` under ``name`` (once: a name already started is left running)."""
+        """Queues ``run(*args)`` under ``name`` (once: a name already started is left running); its processes get
+        the environment of the session's start, whatever an in-process test sets meanwhile."""
         if name not in self._futures:
-            self._futures[name] = self._pool.submit(run, *args)
+            self._futures[name] = self._pool.submit(run_with_environ, self._environ, run, *args)
 
     def result(self, name: str) -> Any:
         """What run ``name`` returned (waiting for it), or its exception raised here."""
